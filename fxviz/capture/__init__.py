@@ -1,0 +1,98 @@
+"""Capture: model + example inputs -> :class:`fxviz.ir.Graph`.
+
+``capture(method="auto")`` tries each method of :data:`AUTO_CHAIN` in turn and keeps the first
+graph; every attempt, with its outcome and reason, is recorded on the graph.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from torch import nn
+
+from fxviz.capture.convert import _FRAME_RE, is_user_file
+from fxviz.capture.symbolic import capture_export, capture_fx
+from fxviz.errors import CaptureError
+from fxviz.ir import Attempt, Graph, SourceLoc
+
+Capturer = Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any], Graph]
+
+CAPTURERS: dict[str, Capturer] = {
+    "export": lambda m, a, k, ds: capture_export(m, a, k, strict=False, dynamic_shapes=ds),
+    "export-strict": lambda m, a, k, ds: capture_export(m, a, k, strict=True, dynamic_shapes=ds),
+    "fx": lambda m, a, k, ds: capture_fx(m, a, k),
+}
+
+#: What ``method="auto"`` tries, in order.
+AUTO_CHAIN: tuple[str, ...] = ("export", "export-strict", "fx")
+
+_MAX_MESSAGE = 4000
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def normalize_args(model: Any, args: Any, kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Check the model and inputs; a single tensor or a list of inputs is accepted as ``args``."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"fxviz captures torch.nn.Module instances, got {type(model).__name__}")
+    if args is None:
+        args = ()
+    elif not isinstance(args, tuple):
+        args = tuple(args) if isinstance(args, list) else (args,)
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict):
+        raise TypeError(f"kwargs must be a dict of keyword inputs, got {type(kwargs).__name__}")
+    return args, kwargs
+
+
+def error_location(exc: BaseException) -> SourceLoc | None:
+    """The innermost user frame behind an exception: from the frames the message quotes (Dynamo
+    and export print the user stack), else from the traceback itself."""
+    best = None
+    for m in _FRAME_RE.finditer(str(exc)):
+        if is_user_file(m["file"]):
+            best = SourceLoc(m["file"], int(m["line"]), m["func"], m["code"].strip())
+    if best is not None:
+        return best
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename and is_user_file(frame.filename) and frame.lineno is not None:
+            return SourceLoc(frame.filename, frame.lineno, frame.name, (frame.line or "").strip())
+    return None
+
+
+def failed_attempt(method: str, seconds: float, exc: BaseException) -> Attempt:
+    message = _ANSI.sub("", str(exc)).strip()
+    if len(message) > _MAX_MESSAGE:
+        message = message[:_MAX_MESSAGE] + " ..."
+    return Attempt(method, False, seconds, type(exc).__name__, message, error_location(exc))
+
+
+def capture_symbolic(
+    model: nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    methods: Sequence[str],
+    dynamic_shapes: Any = None,
+) -> Graph:
+    """Try ``methods`` in order; the first graph wins. Raises :class:`CaptureError` listing every
+    attempt when none works."""
+    attempts: list[Attempt] = []
+    for method in methods:
+        t0 = time.perf_counter()
+        try:
+            graph = CAPTURERS[method](model, args, kwargs, dynamic_shapes)
+        except Exception as e:  # every failure is recorded; the next method gets its turn
+            attempts.append(failed_attempt(method, time.perf_counter() - t0, e))
+            continue
+        attempts.append(Attempt(method, True, time.perf_counter() - t0))
+        graph.attempts = attempts
+        return graph
+    raise CaptureError(f"could not capture {type(model).__name__}: every method failed", attempts)
+
+
+__all__ = ["AUTO_CHAIN", "CAPTURERS", "capture_symbolic", "error_location", "normalize_args"]

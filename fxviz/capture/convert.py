@@ -1,0 +1,320 @@
+"""torch.fx graph -> fxviz IR: the one converter behind every symbolic capture method.
+
+Torch objects stop here: fake tensors become :class:`TensorMeta`, ``nn_module_stack`` becomes the
+node's module call stack, ``stack_trace`` becomes a :class:`SourceLoc`, and ``getitem`` on a
+multi-output op becomes an indexed :class:`Ref` instead of a node of its own.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import torch
+import torch.fx
+from torch import nn
+
+from fxviz.ir import ModuleCall, ModuleInfo, Node, NodeKind, Ref, SourceLoc, TensorMeta
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_FXVIZ_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# fxviz's own machinery is never "user code"; its built-in examples are
+_FXVIZ_DIRS = tuple(os.path.join(_FXVIZ_PKG, d) + os.sep for d in ("capture", "fallback", "passes", "render"))
+_FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n(?P<code>[^\n]*)')
+
+
+def module_infos(model: nn.Module) -> dict[str, ModuleInfo]:
+    """Module path -> class facts for every submodule (``""`` is the model itself)."""
+    return {
+        path: ModuleInfo(type(m).__name__, f"{type(m).__module__}.{type(m).__qualname__}")
+        for path, m in model.named_modules(remove_duplicate=False)
+    }
+
+
+def is_user_file(path: str) -> bool:
+    """True for code a user would want to be pointed at: not torch's internals, not fxviz's."""
+    return not (path.startswith(_TORCH_DIR) or path.startswith(_FXVIZ_DIRS) or path.startswith("<"))
+
+
+@lru_cache(maxsize=4096)
+def source_from_trace(stack_trace: str | None) -> SourceLoc | None:
+    """The innermost user frame of an fx ``stack_trace`` string."""
+    if not stack_trace:
+        return None
+    best = None
+    for m in _FRAME_RE.finditer(stack_trace):
+        if is_user_file(m["file"]):
+            best = m
+    if best is None:
+        return None
+    return SourceLoc(best["file"], int(best["line"]), best["func"], best["code"].strip())
+
+
+def meta_from_value(v: Any) -> TensorMeta | None:
+    """TensorMeta of one (fake) tensor, SymInt or Python scalar; ``None`` for anything else."""
+    if isinstance(v, torch.Tensor):
+        return TensorMeta(
+            tuple(d if isinstance(d, int) else str(d) for d in v.shape),
+            str(v.dtype).removeprefix("torch."),
+            v.device.type,
+        )
+    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        kind = {torch.SymInt: "int", torch.SymFloat: "float", torch.SymBool: "bool"}[type(v)]
+        return TensorMeta((), kind, value=str(v))
+    if isinstance(v, bool):
+        return TensorMeta((), "bool", value=str(v))
+    if isinstance(v, int):
+        return TensorMeta((), "int", value=str(v))
+    if isinstance(v, float):
+        return TensorMeta((), "float", value=repr(v))
+    return None
+
+
+def metas_from_val(val: Any) -> tuple[TensorMeta, ...]:
+    if isinstance(val, (tuple, list)):
+        return tuple(meta_from_value(v) or TensorMeta((), "none") for v in val)
+    m = meta_from_value(val)
+    return (m,) if m is not None else ()
+
+
+def json_safe(v: Any, depth: int = 0) -> Any:
+    """A JSON-safe rendering of a non-tensor argument (``torch.float32`` -> ``"float32"``)."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if v == v and v not in (float("inf"), float("-inf")) else str(v)
+    if isinstance(v, (list, tuple)) and depth < 4:
+        return [json_safe(x, depth + 1) for x in v]
+    if isinstance(v, dict) and depth < 4:
+        return {str(k): json_safe(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, torch.dtype):
+        return str(v).removeprefix("torch.")
+    if isinstance(v, slice):
+        return f"{_s(v.start)}:{_s(v.stop)}" + (f":{v.step}" if v.step is not None else "")
+    if v is Ellipsis:
+        return "..."
+    return str(v)
+
+
+def _s(x: Any) -> str:
+    return "" if x is None else str(x)
+
+
+def target_name(node: torch.fx.Node, modules: dict[str, nn.Module] | None = None) -> str:
+    """``aten.linear.default``, ``torch.relu``, ``operator.add``, ``Tensor.view``, ``Conv2d``."""
+    t = node.target
+    if node.op == "call_method":
+        return f"Tensor.{t}"
+    if node.op == "call_module":
+        mod = (modules or {}).get(str(t))
+        return type(mod).__name__ if mod is not None else str(t)
+    if isinstance(t, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
+        return str(t)
+    if callable(t):
+        try:
+            name = torch.overrides.resolve_name(t)
+        except Exception:  # resolve_name walks torch's namespaces; anything odd just falls through
+            name = None
+        if name:
+            return name
+        mod = getattr(t, "__module__", None) or ""
+        qual = getattr(t, "__qualname__", None) or getattr(t, "__name__", None) or repr(t)
+        return f"{mod}.{qual}" if mod and mod != "builtins" else str(qual)
+    return str(t)
+
+
+def argument_names(node: torch.fx.Node) -> list[str] | None:
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return None
+    return [a.name for a in schema.arguments]
+
+
+def split_arguments(
+    node: torch.fx.Node, ref_of: Callable[[torch.fx.Node], Ref | None]
+) -> tuple[tuple[Ref, ...], dict[str, Any]]:
+    """A node's fx arguments -> (inputs in argument order, JSON-safe non-tensor attrs)."""
+    inputs: list[Ref] = []
+    attrs: dict[str, Any] = {}
+    names = argument_names(node) or []
+
+    def collect(v: Any) -> Any:
+        if isinstance(v, torch.fx.Node):
+            r = ref_of(v)
+            if r is not None:
+                inputs.append(r)
+            return f"%{r.node}" if r is not None else None
+        if isinstance(v, (list, tuple)):
+            return [collect(x) for x in v]
+        if isinstance(v, dict):
+            return {str(k): collect(x) for k, x in v.items()}
+        return json_safe(v)
+
+    for i, a in enumerate(node.args):
+        rendered = collect(a)
+        if not isinstance(a, torch.fx.Node):
+            attrs[names[i] if i < len(names) else f"arg{i}"] = rendered
+    for k, a in node.kwargs.items():
+        rendered = collect(a)
+        if not isinstance(a, torch.fx.Node):
+            attrs[k] = rendered
+    return tuple(inputs), attrs
+
+
+def stack_from_meta(nn_module_stack: dict[str, Any] | None, strip: str) -> tuple[ModuleCall, ...]:
+    """``nn_module_stack`` -> ((path, call index), ...) without the root model.
+
+    Keys end in ``@N`` for the N-th repeated call; values hold the fully qualified path. ``strip``
+    is the wrapper prefix to remove (``"model"``), or ``""`` when the model was traced directly.
+    """
+    if not nn_module_stack:
+        return ()
+    out: list[ModuleCall] = []
+    for key, value in nn_module_stack.items():
+        path = value[0] if isinstance(value, tuple) else str(value)
+        if strip:
+            if path == strip or path == "":
+                continue
+            if not path.startswith(strip + "."):
+                continue
+            path = path[len(strip) + 1 :]
+        elif path == "":
+            continue
+        _, at, idx = str(key).rpartition("@")
+        out.append((path, int(idx) if at and idx.isdigit() else 0))
+    return tuple(out)
+
+
+@dataclass
+class Placeholder:
+    """What a placeholder of the fx graph stands for."""
+
+    kind: NodeKind
+    name: str  # the IR node's name
+    target: str  # state-dict name or argument path
+
+
+@dataclass
+class Converter:
+    """Builds IR nodes from one fx graph.
+
+    ``placeholders`` maps fx placeholder names to what they are; ``strip`` is the wrapper prefix in
+    module paths; ``modules`` (fx only) resolves ``call_module`` targets.
+    """
+
+    placeholders: dict[str, Placeholder]
+    strip: str = ""
+    modules: dict[str, nn.Module] = field(default_factory=dict)
+    nodes: list[Node] = field(default_factory=list)
+    refs: dict[torch.fx.Node, Ref] = field(default_factory=dict)
+    used_names: set[str] = field(default_factory=set)
+    by_name: dict[str, Node] = field(default_factory=dict)
+
+    def unique(self, name: str) -> str:
+        base, i = name, 1
+        while name in self.used_names:
+            name = f"{base}_{i}"
+            i += 1
+        self.used_names.add(name)
+        return name
+
+    def add(self, node: Node) -> Node:
+        self.nodes.append(node)
+        self.by_name[node.name] = node
+        return node
+
+    def ref_of(self, n: torch.fx.Node) -> Ref | None:
+        return self.refs.get(n)
+
+    def state_node(self, kind: NodeKind, state_name: str, value: Any) -> Ref:
+        owner = state_name.rpartition(".")[0]
+        node = self.add(
+            Node(
+                self.unique(state_name),
+                kind,
+                target=state_name,
+                stack=((owner, 0),) if owner else (),
+                outputs=metas_from_val(value),
+            )
+        )
+        return Ref(node.name)
+
+    def convert(self, graph: torch.fx.Graph) -> None:
+        for n in graph.nodes:
+            if n.op == "placeholder":
+                ph = self.placeholders.get(n.name) or Placeholder("input", n.name, n.name)
+                node = Node(
+                    self.unique(ph.name), ph.kind, target=ph.target,
+                    stack=self._state_stack(ph) if ph.kind != "input" else (),
+                    outputs=metas_from_val(n.meta.get("val")),
+                )
+                self.refs[n] = Ref(self.add(node).name)
+            elif n.op == "get_attr":
+                value = n.meta.get("val")
+                self.refs[n] = self.state_node("constant", self._strip_name(str(n.target)), value)
+            elif n.op == "call_function" and n.target is operator.getitem and self._is_multi(n):
+                src = self.refs.get(n.args[0])  # type: ignore[arg-type]
+                if src is not None:
+                    self.refs[n] = Ref(src.node, int(n.args[1]))  # type: ignore[arg-type]
+            elif n.op in ("call_function", "call_method", "call_module"):
+                self.refs[n] = Ref(self.add(self.op_node(n)).name)
+
+    def _is_multi(self, n: torch.fx.Node) -> bool:
+        src = n.args[0]
+        return (
+            isinstance(src, torch.fx.Node)
+            and isinstance(n.args[1], int)
+            and src in self.refs
+            and len(self.by_name[self.refs[src].node].outputs) > 1
+        )
+
+    def op_node(self, n: torch.fx.Node) -> Node:
+        inputs, attrs = split_arguments(n, self.ref_of)
+        stack = stack_from_meta(n.meta.get("nn_module_stack"), self.strip)
+        if n.op == "call_module":
+            path = str(n.target)
+            mod = self.modules.get(path)
+            stack = self._module_call_stack(stack, path)
+            if mod is not None:
+                for pname, p in mod.named_parameters(recurse=True):
+                    inputs += (self.state_node("parameter", f"{path}.{pname}", p),)
+                for bname, b in mod.named_buffers(recurse=True):
+                    inputs += (self.state_node("buffer", f"{path}.{bname}", b),)
+        torch_fn = n.meta.get("torch_fn")
+        if torch_fn:
+            attrs["torch_fn"] = str(torch_fn[1])
+        return Node(
+            self.unique(n.name),
+            "op",
+            target=target_name(n, self.modules),
+            inputs=inputs,
+            stack=stack,
+            outputs=metas_from_val(n.meta.get("val")),
+            source=source_from_trace(n.meta.get("stack_trace")),
+            attrs=attrs,
+        )
+
+    def _module_call_stack(self, stack: tuple[ModuleCall, ...], path: str) -> tuple[ModuleCall, ...]:
+        if stack and stack[-1][0] == path:
+            return stack
+        return (*stack, (path, 0))
+
+    def _strip_name(self, name: str) -> str:
+        return name[len(self.strip) + 1 :] if self.strip and name.startswith(self.strip + ".") else name
+
+    def _state_stack(self, ph: Placeholder) -> tuple[ModuleCall, ...]:
+        owner = ph.target.rpartition(".")[0]
+        return ((owner, 0),) if owner else ()
+
+    def add_outputs(self, items: Iterable[tuple[str, torch.fx.Node | None, str | None]]) -> None:
+        """Output nodes: (path, fx node or None, description of a constant output)."""
+        for path, fx_node, const in items:
+            ref = self.refs.get(fx_node) if fx_node is not None else None
+            attrs: dict[str, Any] = {} if const is None else {"value": const}
+            self.add(Node(self.unique(path), "output", target=path,
+                          inputs=(ref,) if ref is not None else (), attrs=attrs))

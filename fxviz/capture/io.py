@@ -1,0 +1,177 @@
+"""Normalise a model's inputs and outputs so symbolic capture accepts any real model.
+
+torch.export wants tensors (or pytrees of tensors) in and out. Real models take keyword arguments
+and return ``ModelOutput``, dataclasses, ``DynamicCache`` and plain Python values. We flatten the
+inputs to a list of tensors (non-tensor leaves become constants baked into the call), and the
+outputs to a tuple of tensors, each with the path a user would write to reach it
+(``logits``, ``past_key_values.layers[0].keys``). The user never edits the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+_MAX_DEPTH = 8
+
+
+def bind_names(model: nn.Module, args: tuple[Any, ...]) -> list[str]:
+    """Names of the positional ``args`` as ``model.forward`` declares them (``x``, ``input_ids``);
+    ``args[i]`` where the signature does not say."""
+    names: list[str] = []
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    for i in range(len(args)):
+        p = params[i] if i < len(params) else None
+        if p is None or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            names.append(f"args[{i}]")
+        else:
+            names.append(p.name)
+    return names
+
+
+def _key_str(key: Any) -> str:
+    if isinstance(key, pytree.SequenceKey):
+        return f"[{key.idx}]"
+    if isinstance(key, pytree.MappingKey):
+        return f"[{key.key!r}]"
+    if isinstance(key, pytree.GetAttrKey):
+        return f".{key.name}"
+    return str(key)
+
+
+@dataclasses.dataclass
+class FlatInputs:
+    """``args``/``kwargs`` split into tensor leaves (graph inputs) and everything else."""
+
+    spec: pytree.TreeSpec
+    leaves: list[Any]
+    tensor_positions: list[int]
+    names: list[str]  # one per tensor leaf
+
+    @property
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return tuple(self.leaves[i] for i in self.tensor_positions)
+
+    def rebuild(self, tensors: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        leaves = list(self.leaves)
+        for pos, t in zip(self.tensor_positions, tensors, strict=True):
+            leaves[pos] = t
+        args, kwargs = pytree.tree_unflatten(leaves, self.spec)
+        return tuple(args), dict(kwargs)
+
+
+def flatten_inputs(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> FlatInputs:
+    arg_names = bind_names(model, args)
+    with_path, spec = pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))
+    leaves, positions, names = [], [], []
+    for i, (path, leaf) in enumerate(with_path):
+        leaves.append(leaf)
+        if isinstance(leaf, torch.Tensor):
+            positions.append(i)
+            top, *rest = path
+            assert isinstance(top, pytree.SequenceKey)
+            if top.idx == 0:  # positional
+                first, *rest = rest
+                assert isinstance(first, pytree.SequenceKey)
+                base = arg_names[first.idx]
+            else:  # keyword
+                first, *rest = rest
+                base = str(getattr(first, "key", first))
+            names.append(base + "".join(_key_str(k) for k in rest))
+    return FlatInputs(spec, leaves, positions, names)
+
+
+def flatten_outputs(
+    obj: Any, path: str = "output", *, leaf_types: tuple[type, ...] = (torch.Tensor,)
+) -> list[tuple[str, Any]]:
+    """Every leaf of a model's output with its path, tensors and plain values alike.
+
+    Walks tuples, lists, mappings (``ModelOutput`` included), dataclasses and plain objects that
+    hold tensors (``DynamicCache``). ``path`` names the root; a single tensor output is ``output``.
+    """
+    out: list[tuple[str, Any]] = []
+    seen: set[int] = set()
+
+    def walk(o: Any, p: str, depth: int) -> None:
+        if isinstance(o, leaf_types) or o is None or isinstance(o, (int, float, str, bool)):
+            out.append((p, o))
+            return
+        if id(o) in seen or depth > _MAX_DEPTH:
+            return
+        seen.add(id(o))
+        sep = "" if p == "output" else "."
+        root = "" if p == "output" else p
+        if isinstance(o, Mapping):
+            for k, v in o.items():
+                walk(v, f"{root}{sep}{k}" if isinstance(k, str) else f"{p}[{k!r}]", depth + 1)
+        elif isinstance(o, (list, tuple)):
+            for i, v in enumerate(o):
+                walk(v, f"{p}[{i}]", depth + 1)
+        elif dataclasses.is_dataclass(o) and not isinstance(o, type):
+            for f in dataclasses.fields(o):
+                walk(getattr(o, f.name), f"{root}{sep}{f.name}", depth + 1)
+        elif isinstance(o, nn.Module) or callable(o):
+            out.append((p, o))
+        elif hasattr(o, "__dict__"):
+            for k, v in vars(o).items():
+                if not k.startswith("_") and _holds_tensors(v, depth + 1):
+                    walk(v, f"{root}{sep}{k}", depth + 1)
+        else:
+            out.append((p, o))
+
+    walk(obj, path, 0)
+    return out
+
+
+def _holds_tensors(o: Any, depth: int) -> bool:
+    if isinstance(o, torch.Tensor):
+        return True
+    if depth > _MAX_DEPTH or isinstance(o, (str, bytes, nn.Module)):
+        return False
+    if isinstance(o, Mapping):
+        return any(_holds_tensors(v, depth + 1) for v in o.values())
+    if isinstance(o, (list, tuple)):
+        return any(_holds_tensors(v, depth + 1) for v in o)
+    if hasattr(o, "__dict__") and not callable(o):
+        return any(_holds_tensors(v, depth + 1) for v in vars(o).values())
+    return False
+
+
+class NormalizedModel(nn.Module):
+    """Wraps a model so its forward takes and returns flat tuples of tensors.
+
+    The wrapped model is the submodule ``model``; capture strips that prefix from module paths and
+    state-dict names. Output paths land in ``box["outputs"]`` when the forward runs in Python
+    (non-strict export, fx); Dynamo-traced forwards do not run it, so they get positional names.
+    """
+
+    PREFIX = "model"
+
+    def __init__(self, model: nn.Module, inputs: FlatInputs, box: dict[str, Any]) -> None:
+        super().__init__()
+        self.model = model
+        self._inputs = inputs
+        self._box = box
+
+    def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        args, kwargs = self._inputs.rebuild(tensors)
+        leaves = flatten_outputs(self.model(*args, **kwargs))
+        self._box["outputs"] = [(p, _describe(v)) for p, v in leaves]
+        return tuple(v for _, v in leaves if isinstance(v, torch.Tensor))
+
+
+def _describe(v: Any) -> str | None:
+    """``None`` for a tensor leaf, else the ``repr`` a renderer shows for a constant output."""
+    if isinstance(v, torch.Tensor):
+        return None
+    text = repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."

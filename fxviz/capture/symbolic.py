@@ -1,0 +1,145 @@
+"""Symbolic capture: torch.export (non-strict and strict) and torch.fx.symbolic_trace -> IR."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+from torch import nn
+from torch.export.graph_signature import InputKind, OutputKind
+
+from fxviz.capture.convert import Converter, Placeholder, module_infos, stack_from_meta
+from fxviz.capture.io import FlatInputs, NormalizedModel, flatten_inputs, flatten_outputs
+from fxviz.ir import Graph, NodeKind
+
+_INPUT_KINDS: dict[InputKind, NodeKind] = {
+    InputKind.PARAMETER: "parameter",
+    InputKind.BUFFER: "buffer",
+    InputKind.CONSTANT_TENSOR: "constant",
+    InputKind.CUSTOM_OBJ: "constant",
+    InputKind.USER_INPUT: "input",
+}
+
+
+def capture_export(
+    model: nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    strict: bool = False,
+    dynamic_shapes: Any = None,
+) -> Graph:
+    """Capture with ``torch.export.export`` through :class:`NormalizedModel`."""
+    flat = flatten_inputs(model, args, kwargs)
+    box: dict[str, Any] = {}
+    wrapper = NormalizedModel(model, flat, box)
+    ep = torch.export.export(
+        wrapper, flat.tensors, strict=strict, dynamic_shapes=_flat_dynamic_shapes(dynamic_shapes, flat)
+    )
+    return graph_from_exported(ep, model, flat, box, method="export-strict" if strict else "export")
+
+
+def _flat_dynamic_shapes(dynamic_shapes: Any, flat: FlatInputs) -> Any:
+    """Map a user's ``dynamic_shapes`` (shaped like ``args``/``kwargs``, or a dict keyed by argument
+    name) onto the flat tensor inputs of :class:`NormalizedModel`."""
+    if dynamic_shapes is None:
+        return None
+    if isinstance(dynamic_shapes, dict):
+        specs = [dynamic_shapes.get(name.split("[", 1)[0].split(".", 1)[0]) for name in flat.names]
+    else:
+        specs = list(dynamic_shapes)
+        if len(specs) != len(flat.names):
+            raise ValueError(
+                f"dynamic_shapes has {len(specs)} entries but the inputs hold {len(flat.names)} tensors "
+                f"({', '.join(flat.names)}): give one entry per tensor, or a dict by argument name"
+            )
+    return (tuple(specs),)
+
+
+def graph_from_exported(
+    ep: torch.export.ExportedProgram,
+    model: nn.Module,
+    flat: FlatInputs,
+    box: dict[str, Any],
+    *,
+    method: str,
+) -> Graph:
+    prefix = NormalizedModel.PREFIX
+    placeholders: dict[str, Placeholder] = {}
+    user_inputs = iter(flat.names)
+    for spec in ep.graph_signature.input_specs:
+        kind = _INPUT_KINDS.get(spec.kind, "constant")
+        arg_name = getattr(spec.arg, "name", None)
+        if arg_name is None:
+            continue
+        if kind == "input":
+            name = next(user_inputs, arg_name)
+            placeholders[arg_name] = Placeholder("input", name, name)
+        else:
+            target = spec.target or arg_name
+            target = target[len(prefix) + 1 :] if target.startswith(prefix + ".") else target
+            placeholders[arg_name] = Placeholder(kind, target, target)
+
+    conv = Converter(placeholders, strip=prefix)
+    conv.convert(ep.graph)
+
+    out_node = next(n for n in reversed(ep.graph.nodes) if n.op == "output")
+    returned = list(out_node.args[0])
+    user_outputs = [
+        r for r, s in zip(returned, ep.graph_signature.output_specs, strict=True)
+        if s.kind == OutputKind.USER_OUTPUT
+    ]
+    leaves = box.get("outputs") or [(f"output[{i}]", None) for i in range(len(user_outputs))]
+    tensor_iter = iter(user_outputs)
+    items = [(path, next(tensor_iter, None) if const is None else None, const) for path, const in leaves]
+    for r, s in zip(returned, ep.graph_signature.output_specs, strict=True):
+        if s.kind != OutputKind.USER_OUTPUT:
+            target = str(s.target or "")
+            target = target[len(prefix) + 1 :] if target.startswith(prefix + ".") else target
+            items.append((f"{s.kind.name.lower()}:{target}", r, None))
+    conv.add_outputs(items)  # type: ignore[arg-type]
+
+    return Graph(name=type(model).__name__, nodes=conv.nodes, method=method, modules=module_infos(model))
+
+
+class _Tracer(torch.fx.Tracer):
+    record_stack_traces = True
+
+
+def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Graph:
+    """Capture with ``torch.fx.symbolic_trace``; shapes come from fake-tensor propagation."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    flat = flatten_inputs(model, args, kwargs)
+    if kwargs:
+        raise TypeError("fx capture takes positional tensor inputs only; use method='export' for kwargs")
+    tracer = _Tracer()
+    graph = tracer.trace(model)
+    gm = torch.fx.GraphModule(tracer.root, graph)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) < len(args):
+        raise TypeError(f"forward takes {len(placeholders)} inputs, {len(args)} were given")
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+    FakeTensorProp(gm, mode).propagate(*fake_args)
+
+    names = dict(zip([p.name for p in placeholders], flat.names + [p.name for p in placeholders], strict=False))
+    conv = Converter(
+        {p.name: Placeholder("input", names[p.name], names[p.name]) for p in placeholders},
+        modules=dict(model.named_modules()),
+    )
+    conv.convert(gm.graph)
+    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    items = []
+    for path, value in flatten_outputs(out_node.args[0], leaf_types=(torch.fx.Node,)):
+        if isinstance(value, torch.fx.Node):
+            items.append((path, value, None))
+        else:
+            items.append((path, None, repr(value)))
+    conv.add_outputs(items)
+    return Graph(name=type(model).__name__, nodes=conv.nodes, method="fx", modules=module_infos(model))
+
+
+__all__ = ["capture_export", "capture_fx", "graph_from_exported", "stack_from_meta"]

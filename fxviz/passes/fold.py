@@ -1,0 +1,86 @@
+"""``fold``: find runs of identical consecutive sibling modules (``h.0`` … ``h.11``).
+
+Two siblings are identical when they have the same class and the same structure: the same ops,
+in the same order, in the same relative submodules, with the same output shapes and the same
+parameter shapes. Writes ``graph.annotations["fold"]``, a list of runs::
+
+    [{"parent": "h", "paths": ["h.0", ..., "h.11"], "cls": "GPT2Block", "label": "h.0-11", "count": 12}]
+
+Renderers show a run once, labelled ``h.0-11 ×12``, and can unfold it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from fxviz.ir import Graph, Scope
+from fxviz.passes import register
+
+
+def _relative(path: str, base: str) -> str:
+    return path[len(base) + 1 :] if path != base else ""
+
+
+def _signatures(graph: Graph) -> dict[str, str]:
+    """Module path -> digest of the structure of everything inside it."""
+    hashers: dict[str, Any] = {}
+    for n in graph.nodes:
+        if n.kind in ("input", "output"):
+            continue
+        shapes = "|".join(m.shape_str() + m.dtype for m in n.outputs)
+        if n.kind == "op":
+            # the call index is structure too: a block that calls a child twice differs from one
+            # that calls it once
+            levels = [(path, [c for _, c in n.stack[d + 1 :]]) for d, (path, _) in enumerate(n.stack)]
+            what = n.target
+        else:  # state belongs to its owner and to every module around it
+            parts = n.module.split(".") if n.module else []
+            levels = [(".".join(parts[: i + 1]), []) for i in range(len(parts))]
+            what = ""
+        for path, calls in levels:
+            h = hashers.get(path)
+            if h is None:
+                h = hashers[path] = hashlib.blake2b(digest_size=16)
+            rel = _relative(n.module, path)
+            name = what or _relative(n.target, path)
+            h.update(f"{n.kind}:{name}:{rel}:{calls}:{shapes};".encode())
+    return {p: h.hexdigest() for p, h in hashers.items()}
+
+
+def _run_label(paths: list[str]) -> str:
+    """``h.0-11`` for ``h.0`` … ``h.11``; ``a-c`` for differently named siblings."""
+    first, last = paths[0], paths[-1]
+    head, _, a = first.rpartition(".")
+    head2, _, b = last.rpartition(".")
+    if head == head2 and a.isdigit() and b.isdigit():
+        return f"{first}-{b}"
+    return f"{first}-{last.rpartition('.')[2]}"
+
+
+@register("fold")
+def fold_repeats(graph: Graph) -> Graph:
+    sigs = _signatures(graph)
+    runs: list[dict[str, Any]] = []
+
+    def visit(scope: Scope) -> None:
+        children = [c for c in scope.children.values() if c.path in sigs]
+        i = 0
+        while i < len(children):
+            j = i + 1
+            key = (children[i].cls, sigs[children[i].path], children[i].calls)
+            while j < len(children) and (children[j].cls, sigs[children[j].path], children[j].calls) == key:
+                j += 1
+            if j - i >= 2:
+                paths = [c.path for c in children[i:j]]
+                runs.append({
+                    "parent": scope.path, "paths": paths, "cls": children[i].cls,
+                    "label": _run_label(paths), "count": len(paths),
+                })
+            i = j
+        for c in scope.children.values():
+            visit(c)
+
+    visit(graph.scopes)
+    graph.annotations["fold"] = runs
+    return graph
