@@ -375,6 +375,24 @@ class Graph:
     def partial(self) -> bool:
         return self.error is not None
 
+    # ---- rendering (thin: the work is in fxviz.render) -----------------------------------------
+
+    def tree(self, *, depth: int | None = None, unfold: bool = False) -> Any:
+        """A rich renderable of the module tree (``rich.print(g.tree(depth=2))``)."""
+        from fxviz.render.tree import TreeView
+
+        return TreeView(self, depth=depth, unfold=unfold)
+
+    def __rich__(self) -> Any:
+        return self.tree()
+
+    def __str__(self) -> str:
+        from rich.console import Console
+
+        console = Console(width=120, color_system=None, record=True, file=_NullFile())
+        console.print(self.tree())
+        return console.export_text().rstrip("\n")
+
     # ---- serialisation -----------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
@@ -442,6 +460,14 @@ def short_target(target: str) -> str:
         parts = target.split(".")
         return parts[1] if len(parts) > 1 else target
     return target.rsplit(".", 1)[-1]
+
+
+class _NullFile:
+    def write(self, _: str) -> int:
+        return 0
+
+    def flush(self) -> None:
+        pass
 
 
 def module_class(graph: Graph, path: str) -> str:

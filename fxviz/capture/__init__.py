@@ -6,10 +6,12 @@ graph; every attempt, with its outcome and reason, is recorded on the graph.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from torch import nn
@@ -71,6 +73,21 @@ def failed_attempt(method: str, seconds: float, exc: BaseException) -> Attempt:
     return Attempt(method, False, seconds, type(exc).__name__, message, error_location(exc))
 
 
+@contextlib.contextmanager
+def quiet_torch_logs() -> Iterator[None]:
+    """Silence torch.export/Dynamo's own error logging while we try methods: a failed attempt is
+    reported once, by us, in ``graph.attempts``. Levels are restored afterwards."""
+    loggers = [logging.getLogger(n) for n in ("torch.export", "torch._dynamo", "torch.fx.experimental.symbolic_shapes")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
 def capture_symbolic(
     model: nn.Module,
     args: tuple[Any, ...],
@@ -85,7 +102,8 @@ def capture_symbolic(
     for method in methods:
         t0 = time.perf_counter()
         try:
-            graph = CAPTURERS[method](model, args, kwargs, dynamic_shapes)
+            with quiet_torch_logs():
+                graph = CAPTURERS[method](model, args, kwargs, dynamic_shapes)
         except Exception as e:  # every failure is recorded; the next method gets its turn
             attempts.append(failed_attempt(method, time.perf_counter() - t0, e))
             continue

@@ -190,6 +190,21 @@ def stack_from_meta(nn_module_stack: dict[str, Any] | None, strip: str) -> tuple
     return tuple(out)
 
 
+def mark_tied(nodes: list[Node], model: nn.Module) -> None:
+    """Tag parameters and buffers reached under a second name (tied weights: ``lm_head.weight`` is
+    ``transformer.wte.weight``) with ``attrs["tied_to"]``, the name that owns the tensor."""
+    owner: dict[int, str] = {}
+    alias: dict[str, str] = {}
+    named = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+    for name, t in named:
+        first = owner.setdefault(id(t), name)
+        if first != name:
+            alias[name] = first
+    for n in nodes:
+        if n.kind in ("parameter", "buffer") and n.target in alias:
+            n.attrs["tied_to"] = alias[n.target]
+
+
 @dataclass
 class Placeholder:
     """What a placeholder of the fx graph stands for."""
@@ -214,6 +229,7 @@ class Converter:
     refs: dict[torch.fx.Node, Ref] = field(default_factory=dict)
     used_names: set[str] = field(default_factory=set)
     by_name: dict[str, Node] = field(default_factory=dict)
+    state_refs: dict[str, Ref] = field(default_factory=dict)
 
     def unique(self, name: str) -> str:
         base, i = name, 1
@@ -232,6 +248,9 @@ class Converter:
         return self.refs.get(n)
 
     def state_node(self, kind: NodeKind, state_name: str, value: Any) -> Ref:
+        # one node per parameter, however many calls read it (fx: a module called twice)
+        if state_name in self.state_refs:
+            return self.state_refs[state_name]
         owner = state_name.rpartition(".")[0]
         node = self.add(
             Node(
@@ -242,7 +261,8 @@ class Converter:
                 outputs=metas_from_val(value),
             )
         )
-        return Ref(node.name)
+        self.state_refs[state_name] = Ref(node.name)
+        return self.state_refs[state_name]
 
     def convert(self, graph: torch.fx.Graph) -> None:
         for n in graph.nodes:

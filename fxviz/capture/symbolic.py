@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -9,7 +10,7 @@ import torch.fx
 from torch import nn
 from torch.export.graph_signature import InputKind, OutputKind
 
-from fxviz.capture.convert import Converter, Placeholder, module_infos, stack_from_meta
+from fxviz.capture.convert import Converter, Placeholder, mark_tied, module_infos, stack_from_meta
 from fxviz.capture.io import FlatInputs, NormalizedModel, flatten_inputs, flatten_outputs
 from fxviz.ir import Graph, NodeKind
 
@@ -99,6 +100,7 @@ def graph_from_exported(
             target = target[len(prefix) + 1 :] if target.startswith(prefix + ".") else target
             items.append((f"{s.kind.name.lower()}:{target}", r, None))
     conv.add_outputs(items)  # type: ignore[arg-type]
+    mark_tied(conv.nodes, model)
 
     return Graph(name=type(model).__name__, nodes=conv.nodes, method=method, modules=module_infos(model))
 
@@ -125,21 +127,47 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
     FakeTensorProp(gm, mode).propagate(*fake_args)
 
+    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    returned = _unpack_dataclasses(out_node.args[0])
+    out_node.args = (returned,)
+    for n in reversed(list(gm.graph.nodes)):
+        if not n.users and _is_dataclass_call(n):
+            gm.graph.erase_node(n)
+
     names = dict(zip([p.name for p in placeholders], flat.names + [p.name for p in placeholders], strict=False))
     conv = Converter(
         {p.name: Placeholder("input", names[p.name], names[p.name]) for p in placeholders},
         modules=dict(model.named_modules()),
     )
     conv.convert(gm.graph)
-    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     items = []
-    for path, value in flatten_outputs(out_node.args[0], leaf_types=(torch.fx.Node,)):
+    for path, value in flatten_outputs(returned, leaf_types=(torch.fx.Node,)):
         if isinstance(value, torch.fx.Node):
             items.append((path, value, None))
         else:
             items.append((path, None, repr(value)))
     conv.add_outputs(items)
+    mark_tied(conv.nodes, model)
     return Graph(name=type(model).__name__, nodes=conv.nodes, method="fx", modules=module_infos(model))
+
+
+def _unpack_dataclasses(v: Any) -> Any:
+    """fx records a returned dataclass as a call of its class with the fields as kwargs; turn it back
+    into a mapping of fields so outputs get their paths (``logits``, ``hidden``) and shapes."""
+    if isinstance(v, (tuple, list)):
+        return type(v)(_unpack_dataclasses(x) for x in v)
+    if isinstance(v, dict):
+        return {k: _unpack_dataclasses(x) for k, x in v.items()}
+    if isinstance(v, torch.fx.Node) and _is_dataclass_call(v):
+        return {k: _unpack_dataclasses(x) for k, x in v.kwargs.items()}
+    return v
+
+
+def _is_dataclass_call(n: torch.fx.Node) -> bool:
+    return (
+        n.op == "call_function" and isinstance(n.target, type) and dataclasses.is_dataclass(n.target)
+        and not n.args
+    )
 
 
 __all__ = ["capture_export", "capture_fx", "graph_from_exported", "stack_from_meta"]

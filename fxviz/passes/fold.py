@@ -2,7 +2,10 @@
 
 Two siblings are identical when they have the same class and the same structure: the same ops,
 in the same order, in the same relative submodules, with the same output shapes and the same
-parameter shapes. Writes ``graph.annotations["fold"]``, a list of runs::
+parameter shapes. A run also has to be a chain: each block reads what the one before it produced
+(directly, or through ops of the parent such as a residual add). Identical siblings that run side
+by side (``q``, ``k``, ``v`` projections; two parallel conv paths) are parallel work, not a stack of
+repeated blocks, and stay unfolded. Writes ``graph.annotations["fold"]``, a list of runs::
 
     [{"parent": "h", "paths": ["h.0", ..., "h.11"], "cls": "GPT2Block", "label": "h.0-11", "count": 12}]
 
@@ -43,7 +46,9 @@ def _signatures(graph: Graph) -> dict[str, str]:
             if h is None:
                 h = hashers[path] = hashlib.blake2b(digest_size=16)
             rel = _relative(n.module, path)
-            name = what or _relative(n.target, path)
+            # export numbers lifted constants graph-wide (``h.0.attn.lifted_tensor_0``, then ``_2`` in
+            # ``h.1``): their names are not structure, their owner and shape are
+            name = what or ("" if n.kind == "constant" else _relative(n.target, path))
             h.update(f"{n.kind}:{name}:{rel}:{calls}:{shapes};".encode())
     return {p: h.hexdigest() for p, h in hashers.items()}
 
@@ -58,9 +63,34 @@ def _run_label(paths: list[str]) -> str:
     return f"{first}-{last.rpartition('.')[2]}"
 
 
+def _members(graph: Graph) -> dict[str, set[str]]:
+    """Module path -> names of the ops inside it (any depth)."""
+    out: dict[str, set[str]] = {}
+    for n in graph.nodes:
+        if n.kind == "op":
+            for path, _ in n.stack:
+                out.setdefault(path, set()).add(n.name)
+    return out
+
+
+def _chained(graph: Graph, a: str, b: str, members: dict[str, set[str]]) -> bool:
+    """Does module ``b`` read what module ``a`` produced, directly or through one op outside both?"""
+    in_a, in_b = members.get(a, set()), members.get(b, set())
+    for name in in_b:
+        for r in graph.node(name).inputs:
+            if r.node in in_a:
+                return True
+            if r.node not in in_b:
+                p = graph.node(r.node)
+                if p.kind == "op" and any(i.node in in_a for i in p.inputs):
+                    return True
+    return False
+
+
 @register("fold")
 def fold_repeats(graph: Graph) -> Graph:
     sigs = _signatures(graph)
+    members = _members(graph)
     runs: list[dict[str, Any]] = []
 
     def visit(scope: Scope) -> None:
@@ -69,7 +99,11 @@ def fold_repeats(graph: Graph) -> Graph:
         while i < len(children):
             j = i + 1
             key = (children[i].cls, sigs[children[i].path], children[i].calls)
-            while j < len(children) and (children[j].cls, sigs[children[j].path], children[j].calls) == key:
+            while (
+                j < len(children)
+                and (children[j].cls, sigs[children[j].path], children[j].calls) == key
+                and _chained(graph, children[j - 1].path, children[j].path, members)
+            ):
                 j += 1
             if j - i >= 2:
                 paths = [c.path for c in children[i:j]]

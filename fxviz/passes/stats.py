@@ -38,7 +38,7 @@ def compute_stats(graph: Graph) -> Graph:
     ops: Counter[str] = Counter()
     total_params = 0
     for n in graph.nodes:
-        if n.kind == "parameter":
+        if n.kind == "parameter" and "tied_to" not in n.attrs:
             count = (n.meta.numel if n.meta else 0) or 0
             total_params += count
             for p in _prefixes(n.module):

@@ -1,0 +1,3 @@
+from fxviz.cli import main
+
+main()

@@ -1,0 +1,238 @@
+"""The structure of a forward pass: module calls nested in execution order, and inside each call
+the series of steps, with parallel branches found from the data-flow edges.
+
+Forward hooks alone give only the call order, a topological sort, from which the branches cannot
+be recovered; the IR's edges can. Like :attr:`Graph.scopes`, this is derived on demand from the
+nodes and never stored, so it cannot go stale.
+
+Each call's steps (its own ops and the calls of its children) are split into a series at *cut
+points*: steps no data edge jumps over. Between two cut points the steps fall into connected
+components; two or more are parallel branches (the two conv paths of a CNN, q/k/v projections),
+one that shares its input with the cut point closing it is a residual branch. A value from outside
+the call counts as appearing just before its first use, so a mask read only at the end does not
+hide the structure before it.
+
+A child call's place in the data flow is given by what its first reading op reads (the hidden
+state a block starts from), not by every value read somewhere inside it: a causal mask that each
+of 48 blocks reads deep in its attention would otherwise tie all blocks to the mask and hide the
+chain of blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fxviz.ir import STATE_KINDS, Graph, ModuleCall, Node, Ref
+
+
+@dataclass(eq=False)
+class Call:
+    """One call of a module (the root is the model's forward): its steps in execution order."""
+
+    path: str
+    index: int  # call index of this module
+    depth: int
+    steps: list[Step] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)  # every op inside, any depth, in order
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit(".", 1)[-1] if self.path else ""
+
+
+@dataclass(eq=False)
+class Op:
+    node: str
+
+
+@dataclass(eq=False)
+class Parallel:
+    """Branches that run side by side and join at the next step; ``residual`` marks a single
+    branch whose input also skips around it."""
+
+    branches: list[list[Step]]
+    residual: bool = False
+
+
+Step = Op | Call | Parallel
+
+
+def call_tree(graph: Graph) -> Call:
+    """Nest the ops of ``graph`` into module calls, in execution order.
+
+    A call whose ops are interrupted by ops of its parent (rare: export may hoist a shape
+    computation) shows as two consecutive segments with the same path and call index.
+    """
+    root = Call("", 0, 0)
+    open_calls: list[Call] = [root]
+    open_stack: tuple[ModuleCall, ...] = ()
+    for n in graph.nodes:
+        if n.kind != "op":
+            continue
+        common = 0
+        while common < min(len(open_stack), len(n.stack)) and open_stack[common] == n.stack[common]:
+            common += 1
+        del open_calls[common + 1 :]
+        for depth in range(common, len(n.stack)):
+            path, index = n.stack[depth]
+            c = Call(path, index, depth + 1)
+            open_calls[-1].steps.append(c)
+            open_calls.append(c)
+        open_stack = n.stack
+        open_calls[-1].steps.append(Op(n.name))
+        for c in open_calls:
+            c.nodes.append(n.name)
+    return root
+
+
+def _step_nodes(step: Step) -> list[str]:
+    if isinstance(step, Op):
+        return [step.node]
+    if isinstance(step, Call):
+        return step.nodes
+    return [n for b in step.branches for s in b for n in _step_nodes(s)]
+
+
+def structure(graph: Graph) -> Call:
+    """:func:`call_tree` with each call's steps decomposed into series and parallel parts."""
+    root = call_tree(graph)
+    state = {n.name for n in graph.nodes if n.kind in STATE_KINDS}
+
+    def visit(call: Call) -> None:
+        for s in call.steps:
+            if isinstance(s, Call):
+                visit(s)
+        call.steps = decompose(graph, call.steps, state)
+
+    visit(root)
+    return root
+
+
+def decompose(graph: Graph, steps: list[Step], state: set[str]) -> list[Step]:
+    """Split a sequence of steps into series items and :class:`Parallel` groups."""
+    if len(steps) <= 1:
+        return steps
+    owner: dict[str, int] = {}
+    for i, s in enumerate(steps):
+        for name in _step_nodes(s):
+            owner[name] = i
+    # reads[i]: values step i reads from outside itself (state excluded); for a call, those its
+    # first reading op reads
+    reads: list[set[Ref]] = []
+    for i, s in enumerate(steps):
+        rs: set[Ref] = set()
+        for name in _step_nodes(s):
+            for r in graph.node(name).inputs:
+                if r.node not in state and owner.get(r.node) != i:
+                    rs.add(r)
+            if rs and isinstance(s, Call):
+                break
+        reads.append(rs)
+    return _split(steps, list(range(len(steps))), owner, reads)
+
+
+def _split(
+    steps: list[Step], seq: list[int], owner: dict[str, int], reads: list[set[Ref]]
+) -> list[Step]:
+    """Decompose the steps at positions ``seq`` (a subsequence in execution order)."""
+    if len(seq) <= 1:
+        return [steps[i] for i in seq]
+    pos = {s: k for k, s in enumerate(seq)}
+    n = len(seq)
+    crossed = [0] * (n + 1)  # difference array over positions
+    edges: list[tuple[int, int]] = []
+    external: dict[Ref, list[int]] = {}
+    for k, i in enumerate(seq):
+        for r in reads[i]:
+            src = owner.get(r.node)
+            if src is not None and src in pos:
+                a = pos[src]
+                edges.append((a, k))
+                if k - a > 1:
+                    crossed[a + 1] += 1
+                    crossed[k] -= 1
+            else:
+                external.setdefault(r, []).append(k)
+    for users in external.values():
+        first, last = users[0], users[-1]
+        if last > first:
+            crossed[first] += 1
+            crossed[last] -= 1
+    cuts, running = [], 0
+    for k in range(n):
+        running += crossed[k]
+        if running == 0:
+            cuts.append(k)
+    out: list[Step] = []
+    prev = -1
+    for c in [*cuts, n]:
+        region = list(range(prev + 1, c))
+        if region:
+            if len(region) == n:  # no cut point at all: one region, the whole sequence
+                comps = _components(region, edges)
+                if len(comps) == 1:
+                    return [steps[i] for i in seq]
+                out.append(Parallel([_split(steps, [seq[k] for k in comp], owner, reads) for comp in comps]))
+            else:
+                out.extend(_region(steps, seq, region, edges, owner, reads, c if c < n else None))
+        if c < n:
+            out.append(steps[seq[c]])
+        prev = c
+    return out
+
+
+def _region(
+    steps: list[Step],
+    seq: list[int],
+    region: list[int],
+    edges: list[tuple[int, int]],
+    owner: dict[str, int],
+    reads: list[set[Ref]],
+    join: int | None,
+) -> list[Step]:
+    comps = _components(region, edges)
+    if len(comps) >= 2:
+        return [Parallel([_split(steps, [seq[k] for k in comp], owner, reads) for comp in comps])]
+    inner = _split(steps, [seq[k] for k in region], owner, reads)
+    if join is not None:
+        # a residual: the step closing the region reads both what the region made and what the
+        # region started from
+        in_region = {seq[k] for k in region}
+        join_reads = reads[seq[join]]
+        made_here = any(owner.get(r.node) in in_region for r in join_reads)
+        skip = {r for r in join_reads if owner.get(r.node) not in in_region}
+        region_reads = set().union(*(reads[i] for i in in_region))
+        if made_here and skip & region_reads:
+            return [Parallel([inner], residual=True)]
+    return inner
+
+
+def _components(region: list[int], edges: list[tuple[int, int]]) -> list[list[int]]:
+    """Weakly connected components of ``region`` under ``edges``, each in execution order,
+    ordered by their first step."""
+    parent = {k: k for k in region}
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in edges:
+        if a in parent and b in parent:
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    groups: dict[int, list[int]] = {}
+    for k in region:
+        groups.setdefault(find(k), []).append(k)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
+def first_node(graph: Graph, step: Step) -> Node:
+    return graph.node(_step_nodes(step)[0])
+
+
+def step_nodes(step: Step) -> list[str]:
+    """Names of every op inside ``step``, in execution order."""
+    return _step_nodes(step)

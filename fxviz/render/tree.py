@@ -1,0 +1,300 @@
+"""The terminal tree: module calls nested in execution order, ops inside them, parallel branches
+as branches, identical consecutive blocks folded to ``h.0-11 ×12``.
+
+    >>> from rich.console import Console
+    >>> Console(width=100).print(to_tree(graph, depth=2))
+
+Reads only the IR and what passes put on it (``stats``, ``fold``); the series/parallel structure
+is derived by :func:`fxviz.passes.structure.structure`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.text import Text
+from rich.tree import Tree
+
+from fxviz.ir import STATE_KINDS, Graph, Node, TensorMeta, module_class
+from fxviz.passes.structure import Call, Op, Parallel, Step, step_nodes, structure
+from fxviz.render.view import format_count, node_color, node_label
+
+_DIM = "dim"
+_SHAPE = "cyan"
+_MODULE = "bold"
+_ERR = "bold red"
+
+
+def meta_text(meta: TensorMeta | None) -> str:
+    return meta.shape_str() if meta is not None else "?"
+
+
+@dataclass
+class _Ctx:
+    graph: Graph
+    depth: int | None
+    unfold: bool
+    users: dict[str, list[str]]
+    stats: dict[str, Any]
+    folds: dict[tuple[str, ...], dict[str, Any]]
+    calls: dict[str, int]
+    main_dtype: str
+    base: list[str]  # paths of the calls being drawn, innermost last
+
+
+def to_tree(graph: Graph, *, depth: int | None = None, unfold: bool = False) -> Tree:
+    """A rich :class:`~rich.tree.Tree` of ``graph``.
+
+    ``depth`` limits how many levels of modules are opened (deeper calls show as one line);
+    ``unfold`` shows every block of a folded run instead of the first one.
+    """
+    stats = graph.annotations.get("stats", {}).get("modules", {})
+    folds = {tuple(r["paths"]): r for r in graph.annotations.get("fold", [])}
+    calls = {s.path: s.calls for s in graph.scopes.walk()}
+    dtypes = [n.meta.dtype for n in graph.inputs if n.meta is not None and n.meta.is_tensor]
+    ctx = _Ctx(graph, depth, unfold, graph.users(), stats, folds, calls, dtypes[0] if dtypes else "", [])
+
+    tree = Tree(_header(graph), guide_style="dim")
+    for a in graph.attempts:
+        if not a.ok:
+            tree.add(Text(f"✗ {a.method} failed: {a.reason()}", style="yellow"))
+    for n in graph.inputs:
+        tree.add(_io_line("▶", n))
+    _add_steps(tree, structure(graph).steps, ctx, level=1)
+    for n in graph.outputs:
+        tree.add(_io_line("◀", n, graph))
+    if graph.error:
+        tree.add(Text(f"✗ the model raised: {graph.error}", style=_ERR))
+    return tree
+
+
+class TreeView:
+    """A renderable for ``rich.print`` / ``Console.print`` with tree options bound."""
+
+    def __init__(self, graph: Graph, *, depth: int | None = None, unfold: bool = False) -> None:
+        self.graph, self.depth, self.unfold = graph, depth, unfold
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield to_tree(self.graph, depth=self.depth, unfold=self.unfold)
+
+
+def _header(graph: Graph) -> Text:
+    stats = graph.annotations.get("stats", {})
+    t = Text(graph.name or module_class(graph, "") or "model", style="bold")
+    method = graph.method or "?"
+    t.append(f"  captured by {method}", style="green" if not graph.partial else _ERR)
+    if graph.partial:
+        t.append(" (partial)", style=_ERR)
+    if stats:
+        t.append(f"  ·  {format_count(stats.get('total_params', 0))} params", style=_DIM)
+        t.append(f"  ·  {stats.get('total_ops', 0)} ops", style=_DIM)
+    return t
+
+
+def _io_line(arrow: str, n: Node, graph: Graph | None = None) -> Text:
+    t = Text(f"{arrow} ", style=node_color(n))
+    t.append(n.target or n.name, style="bold")
+    if "value" in n.attrs:
+        t.append(f" = {n.attrs['value']}", style=_DIM)
+    elif n.meta is not None:
+        t.append(f"  {meta_text(n.meta)}", style=_SHAPE)
+        if n.meta.is_tensor:
+            t.append(f" {n.meta.dtype}", style=_DIM)
+    return t
+
+
+def _add_steps(parent: Tree, steps: list[Step], ctx: _Ctx, level: int) -> None:
+    i = 0
+    while i < len(steps):
+        s = steps[i]
+        if isinstance(s, Call):
+            run = _fold_run(steps, i, ctx)
+            if run > 1 and not ctx.unfold:
+                _add_call(parent, s, ctx, level, fold=steps[i : i + run])
+                i += run
+                continue
+            _add_call(parent, s, ctx, level)
+        elif isinstance(s, Op):
+            parent.add(_op_line(ctx.graph.node(s.node), ctx))
+        else:
+            join = steps[i + 1] if i + 1 < len(steps) else None
+            _add_parallel(parent, s, join, ctx, level)
+        i += 1
+
+
+def _fold_run(steps: list[Step], i: int, ctx: _Ctx) -> int:
+    """Length of the folded run starting at ``steps[i]`` (1 when none starts there)."""
+    first = steps[i]
+    assert isinstance(first, Call)
+    for paths, run in ctx.folds.items():
+        if paths[0] != first.path:
+            continue
+        k = len(paths)
+        window = steps[i : i + k]
+        if len(window) == k and all(isinstance(c, Call) and c.path == p for c, p in zip(window, paths, strict=True)):
+            return k
+    return 1
+
+
+def _boundary(call: Call, ctx: _Ctx) -> tuple[list[TensorMeta | None], list[TensorMeta | None]]:
+    """Metadata of what a call reads from outside and what it hands back."""
+    inside = set(call.nodes)
+    ins: list[TensorMeta | None] = []
+    seen = set()
+    for name in call.nodes:
+        for r in ctx.graph.node(name).inputs:
+            if r.node not in inside and r not in seen and ctx.graph.node(r.node).kind not in STATE_KINDS:
+                seen.add(r)
+                ins.append(ctx.graph.meta_of(r))
+    # last produced first: a block's result is its last op; caches it hands back come earlier
+    outs = [
+        ctx.graph.node(name).meta
+        for name in reversed(call.nodes)
+        if any(u not in inside for u in ctx.users.get(name, ()))
+    ]
+    return ins, outs
+
+
+def _shapes(metas: list[TensorMeta | None], limit: int = 2) -> str:
+    tensors = [m for m in metas if m is None or m.is_tensor] or metas
+    text = ", ".join(meta_text(m) for m in tensors[:limit])
+    return text + (f", +{len(tensors) - limit}" if len(tensors) > limit else "")
+
+
+def _call_label(call: Call, ctx: _Ctx, fold: list[Step] | None) -> Text:
+    cls = module_class(ctx.graph, call.path)
+    t = Text()
+    if fold:
+        last = fold[-1]
+        assert isinstance(last, Call)
+        label = next(r["label"] for p, r in ctx.folds.items() if p[0] == call.path)
+        t.append(_relative(label, ctx), style=_MODULE)
+        t.append(f" ×{len(fold)}", style="bold magenta")
+    else:
+        t.append(_relative(call.path, ctx), style=_MODULE)
+    if cls:
+        t.append(f" ({cls})", style=_DIM)
+    total = ctx.calls.get(call.path, 1)
+    if total > 1:
+        t.append(f" call {call.index + 1}/{total}", style="magenta")
+    ins, outs = _boundary(call, ctx)
+    if ins or outs:
+        t.append(f"  {_shapes(ins)} → {_shapes(outs)}", style=_SHAPE)
+    params = ctx.stats.get(call.path, {}).get("params", 0)
+    if params and call.index == 0:
+        count = f"{len(fold)} × {format_count(params)}" if fold else format_count(params)
+        t.append(f"  {count} params", style=_DIM)
+    return t
+
+
+def _relative(path: str, ctx: _Ctx) -> str:
+    """A path relative to the call being drawn (``q`` inside ``blocks.0.attn``), so deep trees
+    stay readable; the full path of any line is its ancestors' names joined."""
+    base = ctx.base[-1] if ctx.base else ""
+    return path[len(base) + 1 :] if base and path.startswith(base + ".") else path
+
+
+def _single_op(call: Call) -> Op | None:
+    return call.steps[0] if len(call.steps) == 1 and isinstance(call.steps[0], Op) else None
+
+
+def _add_call(parent: Tree, call: Call, ctx: _Ctx, level: int, fold: list[Step] | None = None) -> None:
+    label = _call_label(call, ctx, fold)
+    only = _single_op(call)
+    if only is not None:
+        node = ctx.graph.node(only.node)
+        label.append(f"  · {node_label(node)}", style=node_color(node))
+        _mark(label, node)
+        parent.add(label)
+        return
+    if ctx.depth is not None and level > ctx.depth:
+        label.append(f"  … {len(call.nodes)} ops", style=_DIM)
+        parent.add(label)
+        return
+    branch = parent.add(label)
+    ctx.base.append(call.path)
+    try:
+        _add_steps(branch, call.steps, ctx, level + 1)
+    finally:
+        ctx.base.pop()
+
+
+def _op_line(node: Node, ctx: _Ctx) -> Text:
+    t = Text(node_label(node), style=node_color(node))
+    metas = [m for m in node.outputs]
+    if metas:
+        t.append(f"  → {_shapes(metas, limit=3)}", style=_SHAPE)
+        m = metas[0]
+        if m.is_tensor and ctx.main_dtype and m.dtype != ctx.main_dtype and _dtype_changed(node, ctx):
+            t.append(f" {m.dtype}", style="yellow")
+    _mark(t, node)
+    return t
+
+
+def _dtype_changed(node: Node, ctx: _Ctx) -> bool:
+    """Show a dtype only where it changes: an op whose output dtype differs from its first input."""
+    if not node.inputs:
+        return True
+    src = ctx.graph.meta_of(node.inputs[0])
+    return src is None or src.dtype != (node.meta.dtype if node.meta else "")
+
+
+def _mark(t: Text, node: Node) -> None:
+    if node.attrs.get("data_dependent"):
+        t.append("  ⚠ data-dependent", style="bold yellow")
+    if node.error:
+        t.append(f"  ✗ {node.error}", style=_ERR)
+
+
+def _is_simple(step: Step) -> bool:
+    return isinstance(step, Op) or (isinstance(step, Call) and _single_op(step) is not None)
+
+
+def _chain_text(steps: list[Step], ctx: _Ctx) -> Text:
+    """``initial_conv (Conv2d) → relu → max_pool (MaxPool2d)  → [1, 16, 16, 16]``"""
+    t = Text()
+    for k, s in enumerate(steps):
+        if k:
+            t.append(" → ", style=_DIM)
+        if isinstance(s, Call):
+            t.append(_relative(s.path, ctx), style=_MODULE)
+            cls = module_class(ctx.graph, s.path)
+            if cls:
+                t.append(f" ({cls})", style=_DIM)
+        else:
+            assert isinstance(s, Op)
+            node = ctx.graph.node(s.node)
+            t.append(node_label(node), style=node_color(node))
+    last = ctx.graph.node(step_nodes(steps[-1])[-1]) if steps else None
+    if last is not None and last.meta is not None:
+        t.append(f"  → {meta_text(last.meta)}", style=_SHAPE)
+    return t
+
+
+def _add_parallel(parent: Tree, p: Parallel, join: Step | None, ctx: _Ctx, level: int) -> None:
+    join_name = ""
+    if isinstance(join, Op):
+        join_name = node_label(ctx.graph.node(join.node))
+    elif isinstance(join, Call):
+        join_name = _relative(join.path, ctx)
+    if p.residual:
+        label = Text("⤷ residual branch", style="bold blue")
+        if join_name:
+            label.append(f"  (input skips ahead to {join_name})", style=_DIM)
+    else:
+        label = Text(f"⑂ {len(p.branches)} parallel branches", style="bold blue")
+        if join_name:
+            label.append(f"  → join at {join_name}", style=_DIM)
+    node = parent.add(label)
+    for k, branch in enumerate(p.branches, 1):
+        if all(_is_simple(s) for s in branch) and len(branch) > 0:
+            line = Text(f"{k}: ", style=_DIM) if len(p.branches) > 1 else Text()
+            line.append_text(_chain_text(branch, ctx))
+            node.add(line)
+        elif len(p.branches) == 1:
+            _add_steps(node, branch, ctx, level)
+        else:
+            sub = node.add(Text(f"branch {k}", style=_DIM))
+            _add_steps(sub, branch, ctx, level)
