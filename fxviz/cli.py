@@ -91,7 +91,8 @@ def cli() -> None:
 
 @cli.command()
 @_target_options
-@click.option("--depth", "-d", type=click.IntRange(min=0), default=None, help="Open modules down to this depth.")
+@click.option("--depth", "-d", type=click.IntRange(min=1), default=None,
+              help="Levels of modules to show (1: the model's children, closed).")
 @click.option("--unfold", is_flag=True, help="Show every block of a folded run (h.0-11 ×12).")
 @_errors
 def tree(target: str, input_shapes: tuple[str, ...], dtype: str, method: str, verbose: bool,
@@ -115,7 +116,8 @@ def json_cmd(target: str, input_shapes: tuple[str, ...], dtype: str, method: str
 
 
 @cli.command()
-@click.option("--depth", "-d", type=click.IntRange(min=0), default=None, help="Open modules down to this depth.")
+@click.option("--depth", "-d", type=click.IntRange(min=1), default=None,
+              help="Levels of modules to show (1: the model's children, closed).")
 @click.option("--verbose", "-v", is_flag=True, help="Show tracebacks on errors.")
 @_errors
 def demo(depth: int | None, verbose: bool) -> None:

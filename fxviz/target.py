@@ -28,8 +28,8 @@ class Target:
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
-    """``"1,3,32,32"`` -> ``(1, 3, 32, 32)``; ``x`` works as a separator too."""
-    parts = [p.strip() for p in text.replace("x", ",").split(",") if p.strip()]
+    """``"1,3,32,32"`` -> ``(1, 3, 32, 32)``."""
+    parts = [p.strip() for p in text.split(",")]
     try:
         shape = tuple(int(p) for p in parts)
     except ValueError:

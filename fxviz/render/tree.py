@@ -47,7 +47,8 @@ class _Ctx:
 def to_tree(graph: Graph, *, depth: int | None = None, unfold: bool = False) -> Tree:
     """A rich :class:`~rich.tree.Tree` of ``graph``.
 
-    ``depth`` limits how many levels of modules are opened (deeper calls show as one line);
+    ``depth`` limits how many levels of modules are shown: ``depth=1`` lists the model's direct
+    children, each on one line; ``depth=2`` opens those and lists theirs.
     ``unfold`` shows every block of a folded run instead of the first one.
     """
     stats = graph.annotations.get("stats", {}).get("modules", {})
@@ -209,7 +210,7 @@ def _add_call(parent: Tree, call: Call, ctx: _Ctx, level: int, fold: list[Step] 
         _mark(label, node)
         parent.add(label)
         return
-    if ctx.depth is not None and level > ctx.depth:
+    if ctx.depth is not None and level >= ctx.depth:
         label.append(f"  … {len(call.nodes)} ops", style=_DIM)
         parent.add(label)
         return
