@@ -389,7 +389,9 @@ class Graph:
     def __str__(self) -> str:
         from rich.console import Console
 
-        console = Console(width=120, color_system=None, record=True, file=_NullFile())
+        import io
+
+        console = Console(width=120, color_system=None, record=True, file=io.StringIO())
         console.print(self.tree())
         return console.export_text().rstrip("\n")
 
@@ -460,14 +462,6 @@ def short_target(target: str) -> str:
         parts = target.split(".")
         return parts[1] if len(parts) > 1 else target
     return target.rsplit(".", 1)[-1]
-
-
-class _NullFile:
-    def write(self, _: str) -> int:
-        return 0
-
-    def flush(self) -> None:
-        pass
 
 
 def module_class(graph: Graph, path: str) -> str:

@@ -18,8 +18,9 @@ GOLDEN = Path(__file__).parent / "golden"
 
 
 def render(renderable: object, width: int = 100) -> str:
-    console = Console(width=width, color_system=None, record=True, file=open(os.devnull, "w"))
-    console.print(renderable)
+    with open(os.devnull, "w") as sink:
+        console = Console(width=width, color_system=None, record=True, file=sink)
+        console.print(renderable)
     return console.export_text()
 
 

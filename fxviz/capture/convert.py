@@ -122,9 +122,9 @@ def target_name(node: torch.fx.Node, modules: dict[str, nn.Module] | None = None
             name = None
         if name:
             return name
-        mod = getattr(t, "__module__", None) or ""
-        qual = getattr(t, "__qualname__", None) or getattr(t, "__name__", None) or repr(t)
-        return f"{mod}.{qual}" if mod and mod != "builtins" else str(qual)
+        owner = str(getattr(t, "__module__", None) or "")
+        qual = str(getattr(t, "__qualname__", None) or getattr(t, "__name__", None) or repr(t))
+        return f"{owner}.{qual}" if owner and owner != "builtins" else qual
     return str(t)
 
 
@@ -314,10 +314,18 @@ class Converter:
             target=target_name(n, self.modules),
             inputs=inputs,
             stack=stack,
-            outputs=metas_from_val(n.meta.get("val")),
+            outputs=self._op_outputs(n),
             source=source_from_trace(n.meta.get("stack_trace")),
             attrs=attrs,
         )
+
+    @staticmethod
+    def _op_outputs(n: torch.fx.Node) -> tuple[TensorMeta, ...]:
+        # an op known to return nothing (``aten._assert_tensor_metadata``) says so; no "val" at all
+        # stays empty, which the shapes pass reports as unknown
+        if "val" in n.meta and n.meta["val"] is None:
+            return (TensorMeta((), "none"),)
+        return metas_from_val(n.meta.get("val"))
 
     def _module_call_stack(self, stack: tuple[ModuleCall, ...], path: str) -> tuple[ModuleCall, ...]:
         if stack and stack[-1][0] == path:
@@ -335,6 +343,11 @@ class Converter:
         """Output nodes: (path, fx node or None, description of a constant output)."""
         for path, fx_node, const in items:
             ref = self.refs.get(fx_node) if fx_node is not None else None
-            attrs: dict[str, Any] = {} if const is None else {"value": const}
-            self.add(Node(self.unique(path), "output", target=path,
-                          inputs=(ref,) if ref is not None else (), attrs=attrs))
+            self.add(output_node(self.unique(path), path, ref, const))
+
+
+def output_node(name: str, path: str, ref: Ref | None, const: str | None) -> Node:
+    """The output node for one leaf of the model's output, shared by every capture method: a tensor
+    leaf reads ``ref``; any other leaf has no input and shows its ``repr`` as ``attrs["value"]``."""
+    attrs: dict[str, Any] = {} if const is None else {"value": const}
+    return Node(name, "output", target=path, inputs=(ref,) if ref is not None else (), attrs=attrs)

@@ -140,7 +140,7 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         modules=dict(model.named_modules()),
     )
     conv.convert(gm.graph)
-    items = []
+    items: list[tuple[str, torch.fx.Node | None, str | None]] = []
     for path, value in flatten_outputs(returned, leaf_types=(torch.fx.Node,)):
         if isinstance(value, torch.fx.Node):
             items.append((path, value, None))

@@ -10,6 +10,7 @@ is derived by :func:`fxviz.passes.structure.structure`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,7 +130,7 @@ def _fold_run(steps: list[Step], i: int, ctx: _Ctx) -> int:
     """Length of the folded run starting at ``steps[i]`` (1 when none starts there)."""
     first = steps[i]
     assert isinstance(first, Call)
-    for paths, run in ctx.folds.items():
+    for paths in ctx.folds:
         if paths[0] != first.path:
             continue
         k = len(paths)
@@ -158,7 +159,7 @@ def _boundary(call: Call, ctx: _Ctx) -> tuple[list[TensorMeta | None], list[Tens
     return ins, outs
 
 
-def _shapes(metas: list[TensorMeta | None], limit: int = 2) -> str:
+def _shapes(metas: Sequence[TensorMeta | None], limit: int = 2) -> str:
     tensors = [m for m in metas if m is None or m.is_tensor] or metas
     text = ", ".join(meta_text(m) for m in tensors[:limit])
     return text + (f", +{len(tensors) - limit}" if len(tensors) > limit else "")
