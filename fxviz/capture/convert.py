@@ -29,11 +29,17 @@ _FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func
 
 
 def module_infos(model: nn.Module) -> dict[str, ModuleInfo]:
-    """Module path -> class facts for every submodule (``""`` is the model itself)."""
-    return {
-        path: ModuleInfo(type(m).__name__, f"{type(m).__module__}.{type(m).__qualname__}")
-        for path, m in model.named_modules(remove_duplicate=False)
-    }
+    """Module path -> class facts for every submodule (``""`` is the model itself); one
+    ModuleInfo per class, shared (an 80-layer model repeats a handful of classes)."""
+    infos: dict[type, ModuleInfo] = {}
+    out: dict[str, ModuleInfo] = {}
+    for path, m in model.named_modules(remove_duplicate=False):
+        cls = type(m)
+        info = infos.get(cls)
+        if info is None:
+            info = infos[cls] = ModuleInfo(cls.__name__, f"{cls.__module__}.{cls.__qualname__}")
+        out[path] = info
+    return out
 
 
 def is_user_file(path: str) -> bool:

@@ -41,10 +41,10 @@ def run_passes(graph: Graph, names: Iterable[str]) -> Graph:
 
 
 # Registration happens on import; the order here is the default order.
+from fxviz.passes import fold as _fold  # noqa: E402,F401, I001
 from fxviz.passes import modules as _modules  # noqa: E402,F401
 from fxviz.passes import shapes as _shapes  # noqa: E402,F401
 from fxviz.passes import stats as _stats  # noqa: E402,F401
-from fxviz.passes import fold as _fold  # noqa: E402,F401, I001
 
 DEFAULT: tuple[str, ...] = ("module_paths", "shapes", "stats", "fold")
 
