@@ -3,18 +3,22 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.fxviz-setup
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup web demo test lint bench clean
 
-$(STAMP): pyproject.toml constraints.txt scripts/setup.sh
+$(STAMP): pyproject.toml constraints.txt scripts/setup.sh web/package-lock.json
 	./scripts/setup.sh
 	@touch $@
 
 setup: $(STAMP)
 
-demo: $(STAMP)
+# the report's script bundle; a no-op when it is newer than web/src
+web: $(STAMP)
+	@./scripts/build_web.sh >/dev/null
+
+demo: web
 	$(VENV)/bin/fxviz demo
 
-test: $(STAMP)
+test: web
 	$(PY) -m pytest
 
 lint: $(STAMP)

@@ -10,6 +10,7 @@ Errors print one line and exit non-zero; ``--verbose`` adds the traceback.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -113,6 +114,40 @@ def json_cmd(target: str, input_shapes: tuple[str, ...], dtype: str, method: str
     graph = _capture(target, input_shapes, dtype, method)
     with click.open_file(output, "w") as f:
         f.write(graph.to_json(indent=1))
+
+
+@cli.command()
+@_target_options
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default="fxviz-report.html",
+              show_default=True, help="Where to write the report.")
+@_errors
+def html(target: str, input_shapes: tuple[str, ...], dtype: str, method: str, verbose: bool,
+         output: str) -> None:
+    """Write an interactive, self-contained HTML report of TARGET."""
+    graph = _capture(target, input_shapes, dtype, method)
+    graph.to_html(output)
+    click.echo(f"wrote {output} ({os.path.getsize(output) / 1e6:.2f} MB): open it in a browser")
+
+
+@cli.command()
+@_target_options
+@click.option("--format", "-f", "fmt", type=click.Choice(["svg", "png", "pdf", "dot"]), default=None,
+              help="Image format (default: from the --output suffix, else svg).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the image (default: fxviz-graph.FORMAT).")
+@click.option("--depth", "-d", type=click.IntRange(min=0), default=None,
+              help="Draw modules as clusters down to this depth; deeper modules become one box.")
+@_errors
+def render(target: str, input_shapes: tuple[str, ...], dtype: str, method: str, verbose: bool,
+           fmt: str | None, output: str | None, depth: int | None) -> None:
+    """Draw TARGET's graph as a static SVG, PNG, PDF or DOT file through Graphviz."""
+    if fmt is None:
+        suffix = os.path.splitext(output or "")[1].lstrip(".").lower()
+        fmt = suffix if suffix in ("svg", "png", "pdf", "dot") else "svg"
+    output = output or f"fxviz-graph.{fmt}"
+    graph = _capture(target, input_shapes, dtype, method)
+    graph.write_image(output, format=fmt, depth=depth)
+    click.echo(f"wrote {output}")
 
 
 @cli.command()

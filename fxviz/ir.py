@@ -386,6 +386,38 @@ class Graph:
     def __rich__(self) -> Any:
         return self.tree()
 
+    def to_html(self, path: str | None = None, **options: Any) -> str:
+        """The interactive report as one self-contained HTML file (see ``fxviz.render.html``)."""
+        from fxviz.render.html import to_html
+
+        return to_html(self, path, **options)
+
+    def _repr_html_(self) -> str:
+        from fxviz.render.html import repr_html
+
+        return repr_html(self)
+
+    def to_dot(self, *, depth: int | None = None) -> str:
+        """Graphviz DOT source: modules as clusters down to ``depth`` (needs pygraphviz)."""
+        from fxviz.render.dot import to_dot
+
+        return to_dot(self, depth=depth)
+
+    def write_image(self, path: str, *, format: str | None = None, depth: int | None = None) -> None:
+        """An SVG, PNG, PDF or DOT file through Graphviz; the format defaults to the suffix."""
+        from fxviz.render.dot import write_image
+
+        write_image(self, path, format=format, depth=depth)
+
+    def to_svg(self, path: str, *, depth: int | None = None) -> None:
+        self.write_image(path, format="svg", depth=depth)
+
+    def to_png(self, path: str, *, depth: int | None = None) -> None:
+        self.write_image(path, format="png", depth=depth)
+
+    def to_pdf(self, path: str, *, depth: int | None = None) -> None:
+        self.write_image(path, format="pdf", depth=depth)
+
     def __str__(self) -> str:
         from rich.console import Console
 

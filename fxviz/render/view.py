@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass, field
+from typing import Any
 
-from fxviz.ir import Graph, Node, Scope, module_class, short_target
+from fxviz.ir import STATE_KINDS, Graph, Node, Scope, TensorMeta, module_class, short_target
 
 # op kind -> colour (hex, readable on dark and light backgrounds)
 KIND_COLORS: dict[str, str] = {
@@ -114,3 +116,159 @@ def format_count(n: int) -> str:
         if n >= div:
             return f"{n / div:.1f}{unit}"
     return str(n)
+
+
+# ---- edges -------------------------------------------------------------------------------------
+
+_SHORT_DTYPES: dict[str, str] = {
+    "float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
+    "int64": "i64", "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8",
+    "complex64": "c64", "complex128": "c128", "float8_e4m3fn": "f8e4m3", "float8_e5m2": "f8e5m2",
+}
+
+
+def short_dtype(dtype: str) -> str:
+    """``float32`` -> ``f32``: edge labels are read a hundred at a time, so they stay short."""
+    return _SHORT_DTYPES.get(dtype, dtype)
+
+
+def edge_label(meta: TensorMeta | None) -> str:
+    """What an edge says about the value it carries: ``1×16×768 f32``; a scalar shows its value or
+    type (``s0``, ``int``); unknown metadata gives ``""``."""
+    if meta is None:
+        return ""
+    if not meta.is_tensor:
+        return meta.shape_str()
+    dims = "×".join(str(d) for d in meta.shape) if meta.shape else "scalar"
+    return f"{dims} {short_dtype(meta.dtype)}"
+
+
+# ---- module calls as boxes -----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Group:
+    """One box of a drawn graph: a call of a module, or a run of folded identical siblings.
+
+    A module called twice (a shared ``max_pool``) is two boxes, one per call, because a data-flow
+    drawing with one box per module would draw edges from the box's second call back into its
+    first. ``parent`` is ``None`` for a box directly under the model itself.
+    """
+
+    id: str
+    path: str
+    call: int
+    label: str
+    cls: str
+    parent: str | None
+    depth: int  # module nesting level: top-level modules are 1; a run has its members' level
+    run: dict[str, Any] | None = None  # the fold annotation entry, for a run box
+    children: list[str] = field(default_factory=list)  # child group ids, in first-use order
+
+
+@dataclass(slots=True)
+class ModuleBoxes:
+    """The boxes of a graph and the innermost box of each node (``None``: directly in the model)."""
+
+    groups: dict[str, Group]
+    node_group: dict[str, str | None]
+    members: dict[str, list[str]]  # run id -> its member group ids, in order
+
+    def ancestors(self, gid: str | None) -> list[str]:
+        """``gid`` and the boxes around it, innermost first."""
+        out: list[str] = []
+        while gid is not None:
+            out.append(gid)
+            gid = self.groups[gid].parent
+        return out
+
+
+def _box_name(path: str) -> str:
+    """``h.0.attn`` -> ``attn``; a list item keeps its container, ``h.0`` -> ``h.0``, since ``0``
+    alone says nothing inside a box."""
+    head, _, name = path.rpartition(".")
+    if name.isdigit() and head:
+        return f"{head.rpartition('.')[2]}.{name}"
+    return name
+
+
+def _call_id(stack: tuple[tuple[str, int], ...]) -> str:
+    # the whole call chain, so that a module called from two different parents gives two boxes
+    return "/".join(f"{p}#{c}" for p, c in stack)
+
+
+def module_boxes(graph: Graph) -> ModuleBoxes:
+    """Group the nodes of ``graph`` into boxes: one per module call, nested as the calls were, and
+    one per run of folded repeats (``graph.annotations["fold"]``) around its members.
+
+    Parameters, buffers and constants sit in the box of their owner's first call, so that a
+    collapsed ``Linear`` hides its weight and bias with it.
+    """
+    groups: dict[str, Group] = {}
+    node_group: dict[str, str | None] = {}
+    first_call: dict[str, str] = {}  # module path -> id of its first call's box
+
+    def ensure(stack: tuple[tuple[str, int], ...]) -> str | None:
+        parent: str | None = None
+        for i in range(len(stack)):
+            gid = _call_id(stack[: i + 1])
+            if gid not in groups:
+                path, call = stack[i]
+                cls = module_class(graph, path)
+                name = _box_name(path)
+                label = f"{name} ({cls})" if cls else name
+                if call > 0:
+                    label += f" #{call + 1}"
+                groups[gid] = Group(gid, path, call, label, cls, parent, depth=path.count(".") + 1)
+                if parent is not None:
+                    groups[parent].children.append(gid)
+                first_call.setdefault(path, gid)
+            parent = gid
+        return parent
+
+    state: list[Node] = []
+    for n in graph.nodes:
+        if n.kind in STATE_KINDS:
+            state.append(n)
+        else:
+            node_group[n.name] = ensure(n.stack)
+    for n in state:
+        path = n.module
+        while path and path not in first_call:
+            path = path.rpartition(".")[0]
+        node_group[n.name] = first_call.get(path) if path else None
+
+    members: dict[str, list[str]] = {}
+    for run in graph.annotations.get("fold", ()):
+        paths = set(run["paths"])
+        inside = [g for g in groups.values() if g.path in paths]
+        parents = {g.parent for g in inside}
+        if len(inside) < 2 or len(parents) != 1:
+            continue  # members under different boxes: no single place to fold them into
+        parent = parents.pop()
+        rid = f"run:{run['label']}#{inside[0].id}"
+        groups[rid] = Group(rid, run["label"], 0, f"{run['label']} ×{run['count']}", run.get("cls", ""),
+                            parent, depth=inside[0].depth, run=run,
+                            children=[g.id for g in inside])
+        siblings = groups[parent].children if parent is not None else None
+        for g in inside:
+            g.parent = rid
+            if siblings is not None and g.id in siblings:
+                siblings.remove(g.id)
+        if siblings is not None:
+            siblings.append(rid)
+        members[rid] = [g.id for g in inside]
+    # parents first, so a consumer can create boxes in one pass
+    ordered: dict[str, Group] = {}
+
+    def place(gid: str) -> None:
+        if gid in ordered:
+            return
+        g = groups[gid]
+        if g.parent is not None:
+            place(g.parent)
+        ordered[gid] = g
+
+    for gid in groups:
+        place(gid)
+    return ModuleBoxes(ordered, node_group, members)

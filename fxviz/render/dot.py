@@ -1,0 +1,234 @@
+"""Static images through Graphviz (``dot``, via pygraphviz): DOT text, SVG, PNG, PDF.
+
+Modules become clusters down to ``depth`` (top-level modules have depth 1); a module deeper than
+that is one box. A run of folded repeats (``h.0-11 ×12``) is one cluster holding the first member
+only: the other members are drawn through it, so a 48-layer model stays one block tall. Labels,
+kinds and colours come from :mod:`fxviz.render.view`, like the HTML report.
+
+    >>> print(to_dot(graph, depth=1)[:40])
+    digraph CoolCNN {
+    >>> write_image(graph, "model.svg", depth=2)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fxviz.errors import RenderError
+from fxviz.ir import Graph, Node
+from fxviz.render.view import (
+    ModuleBoxes,
+    edge_label,
+    format_count,
+    module_boxes,
+    node_color,
+    node_label,
+)
+
+if TYPE_CHECKING:
+    import pygraphviz
+
+__all__ = ["FORMATS", "to_dot", "write_image"]
+
+#: Output formats ``write_image`` knows, by file suffix.
+FORMATS: tuple[str, ...] = ("svg", "png", "pdf", "dot")
+_INSTALL_HINT = 'needs pygraphviz and the Graphviz library: see README "Install"'
+
+
+def _pygraphviz(what: str) -> Any:
+    try:
+        import pygraphviz
+    except ImportError as e:
+        raise RenderError(f"{what} {_INSTALL_HINT} ({e})") from e
+    return pygraphviz
+
+
+def _text(s: str) -> str:
+    """A label Graphviz shows as written: backslashes are escapes in DOT labels, and a label that
+    looks like ``<...>`` would be read as an HTML label."""
+    s = s.replace("\\", "\\\\")
+    if s.startswith("<") and s.endswith(">"):
+        s += " "
+    return s
+
+
+def _lines(lines: list[str]) -> str:
+    """Several label lines, each shown as written, joined by DOT's centred line break."""
+    return "\\n".join(_text(line) for line in lines if line)
+
+
+def _aliases(graph: Graph, boxes: ModuleBoxes) -> dict[str, str]:
+    """Nodes of the 2nd…Nth member of each folded run -> the node at the same position in the
+    first member (the fold pass guarantees members have the same structure)."""
+    out: dict[str, str] = {}
+    for members in boxes.members.values():
+        per_member: dict[str, list[str]] = {m: [] for m in members}
+        for n in graph.nodes:
+            for gid in boxes.ancestors(boxes.node_group.get(n.name)):
+                if gid in per_member:
+                    per_member[gid].append(n.name)
+                    break
+        first = per_member[members[0]]
+        for m in members[1:]:
+            for a, b in zip(per_member[m], first, strict=False):  # equal by the fold pass
+                out[a] = b
+    return out
+
+
+def _build(graph: Graph, depth: int | None, what: str) -> pygraphviz.AGraph:
+    pgv = _pygraphviz(what)
+    boxes = module_boxes(graph)
+    stats = graph.annotations.get("stats", {}).get("modules", {})
+    alias = _aliases(graph, boxes)
+    run_of_member = {m: rid for rid, ms in boxes.members.items() for m in ms}
+    first_member = {rid: ms[0] for rid, ms in boxes.members.items()}
+    gnum = {gid: i for i, gid in enumerate(boxes.groups)}
+
+    def collapsed(gid: str) -> bool:
+        return depth is not None and boxes.groups[gid].depth > depth
+
+    def place(name: str) -> tuple[str, str | None]:
+        """(id of what stands for node ``name``, id of the box it is drawn in)."""
+        chain = list(reversed(boxes.ancestors(boxes.node_group.get(name))))
+        cluster: str | None = None
+        for gid in chain:
+            if collapsed(gid):
+                return f"g{gnum[gid]}", cluster
+            cluster = gid
+        return f"n{name}", cluster
+
+    title = [f"{graph.name or 'model'} — captured with {graph.method or '?'}"]
+    if graph.error is not None:
+        title.append(f"PARTIAL graph: {(graph.error.strip().splitlines() or ['error'])[0]}")
+    A = pgv.AGraph(directed=True, strict=False, name=graph.name or "model")
+    A.graph_attr.update(rankdir="TB", fontname="Helvetica", fontsize="12", label=_lines(title),
+                        labelloc="t", nodesep="0.25", ranksep="0.35", compound="true")
+    A.node_attr.update(fontname="Helvetica", fontsize="11", shape="box", style="rounded,filled",
+                       height="0.3", margin="0.08,0.03")
+    A.edge_attr.update(fontname="Helvetica", fontsize="9", color="#8a94a6", fontcolor="#4b5563",
+                       arrowsize="0.6")
+
+    subgraphs: dict[str | None, Any] = {None: A}
+
+    def sub(gid: str | None) -> Any:
+        if gid in subgraphs:
+            return subgraphs[gid]
+        assert gid is not None
+        g = boxes.groups[gid]
+        parent = sub(g.parent)
+        label = g.label
+        if g.run:
+            label = f"{g.run['label']} ×{g.run['count']}" + (f" {g.cls}" if g.cls else "")
+        sg = parent.add_subgraph(name=f"cluster_{gnum[gid]}", label=_text(label), labeljust="l",
+                                 style="rounded,dashed" if g.run else "rounded",
+                                 color="#9aa3b2", fontsize="11")
+        subgraphs[gid] = sg
+        return sg
+
+    def owner(gid: str | None) -> str | None:
+        """The cluster a box is drawn in: a run member other than the first is drawn through it."""
+        if gid is not None and gid in run_of_member and first_member[run_of_member[gid]] != gid:
+            return run_of_member[gid]
+        return gid
+
+    drawn: set[str] = set()
+    for n in graph.nodes:
+        if n.name in alias:
+            continue
+        key, cluster = place(n.name)
+        if key in drawn:
+            continue
+        drawn.add(key)
+        if key.startswith("n"):
+            sub(cluster).add_node(key, **_node_attrs(n))
+        else:
+            gid = list(boxes.groups)[int(key[1:])]
+            g = boxes.groups[gid]
+            paths = g.run["paths"] if g.run else [g.path]
+            params = sum(stats.get(p, {}).get("params", 0) for p in paths)
+            lines = [f"{g.run['label']} ×{g.run['count']}", g.cls] if g.run else [g.label]
+            if params:
+                lines.append(f"{format_count(params)} params")
+            err = any(gid in boxes.ancestors(boxes.node_group.get(x.name))
+                      for x in graph.nodes if x.error is not None)
+            sub(owner(cluster) if cluster else None).add_node(
+                key, label=_lines(lines), shape="box3d" if g.run else "box", style="filled",
+                fillcolor="#eef1f6", color="#c62828" if err else "#37474f",
+                penwidth="2.5" if err else "1")
+
+    seen: set[tuple[str, str]] = set()
+    for n in graph.nodes:
+        for r in n.inputs:
+            if _crosses_members(boxes, run_of_member, r.node, n.name):
+                continue
+            src, _ = place(alias.get(r.node, r.node))
+            dst, _ = place(alias.get(n.name, n.name))
+            if src == dst or (src, dst) in seen:
+                continue
+            seen.add((src, dst))
+            A.add_edge(src, dst, label=_text(edge_label(graph.meta_of(r))))
+    return A
+
+
+def _crosses_members(boxes: ModuleBoxes, run_of_member: dict[str, str], a: str, b: str) -> bool:
+    """True for an edge between two different members of one run (``h.3`` -> ``h.4``): drawn
+    through the first member it would loop back into itself."""
+    ma = next((g for g in boxes.ancestors(boxes.node_group.get(a)) if g in run_of_member), None)
+    mb = next((g for g in boxes.ancestors(boxes.node_group.get(b)) if g in run_of_member), None)
+    return ma is not None and mb is not None and ma != mb and run_of_member[ma] == run_of_member[mb]
+
+
+def _node_attrs(n: Node) -> dict[str, str]:
+    color = node_color(n)
+    attrs: dict[str, str] = {"label": _text(node_label(n)), "tooltip": _text(n.name)}
+    if n.kind == "op":
+        attrs.update(fillcolor=color, fontcolor="white", color=color)
+    elif n.kind in ("parameter", "buffer", "constant"):
+        shape = n.meta.shape_str() if n.meta is not None else ""
+        attrs.update(label=_lines([node_label(n), shape]), style="rounded,dashed,filled",
+                     fillcolor="#f6f1ee", color=color, fontcolor=color, fontsize="9")
+    else:  # input, output
+        attrs.update(shape="oval", fillcolor=color, fontcolor="white", color=color, penwidth="2")
+    if n.error is not None:
+        attrs.update(color="#c62828", penwidth="3.5", fillcolor="#c62828", fontcolor="white",
+                     tooltip=_text(f"{n.name} raised: {n.error}"))
+    return attrs
+
+
+def to_dot(graph: Graph, *, depth: int | None = None) -> str:
+    """The graph as DOT text: modules as clusters down to ``depth`` (``None``: all of them)."""
+    return str(_build(graph, depth, "to_dot").to_string())
+
+
+def write_image(
+    graph: Graph,
+    path: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    depth: int | None = None,
+) -> Path:
+    """Write the graph as an image; ``format`` (svg, png, pdf, dot) defaults to ``path``'s suffix.
+
+    Raises :class:`~fxviz.errors.RenderError` for an unknown format, a missing pygraphviz or
+    Graphviz, or a Graphviz failure.
+    """
+    out = Path(path)
+    fmt = (format or out.suffix.lstrip(".")).lower()
+    if fmt not in FORMATS:
+        raise RenderError(
+            f"cannot tell the image format of {os.fspath(path)!r}: use a suffix or format= "
+            f"among {', '.join(FORMATS)}"
+        )
+    what = f"to_{fmt}"
+    A = _build(graph, depth, what)
+    try:
+        if fmt == "dot":
+            out.write_text(A.to_string(), encoding="utf-8")
+        else:
+            A.draw(str(out), format=fmt, prog="dot")
+    except (OSError, ValueError) as e:
+        hint = _INSTALL_HINT if "not found" in str(e).lower() else "check that the path is writable"
+        raise RenderError(f"{what} could not write {os.fspath(path)!r} ({e}): {hint}") from e
+    return out

@@ -1,0 +1,146 @@
+// The graph as the report sees it: the view-model from Python, indexed, plus which module boxes
+// are expanded. `visibleGraph()` turns that state into the boxes, nodes and edges to lay out.
+
+export class Model {
+  constructor(data) {
+    this.data = data;
+    this.nodes = data.nodes;
+    this.groups = data.groups;
+    this.metas = data.metas;
+    this.sources = data.sources;
+    this.expanded = new Set();
+    this.byName = new Map(this.nodes.map((n, i) => [n.n, i]));
+
+    // children of each box (boxes and nodes), and each box's chain of boxes, outermost first
+    this.childGroups = this.groups.map(() => []);
+    this.childNodes = this.groups.map(() => []);
+    this.rootGroups = [];
+    this.rootNodes = [];
+    this.groups.forEach((g, i) => (g.p < 0 ? this.rootGroups : this.childGroups[g.p]).push(i));
+    this.nodes.forEach((n, i) => (n.g < 0 ? this.rootNodes : this.childNodes[n.g]).push(i));
+    this.chain = this.groups.map((g, i) => {
+      const out = [];
+      for (let j = i; j >= 0; j = this.groups[j].p) out.unshift(j);
+      return out;
+    });
+    this.users = this.nodes.map(() => []);
+    this.nodes.forEach((n, i) => this.inputs(i).forEach(([src]) => this.users[src].push(i)));
+    this.errorGroups = new Set();
+    this.nodes.forEach((n) => {
+      if (n.e && n.g >= 0) this.chain[n.g].forEach((j) => this.errorGroups.add(j));
+    });
+  }
+
+  /** [[producer index, output index], ...] of node i. */
+  inputs(i) {
+    return (this.nodes[i].i || []).map((r) => (Array.isArray(r) ? r : [r, 0]));
+  }
+
+  /** [shape string, dtype, edge label] of output k of node i, or null. */
+  meta(i, k = 0) {
+    const out = this.nodes[i].out;
+    return out && k < out.length ? this.metas[out[k]] : null;
+  }
+
+  isRun(g) {
+    return this.groups[g].run > 0;
+  }
+
+  /** The outermost collapsed box hiding box g (or node i's box), or -1 when it is visible. */
+  hidingGroup(g) {
+    if (g < 0) return -1;
+    for (const j of this.chain[g]) if (!this.expanded.has(j)) return j;
+    return -1;
+  }
+
+  /** Key of what stands for node i in the drawing: the node itself or the box that hides it. */
+  repOfNode(i) {
+    const g = this.hidingGroup(this.nodes[i].g);
+    return g < 0 ? "n" + i : "g" + g;
+  }
+
+  /** True when box g (a descendant box) lies inside box anc. */
+  within(g, anc) {
+    return g >= 0 && this.chain[g].includes(anc);
+  }
+
+  /** Expand every box around node i (or box g) so that it is drawn. Returns true if anything changed. */
+  revealNode(i) {
+    const g = this.nodes[i].g;
+    return g >= 0 ? this.revealGroupContents(this.chain[g]) : false;
+  }
+
+  revealGroup(g) {
+    return this.revealGroupContents(this.chain[g].slice(0, -1));
+  }
+
+  revealGroupContents(list) {
+    let changed = false;
+    for (const j of list) if (!this.expanded.has(j)) { this.expanded.add(j); changed = true; }
+    return changed;
+  }
+
+  /** Collapse box g and everything inside it, so that expanding it again shows one level. */
+  collapse(g) {
+    for (const j of [...this.expanded]) if (this.within(j, g)) this.expanded.delete(j);
+  }
+
+  /** The first view: expand boxes breadth-first, outermost first, while the number of drawn
+   * items stays within the budget. Runs of folded repeats stay folded: they are the summary. */
+  expandToBudget(budget) {
+    let count = this.rootGroups.length + this.rootNodes.length;
+    const top = this.rootGroups.slice();
+    let frontier = top;
+    while (frontier.length) {
+      const next = [];
+      for (const g of frontier) {
+        if (this.isRun(g)) continue;
+        const extra = this.childGroups[g].length + this.childNodes[g].length - 1;
+        // a view of one or two boxes (a model wrapping its backbone) says nothing: open them
+        // even past the budget
+        const few = frontier === top && top.length <= 3;
+        if (count + extra > budget && !few) continue;
+        this.expanded.add(g);
+        count += extra;
+        next.push(...this.childGroups[g]);
+      }
+      frontier = next;
+    }
+  }
+
+  /** What to draw now: leaves (nodes and collapsed boxes), clusters (expanded boxes) and the
+   * edges between leaves, merged when several values flow between the same two leaves. */
+  visibleGraph() {
+    const leaves = [];
+    const clusters = [];
+    const visit = (groupsList, nodesList) => {
+      for (const g of groupsList) {
+        if (this.expanded.has(g)) {
+          clusters.push(g);
+          visit(this.childGroups[g], this.childNodes[g]);
+        } else leaves.push("g" + g);
+      }
+      for (const i of nodesList) leaves.push("n" + i);
+    };
+    visit(this.rootGroups, this.rootNodes);
+
+    const edges = new Map();
+    this.nodes.forEach((n, dst) => {
+      const to = this.repOfNode(dst);
+      this.inputs(dst).forEach(([src, k]) => {
+        const from = this.repOfNode(src);
+        if (from === to) return;
+        const key = from + ">" + to;
+        const e = edges.get(key);
+        // count values, not uses: one tensor read twice inside a box is still one value
+        if (e) e.values.add(src + ":" + k);
+        else {
+          const m = this.meta(src, k);
+          edges.set(key, { from, to, label: m ? m[2] : "", src, dst, values: new Set([src + ":" + k]) });
+        }
+      });
+    });
+    for (const e of edges.values()) e.count = e.values.size;
+    return { leaves, clusters, edges: [...edges.values()] };
+  }
+}
