@@ -18,19 +18,34 @@ from torch import nn
 
 from fxviz.capture.convert import _FRAME_RE, is_user_file
 from fxviz.capture.symbolic import capture_export, capture_fx
-from fxviz.errors import CaptureError
+from fxviz.errors import CaptureError, ModelError
 from fxviz.ir import Attempt, Graph, SourceLoc
 
 Capturer = Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any], Graph]
+
+
+def _eager(level: str) -> Capturer:
+    """The eager tracer as a capturer; fake tensors whenever the model or an input is on ``meta``.
+    Imported on use: ``fallback`` builds on this package's converters."""
+
+    def run(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], _ds: Any) -> Graph:
+        from fxviz.fallback import trace_eager, uses_meta
+
+        return trace_eager(model, args, kwargs, level=level, fake=uses_meta(model, args, kwargs))
+
+    return run
+
 
 CAPTURERS: dict[str, Capturer] = {
     "export": lambda m, a, k, ds: capture_export(m, a, k, strict=False, dynamic_shapes=ds),
     "export-strict": lambda m, a, k, ds: capture_export(m, a, k, strict=True, dynamic_shapes=ds),
     "fx": lambda m, a, k, ds: capture_fx(m, a, k),
+    "eager": _eager("function"),
+    "eager-aten": _eager("aten"),
 }
 
 #: What ``method="auto"`` tries, in order.
-AUTO_CHAIN: tuple[str, ...] = ("export", "export-strict", "fx")
+AUTO_CHAIN: tuple[str, ...] = ("export", "export-strict", "fx", "eager")
 
 _MAX_MESSAGE = 4000
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -97,13 +112,19 @@ def capture_symbolic(
     dynamic_shapes: Any = None,
 ) -> Graph:
     """Try ``methods`` in order; the first graph wins. Raises :class:`CaptureError` listing every
-    attempt when none works."""
+    attempt when none works, or the :class:`ModelError` of a method that ran the model and saw the
+    model itself raise (its partial graph records the attempts)."""
     attempts: list[Attempt] = []
     for method in methods:
         t0 = time.perf_counter()
         try:
             with quiet_torch_logs():
                 graph = CAPTURERS[method](model, args, kwargs, dynamic_shapes)
+        except ModelError as e:
+            attempts.append(failed_attempt(method, time.perf_counter() - t0, e.__cause__ or e))
+            if e.graph is not None:
+                e.graph.attempts = attempts
+            raise
         except Exception as e:  # every failure is recorded; the next method gets its turn
             attempts.append(failed_attempt(method, time.perf_counter() - t0, e))
             continue
