@@ -86,7 +86,9 @@ class TensorMeta:
         return cls(tuple(d["shape"]), d["dtype"], d.get("device", ""), d.get("value"))
 
 
-SCALAR_DTYPES = frozenset({"int", "float", "bool", "complex", "str", "none", "object"})
+# Types of non-tensor values. "bool" is not here: it is also the dtype of bool tensors; a Python
+# bool (or SymBool) is told apart by its ``value``.
+SCALAR_DTYPES = frozenset({"int", "float", "complex", "str", "none", "object"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from transformers_zoo import TRANSFORMERS_ZOO
 
 import fxviz
 from fxviz.capture import AUTO_CHAIN, CAPTURERS
-from fxviz.capture.io import flatten_outputs
+from fxviz.capture.normalize import flatten_outputs
 from fxviz.ir import Graph
 
 ZOO = {**models.ZOO, **TRANSFORMERS_ZOO}

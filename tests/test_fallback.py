@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn.modules import module as nn_module
 
 import fxviz
-from fxviz.capture.io import _describe, flatten_outputs
+from fxviz.capture.normalize import _describe, flatten_outputs
 from fxviz.errors import ModelError
 from fxviz.fallback import ReplayError, replay, trace_eager
 from fxviz.ir import Graph

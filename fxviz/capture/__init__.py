@@ -7,6 +7,7 @@ graph; every attempt, with its outcome and reason, is recorded on the graph.
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import re
 import time
@@ -89,15 +90,20 @@ def failed_attempt(method: str, seconds: float, exc: BaseException) -> Attempt:
 
 
 @contextlib.contextmanager
-def quiet_torch_logs() -> Iterator[None]:
-    """Silence torch.export/Dynamo's own error logging while we try methods: a failed attempt is
-    reported once, by us, in ``graph.attempts``. Levels are restored afterwards."""
-    loggers = [logging.getLogger(n) for n in ("torch.export", "torch._dynamo", "torch.fx.experimental.symbolic_shapes")]
+def quiet_torch() -> Iterator[None]:
+    """Silence torch's own error reports (export, Dynamo, fake tensors) while we try methods: a
+    failed attempt is reported once, by us, in ``graph.attempts``. torch sets levels on many child
+    loggers itself, so every ``torch.*`` logger is raised, and each level is restored afterwards;
+    export also prints a data-dependent error's partial graph straight to stderr (the exception
+    carries it too), so stderr is held for the attempt."""
+    names = [n for n in logging.Logger.manager.loggerDict if n == "torch" or n.startswith("torch.")]
+    loggers = [logging.getLogger(n) for n in names]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.CRITICAL)
     try:
-        yield
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
     finally:
         for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
@@ -118,7 +124,7 @@ def capture_symbolic(
     for method in methods:
         t0 = time.perf_counter()
         try:
-            with quiet_torch_logs():
+            with quiet_torch():
                 graph = CAPTURERS[method](model, args, kwargs, dynamic_shapes)
         except ModelError as e:
             attempts.append(failed_attempt(method, time.perf_counter() - t0, e.__cause__ or e))

@@ -11,7 +11,7 @@ from torch import nn
 from torch.export.graph_signature import InputKind, OutputKind
 
 from fxviz.capture.convert import Converter, Placeholder, mark_tied, module_infos, stack_from_meta
-from fxviz.capture.io import FlatInputs, NormalizedModel, flatten_inputs, flatten_outputs
+from fxviz.capture.normalize import FlatInputs, NormalizedModel, flatten_inputs, flatten_outputs
 from fxviz.ir import Graph, NodeKind
 
 _INPUT_KINDS: dict[InputKind, NodeKind] = {

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fxviz.capture.io import flatten_inputs
+from fxviz.capture.normalize import flatten_inputs
 from fxviz.errors import FxvizError
 from fxviz.fallback.values import RESERVED, decode
 from fxviz.ir import Graph, Node, Ref

@@ -35,7 +35,7 @@ from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fxviz.capture.convert import is_user_file, module_infos, output_node
-from fxviz.capture.io import _describe, flatten_inputs, flatten_outputs
+from fxviz.capture.normalize import _describe, flatten_inputs, flatten_outputs
 from fxviz.errors import ModelError
 from fxviz.fallback.values import encode, has_opaque
 from fxviz.ir import Graph, ModuleCall, Node, NodeKind, Ref, SourceLoc, TensorMeta

@@ -183,7 +183,8 @@ def _call_label(call: Call, ctx: _Ctx, fold: list[Step] | None) -> Text:
         t.append(f" call {call.index + 1}/{total}", style="magenta")
     ins, outs = _boundary(call, ctx)
     if ins or outs:
-        t.append(f"  {_shapes(ins)} → {_shapes(outs)}", style=_SHAPE)
+        # a call that raised hands nothing back
+        t.append(f"  {_shapes(ins)} → {_shapes(outs) or '✗'}", style=_SHAPE)
     params = ctx.stats.get(call.path, {}).get("params", 0)
     if params and call.index == 0:
         count = f"{len(fold)} × {format_count(params)}" if fold else format_count(params)
