@@ -14,7 +14,6 @@ Renderers show a run once, labelled ``h.0-11 ×12``, and can unfold it.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from fxviz.ir import Graph, Scope
@@ -25,32 +24,51 @@ def _relative(path: str, base: str) -> str:
     return path[len(base) + 1 :] if path != base else ""
 
 
-def _signatures(graph: Graph) -> dict[str, str]:
-    """Module path -> digest of the structure of everything inside it."""
-    hashers: dict[str, Any] = {}
+def _candidates(root: Scope) -> set[str]:
+    """Modules that could start or continue a run: those with a sibling of the same class."""
+    out: set[str] = set()
+    for scope in root.walk():
+        by_cls: dict[str, list[str]] = {}
+        for c in scope.children.values():
+            by_cls.setdefault(c.cls, []).append(c.path)
+        for paths in by_cls.values():
+            if len(paths) > 1:
+                out.update(paths)
+    return out
+
+
+def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[str, ...]]:
+    """Module path -> the structure of everything inside it, for the ``candidates`` only (the
+    rest can never fold, and hashing every level of every node is the pass's whole cost)."""
+    tokens: dict[str, list[str]] = {}
+    shape_text: dict[object, str] = {}
     for n in graph.nodes:
         if n.kind in ("input", "output"):
             continue
-        shapes = "|".join(m.shape_str() + m.dtype for m in n.outputs)
         if n.kind == "op":
             # the call index is structure too: a block that calls a child twice differs from one
             # that calls it once
-            levels = [(path, [c for _, c in n.stack[d + 1 :]]) for d, (path, _) in enumerate(n.stack)]
-            what = n.target
+            levels = [(path, d) for d, (path, _) in enumerate(n.stack) if path in candidates]
         else:  # state belongs to its owner and to every module around it
             parts = n.module.split(".") if n.module else []
-            levels = [(".".join(parts[: i + 1]), []) for i in range(len(parts))]
-            what = ""
-        for path, calls in levels:
-            h = hashers.get(path)
-            if h is None:
-                h = hashers[path] = hashlib.blake2b(digest_size=16)
+            levels = [(p, -1) for p in (".".join(parts[: i + 1]) for i in range(len(parts))) if p in candidates]
+        if not levels:
+            continue
+        shapes = "|".join(
+            shape_text.get(m) or shape_text.setdefault(m, m.shape_str() + m.dtype) for m in n.outputs
+        )
+        for path, depth in levels:
             rel = _relative(n.module, path)
-            # export numbers lifted constants graph-wide (``h.0.attn.lifted_tensor_0``, then ``_2`` in
-            # ``h.1``): their names are not structure, their owner and shape are
-            name = what or ("" if n.kind == "constant" else _relative(n.target, path))
-            h.update(f"{n.kind}:{name}:{rel}:{calls}:{shapes};".encode())
-    return {p: h.hexdigest() for p, h in hashers.items()}
+            if n.kind == "op":
+                name = n.target
+                calls = str([c for _, c in n.stack[depth + 1 :]])
+            else:
+                # export numbers lifted constants graph-wide (``h.0.attn.lifted_tensor_0``, then
+                # ``_2`` in ``h.1``): their names are not structure, their owner and shape are
+                name = "" if n.kind == "constant" else _relative(n.target, path)
+                calls = ""
+            tokens.setdefault(path, []).append(f"{n.kind}:{name}:{rel}:{calls}:{shapes}")
+    return {p: tuple(t) for p, t in tokens.items()}
 
 
 def _run_label(paths: list[str]) -> str:
@@ -89,7 +107,8 @@ def _chained(graph: Graph, a: str, b: str, members: dict[str, set[str]]) -> bool
 
 @register("fold")
 def fold_repeats(graph: Graph) -> Graph:
-    sigs = _signatures(graph)
+    root = graph.scopes
+    sigs = _signatures(graph, _candidates(root))
     members = _members(graph)
     runs: list[dict[str, Any]] = []
 
@@ -115,6 +134,6 @@ def fold_repeats(graph: Graph) -> Graph:
         for c in scope.children.values():
             visit(c)
 
-    visit(graph.scopes)
+    visit(root)
     graph.annotations["fold"] = runs
     return graph
