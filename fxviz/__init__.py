@@ -3,7 +3,8 @@
 The way through the house: ``capture/`` turns a model and example inputs into an
 :class:`~fxviz.ir.Graph` (torch.export, then torch.fx, then the eager tracer in ``fallback/``);
 ``passes/`` annotate the graph (module paths, shapes, statistics, folded repeats); ``render/``
-draws it (rich tree, HTML report, Graphviz); ``cli`` is a thin shell over this API.
+draws it (rich tree, HTML report, Graphviz); ``graphdiff`` aligns two graphs (symbolic against eager,
+or any two) and classifies where they differ; ``cli`` is a thin shell over this API.
 
     >>> import fxviz, torch
     >>> g = fxviz.capture(model, (torch.randn(1, 3, 32, 32),))
@@ -14,8 +15,9 @@ draws it (rich tree, HTML report, Graphviz); ``cli`` is a thin shell over this A
 
 from __future__ import annotations
 
-from fxviz.api import capture
+from fxviz.api import capture, compare
 from fxviz.errors import CaptureError, FxvizError, ModelError, PassError, RenderError, TargetError
+from fxviz.graphdiff import Diff, Difference, diff
 from fxviz.ir import Attempt, Edge, Graph, ModuleInfo, Node, Ref, Scope, SourceLoc, TensorMeta
 from fxviz.passes import DEFAULT as DEFAULT_PASSES
 from fxviz.passes import run_passes
@@ -39,6 +41,10 @@ __all__ = [
     "SourceLoc",
     "TargetError",
     "TensorMeta",
+    "Diff",
+    "Difference",
     "capture",
+    "compare",
+    "diff",
     "run_passes",
 ]

@@ -3,6 +3,7 @@
     fxviz demo                                   # the built-in examples
     fxviz tree path/to/model.py:build --depth 3  # your model
     fxviz tree my_pkg.models:resnet --input-shape 1,3,224,224
+    fxviz diff path/to/model.py:build --html diff.html   # export against eager
 
 Errors print one line and exit non-zero; ``--verbose`` adds the traceback.
 """
@@ -148,6 +149,47 @@ def render(target: str, input_shapes: tuple[str, ...], dtype: str, method: str, 
     graph = _capture(target, input_shapes, dtype, method)
     graph.write_image(output, format=fmt, depth=depth)
     click.echo(f"wrote {output}")
+
+
+@cli.command(name="diff")
+@click.argument("target")
+@click.option("--input-shape", "-i", "input_shapes", multiple=True, metavar="1,3,32,32",
+              help="Shape of a random input tensor (repeat for several inputs).")
+@click.option("--dtype", default="float32", show_default=True, help="dtype of the --input-shape tensors.")
+@click.option("--decompose", is_flag=True, help="Compare export after run_decompositions() (core ATen).")
+@click.option("--level", type=click.Choice(["function", "aten"]), default=None,
+              help="Eager tracer level (default: function, or aten with --decompose).")
+@click.option("--notes", is_flag=True, help="Also list informational differences (decompositions, s0 vs 128).")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
+              help="Write the side-by-side HTML view here.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Write the differences as JSON here ('-': stdout, instead of the report).")
+@click.option("--fail-on-diff", is_flag=True,
+              help="Exit 1 when a difference other than an informational one exists (a CI gate).")
+@click.option("--verbose", "-v", is_flag=True, help="Show tracebacks on errors.")
+@_errors
+def diff_cmd(target: str, input_shapes: tuple[str, ...], dtype: str, decompose: bool, level: str | None,
+             notes: bool, html_out: str | None, json_out: str | None, fail_on_diff: bool,
+             verbose: bool) -> None:
+    """Compare TARGET's symbolic graph (torch.export) with what eager PyTorch runs.
+
+    Exits 0 whether or not the graphs differ, unless --fail-on-diff is given.
+    """
+    from fxviz.api import compare
+    from fxviz.target import load_target
+
+    t = load_target(target, input_shapes=input_shapes, dtype=dtype)
+    result = compare(t.model, t.args, t.kwargs, decompose=decompose, level=level)
+    if json_out is not None:
+        with click.open_file(json_out, "w") as f:
+            f.write(result.to_json(indent=1))
+    if json_out != "-":
+        _console().print(result.report(notes=notes))
+    if html_out is not None:
+        result.to_html(html_out)
+        click.echo(f"wrote {html_out}", err=json_out == "-")
+    if fail_on_diff and result.significant:
+        sys.exit(1)
 
 
 @cli.command()

@@ -421,9 +421,9 @@ class Graph:
         self.write_image(path, format="pdf", depth=depth)
 
     def __str__(self) -> str:
-        from rich.console import Console
-
         import io
+
+        from rich.console import Console
 
         console = Console(width=120, color_system=None, record=True, file=io.StringIO())
         console.print(self.tree())

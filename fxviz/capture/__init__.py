@@ -40,6 +40,7 @@ def _eager(level: str) -> Capturer:
 CAPTURERS: dict[str, Capturer] = {
     "export": lambda m, a, k, ds: capture_export(m, a, k, strict=False, dynamic_shapes=ds),
     "export-strict": lambda m, a, k, ds: capture_export(m, a, k, strict=True, dynamic_shapes=ds),
+    "export-decomposed": lambda m, a, k, ds: capture_export(m, a, k, dynamic_shapes=ds, decompose=True),
     "fx": lambda m, a, k, ds: capture_fx(m, a, k),
     "eager": _eager("function"),
     "eager-aten": _eager("aten"),

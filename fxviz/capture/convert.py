@@ -313,7 +313,9 @@ class Converter:
                     inputs += (self.state_node("buffer", f"{path}.{bname}", b),)
         torch_fn = n.meta.get("torch_fn")
         if torch_fn:
-            attrs["torch_fn"] = str(torch_fn[1])
+            # [call id, name]: the ATen ops of one torch-level call share the id, also after
+            # run_decompositions, so a comparison can fold them back to the call
+            attrs["torch_fn"] = [str(torch_fn[0]), str(torch_fn[1])]
         return Node(
             self.unique(n.name),
             "op",

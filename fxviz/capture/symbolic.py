@@ -30,15 +30,21 @@ def capture_export(
     *,
     strict: bool = False,
     dynamic_shapes: Any = None,
+    decompose: bool = False,
 ) -> Graph:
-    """Capture with ``torch.export.export`` through :class:`NormalizedModel`."""
+    """Capture with ``torch.export.export`` through :class:`NormalizedModel`; ``decompose=True``
+    lowers the training IR (``aten.linear``) to core ATen (``aten.addmm``) with
+    ``ExportedProgram.run_decompositions()``."""
     flat = flatten_inputs(model, args, kwargs)
     box: dict[str, Any] = {}
     wrapper = NormalizedModel(model, flat, box)
     ep = torch.export.export(
         wrapper, flat.tensors, strict=strict, dynamic_shapes=_flat_dynamic_shapes(dynamic_shapes, flat)
     )
-    return graph_from_exported(ep, model, flat, box, method="export-strict" if strict else "export")
+    if decompose:
+        ep = ep.run_decompositions()
+    method = ("export-strict" if strict else "export") + ("-decomposed" if decompose else "")
+    return graph_from_exported(ep, model, flat, box, method=method)
 
 
 def _flat_dynamic_shapes(dynamic_shapes: Any, flat: FlatInputs) -> Any:

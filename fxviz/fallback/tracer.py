@@ -157,6 +157,9 @@ class Recorder:
         self.failed: Node | None = None
         self.failed_stack: tuple[ModuleCall, ...] = ()
         self.replay_blockers: list[str] = []
+        # ATen level: the torch-function call running now, and a counter per call name
+        self.call: list[str] | None = None
+        self._call_ids: dict[str, int] = {}
 
     # ---- names, sources, module stack ----------------------------------------------------------
 
@@ -288,22 +291,20 @@ class Recorder:
         return k
 
     def _classify(self, func: Any) -> tuple[int, str, str]:
-        if self.level == "aten":
-            target = str(func)
-            short = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else target
-            return (_EXIT if short in _DATA_DEPENDENT else _OP), target, short
-        name = _function_name(func)
-        parts = name.split(".")
-        if parts[-1] == "__get__":
-            short = parts[-2]
-            if name.startswith("Tensor.") and short in _META_ATTRS:
-                return _SKIP, name, short
-        else:
-            short = parts[-1]
-            if name.startswith("Tensor.") and short in _META_METHODS:
-                return _SKIP, name, short
-        what = _EXIT if short in _DATA_DEPENDENT else _OP
-        return what, name, short.strip("_") or short
+        return _classify(func, self.level)
+
+    def call_of(self, func: Any) -> list[str] | None:
+        """ATen level: ``[call id, name]`` of the torch-function call about to run, the key its
+        ATen ops are grouped by (as export's ``torch_fn``); ``None`` for a metadata query."""
+        kinds = _KINDS["function"]
+        k = kinds.get(func)
+        if k is None:
+            k = kinds[func] = _classify(func, "function")
+        if k[0] == _SKIP:
+            return None
+        n = self._call_ids.get(k[2], 0) + 1
+        self._call_ids[k[2]] = n
+        return [f"{k[2]}_{n}", k[1]]
 
     def collect(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], names: list[str] | None
@@ -394,6 +395,12 @@ class Recorder:
         )
         if what == _EXIT:
             attrs["data_dependent"] = True
+        if self.call is not None:
+            attrs["torch_fn"] = self.call
+        elif not written and seen and outs and outs[0] is seen[0][0]:
+            # a call that hands back its input (``contiguous()`` on a contiguous tensor, eval-mode
+            # dropout): export records nothing for it, and a comparison needs to know why
+            attrs["returns_input"] = True
         elif short in _RANDOM or (short in _DROPOUTS and _dropout_active(attrs)):
             self.replay_blockers.append(f"{target} draws random numbers")
         self.nodes.append(node)
@@ -437,6 +444,8 @@ class Recorder:
         source: SourceLoc | None, exc: BaseException,
     ) -> None:
         _, target, short = kind
+        if self.call is not None:
+            attrs["torch_fn"] = self.call
         node = Node(
             self.unique(short), "op", target=target, inputs=tuple(inputs), stack=self.stack,
             source=source, attrs=attrs, error=f"{type(exc).__name__}: {exc}",
@@ -455,6 +464,26 @@ class Recorder:
             )
             self._mutable_args[func] = m
         return m
+
+
+def _classify(func: Any, level: Level) -> tuple[int, str, str]:
+    """(what to do, target, node name) of a callable at ``level``."""
+    if level == "aten":
+        target = str(func)
+        short = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else target
+        return (_EXIT if short in _DATA_DEPENDENT else _OP), target, short
+    name = _function_name(func)
+    parts = name.split(".")
+    if parts[-1] == "__get__":
+        short = parts[-2]
+        if name.startswith("Tensor.") and short in _META_ATTRS:
+            return _SKIP, name, short
+    else:
+        short = parts[-1]
+        if name.startswith("Tensor.") and short in _META_METHODS:
+            return _SKIP, name, short
+    what = _EXIT if short in _DATA_DEPENDENT else _OP
+    return what, name, short.strip("_") or short
 
 
 def _dropout_active(attrs: dict[str, Any]) -> bool:
@@ -508,6 +537,32 @@ class _FunctionMode(TorchFunctionMode):
         except Exception as e:
             raise _TracerFault(f"tracer failed after {func!r}") from e
         return out
+
+
+class _CallMode(TorchFunctionMode):
+    """ATen level: keeps ``Recorder.call`` on the torch-function call each ATen op runs inside, so
+    a comparison can fold a call's ATen ops back to it. Torch hides the mode while a call runs, so
+    calls never nest; metadata queries cost one dict lookup."""
+
+    def __init__(self, rec: Recorder) -> None:
+        super().__init__()
+        self.rec = rec
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        rec = self.rec
+        try:
+            call = rec.call_of(func)
+        except Exception as e:
+            raise _TracerFault(f"tracer failed before {func!r}") from e
+        if call is None:
+            return func(*args, **(kwargs or {}))
+        outer, rec.call = rec.call, call
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            rec.call = outer
 
 
 class _DispatchMode(TorchDispatchMode):
@@ -658,10 +713,11 @@ def trace_eager(
     method = ("eager" if level == "function" else "eager-aten") + (" (fake)" if fake else "")
     graph = Graph(name=type(model).__name__, method=method, modules=module_infos(model))
     recorder_mode: Any = _FunctionMode(rec) if level == "function" else _DispatchMode(rec)
+    call_mode: Any = _CallMode(rec) if level == "aten" else contextlib.nullcontext()
     try:
         with fake_mode, _module_hooks(model, rec), _no_gc():
             try:
-                with recorder_mode:
+                with call_mode, recorder_mode:
                     out = model(*args, **kwargs)
             except Exception:
                 rec.failed_stack = rec.stack

@@ -25,7 +25,7 @@ from fxviz.capture.convert import json_safe
 from fxviz.ir import Ref
 
 #: attrs keys that describe the call rather than pass an argument to it.
-RESERVED = frozenset({"py", "aliases", "data_dependent"})
+RESERVED = frozenset({"py", "aliases", "data_dependent", "returns_input", "torch_fn"})
 
 _PLAIN = (type(None), bool, int, str)
 
