@@ -178,3 +178,81 @@ def test_hostile_names_render_as_text(open_report: Any) -> None:
     assert r.page.locator("img").count() == 0
     r.shot()
     assert r.dialogs == []
+
+
+@pytest.fixture(scope="module")
+def gpt2_48(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report of a 48-layer GPT-2 captured on meta (96 cache tensors among its outputs)."""
+    transformers = pytest.importorskip("transformers")
+    with torch.device("meta"):
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=48)).eval()
+    g = fxviz.capture(model, (torch.zeros(1, 16, dtype=torch.long, device="meta"),), method="export")
+    path = tmp_path_factory.mktemp("gpt2-48") / "gpt2-48.html"
+    to_html(g, path)
+    return path
+
+
+def open_path(browser: Any, path: Path) -> Any:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors: list[str] = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    page.wait_for_selector("#fxviz-app[data-ready=true]", timeout=30_000)
+    return page, errors
+
+
+def test_cache_outputs_are_one_box_and_long_fans_are_stubs(browser: Any, gpt2_48: Path) -> None:
+    page, errors = open_path(browser, gpt2_48)
+    # the 96 past_key_values outputs are one box in the first view, not 96 nodes
+    assert page.locator('.fx-node[data-name^="past_key_values"]').count() == 0
+    box = page.locator('.fx-box.fx-values[data-path="past_key_values"]')
+    assert box.count() == 1 and "96 outputs" in (box.text_content() or "")
+    assert page.locator(".fx-leaves [data-key]").count() < 60
+    page.locator(".fx-box.fx-run").first.dispatch_event("dblclick")
+    assert page.locator('.fx-box[data-path^="transformer.h."]').count() == 48
+    # the mask read by every block and the cache written by every block: stubs, not 48 long lines
+    labels = page.eval_on_selector_all(".fx-stub-label", "els => els.map(e => e.textContent)")
+    assert sum(t == "to past_key_values" for t in labels) > 40
+    assert sum(t.startswith("from ") for t in labels) > 40
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "report-gpt2-48-expanded.png"))
+    # a stub's label jumps to the other end, and expanding the box shows the outputs
+    page.locator(".fx-stub-label", has_text="to past_key_values").first.click()
+    assert "96 outputs" in (page.text_content("[data-ref=details]") or "")
+    box.dispatch_event("dblclick")
+    assert page.locator('.fx-node[data-name^="past_key_values"]').count() == 96
+    expand = page.evaluate("performance.getEntriesByName('fxviz:expand').map(e => e.duration)")
+    assert len(expand) == 2 and max(expand) < 3000  # the target (300 ms) is bench/html.py's; this catches a blow-up
+    page.close()
+    assert errors == []
+
+
+@pytest.fixture(scope="module")
+def llama_80(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The 80-layer LLaMA-70B-shaped model, built and captured on meta once per session (~10 s)."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=8192, intermediate_size=28672, num_attention_heads=64,
+                                   num_key_value_heads=8, num_hidden_layers=80, vocab_size=32000)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 32000, (1, 16), device="meta")
+    g = fxviz.capture(model, (ids,), method="export")
+    path = tmp_path_factory.mktemp("llama-80") / "llama-80.html"
+    to_html(g, path)
+    return path
+
+
+def test_llama_70b_shape_opens_and_expands(browser: Any, llama_80: Path) -> None:
+    page, errors = open_path(browser, llama_80)
+    run = page.locator(".fx-box.fx-run")
+    assert run.count() == 1 and "×80" in (run.text_content() or "")
+    run.dispatch_event("dblclick")
+    assert page.locator('.fx-box[data-path^="model.layers."]').count() == 80
+    page.locator('.fx-box[data-path="model.layers.40"]').dispatch_event("dblclick")
+    assert page.locator('.fx-cluster[data-path="model.layers.40"]').count() == 1
+    assert page.locator('.fx-box[data-path="model.layers.40.self_attn"]').count() == 1
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "report-llama-80-expanded.png"))
+    page.close()
+    assert errors == []

@@ -106,7 +106,7 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET) -> dict[str, Any]:
     carries its label, op kind and colour, each output its shape, dtype and edge label; the script
     derives nothing of its own but positions.
     """
-    boxes = module_boxes(graph)
+    boxes = module_boxes(graph, group_values=True)
     group_ids = list(boxes.groups)
     gindex = {gid: i for i, gid in enumerate(group_ids)}
     nindex = {n.name: i for i, n in enumerate(graph.nodes)}
@@ -147,8 +147,10 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET) -> dict[str, Any]:
             "l": g.label, "path": g.path, "cls": g.cls, "call": g.call, "d": g.depth,
             "run": g.run["count"] if g.run else 0,
             "params": params, "pl": format_count(params) if params else "", "ops": ops,
-            "c": stable_color(g.cls or g.path),
+            "c": KIND_COLORS[g.values] if g.values else stable_color(g.cls or g.path),
         })
+        if g.values:
+            groups[-1].update({"io": g.values, "n": g.size})
 
     nodes = [node_entry(n) for n in graph.nodes]
     total_params = stats.get("total_params", 0)

@@ -164,6 +164,8 @@ class Group:
     depth: int  # module nesting level: top-level modules are 1; a run has its members' level
     run: dict[str, Any] | None = None  # the fold annotation entry, for a run box
     children: list[str] = field(default_factory=list)  # child group ids, in first-use order
+    values: str = ""  # "input" or "output" for a box of the model's inputs or outputs
+    size: int = 0  # how many inputs or outputs a values box holds
 
 
 @dataclass(slots=True)
@@ -197,9 +199,31 @@ def _call_id(stack: tuple[tuple[str, int], ...]) -> str:
     return "/".join(f"{p}#{c}" for p, c in stack)
 
 
-def module_boxes(graph: Graph) -> ModuleBoxes:
+#: The container an input or output belongs to: ``past_key_values.layers[3].keys`` ->
+#: ``past_key_values``; a plain name (``logits``) has none.
+_CONTAINER = re.compile(r"^([^.\[]+)[.\[]")
+
+
+def value_boxes(graph: Graph, *, min_size: int = 3) -> dict[tuple[str, str], list[str]]:
+    """The model's inputs and outputs that come out of one container (a cache, a dict, a tuple),
+    ``(kind, container) -> node names``, for containers with at least ``min_size`` of them.
+
+    A 48-layer GPT-2 returns 96 ``past_key_values`` tensors: drawn one by one at the top level,
+    they make the first view 96 nodes wide; in one box they read as what they are.
+    """
+    found: dict[tuple[str, str], list[str]] = {}
+    for n in graph.nodes:
+        if n.kind in ("input", "output"):
+            m = _CONTAINER.match(n.target or n.name)
+            if m:
+                found.setdefault((n.kind, m.group(1)), []).append(n.name)
+    return {k: names for k, names in found.items() if len(names) >= min_size}
+
+
+def module_boxes(graph: Graph, *, group_values: bool = False) -> ModuleBoxes:
     """Group the nodes of ``graph`` into boxes: one per module call, nested as the calls were, and
-    one per run of folded repeats (``graph.annotations["fold"]``) around its members.
+    one per run of folded repeats (``graph.annotations["fold"]``) around its members. With
+    ``group_values``, also one box per container of inputs or outputs (:func:`value_boxes`).
 
     Parameters, buffers and constants sit in the box of their owner's first call, so that a
     collapsed ``Linear`` hides its weight and bias with it.
@@ -258,6 +282,13 @@ def module_boxes(graph: Graph) -> ModuleBoxes:
         if siblings is not None:
             siblings.append(rid)
         members[rid] = [g.id for g in inside]
+    if group_values:
+        for (kind, container), names in value_boxes(graph).items():
+            vid = f"{kind}s:{container}"
+            groups[vid] = Group(vid, container, 0, container, "", None, depth=1,
+                                values=kind, size=len(names))
+            for name in names:
+                node_group[name] = vid
     # parents first, so a consumer can create boxes in one pass
     ordered: dict[str, Group] = {}
 

@@ -12,11 +12,12 @@ export function leafSize(model, key) {
     return { width: Math.max(textWidth(n.l, small) + (small ? 18 : 24), small ? 40 : 56), height: small ? 22 : NODE_H };
   }
   const g = model.groups[+key.slice(1)];
-  return { width: Math.max(textWidth(g.l) + 40, textWidth(boxSubtitle(g), true) + 24, 90), height: BOX_H };
+  return { width: Math.max(textWidth(g.l, false, true) + 40, textWidth(boxSubtitle(g), true) + 24, 90), height: BOX_H };
 }
 
 export function boxSubtitle(g) {
   const parts = [];
+  if (g.io) parts.push(`${g.n} ${g.io}s`);
   if (g.run && g.cls) parts.push(g.cls);
   if (g.ops) parts.push(`${g.ops} ops`);
   if (g.pl) parts.push(`${g.pl} params`);
@@ -49,7 +50,7 @@ export function draw(root, model, view, lay, selected) {
     const p = lay.pos.get("g" + c);
     const x = p.x - p.width / 2;
     const y = p.y - p.height / 2;
-    const cls = ["fx-cluster", g.run ? "fx-run" : "", model.errorGroups.has(c) ? "fx-has-error" : "", selected === "g" + c ? "fx-selected" : ""];
+    const cls = ["fx-cluster", g.run ? "fx-run" : "", g.io ? "fx-values" : "", model.errorGroups.has(c) ? "fx-has-error" : "", selected === "g" + c ? "fx-selected" : ""];
     clusters.append(
       s("g", { class: cls.join(" "), "data-key": "g" + c, "data-path": g.path, "data-gid": c },
         s("rect", { x, y, width: p.width, height: p.height, rx: 8, style: `--box:${g.c}` }),
@@ -59,7 +60,15 @@ export function draw(root, model, view, lay, selected) {
     );
   }
 
+  const stubsAt = new Map();
   view.edges.forEach((e, j) => {
+    if (e.stub) {
+      const at = e.stub === "in" ? e.to : e.from;
+      const k = stubsAt.get(at) || 0;
+      stubsAt.set(at, k + 1);
+      edges.append(stub(model, e, lay.pos.get(at), k));
+      return;
+    }
     const pts = lay.edgePts[j];
     const title = e.count > 1 ? `${e.label} (${e.count} values)` : e.label;
     edges.append(
@@ -90,20 +99,43 @@ export function draw(root, model, view, lay, selected) {
     } else {
       const c = +key.slice(1);
       const g = model.groups[c];
-      const cls = ["fx-box", g.run ? "fx-run" : "", model.errorGroups.has(c) ? "fx-has-error" : "", selected === key ? "fx-selected" : ""];
+      const cls = ["fx-box", g.run ? "fx-run" : "", g.io ? "fx-values" : "", model.errorGroups.has(c) ? "fx-has-error" : "", selected === key ? "fx-selected" : ""];
       const box = s("g", { class: cls.join(" "), "data-key": key, "data-path": g.path, "data-gid": c, style: `--box:${g.c}` });
       if (g.run) box.append(s("rect", { x: x + 6, y: y - 6, width: p.width, height: p.height, rx: 7, class: "fx-stack" }));
       box.append(
-        s("rect", { x, y, width: p.width, height: p.height, rx: 7, class: "fx-box-body" }),
+        s("rect", { x, y, width: p.width, height: p.height, rx: g.io ? 14 : 7, class: "fx-box-body" }),
         s("text", { x: x + 10, y: y + 16, class: "fx-box-label" }, s("tspan", { class: "fx-toggle", text: "+" }), " ", g.l),
         s("text", { x: x + 10, y: y + 31, class: "fx-box-sub", text: boxSubtitle(g) }),
-        s("title", { text: `${g.path}${g.cls ? ` (${g.cls})` : ""}: double-click to expand` }),
+        s("title", { text: `${g.path}${g.cls ? ` (${g.cls})` : ""}${g.io ? ` (${g.n} ${g.io}s)` : ""}: double-click to expand` }),
       );
       leaves.append(box);
     }
   }
 
   root.replaceChildren(clusters, edges, labels, leaves);
+}
+
+const STUB = 16;
+
+/** Name of what leaf `key` shows: a node's label or a box's. */
+function leafName(model, key) {
+  return key[0] === "n" ? model.nodes[+key.slice(1)].l : model.groups[+key.slice(1)].l;
+}
+
+/** A stub edge (see Model.visibleGraph): a short arrow into the top of its target ("in") or out
+ * of the bottom of its source ("out"), labelled with the other end; `k` counts the stubs already
+ * drawn at this leaf, so that they stand side by side. Clicking the label jumps to the other end. */
+function stub(model, e, p, k) {
+  const into = e.stub === "in";
+  const other = into ? e.from : e.to;
+  const x = into ? p.x - p.width / 2 + 12 + 14 * k : p.x + p.width / 2 - 12 - 14 * k;
+  const y0 = into ? p.y - p.height / 2 - STUB : p.y + p.height / 2;
+  const name = leafName(model, other);
+  const title = `${into ? "from" : "to"} ${name}: ${e.label}${e.count > 1 ? ` (${e.count} values)` : ""}`;
+  return s("g", { class: "fx-stub", "data-from": e.from, "data-to": e.to },
+    s("path", { d: `M${x},${y0}L${x},${y0 + STUB}`, class: "fx-edge", "data-from": e.from, "data-to": e.to, "marker-end": "url(#fx-arrow)" }),
+    s("text", { x: into ? x - 4 : x + 4, y: into ? y0 + 6 : y0 + STUB, class: "fx-stub-label", "text-anchor": into ? "end" : "start", "data-go": other, text: `${into ? "from" : "to"} ${name}` }),
+    s("title", { text: title }));
 }
 
 /** The arrow marker, defined once per SVG. */

@@ -7,9 +7,9 @@ const SMALL_FONT = "10px system-ui, -apple-system, 'Segoe UI', Roboto, sans-seri
 let ctx = null;
 
 /** Width of text in px, measured with a canvas (no layout pass through the DOM). */
-export function textWidth(text, small = false) {
+export function textWidth(text, small = false, bold = false) {
   if (!ctx) ctx = document.createElement("canvas").getContext("2d");
-  ctx.font = small ? SMALL_FONT : FONT;
+  ctx.font = (bold ? "600 " : "") + (small ? SMALL_FONT : FONT);
   return ctx.measureText(text).width;
 }
 
@@ -28,7 +28,7 @@ export function layout(model, view, size) {
     if (p >= 0) g.setParent("g" + c, "g" + p);
     // dagre knows nothing of a cluster's title: a flat, edgeless node as wide as the title keeps
     // the box at least that wide (the title itself sits on the box's top border)
-    g.setNode("t" + c, { width: textWidth(model.groups[c].l) + 28, height: 1 });
+    g.setNode("t" + c, { width: textWidth(model.groups[c].l, false, true) + 28, height: 1 });
     g.setParent("t" + c, "g" + c);
   }
   for (const key of view.leaves) {
@@ -37,6 +37,7 @@ export function layout(model, view, size) {
     if (parent >= 0) g.setParent(key, "g" + parent);
   }
   for (const e of view.edges) {
+    if (e.stub) continue; // drawn next to one end, see Model.visibleGraph
     const w = e.label ? textWidth(e.label, true) + 6 : 0;
     g.setEdge(e.from, e.to, { width: w, height: e.label ? 14 : 0, labelpos: "c" });
   }
@@ -47,6 +48,7 @@ export function layout(model, view, size) {
     pos.set(key, { x: n.x, y: n.y, width: n.width, height: n.height });
   }
   const edgePts = view.edges.map((e) => {
+    if (e.stub) return null;
     const d = g.edge(e.from, e.to);
     return { points: d.points, x: d.x, y: d.y };
   });

@@ -56,10 +56,16 @@ class App {
 
   /** Lay out and draw what the model says is visible. */
   relayout() {
+    performance.mark("fxviz:layout-start");
     this.view = this.model.visibleGraph();
     this.lay = layout(this.model, this.view, (key) => this.size(key));
     this.layouts += 1;
+    performance.mark("fxviz:layout-end");
     draw(this.r.viewport, this.model, this.view, this.lay, this.selected);
+    performance.mark("fxviz:draw-end");
+    // the phases of the last re-layout, for the benchmark
+    performance.measure("fxviz:layout", "fxviz:layout-start", "fxviz:layout-end");
+    performance.measure("fxviz:draw", "fxviz:layout-end", "fxviz:draw-end");
     this.root.dataset.layouts = String(this.layouts);
   }
 
@@ -127,7 +133,7 @@ class App {
 
   goToPath(path) {
     const m = this.model;
-    let c = m.groups.findIndex((g) => g.path === path && !g.run);
+    let c = m.groups.findIndex((g) => g.path === path && !g.run && !g.io);
     if (c < 0) return;
     // a run member that is still folded is shown as its run
     const hiding = m.hidingGroup(m.groups[c].p);
@@ -155,6 +161,9 @@ class App {
     const svg = this.r.svg;
     svg.addEventListener("click", (ev) => {
       if (this.pz.dragged) return;
+      // a stub's label names the other end of its edge: go there
+      const far = ev.target.closest && ev.target.closest("[data-go]");
+      if (far) return this.go(far.dataset.go);
       const key = this.keyOf(ev.target);
       if (!key) return;
       // the +/− mark on a box toggles it with one click

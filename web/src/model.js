@@ -46,6 +46,11 @@ export class Model {
     return this.groups[g].run > 0;
   }
 
+  /** True for a box of the model's inputs or outputs (a cache's 96 tensors), not a module. */
+  isValues(g) {
+    return Boolean(this.groups[g].io);
+  }
+
   /** The outermost collapsed box hiding box g (or node i's box), or -1 when it is visible. */
   hidingGroup(g) {
     if (g < 0) return -1;
@@ -86,10 +91,11 @@ export class Model {
   }
 
   /** The first view: expand boxes breadth-first, outermost first, while the number of drawn
-   * items stays within the budget. Runs of folded repeats stay folded: they are the summary. */
+   * items stays within the budget. Runs of folded repeats and boxes of inputs or outputs stay
+   * folded: they are the summary. */
   expandToBudget(budget) {
     let count = this.rootGroups.length + this.rootNodes.length;
-    const top = this.rootGroups.slice();
+    const top = this.rootGroups.filter((g) => !this.isValues(g));
     let frontier = top;
     while (frontier.length) {
       const next = [];
@@ -141,6 +147,75 @@ export class Model {
       });
     });
     for (const e of edges.values()) e.count = e.values.size;
-    return { leaves, clusters, edges: [...edges.values()] };
+    const list = [...edges.values()];
+    markStubs(leaves, list);
+    return { leaves, clusters, edges: list };
   }
+}
+
+/** An end shared by at least FAN other leaves makes a fan; its edges that skip more than SPAN
+ * ranks are drawn as stubs. */
+const FAN = 6;
+const SPAN = 4;
+
+/** Mark the long edges of fans as stubs (`e.stub = "in"`: drawn as a short arrow into its
+ * target, naming the source; `"out"`: a short arrow out of its source, naming the target).
+ *
+ * An attention mask read by each of 48 blocks, or 48 blocks writing one cache box, would thread
+ * 48 lines down the whole drawing: the layout grows wide and slow (dagre routes a long edge
+ * through a dummy node on every rank it skips), and the lines say nothing an arrow naming the
+ * other end does not. The nearest edge of each fan stays a real edge, so the shared end is
+ * still placed next to its first reader (or last writer). Ranks are longest paths over the
+ * leaves; a cycle is broken where it is met. */
+function markStubs(leaves, edges) {
+  const rank = longestPathRanks(leaves, edges);
+  const span = (e) => rank.get(e.to) - rank.get(e.from);
+  const byEnd = (end) => {
+    const m = new Map();
+    for (const e of edges) if (!e.stub) (m.get(e[end]) || m.set(e[end], []).get(e[end])).push(e);
+    return m;
+  };
+  for (const fan of byEnd("from").values()) {
+    if (fan.length < FAN) continue;
+    fan.sort((a, b) => span(a) - span(b));
+    for (const e of fan.slice(1)) if (span(e) > SPAN) e.stub = "in";
+  }
+  for (const fan of byEnd("to").values()) {
+    if (fan.length < FAN) continue;
+    fan.sort((a, b) => span(a) - span(b));
+    for (const e of fan.slice(1)) if (span(e) > SPAN) e.stub = "out";
+  }
+}
+
+/** Rank of each leaf: the length of the longest path of edges reaching it (Kahn's order). A
+ * cycle (two collapsed boxes feeding each other) is broken at its first leaf in drawing order. */
+function longestPathRanks(leaves, edges) {
+  const indeg = new Map(leaves.map((k) => [k, 0]));
+  const out = new Map(leaves.map((k) => [k, []]));
+  for (const e of edges) {
+    indeg.set(e.to, indeg.get(e.to) + 1);
+    out.get(e.from).push(e.to);
+  }
+  const rank = new Map(leaves.map((k) => [k, 0]));
+  const queue = leaves.filter((k) => indeg.get(k) === 0);
+  const queued = new Set(queue);
+  let next = 0; // leaves before this index are queued, when a cycle needs breaking
+  for (let i = 0; queued.size < leaves.length || i < queue.length; i++) {
+    if (i === queue.length) {
+      while (queued.has(leaves[next])) next++;
+      queue.push(leaves[next]);
+      queued.add(leaves[next]);
+    }
+    const k = queue[i];
+    for (const t of out.get(k)) {
+      if (queued.has(t)) continue; // a back edge of a broken cycle
+      rank.set(t, Math.max(rank.get(t), rank.get(k) + 1));
+      indeg.set(t, indeg.get(t) - 1);
+      if (indeg.get(t) === 0) {
+        queue.push(t);
+        queued.add(t);
+      }
+    }
+  }
+  return rank;
 }

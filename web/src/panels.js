@@ -89,13 +89,12 @@ export function nodeDetails(model, i, go) {
 /** Details of box g: path, class, counts, and the values that cross its border. */
 export function groupDetails(model, c, go) {
   const g = model.groups[c];
-  const rows = [
-    ...row("module", h("code", { text: g.path })),
-    ...row("class", g.cls || "?"),
-  ];
+  const rows = g.io
+    ? [...row(`model ${g.io}s`, h("code", { text: g.path })), ...row("values", `${grouped(g.n)} ${g.io}s from one container`)]
+    : [...row("module", h("code", { text: g.path })), ...row("class", g.cls || "?")];
   if (g.run) rows.push(...row("folded", `${g.run} identical consecutive modules`));
   else if (g.call) rows.push(...row("call", `#${g.call + 1}`));
-  rows.push(...row("ops", grouped(g.ops)), ...row("parameters", grouped(g.params)));
+  if (!g.io) rows.push(...row("ops", grouped(g.ops)), ...row("parameters", grouped(g.params)));
   const inside = (i) => model.within(model.nodes[i].g, c);
   const ins = [];
   const outs = [];

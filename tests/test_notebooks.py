@@ -1,0 +1,97 @@
+"""Execute every notebook in notebooks/ with nbclient (kernel "python3", registered from the venv by
+the set-up) and check what its cells show, not only that they ran. The committed notebooks keep
+their outputs cleared."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+from fxviz.render import html as html_mod  # noqa: E402
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+
+
+def text_of(cell: Any) -> str:
+    """Everything a cell printed or displayed as text (streams, text/plain, images as markup)."""
+    parts = []
+    for o in cell.get("outputs", []):
+        if o.output_type == "stream":
+            parts.append(o.text)
+        elif o.output_type in ("display_data", "execute_result"):
+            parts.append(o.data.get("text/plain", ""))
+            parts.append(o.data.get("image/svg+xml", ""))
+        elif o.output_type == "error":
+            parts.append(f"{o.ename}: {o.evalue}")
+    return "\n".join(parts)
+
+
+def html_of(cell: Any) -> str:
+    return "\n".join(o.data.get("text/html", "") for o in cell.get("outputs", []) if "data" in o)
+
+
+def by_tag(nb: Any) -> dict[str, Any]:
+    return {t: c for c in nb.cells for t in c.get("metadata", {}).get("tags", [])}
+
+
+def test_notebooks_are_committed_without_outputs() -> None:
+    assert NOTEBOOKS, "notebooks/ holds no notebook"
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        for c in nb.cells:
+            if c.cell_type == "code":
+                assert c.outputs == [] and c.execution_count is None, f"{path.name}: clear the outputs"
+
+
+@pytest.fixture(scope="module")
+def quickstart() -> dict[str, Any]:
+    if not (html_mod.BUNDLE_DIR / "report.js").is_file():
+        pytest.skip("the report bundle is not built: run scripts/build_web.sh")
+    path = next(p for p in NOTEBOOKS if p.name == "quickstart.ipynb")
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=120,
+                                     resources={"metadata": {"path": str(path.parent)}})
+    client.execute()  # raises CellExecutionError, with the cell and traceback, if a cell fails
+    return by_tag(nb)
+
+
+def test_quickstart_cnn_tree_shows_the_parallel_branches(quickstart: dict[str, Any]) -> None:
+    text = text_of(quickstart["cnn-tree"])
+    assert "CoolCNN  captured by export" in text
+    assert "2 parallel branches" in text and "initial_conv (Conv2d)" in text and "parallel_conv (Conv2d)" in text
+
+
+def test_quickstart_reports_are_isolated_iframes(quickstart: dict[str, Any]) -> None:
+    frames = [html_of(quickstart[t]) for t in ("cnn-report", "gpt2-report", "partial-report")]
+    for frame in frames:
+        assert frame.startswith('<iframe id="fxviz-') and 'class="fxviz-report"' in frame
+        assert 'id=&quot;fxviz-data&quot;' in frame  # the report itself, escaped into srcdoc
+    assert len({f.split('"')[1] for f in frames}) == 3  # one id per report
+    assert "GPT2LMHeadModel" in html.unescape(frames[1])
+
+
+def test_quickstart_svg(quickstart: dict[str, Any]) -> None:
+    svg = text_of(quickstart["cnn-svg"])
+    assert "<svg" in svg and "initial_conv" in svg and "cluster" in svg
+
+
+def test_quickstart_transformers_tree_folds_the_blocks(quickstart: dict[str, Any]) -> None:
+    text = text_of(quickstart["gpt2-tree"])
+    assert "export" in text and "GPT2LMHeadModel" in text
+    assert "h.0-1" in text and "×2" in text
+
+
+def test_quickstart_partial_graph_shows_the_error(quickstart: dict[str, Any]) -> None:
+    text = text_of(quickstart["partial-tree"])
+    assert "the model raised: RuntimeError" in text
+    assert "captured by eager (partial)" in text and "encoder (Sequential)" in text
+    assert "✗ RuntimeError: shape '[-1, 3]' is invalid" in text
+    frame = html.unescape(html_of(quickstart["partial-report"]))
+    assert "shape '[-1, 3]' is invalid for input of size 32" in frame  # the error banner's data
