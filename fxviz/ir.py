@@ -508,7 +508,10 @@ def build_scopes(graph: Graph) -> Scope:
     """Derive the module scope tree from node stacks.
 
     Containers that are never called (``h`` holding ``h.0`` … ``h.11``) still appear, with
-    ``calls == 0``, so the tree mirrors the model's attribute hierarchy.
+    ``calls == 0``, so the tree mirrors the model's attribute hierarchy. Children are in the order
+    they first run; modules that only hold state (never called) come after. Export lists every
+    parameter before the first op, so ordering by first appearance would follow the order of
+    ``__init__`` instead of execution, and make unrelated siblings look consecutive.
     """
     root = Scope("", graph.name or module_class(graph, ""), calls=1)
     scopes: dict[str, Scope] = {"": root}
@@ -524,6 +527,10 @@ def build_scopes(graph: Graph) -> Scope:
             scopes[path] = s
         return s
 
+    for n in graph.nodes:  # first the modules that run, in execution order
+        if n.kind not in STATE_KINDS:
+            for path, _ in n.stack:
+                get(path)
     for n in graph.nodes:
         for path, call in n.stack:
             if n.kind in STATE_KINDS:

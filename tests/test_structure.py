@@ -66,3 +66,19 @@ def test_q_k_v_fork_from_one_input() -> None:
     b.output("out", s)
     root = structure(b.build())
     assert kinds(root.steps) == ["parallel3", "sdpa"]
+
+
+def test_siblings_in_execution_order_and_no_fold_across_another_sibling() -> None:
+    """LLaMA's decoder layer declares self_attn before its norms, and export lists parameters
+    first: the two RMSNorms must neither look consecutive nor fold into one run."""
+    b = GraphBuilder("Layer", {"attn": "Attention", "norm1": "Norm", "norm2": "Norm"})
+    for name in ("attn.w", "norm1.w", "norm2.w"):  # __init__ order, as export lists them
+        b.param(name, (4,))
+    x = b.input("x", (1, 4))
+    n1 = b.op("n1", "aten.mul.Tensor", [x, "norm1.w"], (1, 4), (("norm1", 0),))
+    a = b.op("a", "aten.mul.Tensor", [n1, "attn.w"], (1, 4), (("attn", 0),))
+    n2 = b.op("n2", "aten.mul.Tensor", [a, "norm2.w"], (1, 4), (("norm2", 0),))
+    b.output("out", n2)
+    g = b.build()
+    assert list(g.scopes.children) == ["norm1", "attn", "norm2"]
+    assert g.annotations["fold"] == []

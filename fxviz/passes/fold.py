@@ -113,14 +113,16 @@ def fold_repeats(graph: Graph) -> Graph:
     runs: list[dict[str, Any]] = []
 
     def visit(scope: Scope) -> None:
-        children = [c for c in scope.children.values() if c.path in sigs]
+        # every child counts, in execution order: any other sibling in between ends a run
+        children = list(scope.children.values())
         i = 0
         while i < len(children):
             j = i + 1
-            key = (children[i].cls, sigs[children[i].path], children[i].calls)
+            key = (children[i].cls, sigs.get(children[i].path), children[i].calls)
             while (
-                j < len(children)
-                and (children[j].cls, sigs[children[j].path], children[j].calls) == key
+                key[1] is not None
+                and j < len(children)
+                and (children[j].cls, sigs.get(children[j].path), children[j].calls) == key
                 and _chained(graph, children[j - 1].path, children[j].path, members)
             ):
                 j += 1
