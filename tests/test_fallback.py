@@ -380,8 +380,18 @@ def mixtral() -> Built:
     return MixtralForCausalLM(cfg).eval(), (torch.randint(0, 96, (1, 7)),), {}
 
 
-ARCHS = {name: TRANSFORMERS_ZOO[name] for name in ("gpt2", "llama", "bert", "t5", "vit")}
-ARCHS["mixtral"] = mixtral
+# every architecture of the foundation zoo, plus a mixture-of-experts LM
+ARCHS = {**TRANSFORMERS_ZOO, "mixtral": mixtral}
+
+
+def test_mixture_of_experts_lm_is_complete_under_auto() -> None:
+    model, args, kwargs = mixtral()
+    ran, out = modules_that_run(model, args, kwargs)
+    g = fxviz.capture(model, args, kwargs)
+    g.validate()
+    silent = {p for p, m in model.named_modules() if isinstance(m, (nn.Dropout, nn.Identity))}
+    assert ran - silent <= called_scopes(g)
+    assert_outputs_match(g, out)
 
 
 @pytest.mark.parametrize("level", ["function", "aten"])

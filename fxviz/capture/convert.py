@@ -28,12 +28,15 @@ _FXVIZ_DIRS = tuple(os.path.join(_FXVIZ_PKG, d) + os.sep for d in ("capture", "f
 _FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n(?P<code>[^\n]*)')
 
 
-def module_infos(model: nn.Module) -> dict[str, ModuleInfo]:
+def module_infos(
+    model: nn.Module, named: list[tuple[str, nn.Module]] | None = None
+) -> dict[str, ModuleInfo]:
     """Module path -> class facts for every submodule (``""`` is the model itself); one
-    ModuleInfo per class, shared (an 80-layer model repeats a handful of classes)."""
+    ModuleInfo per class, shared (an 80-layer model repeats a handful of classes). ``named`` is
+    ``model.named_modules(remove_duplicate=False)`` when the caller has walked it already."""
     infos: dict[type, ModuleInfo] = {}
     out: dict[str, ModuleInfo] = {}
-    for path, m in model.named_modules(remove_duplicate=False):
+    for path, m in named if named is not None else model.named_modules(remove_duplicate=False):
         cls = type(m)
         info = infos.get(cls)
         if info is None:

@@ -96,10 +96,12 @@ def _meta(v: Any) -> TensorMeta:
     """TensorMeta of a tensor or Python value seen at runtime (all sizes are concrete). Tensor
     metas are immutable and shared: a model repeats a handful of shapes thousands of times."""
     if isinstance(v, torch.Tensor):
-        key = (tuple(v.shape), v.dtype, v.device.type)
+        key = (v.shape, v.dtype, v.device)  # torch.Size hashes as a tuple: no conversion per op
         m = _METAS.get(key)
         if m is None:
-            m = _METAS[key] = TensorMeta(key[0], str(v.dtype).removeprefix("torch."), key[2])
+            m = _METAS[key] = TensorMeta(
+                tuple(v.shape), str(v.dtype).removeprefix("torch."), v.device.type
+            )
         return m
     if isinstance(v, bool):
         return TensorMeta((), "bool", value=str(v))
@@ -124,7 +126,10 @@ def _version(t: torch.Tensor) -> int:
 class Recorder:
     """The trace being built: nodes, the module stack, and tensor -> producer bookkeeping."""
 
-    def __init__(self, model: nn.Module, level: Level, *, snapshot_buffers: bool) -> None:
+    def __init__(
+        self, model: nn.Module, level: Level, *, snapshot_buffers: bool,
+        named: list[tuple[str, nn.Module]] | None = None,
+    ) -> None:
         self.level = level
         self.nodes: list[Node] = []
         self.stack: tuple[ModuleCall, ...] = ()
@@ -136,7 +141,13 @@ class Recorder:
         self.values = TensorMap()
         # base tensor -> (node that last wrote its storage, version after the write)
         self.writes = TensorMap()
-        self.modules = list(model.named_modules())
+        # one walk of the module tree serves the recorder, the hooks and module_infos (a deep
+        # model's walk costs as much as hundreds of its ops); a shared module keeps its first path
+        named = named if named is not None else list(model.named_modules(remove_duplicate=False))
+        first: dict[int, tuple[str, nn.Module]] = {}
+        for path, m in named:
+            first.setdefault(id(m), (path, m))
+        self.modules = list(first.values())
         # the model's state by identity -> (kind, state-dict name); one walk, first name wins as
         # in named_parameters(); the model keeps every key alive for the whole capture
         self.state = TensorMap()
@@ -676,12 +687,15 @@ def trace_eager(
     *,
     level: Level = "function",
     fake: bool = False,
+    grad: bool = False,
 ) -> Graph:
     """Run ``model(*args, **kwargs)`` once and return the graph of what it executed.
 
     ``level="function"`` records torch-function calls (``torch.nn.functional.linear``,
     ``Tensor.view``), ``level="aten"`` ATen ops (``aten.addmm.default``). ``fake=True`` runs under
-    ``FakeTensorMode``: no real memory or compute, so a model built on ``meta`` traces too.
+    ``FakeTensorMode``: no real memory or compute, so a model built on ``meta`` traces too. The
+    forward runs under ``torch.no_grad()`` unless ``grad=True`` (for a forward that itself takes
+    gradients): recording needs no autograd graph, and building one costs time and memory.
 
     The model and torch are left as found. If the model raises, :class:`~fxviz.errors.ModelError`
     carries the graph up to the failure (``err.graph``, failing op marked) and chains the original.
@@ -693,7 +707,8 @@ def trace_eager(
     if level not in ("function", "aten"):
         raise ValueError(f"level {level!r} is not one of 'function', 'aten'")
     kwargs = dict(kwargs or {})
-    rec = Recorder(model, level, snapshot_buffers=not fake)
+    named = list(model.named_modules(remove_duplicate=False))
+    rec = Recorder(model, level, snapshot_buffers=not fake, named=named)
     flat = flatten_inputs(model, args, kwargs)
     fake_mode: Any = contextlib.nullcontext()
     if fake:
@@ -711,13 +726,16 @@ def trace_eager(
         rec.add_input(name, t)
 
     method = ("eager" if level == "function" else "eager-aten") + (" (fake)" if fake else "")
-    graph = Graph(name=type(model).__name__, method=method, modules=module_infos(model))
+    graph = Graph(name=type(model).__name__, method=method, modules=module_infos(model, named))
     recorder_mode: Any = _FunctionMode(rec) if level == "function" else _DispatchMode(rec)
     call_mode: Any = _CallMode(rec) if level == "aten" else contextlib.nullcontext()
+    grad_mode: Any = contextlib.nullcontext() if grad else torch.no_grad()
     try:
         with fake_mode, _module_hooks(model, rec), _no_gc():
             try:
-                with call_mode, recorder_mode:
+                # a capture observes the forward, it does not train: no autograd graph to build
+                # (time and memory the plain forward under no_grad does not spend either)
+                with grad_mode, call_mode, recorder_mode:
                     out = model(*args, **kwargs)
             except Exception:
                 rec.failed_stack = rec.stack

@@ -28,6 +28,7 @@ from fxviz.ir import Ref
 RESERVED = frozenset({"py", "aliases", "data_dependent", "returns_input", "torch_fn"})
 
 _PLAIN = (type(None), bool, int, str)
+_PLAIN_TYPES = frozenset({int, bool, str, type(None)})
 
 
 def encode(v: Any, read: Callable[[torch.Tensor], Ref]) -> tuple[Any, Any]:
@@ -42,6 +43,9 @@ def encode(v: Any, read: Callable[[torch.Tensor], Ref]) -> tuple[Any, Any]:
     if isinstance(v, torch.Tensor):
         name = read(v).node
         return f"%{name}", {"tensor": name}
+    if type(v) is tuple and all(type(x) in _PLAIN_TYPES for x in v):
+        items = list(v)  # shapes, dims, strides: the common case, on every op's path
+        return items, {"tuple": items}
     if isinstance(v, (list, tuple)):
         pairs = [encode(x, read) for x in v]
         display = [d for d, _ in pairs]
