@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from fxviz.capture import AUTO_CHAIN, CAPTURERS, capture_symbolic, normalize_args
+from fxviz.capture.convert import gc_paused
 from fxviz.errors import CaptureError, ModelError
 from fxviz.ir import Graph
 from fxviz.passes import DEFAULT, run_passes
@@ -41,13 +42,14 @@ def capture(
         raise ValueError(f"method {method!r} is not one of {', '.join(METHODS)}")
     args, kwargs = normalize_args(model, args, kwargs)
     methods = AUTO_CHAIN if method == "auto" else (method,)
-    try:
-        graph = capture_symbolic(model, args, kwargs, methods=methods, dynamic_shapes=dynamic_shapes)
-    except ModelError as e:  # the model itself raised: annotate its partial graph all the same
-        if e.graph is not None:
-            run_passes(e.graph, passes)
-        raise
-    return run_passes(graph, passes)
+    with gc_paused():
+        try:
+            graph = capture_symbolic(model, args, kwargs, methods=methods, dynamic_shapes=dynamic_shapes)
+        except ModelError as e:  # the model itself raised: annotate its partial graph all the same
+            if e.graph is not None:
+                run_passes(e.graph, passes)
+            raise
+        return run_passes(graph, passes)
 
 
 def compare(

@@ -527,18 +527,17 @@ def build_scopes(graph: Graph) -> Scope:
             scopes[path] = s
         return s
 
-    for n in graph.nodes:  # first the modules that run, in execution order
-        if n.kind not in STATE_KINDS:
-            for path, _ in n.stack:
-                get(path)
+    # first the modules that run, in execution order; nodes share a handful of stacks, so the
+    # work is per distinct stack, not per node
+    stacks: dict[tuple[ModuleCall, ...], None] = {}
     for n in graph.nodes:
-        for path, call in n.stack:
-            if n.kind in STATE_KINDS:
+        if n.kind not in STATE_KINDS and n.stack not in stacks:
+            stacks[n.stack] = None
+            for path, call in n.stack:
                 get(path)
-                continue
-            calls = seen_calls.setdefault(path, set())
-            if call not in calls:
-                calls.add(call)
-                get(path).calls = len(calls)
+                seen_calls.setdefault(path, set()).add(call)
+    for path, calls in seen_calls.items():
+        scopes[path].calls = len(calls)
+    for n in graph.nodes:
         get(n.module).nodes.append(n.name)
     return root

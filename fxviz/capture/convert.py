@@ -7,10 +7,12 @@ multi-output op becomes an indexed :class:`Ref` instead of a node of its own.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import operator
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -26,6 +28,21 @@ _FXVIZ_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # fxviz's own machinery is never "user code"; its built-in examples are
 _FXVIZ_DIRS = tuple(os.path.join(_FXVIZ_PKG, d) + os.sep for d in ("capture", "fallback", "passes", "render"))
 _FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n(?P<code>[^\n]*)')
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a capture builds its graph: a capture allocates a
+    few small objects per op and per node, which keeps triggering full collections over every
+    object the process holds (torch and transformers hold millions; up to half the cost of tracing
+    a deep model). Reference counting still frees everything; the collector resumes afterwards."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def module_infos(

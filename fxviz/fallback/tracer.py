@@ -20,7 +20,6 @@ become :class:`SourceLoc`, arguments become JSON-safe attrs (see :mod:`fxviz.fal
 from __future__ import annotations
 
 import contextlib
-import gc
 import linecache
 import sys
 import types
@@ -34,7 +33,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fxviz.capture.convert import is_user_file, module_infos, output_node
+from fxviz.capture.convert import gc_paused, is_user_file, module_infos, output_node
 from fxviz.capture.normalize import _describe, flatten_inputs, flatten_outputs
 from fxviz.errors import ModelError
 from fxviz.fallback.values import encode, has_opaque
@@ -731,7 +730,7 @@ def trace_eager(
     call_mode: Any = _CallMode(rec) if level == "aten" else contextlib.nullcontext()
     grad_mode: Any = contextlib.nullcontext() if grad else torch.no_grad()
     try:
-        with fake_mode, _module_hooks(model, rec), _no_gc():
+        with fake_mode, _module_hooks(model, rec), gc_paused():
             try:
                 # a capture observes the forward, it does not train: no autograd graph to build
                 # (time and memory the plain forward under no_grad does not spend either)
@@ -755,20 +754,6 @@ def trace_eager(
     graph.nodes = rec.nodes
     graph.annotations["replay"] = _replay_verdict(rec)
     return graph
-
-
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while the model runs: a trace allocates a few objects per
-    op, which keeps triggering full collections over every object the process holds (half the
-    tracer's cost on a deep model). Tensors are still freed by reference counting."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _beyond_the_tracer(exc: BaseException) -> bool:

@@ -41,32 +41,44 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[str, ...]
     """Module path -> the structure of everything inside it, for the ``candidates`` only (the
     rest can never fold, and hashing every level of every node is the pass's whole cost)."""
     tokens: dict[str, list[str]] = {}
-    shape_text: dict[object, str] = {}
+    # per-object caches, keyed by id: the tracer shares one TensorMeta per shape and one stack
+    # tuple per module call, and hashing those values on every node costs more than the work saved
+    shape_text: dict[int, str] = {}
+    # what depends only on a node's stack (or a state node's owner) is worked out once per stack
+    op_levels: dict[int, list[tuple[str, str, str]]] = {}
+    state_levels: dict[str, list[tuple[str, str]]] = {}
     for n in graph.nodes:
         if n.kind in ("input", "output"):
             continue
         if n.kind == "op":
-            # the call index is structure too: a block that calls a child twice differs from one
-            # that calls it once
-            levels = [(path, d) for d, (path, _) in enumerate(n.stack) if path in candidates]
+            levels = op_levels.get(id(n.stack))
+            if levels is None:
+                module = n.module
+                # the call index is structure too: a block that calls a child twice differs from
+                # one that calls it once
+                levels = op_levels[id(n.stack)] = [
+                    (path, _relative(module, path), str([c for _, c in n.stack[d + 1 :]]))
+                    for d, (path, _) in enumerate(n.stack) if path in candidates
+                ]
         else:  # state belongs to its owner and to every module around it
-            parts = n.module.split(".") if n.module else []
-            levels = [(p, -1) for p in (".".join(parts[: i + 1]) for i in range(len(parts))) if p in candidates]
+            owner = state_levels.get(n.module)
+            if owner is None:
+                parts = n.module.split(".") if n.module else []
+                prefixes = (".".join(parts[: i + 1]) for i in range(len(parts)))
+                owner = state_levels[n.module] = [
+                    (p, _relative(n.module, p)) for p in prefixes if p in candidates
+                ]
+            levels = [(p, rel, "") for p, rel in owner]
         if not levels:
             continue
         shapes = "|".join(
-            shape_text.get(m) or shape_text.setdefault(m, m.shape_str() + m.dtype) for m in n.outputs
+            shape_text.get(id(m)) or shape_text.setdefault(id(m), m.shape_str() + m.dtype)
+            for m in n.outputs
         )
-        for path, depth in levels:
-            rel = _relative(n.module, path)
-            if n.kind == "op":
-                name = n.target
-                calls = str([c for _, c in n.stack[depth + 1 :]])
-            else:
-                # export numbers lifted constants graph-wide (``h.0.attn.lifted_tensor_0``, then
-                # ``_2`` in ``h.1``): their names are not structure, their owner and shape are
-                name = "" if n.kind == "constant" else _relative(n.target, path)
-                calls = ""
+        for path, rel, calls in levels:
+            # export numbers lifted constants graph-wide (``h.0.attn.lifted_tensor_0``, then ``_2``
+            # in ``h.1``): their names are not structure, their owner and shape are
+            name = n.target if n.kind == "op" else "" if n.kind == "constant" else _relative(n.target, path)
             tokens.setdefault(path, []).append(f"{n.kind}:{name}:{rel}:{calls}:{shapes}")
     return {p: tuple(t) for p, t in tokens.items()}
 
