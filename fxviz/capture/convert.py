@@ -98,6 +98,8 @@ def meta_from_value(v: Any) -> TensorMeta | None:
         return TensorMeta((), "int", value=str(v))
     if isinstance(v, float):
         return TensorMeta((), "float", value=repr(v))
+    if isinstance(v, complex):
+        return TensorMeta((), "complex", value=repr(v))
     return None
 
 

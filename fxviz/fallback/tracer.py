@@ -33,7 +33,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fxviz.capture.convert import gc_paused, is_user_file, module_infos, output_node
+from fxviz.capture.convert import gc_paused, is_user_file, meta_from_value, module_infos, output_node
 from fxviz.capture.normalize import _describe, flatten_inputs, flatten_outputs
 from fxviz.errors import ModelError
 from fxviz.fallback.values import encode, has_opaque
@@ -102,14 +102,9 @@ def _meta(v: Any) -> TensorMeta:
                 tuple(v.shape), str(v.dtype).removeprefix("torch."), v.device.type
             )
         return m
-    if isinstance(v, bool):
-        return TensorMeta((), "bool", value=str(v))
-    if isinstance(v, int):
-        return TensorMeta((), "int", value=str(v))
-    if isinstance(v, float):
-        return TensorMeta((), "float", value=repr(v))
-    if isinstance(v, complex):
-        return TensorMeta((), "complex", value=repr(v))
+    m = meta_from_value(v)  # Python and symbolic scalars, as every capture method shows them
+    if m is not None:
+        return m
     if v is None:
         return TensorMeta((), "none")
     return TensorMeta((), "object", value=_describe(v))
@@ -372,6 +367,42 @@ class Recorder:
                 self.replay_blockers.append("passes a value replay cannot rebuild (a callable?)")
         return inputs, attrs, seen
 
+    def observe(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, aten: bool) -> Any:
+        """Run one call and record it: the body of both recording modes.
+
+        A failure of our own bookkeeping is a :class:`_TracerFault`, never mistaken for the model's
+        error; an exception from the call itself marks the node and propagates unchanged."""
+        try:
+            if aten and self._pending:
+                self._finish_pending()
+            kind = self.kind_of(func)
+            skip = kind[0] == _SKIP
+            if not skip:
+                names = [a.name for a in func._schema.arguments] if aten else None
+                inputs, attrs, seen = self.collect(args, kwargs, names)
+                source = self.source()
+                mutated: tuple[int, ...] = ()
+                if aten and names is not None:
+                    writes = self.mutable_args(func)
+                    if writes:
+                        # the schema counts all arguments; map its positions onto the tensors seen
+                        positions = _tensor_positions(args, kwargs, names)
+                        mutated = tuple(positions[i] for i in writes if i in positions)
+        except Exception as e:
+            raise _TracerFault(f"tracer failed before {func}") from e
+        if skip:
+            return func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except Exception as e:
+            self.record_failure(kind, inputs, attrs, source, e)
+            raise
+        try:
+            self.record(kind, inputs, attrs, seen, out, source, mutated)
+        except Exception as e:
+            raise _TracerFault(f"tracer failed after {func}") from e
+        return out
+
     def record(
         self,
         kind: tuple[int, str, str],
@@ -527,26 +558,7 @@ class _FunctionMode(TorchFunctionMode):
     def __torch_function__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
-        kwargs = kwargs or {}
-        rec = self.rec
-        try:
-            kind = rec.kind_of(func)
-            if kind[0] == _SKIP:
-                return func(*args, **kwargs)
-            inputs, attrs, seen = rec.collect(args, kwargs, None)
-            source = rec.source()
-        except Exception as e:
-            raise _TracerFault(f"tracer failed before {func!r}") from e
-        try:
-            out = func(*args, **kwargs)
-        except Exception as e:
-            rec.record_failure(kind, inputs, attrs, source, e)
-            raise
-        try:
-            rec.record(kind, inputs, attrs, seen, out, source)
-        except Exception as e:
-            raise _TracerFault(f"tracer failed after {func!r}") from e
-        return out
+        return self.rec.observe(func, args, kwargs or {}, aten=False)
 
 
 class _CallMode(TorchFunctionMode):
@@ -585,32 +597,7 @@ class _DispatchMode(TorchDispatchMode):
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
-        kwargs = kwargs or {}
-        rec = self.rec
-        try:
-            if rec._pending:
-                rec._finish_pending()
-            kind = rec.kind_of(func)
-            schema = func._schema
-            names = [a.name for a in schema.arguments]
-            inputs, attrs, seen = rec.collect(args, kwargs, names)
-            source = rec.source()
-            mutated = rec.mutable_args(func)
-            # the schema names positions among all arguments; map them onto the tensors seen
-            positions = _tensor_positions(args, kwargs, names) if mutated else {}
-        except Exception as e:
-            raise _TracerFault(f"tracer failed before {func}") from e
-        try:
-            out = func(*args, **kwargs)
-        except Exception as e:
-            rec.record_failure(kind, inputs, attrs, source, e)
-            raise
-        try:
-            rec.record(kind, inputs, attrs, seen, out, source,
-                       tuple(positions[i] for i in mutated if i in positions))
-        except Exception as e:
-            raise _TracerFault(f"tracer failed after {func}") from e
-        return out
+        return self.rec.observe(func, args, kwargs or {}, aten=True)
 
 
 def _tensor_positions(args: tuple[Any, ...], kwargs: dict[str, Any], names: list[str]) -> dict[int, int]:
