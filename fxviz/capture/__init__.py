@@ -93,12 +93,17 @@ def failed_attempt(method: str, seconds: float, exc: BaseException) -> Attempt:
 @contextlib.contextmanager
 def quiet_torch() -> Iterator[None]:
     """Silence torch's own error reports (export, Dynamo, fake tensors) while we try methods: a
-    failed attempt is reported once, by us, in ``graph.attempts``. torch sets levels on many child
-    loggers itself, so every ``torch.*`` logger is raised, and each level is restored afterwards;
-    export also prints a data-dependent error's partial graph straight to stderr (the exception
-    carries it too), so stderr is held for the attempt."""
-    names = [n for n in logging.Logger.manager.loggerDict if n == "torch" or n.startswith("torch.")]
-    loggers = [logging.getLogger(n) for n in names]
+    failed attempt is reported once, by us, in ``graph.attempts``. A logger without a level of
+    its own inherits its parent's, so raising ``torch`` and the few ``torch.*`` loggers that torch
+    gave a level of their own silences them all (each ``setLevel`` clears every logger's cache, so
+    doing it for all ~100 torch loggers cost a millisecond per capture); levels are restored
+    afterwards. Export also prints a data-dependent error's partial graph straight to stderr (the
+    exception carries it too), so stderr is held for the attempt."""
+    registry = logging.Logger.manager.loggerDict
+    loggers = [logging.getLogger("torch")] + [
+        lg for n, lg in registry.items()
+        if n.startswith("torch.") and isinstance(lg, logging.Logger) and lg.level != logging.NOTSET
+    ]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.CRITICAL)
