@@ -448,5 +448,6 @@ def test_llama_70b_shape_on_meta_both_ways() -> None:
         assert r["layers"] == 80 and r["calls"] == "model.layers.79"
         assert r["logits"] == [1, 16, 32000]
         assert r["params"] > 68_000_000_000
-    assert result["eager"]["seconds"] < 15
+    # time is the benchmark's business (README "Performance"); memory is what decides whether
+    # a too-big model can be looked at on this machine at all
     assert result["peak_rss_mb"] < 4096
