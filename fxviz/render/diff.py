@@ -24,9 +24,9 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from fxviz.errors import RenderError
 from fxviz.graphdiff import KINDS, Diff, Difference, ModuleDiff, Stack
 from fxviz.ir import Graph, Node
+from fxviz.render import write_text
 from fxviz.render.view import KIND_COLORS, edge_label, node_color, node_label
 
 _KIND_TITLES = {
@@ -337,10 +337,7 @@ def to_html(d: Diff, path: str | os.PathLike[str] | None = None) -> str:
     """The side-by-side page as one self-contained HTML string; written to ``path`` when given."""
     text: str = _template().render(**html_context(d))
     if path is not None:
-        try:
-            Path(path).write_text(text, encoding="utf-8")
-        except OSError as e:
-            raise RenderError(f"could not write the diff report to {path}: {e}") from e
+        write_text(path, text, what="diff report")
     return text
 
 

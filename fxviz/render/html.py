@@ -27,6 +27,7 @@ import jinja2
 
 from fxviz.errors import RenderError
 from fxviz.ir import Graph, Node, Scope, SourceLoc, TensorMeta
+from fxviz.render import write_text
 from fxviz.render.view import (
     KIND_COLORS,
     edge_label,
@@ -224,10 +225,7 @@ def to_html(
         css=css,
     )
     if path is not None:
-        try:
-            Path(path).write_text(text, encoding="utf-8")
-        except OSError as e:
-            raise RenderError(f"cannot write the HTML report to {os.fspath(path)!r}: {e}") from e
+        write_text(path, text, what="HTML report")
     return text
 
 
