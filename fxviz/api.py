@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -11,7 +12,7 @@ from torch import nn
 from fxviz.capture import AUTO_CHAIN, CAPTURERS, capture_symbolic, normalize_args
 from fxviz.capture.convert import gc_paused
 from fxviz.errors import CaptureError, ModelError
-from fxviz.ir import Graph
+from fxviz.ir import Attempt, Graph
 from fxviz.passes import DEFAULT, run_passes
 
 if TYPE_CHECKING:
@@ -79,7 +80,6 @@ def compare(
         >>> d.summary(), bool(d.significant)
         ({'only_in_a': 1}, True)
     """
-    from fxviz.capture.convert import module_infos
     from fxviz.graphdiff import diff
 
     level = level or ("aten" if decompose else "function")
@@ -90,10 +90,7 @@ def compare(
     eager_method = "eager" if level == "function" else "eager-aten"
 
     t0 = time.perf_counter()
-    try:
-        a = capture(model, args, kwargs, method=symbolic_method, passes=passes, dynamic_shapes=dynamic_shapes)
-    except CaptureError as e:
-        a = Graph(name=type(model).__name__, attempts=e.attempts, modules=module_infos(model))
+    a = _capture_symbolic_for_compare(model, args, kwargs, symbolic_method, passes, dynamic_shapes)
     t1 = time.perf_counter()
     try:
         b = capture(model, args, kwargs, method=eager_method, passes=passes)
@@ -105,3 +102,35 @@ def compare(
     result = diff(a, b, labels=(symbolic_method, eager_method))
     result.seconds.update(a=t1 - t0, b=t2 - t1)
     return result
+
+
+def _capture_symbolic_for_compare(
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], method: str,
+    passes: Sequence[str], dynamic_shapes: Any,
+) -> Graph:
+    """The symbolic side of :func:`compare`. Without ``dynamic_shapes`` from the caller every input
+    size is exported as ``Dim.AUTO``: with all sizes static, export specialises on shapes silently
+    (a branch on ``x.shape[0]`` leaves no trace), while symbolic sizes turn each such decision into
+    a guard fxviz reports with its source line. Sizes the code pins stay concrete. If export cannot
+    handle symbolic sizes, static ones are tried, and both attempts are kept."""
+    from torch.export import Dim
+
+    from fxviz.capture.convert import module_infos
+    from fxviz.capture.normalize import flatten_inputs
+
+    tries = [dynamic_shapes]
+    if dynamic_shapes is None:
+        tensors = flatten_inputs(model, args, kwargs).tensors
+        tries = [[{i: Dim.AUTO for i in range(t.dim())} for t in tensors], None]
+    attempts: list[Attempt] = []
+    for k, ds in enumerate(tries):
+        try:
+            g = capture(model, args, kwargs, method=method, passes=passes, dynamic_shapes=ds)
+        except CaptureError as e:
+            # tell the symbolic-size try from the static one in the attempt list
+            attempts += [dataclasses.replace(x, method=f"{x.method} (symbolic sizes)") if k == 0 and len(tries) > 1
+                         else x for x in e.attempts]
+            continue
+        g.attempts = attempts + g.attempts
+        return g
+    return Graph(name=type(model).__name__, attempts=attempts, modules=module_infos(model))

@@ -12,7 +12,8 @@
    common subsequence whose ties are broken by the names themselves, never by which graph came
    first: ``diff(a, b)`` is ``diff(b, a)`` mirrored, by construction.
 
-Kinds of difference (:data:`KINDS`): ``only_in_a`` / ``only_in_b`` (ops or whole module calls),
+Kinds of difference (:data:`KINDS`): ``assumption`` (a condition on the inputs one capture took as
+given, e.g. ``x.shape[0] > 2`` where the forward branches on a size), ``only_in_a`` / ``only_in_b`` (ops or whole module calls),
 ``calls`` (a module ran a different number of times), ``shape``, ``dtype``, ``capture_failed`` (one
 graph could not be captured: the failure is placed on the other graph at the data-dependent node
 behind it), and two informational kinds that do not mean the computations differ: ``decomposed``
@@ -43,7 +44,8 @@ Stack = tuple[ModuleCall, ...]
 
 #: Every kind of difference, most serious first (the order of the report's summary).
 KINDS: tuple[str, ...] = (
-    "capture_failed", "only_in_a", "only_in_b", "calls", "shape", "dtype", "decomposed", "symbolic_shape",
+    "capture_failed", "assumption", "only_in_a", "only_in_b", "calls", "shape", "dtype", "decomposed",
+    "symbolic_shape",
 )
 #: Kinds that say the two graphs spell the same computation differently.
 INFORMATIONAL_KINDS = frozenset({"decomposed", "symbolic_shape"})
@@ -616,6 +618,26 @@ def _failed(g: Graph) -> Attempt | None:
     return next((a for a in reversed(g.attempts) if not a.ok), None)
 
 
+def _enclosing_call(src: SourceLoc | None, *graphs: Graph) -> Stack:
+    """The module call a source line runs in: that of the first op after it in the same function
+    (a branch on a shape has no op of its own), else the root."""
+    if src is None:
+        return ()
+    best: tuple[int, int] | None = None
+    stack: Stack = ()
+    for g in graphs:
+        for n in g.ops:
+            s = n.source
+            if s is None or s.file != src.file or s.func != src.func or s.line < src.line:
+                continue
+            # the nearest line after the guard; on it, the shallowest call (the module whose
+            # forward holds the line, not a child it calls there)
+            key = (s.line, len(n.stack))
+            if best is None or key < best:
+                best, stack = key, n.stack
+    return stack
+
+
 def _locate(failure: Attempt, other: Graph) -> Node | None:
     """The node of ``other`` where the failed capture's data-dependent value left the graph: the
     ``.item()``/``bool()`` at the source line the exception names, else the first one."""
@@ -705,6 +727,19 @@ def diff(a: Graph, b: Graph, *, labels: tuple[str, str] | None = None) -> Diff:
             side if which == "a" else None, side if which == "b" else None,
             note=failure.method, detail=failure.message,
         ))
+
+    # what one capture took as given about the inputs (a guard on a symbolic size in user code):
+    # the graphs agree on these inputs, but the captured program only holds the path they take
+    for g, which in ((a, "a"), (b, "b")):
+        for assumption in g.assumptions:
+            stack = _enclosing_call(assumption.source, a, b)
+            side = Side(source=assumption.source)
+            label = labels[0] if which == "a" else labels[1]
+            dd.add(Difference(
+                "assumption", stack,
+                f"{label} assumed {assumption.expr}: inputs that break it take a path its graph does not hold",
+                side if which == "a" else None, side if which == "b" else None,
+            ))
 
     keys = _merged_order(list(calls_a), list(calls_b))
     one_side_only = fa is not None or fb is not None

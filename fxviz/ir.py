@@ -254,6 +254,26 @@ class Attempt:
 
 
 @dataclass(frozen=True, slots=True)
+class Assumption:
+    """A condition on the inputs that symbolic capture took as given: a shape guard from user code
+    (``x.shape[0] > 2`` where the forward branches on it). The captured graph holds only the path
+    those inputs take; other inputs would take another path the graph does not have."""
+
+    expr: str
+    source: SourceLoc | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"expr": self.expr}
+        if self.source is not None:
+            d["source"] = self.source.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Assumption:
+        return cls(d["expr"], SourceLoc.from_dict(d["source"]) if d.get("source") else None)
+
+
+@dataclass(frozen=True, slots=True)
 class ModuleInfo:
     """Facts about one submodule of the model, known at capture time."""
 
@@ -306,6 +326,8 @@ class Graph:
         modules: module path -> facts about that module (``""`` is the root model).
         annotations: results written by passes, keyed by pass name.
         error: when the model itself raised, the error (the graph is partial).
+        assumptions: conditions on the inputs the capture took as given (shape guards in user code;
+            recorded when sizes are symbolic, see ``dynamic_shapes``).
     """
 
     name: str = ""
@@ -315,6 +337,7 @@ class Graph:
     modules: dict[str, ModuleInfo] = field(default_factory=dict)
     annotations: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    assumptions: list[Assumption] = field(default_factory=list)
     _index: dict[str, Node] | None = field(default=None, repr=False, compare=False)
 
     # ---- lookups (derived) -------------------------------------------------------------------
@@ -432,7 +455,7 @@ class Graph:
     # ---- serialisation -----------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "schema": SCHEMA_VERSION,
             "name": self.name,
             "method": self.method,
@@ -442,6 +465,9 @@ class Graph:
             "annotations": self.annotations,
             "error": self.error,
         }
+        if self.assumptions:
+            d["assumptions"] = [a.to_dict() for a in self.assumptions]
+        return d
 
     def to_json(self, *, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -462,6 +488,7 @@ class Graph:
             modules={p: ModuleInfo.from_dict(m) for p, m in d.get("modules", {}).items()},
             annotations=dict(d.get("annotations", {})),
             error=d.get("error"),
+            assumptions=[Assumption.from_dict(a) for a in d.get("assumptions", ())],
         )
 
     @classmethod

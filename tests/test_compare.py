@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import fxviz
+from fxviz import examples
 from fxviz.cli import cli
 from fxviz.graphdiff import Diff, Difference, align, diff, op_name
 from fxviz.ir import Attempt, Graph, Node, SourceLoc
@@ -206,15 +207,31 @@ def test_same_model_twice_gives_no_significant_difference() -> None:
     assert statuses[("shared", 0)] == statuses[("shared", 1)] == "matched"
 
 
-def test_branch_on_a_static_shape_matches_the_taken_branch() -> None:
-    # export specialises `x.shape[0] > 2` away and keeps no guard node in the graph; eager runs the
-    # same branch, so the graphs agree: the mul is in both, the add in neither
+def test_branch_on_a_static_shape_names_the_specialisation_and_its_line() -> None:
+    # both captures run only the taken branch (the mul, never the add); compare exports with
+    # symbolic sizes, so export's decision on `x.shape[0] > 2` is a guard fxviz reports as what
+    # the exported graph assumes, at the line of the `if`
     d = fxviz.compare(Branchy(), (torch.randn(4, 8),))
-    assert not d.significant
+    assumptions = [x for x in d.differences if x.kind == "assumption"]
+    assert [x.message.split(":")[0] for x in assumptions] == ["export assumed x.shape[0] > 2"]
+    src = assumptions[0].source
+    assert src is not None and src.file == __file__ and src.code.startswith("if x.shape[0] > 2:")
+    assert assumptions[0].stack == ()  # Branchy.forward itself, not the fc it calls
+    assert d.summary().get("only_in_a", 0) == d.summary().get("only_in_b", 0) == 0
     rows = next(m for m in d.modules if not m.stack).rows
     ops = [(d.a.node(r.a[0]).target, d.b.node(r.b[0]).target) for r in rows if r.a and r.b and d.a.node(r.a[0]).kind == "op"]
     assert ("aten.mul.Tensor", "Tensor.mul") in ops
     assert not any("add" in t for pair in ops for t in pair)
+    assert "export assumed x.shape[0] > 2" in str(d) and "test_compare.py:" in str(d)
+
+
+def test_a_model_that_needs_static_sizes_is_still_compared() -> None:
+    # view(-1, 2048) pins the sizes: export with symbolic sizes specialises them and still works;
+    # the graphs agree and nothing is assumed in user code
+    model, args = examples.cnn()
+    d = fxviz.compare(model, args)
+    assert d.a.method == "export" and d.a.ops
+    assert not [x for x in d.differences if x.kind in ("assumption", "only_in_a", "only_in_b")]
 
 
 def test_dynamic_shapes_give_symbols_against_sizes() -> None:

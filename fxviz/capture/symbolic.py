@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+import traceback
 from typing import Any
 
 import torch
@@ -10,9 +12,16 @@ import torch.fx
 from torch import nn
 from torch.export.graph_signature import InputKind, OutputKind
 
-from fxviz.capture.convert import Converter, Placeholder, mark_tied, module_infos, stack_from_meta
+from fxviz.capture.convert import (
+    Converter,
+    Placeholder,
+    is_user_file,
+    mark_tied,
+    module_infos,
+    stack_from_meta,
+)
 from fxviz.capture.normalize import FlatInputs, NormalizedModel, flatten_inputs, flatten_outputs
-from fxviz.ir import Graph, NodeKind
+from fxviz.ir import Assumption, Graph, NodeKind, SourceLoc
 
 _INPUT_KINDS: dict[InputKind, NodeKind] = {
     InputKind.PARAMETER: "parameter",
@@ -108,7 +117,62 @@ def graph_from_exported(
     conv.add_outputs(items)  # type: ignore[arg-type]
     mark_tied(conv.nodes, model)
 
-    return Graph(name=type(model).__name__, nodes=conv.nodes, method=method, modules=module_infos(model))
+    return Graph(
+        name=type(model).__name__, nodes=conv.nodes, method=method, modules=module_infos(model),
+        assumptions=assumptions_of(ep, flat),
+    )
+
+
+# how export names an input size of NormalizedModel's forward(*tensors): L['tensors'][0].size()[1]
+_SIZE_SOURCE = re.compile(r"\['tensors'\]\[(\d+)\]\.size\(\)\[(\d+)\]")
+_SYMBOL = re.compile(r"\b[su]\d+\b")
+
+
+def assumptions_of(ep: torch.export.ExportedProgram, flat: FlatInputs) -> list[Assumption]:
+    """The shape guards export added while running user code, as conditions on named inputs
+    (``x.shape[0] > 2`` at ``model.py:12``). Only symbolic sizes leave guards: with all sizes
+    static, export specialises silently and there is nothing to record. Guards raised inside torch
+    (a matmul needing equal inner sizes) are consequences, not the user's choices, and stay out."""
+    env = None
+    for n in ep.graph.nodes:
+        if n.op == "placeholder":
+            env = next((d.node.shape_env for d in getattr(n.meta.get("val"), "shape", ())
+                        if isinstance(d, torch.SymInt)), None)
+            if env is not None:
+                break
+    if env is None:
+        return []
+    names: dict[str, str] = {}
+    for sym, sources in env.var_to_sources.items():
+        for src in sources:
+            text = src.name() if callable(src.name) else str(src.name)  # a method in some releases
+            m = _SIZE_SOURCE.search(text)
+            if m and int(m[1]) < len(flat.names):
+                names[str(sym)] = f"{flat.names[int(m[1])]}.shape[{m[2]}]"
+                break
+    out: list[Assumption] = []
+    for guard in env.guards:
+        frame = getattr(getattr(guard, "sloc", None), "framework_loc", None)
+        if not isinstance(frame, traceback.FrameSummary) or not is_user_file(frame.filename):
+            continue
+        expr = _SYMBOL.sub(lambda m: names.get(m[0], m[0]), _python_spelling(str(guard.expr)))
+        a = Assumption(expr, SourceLoc(frame.filename, frame.lineno or 0, frame.name, (frame.line or "").strip()))
+        if a not in out:
+            out.append(a)
+    return out
+
+
+def _python_spelling(expr: str) -> str:
+    """sympy's ``Eq(a, b)`` / ``Ne(a, b)`` at the top level as ``a == b`` / ``a != b``."""
+    for fn, op in (("Eq(", "=="), ("Ne(", "!=")):
+        if expr.startswith(fn) and expr.endswith(")"):
+            inner, depth = expr[len(fn) : -1], 0
+            for i, ch in enumerate(inner):
+                depth += ch == "("
+                depth -= ch == ")"
+                if ch == "," and depth == 0:
+                    return f"{inner[:i].strip()} {op} {inner[i + 1 :].strip()}"
+    return expr
 
 
 class _Tracer(torch.fx.Tracer):

@@ -31,6 +31,7 @@ from fxviz.render.view import KIND_COLORS, edge_label, node_color, node_label
 
 _KIND_TITLES = {
     "capture_failed": "capture failed",
+    "assumption": "assumed about the inputs",
     "only_in_a": "only in {a}",
     "only_in_b": "only in {b}",
     "calls": "module call counts",
