@@ -29,13 +29,8 @@ import io
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-_HERE = Path(__file__).resolve().parent
-# The repo root first: fxviz from this checkout, whatever state an editable install is in. bench/
-# itself goes last, so that a script here (html.py) never shadows a standard module of that name.
-sys.path[:] = [str(_HERE.parent), *(p for p in sys.path if p and Path(p).resolve() != _HERE), str(_HERE)]
 from _common import (  # noqa: E402
     environment,
     fmt_s,

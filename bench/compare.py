@@ -18,12 +18,8 @@ layers), in interleaved rounds after one warm-up round, torch pinned to one thre
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 from typing import Any
 
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [str(_HERE.parent), *(p for p in sys.path if p and Path(p).resolve() != _HERE), str(_HERE)]
 from _common import (  # noqa: E402
     environment,
     fmt_s,

@@ -4,13 +4,13 @@ Chromium, time to first paint and to expand one module (Performance API marks th
 ``fxviz:first-paint`` from navigation start, ``fxviz:expand`` from the double-click's handler to
 the frame after the re-drawn graph is painted; ``fxviz:layout`` is dagre's share of it).
 
-    .venv/bin/python bench/html.py [--reps 3] [--no-others] [--no-llama] [--out bench/results/html.json]
+    .venv/bin/python bench/report.py [--reps 3] [--no-others] [--no-llama] [--out bench/results/html.json]
 
 Models: the CNN, GPT-2 small (12 layers), a 48-layer GPT-2 (``input_ids`` (1, 16)) and the
 80-layer LLaMA-70B-shaped model. fxviz captures the transformers models on ``meta`` with
 ``method="export"``; ``capture+html`` is capture and report together, ``to_html`` the report alone.
 torchview and torchvista run in ``bench/.venv`` (``bash bench/setup.sh``) through
-``bench/_other_tools_html.py`` on CPU with random weights (neither traces a model on ``meta``);
+``bench/_other_tools_report.py`` on CPU with random weights (neither traces a model on ``meta``);
 their time covers tracing and writing the file, like fxviz's ``capture+html``. A tool that fails
 shows ``n/a`` and the reason. Targets: first paint < 1.5 s, expand < 300 ms on the 48-layer GPT-2;
 the LLaMA graph opens and expands.
@@ -29,8 +29,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-# this file is named html.py: its folder on sys.path would shadow the standard library's html
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
 from bench._common import environment, fmt_s, med, pin_threads, quiet_transformers, table, timed, write_json  # noqa: E402
@@ -77,7 +75,7 @@ def other_tools(name: str, out_dir: Path) -> dict[str, Any]:
     if not BENCH_PY.exists():
         reason = "bench/.venv missing: run bash bench/setup.sh"
         return {"torchview": {"error": reason}, "torchvista": {"error": reason}}
-    cmd = [str(BENCH_PY), str(ROOT / "bench" / "_other_tools_html.py"), name, "--out-dir", str(out_dir / name)]
+    cmd = [str(BENCH_PY), str(ROOT / "bench" / "_other_tools_report.py"), name, "--out-dir", str(out_dir / name)]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=OTHERS_TIMEOUT_S, cwd=ROOT)
     except subprocess.TimeoutExpired:

@@ -1,8 +1,8 @@
-"""Driver for bench/html.py, run in bench/.venv (where torchvista and torchview live): build one
-model the way bench/html.py does and time each tool writing its report, once after a warm-up run.
+"""Driver for bench/report.py, run in bench/.venv (where torchvista and torchview live): build one
+model the way bench/report.py does and time each tool writing its report, once after a warm-up run.
 Prints one JSON line: ``{tool: {"seconds": s, "bytes": n} | {"error": "Type: message"}}``.
 
-    bench/.venv/bin/python bench/_other_tools_html.py gpt2-12 --out-dir /tmp/x
+    bench/.venv/bin/python bench/_other_tools_report.py gpt2-12 --out-dir /tmp/x
 
 Models run on CPU with random weights: neither tool traces a model on ``meta``. torchview draws
 with ``expand_nested=True`` and renders SVG through Graphviz; torchvista writes its HTML with
