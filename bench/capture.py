@@ -6,7 +6,7 @@ For each model, in interleaved rounds after one warm-up round (export's first ca
 costs), with torch pinned to one thread:
 
 - ``export``: ``torch.export.export(NormalizedModel(model, flat, box), flat.tensors)``, exactly the
-  call fxviz's export method makes (fxviz/capture/symbolic.py), so the difference is fxviz's own
+  call fxviz's export method makes (fxviz/symbolic/export.py), so the difference is fxviz's own
   conversion and passes;
 - ``export (plain)``: ``torch.export.export(model, args, kwargs)`` on the raw model, where it works
   (transformers' ``DynamicCache`` output stops it; that is why fxviz wraps the model); then it is
@@ -83,9 +83,9 @@ def bench_model(name: str, build: Callable[[], Any], reps: int) -> dict[str, Any
     import torch
 
     import fxviz
-    from fxviz.capture.normalize import NormalizedModel, flatten_inputs
-    from fxviz.capture.symbolic import graph_from_exported
     from fxviz.passes import DEFAULT, PASSES
+    from fxviz.symbolic.export import graph_from_exported
+    from fxviz.torchbridge.normalize import NormalizedModel, flatten_inputs
 
     t_build, (model, args, kwargs) = timed(build)
     flat = flatten_inputs(model, args, kwargs)

@@ -1,48 +1,95 @@
 """fxviz shows what a PyTorch model really computes in its forward pass.
 
-The way through the house: ``capture/`` turns a model and example inputs into an
-:class:`~fxviz.ir.Graph` (torch.export, then torch.fx, then the eager tracer in ``fallback/``);
-``passes/`` annotate the graph (module paths, shapes, statistics, folded repeats); ``render/``
-draws it (rich tree, HTML report, Graphviz); ``graphdiff`` aligns two graphs (symbolic against eager,
-or any two) and classifies where they differ; ``cli`` is a thin shell over this API.
+The way through the house, bottom to top:
+
+* ``ir`` (with ``calls``, the module call tree, and ``ops``, op names and families): the graph as
+  plain data. No torch anywhere below ``torchbridge``, so a saved graph renders without torch.
+* ``passes/`` annotate a graph (module paths, shapes, statistics, folded repeats, structure);
+  ``graphdiff/`` aligns two graphs and classifies where they differ; ``render/`` draws graphs and
+  diffs (rich tree, HTML report, Graphviz).
+* ``torchbridge/`` turns torch values into IR; ``capture/`` (torch.export, torch.fx) and
+  ``fallback/`` (the eager tracer) build graphs on it.
+* ``api`` chooses and chains capture methods; ``cli`` is a thin shell over it.
 
     >>> import fxviz, torch
     >>> g = fxviz.capture(model, (torch.randn(1, 3, 32, 32),))
     >>> g.method, len(g.ops)
     ('export', 15)
     >>> print(g)            # the module tree, ops in execution order, shapes, parameter counts
+
+``import fxviz`` does not import torch: the names that capture (``capture``, ``compare``) import it
+on first use.
 """
 
 from __future__ import annotations
 
-from fxviz.api import capture, compare
-from fxviz.errors import CaptureError, FxvizError, ModelError, PassError, RenderError, TargetError
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+# torch-free and cheap: importing render registers the renderers Graph and Diff draw themselves with
+import fxviz.render as _render  # noqa: F401
+from fxviz.errors import (
+    CaptureError,
+    FxvizError,
+    GraphFormatError,
+    InputError,
+    ModelError,
+    PassError,
+    RenderError,
+    ReplayError,
+    TargetError,
+)
 from fxviz.graphdiff import Diff, Difference, diff
 from fxviz.ir import Attempt, Edge, Graph, ModuleInfo, Node, Ref, Scope, SourceLoc, TensorMeta
 from fxviz.passes import DEFAULT as DEFAULT_PASSES
 from fxviz.passes import run_passes
 
-__version__ = "0.1.0"
+try:
+    __version__ = version("fxviz")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree that was never installed
+    __version__ = "0+unknown"
+
+#: Public names that need torch: imported from their module on first use.
+_LAZY = {"capture": "fxviz.api", "compare": "fxviz.api", "METHODS": "fxviz.api"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fxviz' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = [
     "DEFAULT_PASSES",
+    "METHODS",
     "Attempt",
     "CaptureError",
+    "Diff",
+    "Difference",
     "Edge",
     "FxvizError",
     "Graph",
+    "GraphFormatError",
+    "InputError",
     "ModelError",
     "ModuleInfo",
     "Node",
     "PassError",
     "Ref",
     "RenderError",
+    "ReplayError",
     "Scope",
     "SourceLoc",
     "TargetError",
     "TensorMeta",
-    "Diff",
-    "Difference",
     "capture",
     "compare",
     "diff",

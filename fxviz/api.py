@@ -1,24 +1,86 @@
-"""The public entry points: :func:`capture` and :func:`compare`."""
+"""The public entry points: :func:`capture` and :func:`compare`. This is where capture methods are
+chosen and chained: ``capture`` (symbolic) and ``fallback`` (eager) are siblings that each produce
+a graph; the auto chain tries them in turn and records every attempt."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from torch import nn
+from torch.export import Dim
 
-from fxviz.capture import AUTO_CHAIN, CAPTURERS, capture_symbolic, normalize_args
-from fxviz.capture.convert import gc_paused
-from fxviz.errors import CaptureError, ModelError
+from fxviz.errors import CaptureError, ModelError, TargetError
+from fxviz.fallback.tracer import trace_eager, uses_meta
+from fxviz.graphdiff import Diff, diff
 from fxviz.ir import Attempt, Graph
 from fxviz.passes import DEFAULT, run_passes
+from fxviz.symbolic.export import capture_export
+from fxviz.symbolic.fx import capture_fx
+from fxviz.torchbridge.normalize import flatten_inputs
+from fxviz.torchbridge.run import failed_attempt, gc_paused, normalize_args, quiet_torch
+from fxviz.torchbridge.values import module_infos
 
-if TYPE_CHECKING:
-    from fxviz.graphdiff import Diff
+Capturer = Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any], Graph]
 
+
+def _eager(level: str) -> Capturer:
+    """The eager tracer as a capturer; fake tensors whenever the model or an input is on ``meta``."""
+
+    def run(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], _ds: Any) -> Graph:
+        return trace_eager(model, args, kwargs, level=level, fake=uses_meta(model, args, kwargs))
+
+    return run
+
+
+#: Every capture method by name.
+CAPTURERS: dict[str, Capturer] = {
+    "export": lambda m, a, k, ds: capture_export(m, a, k, strict=False, dynamic_shapes=ds),
+    "export-strict": lambda m, a, k, ds: capture_export(m, a, k, strict=True, dynamic_shapes=ds),
+    "export-decomposed": lambda m, a, k, ds: capture_export(m, a, k, dynamic_shapes=ds, decompose=True),
+    "fx": lambda m, a, k, ds: capture_fx(m, a, k),
+    "eager": _eager("function"),
+    "eager-aten": _eager("aten"),
+}
+
+#: What ``method="auto"`` tries, in order.
+AUTO_CHAIN: tuple[str, ...] = ("export", "export-strict", "fx", "eager")
+
+#: Every value ``capture(method=...)`` takes (the CLI's ``--method`` choices come from here).
 METHODS: tuple[str, ...] = ("auto", *CAPTURERS)
+
+
+def run_methods(
+    model: nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    methods: Sequence[str],
+    dynamic_shapes: Any = None,
+) -> Graph:
+    """Try ``methods`` in order; the first graph wins. Raises :class:`CaptureError` listing every
+    attempt when none works, or the :class:`ModelError` of a method that ran the model and saw the
+    model itself raise (its partial graph records the attempts)."""
+    attempts: list[Attempt] = []
+    for method in methods:
+        t0 = time.perf_counter()
+        try:
+            with quiet_torch():
+                graph = CAPTURERS[method](model, args, kwargs, dynamic_shapes)
+        except ModelError as e:
+            attempts.append(failed_attempt(method, time.perf_counter() - t0, e.__cause__ or e))
+            if e.graph is not None:
+                e.graph.attempts = attempts
+            raise
+        except Exception as e:  # every failure is recorded; the next method gets its turn
+            attempts.append(failed_attempt(method, time.perf_counter() - t0, e))
+            continue
+        attempts.append(Attempt(method, True, time.perf_counter() - t0))
+        graph.attempts = attempts
+        return graph
+    raise CaptureError(f"could not capture {type(model).__name__}: every method failed", attempts)
 
 
 def capture(
@@ -40,12 +102,12 @@ def capture(
     annotated partial graph as ``err.graph``.
     """
     if method not in METHODS:
-        raise ValueError(f"method {method!r} is not one of {', '.join(METHODS)}")
+        raise TargetError(f"method {method!r} is not one of {', '.join(METHODS)}")
     args, kwargs = normalize_args(model, args, kwargs)
     methods = AUTO_CHAIN if method == "auto" else (method,)
     with gc_paused():
         try:
-            graph = capture_symbolic(model, args, kwargs, methods=methods, dynamic_shapes=dynamic_shapes)
+            graph = run_methods(model, args, kwargs, methods=methods, dynamic_shapes=dynamic_shapes)
         except ModelError as e:  # the model itself raised: annotate its partial graph all the same
             if e.graph is not None:
                 run_passes(e.graph, passes)
@@ -80,11 +142,9 @@ def compare(
         >>> d.summary(), bool(d.significant)
         ({'only_in_a': 1}, True)
     """
-    from fxviz.graphdiff import diff
-
     level = level or ("aten" if decompose else "function")
     if level not in ("function", "aten"):
-        raise ValueError(f"level {level!r} is not one of 'function', 'aten'")
+        raise TargetError(f"level {level!r} is not one of 'function', 'aten'")
     args, kwargs = normalize_args(model, args, kwargs)
     symbolic_method = "export-decomposed" if decompose else "export"
     eager_method = "eager" if level == "function" else "eager-aten"
@@ -113,11 +173,6 @@ def _capture_symbolic_for_compare(
     (a branch on ``x.shape[0]`` leaves no trace), while symbolic sizes turn each such decision into
     a guard fxviz reports with its source line. Sizes the code pins stay concrete. If export cannot
     handle symbolic sizes, static ones are tried, and both attempts are kept."""
-    from torch.export import Dim
-
-    from fxviz.capture.convert import module_infos
-    from fxviz.capture.normalize import flatten_inputs
-
     tries = [dynamic_shapes]
     if dynamic_shapes is None:
         tensors = flatten_inputs(model, args, kwargs).tensors

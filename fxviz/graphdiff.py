@@ -36,7 +36,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fxviz.ir import Attempt, Graph, ModuleCall, Node, SourceLoc, TensorMeta, module_class, short_target
+from fxviz.ir import Attempt, Graph, ModuleCall, Node, SourceLoc, TensorMeta, module_class, view
+from fxviz.ops import ASSERTS as _ASSERTS
+from fxviz.ops import op_name
 
 DIFF_SCHEMA_VERSION = 1
 
@@ -52,51 +54,10 @@ INFORMATIONAL_KINDS = frozenset({"decomposed", "symbolic_shape"})
 #: Notes on ``only_in`` entries that are bookkeeping of one capture method, not computation.
 INFORMATIONAL_NOTES = frozenset({"assert", "returns input", "symbolic arithmetic"})
 
-# ATen ops export inserts to check what it assumed; eager never runs them
-_ASSERTS = frozenset({
-    "_assert_tensor_metadata", "_assert_scalar", "_assert_async", "sym_constrain_range",
-    "sym_constrain_range_for_size", "_functional_assert_async", "_functional_sym_constrain_range",
-    "_functional_sym_constrain_range_for_size", "_check_is_size", "_assert",
-})
-# Python operators and their torch spellings -> one name, so ``x + y`` (``Tensor.__add__``) meets
-# ``aten.add.Tensor`` and ``torch.add``
-_DUNDER = {
-    "add": "add", "radd": "add", "iadd": "add", "sub": "sub", "isub": "sub", "rsub": "rsub",
-    "mul": "mul", "rmul": "mul", "imul": "mul", "truediv": "div", "rtruediv": "div",
-    "itruediv": "div", "floordiv": "floor_divide", "rfloordiv": "floor_divide", "mod": "remainder",
-    "pow": "pow", "rpow": "pow", "matmul": "matmul", "rmatmul": "matmul", "neg": "neg",
-    "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor", "invert": "bitwise_not",
-    "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "getitem": "getitem",
-    "setitem": "setitem", "abs": "abs", "iand": "bitwise_and", "ior": "bitwise_or",
-}
-_ALIASES = {
-    "divide": "div", "true_divide": "div", "multiply": "mul", "subtract": "sub", "truediv": "div",
-    "floordiv": "floor_divide", "greater": "gt", "less": "lt", "not_equal": "ne", "absolute": "abs",
-}
-_CALL_PREFIXES = frozenset({"OpOverload", "OpOverloadPacket", "aten", "prims"})
 _MAX_CELLS = 4_000_000  # past this an exact alignment of one call's ops costs seconds: use difflib
 
 
 # ---- names ---------------------------------------------------------------------------------------
-
-
-def op_name(target: str) -> str:
-    """The name two spellings of one op share: ``aten.add_.Tensor``, ``Tensor.__iadd__``,
-    ``torch.add`` and ``operator.add`` all give ``add``; ``torch.nn.functional.linear`` and
-    ``aten.linear.default`` give ``linear``."""
-    parts = target.split(".")
-    if parts[0] in _CALL_PREFIXES and len(parts) > 1:
-        name = parts[1]
-    elif parts[-1] == "__get__" and len(parts) > 1:
-        name = parts[-2]
-    else:
-        name = short_target(target)
-    if name.startswith("__") and name.endswith("__") and len(name) > 4:
-        inner = name[2:-2]
-        return _DUNDER.get(inner, inner)
-    if name.endswith("_") and not name.endswith("__") and len(name) > 1:
-        name = name[:-1]  # in-place spelling of the same op
-    return _ALIASES.get(name, name)
 
 
 def _torch_fn(node: Node) -> tuple[str, str] | None:
@@ -308,30 +269,24 @@ class Diff:
     def to_json(self, *, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
-    # ---- rendering (thin: the work is in fxviz.render.diff) ------------------------------------
+    # ---- rendering: fxviz.render registers the renderers in fxviz.ir.VIEWS ---------------------
 
     def report(self, *, notes: bool = False) -> Any:
         """A rich renderable: summary table, then the module tree of differences."""
-        from fxviz.render.diff import DiffView
-
-        return DiffView(self, notes=notes)
+        return view("diff_report")(self, notes=notes)
 
     def __rich__(self) -> Any:
         return self.report()
 
     def to_html(self, path: str | None = None) -> str:
         """Both graphs side by side per module call, as one self-contained HTML page."""
-        from fxviz.render.diff import to_html
-
-        return to_html(self, path)
+        return view("diff_html")(self, path)  # type: ignore[no-any-return]
 
     def _repr_html_(self) -> str:
         return self.to_html()
 
     def __str__(self) -> str:
-        from fxviz.render.diff import report_text
-
-        return report_text(self)
+        return view("diff_text")(self)  # type: ignore[no-any-return]
 
 
 # ---- alignment -----------------------------------------------------------------------------------

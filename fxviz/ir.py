@@ -1,6 +1,6 @@
 """The fxviz graph IR: plain, torch-free data that every pass and renderer reads.
 
-Capture (``fxviz.capture``) turns a model's forward into a :class:`Graph`; passes annotate it;
+Capture (``fxviz.api.capture``) turns a model's forward into a :class:`Graph`; passes annotate it;
 renderers only read it. Nothing here imports torch, so a graph saved as JSON renders anywhere.
 
 One source of truth:
@@ -25,16 +25,17 @@ Example::
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, SupportsIndex, cast
+
+from fxviz.calls import CallTree, ModuleCall, Scope, build_scopes, call_tree
+from fxviz.errors import GraphFormatError, RenderError
 
 SCHEMA_VERSION = 1
 
 NodeKind = Literal["input", "parameter", "buffer", "constant", "op", "output"]
 NODE_KINDS: tuple[str, ...] = ("input", "parameter", "buffer", "constant", "op", "output")
-#: Kinds that hold state of the model rather than computing something.
-STATE_KINDS = frozenset({"parameter", "buffer", "constant"})
 
 Dim = int | str  # a concrete size, or a symbolic one such as "s0"
 
@@ -130,9 +131,6 @@ class SourceLoc:
         return cls(d["file"], int(d["line"]), d.get("func", ""), d.get("code", ""))
 
 
-ModuleCall = tuple[str, int]  # (module path, call index): ("h.0.attn", 0); the 2nd call has index 1
-
-
 @dataclass(slots=True)
 class Node:
     """One node of the graph.
@@ -194,7 +192,7 @@ class Node:
     def from_dict(cls, d: dict[str, Any]) -> Node:
         kind = d["kind"]
         if kind not in NODE_KINDS:
-            raise ValueError(f"node {d.get('name')!r} has unknown kind {kind!r}")
+            raise GraphFormatError(f"node {d.get('name')!r} has unknown kind {kind!r}")
         return cls(
             name=d["name"],
             kind=kind,
@@ -288,29 +286,93 @@ class ModuleInfo:
         return cls(d["cls"], d.get("qualname", ""))
 
 
-@dataclass(slots=True)
-class Scope:
-    """One module in the derived scope tree, with the calls made to it.
+class NodeList(list["Node"]):
+    """A graph's nodes: a list that keeps its own index by name and drops it on every change, so a
+    lookup can never return a node that was removed or replaced. A node renamed in place is found
+    under its new name too: a hit is checked against the node's current name, and a miss rebuilds
+    the index once before it says no."""
 
-    ``nodes`` are the nodes directly in this module (not in a child), in graph order. ``calls`` is
-    how many times the module was called (0 for a container such as ``ModuleList`` that is never
-    called itself).
-    """
+    __slots__ = ("_by_name",)
 
-    path: str
-    cls: str
-    calls: int = 0
-    children: dict[str, Scope] = field(default_factory=dict)
-    nodes: list[str] = field(default_factory=list)
+    def __init__(self, items: Iterable[Node] = ()) -> None:
+        super().__init__(items)
+        self._by_name: dict[str, Node] | None = None
 
-    @property
-    def name(self) -> str:
-        return self.path.rsplit(".", 1)[-1] if self.path else ""
+    def find(self, name: str) -> Node | None:
+        index = self._by_name
+        if index is not None:
+            n = index.get(name)
+            if n is not None and n.name == name:
+                return n
+        index = self._by_name = {n.name: n for n in self}
+        return index.get(name)
 
-    def walk(self) -> Iterator[Scope]:
-        yield self
-        for child in self.children.values():
-            yield from child.walk()
+    # every way a list changes drops the index
+    def _changed(self) -> None:
+        self._by_name = None
+
+    def append(self, item: Node) -> None:
+        super().append(item)
+        self._changed()
+
+    def extend(self, items: Iterable[Node]) -> None:
+        super().extend(items)
+        self._changed()
+
+    def insert(self, i: SupportsIndex, item: Node) -> None:
+        super().insert(i, item)
+        self._changed()
+
+    def remove(self, item: Node) -> None:
+        super().remove(item)
+        self._changed()
+
+    def pop(self, i: SupportsIndex = -1) -> Node:
+        self._changed()
+        return super().pop(i)  # type: ignore[no-any-return]
+
+    def clear(self) -> None:
+        super().clear()
+        self._changed()
+
+    def sort(self, *args: Any, **kwargs: Any) -> None:
+        super().sort(*args, **kwargs)
+        self._changed()
+
+    def reverse(self) -> None:
+        super().reverse()
+        self._changed()
+
+    def __setitem__(self, i: Any, v: Any) -> None:
+        super().__setitem__(i, v)
+        self._changed()
+
+    def __delitem__(self, i: Any) -> None:
+        super().__delitem__(i)
+        self._changed()
+
+    def __iadd__(self, items: Iterable[Node]) -> NodeList:  # type: ignore[override,misc]
+        super().__iadd__(items)
+        self._changed()
+        return self
+
+    def __imul__(self, k: SupportsIndex) -> NodeList:
+        super().__imul__(k)
+        self._changed()
+        return self
+
+
+#: Renderers register here (``fxviz.render`` does on import, and ``import fxviz`` imports it), so
+#: the IR, at the bottom of the house, draws itself without importing what draws it.
+VIEWS: dict[str, Callable[..., Any]] = {}
+
+
+def view(name: str) -> Callable[..., Any]:
+    """The renderer registered as ``name`` (``tree``, ``html``, ``repr_html``, ``text``, ...)."""
+    fn = VIEWS.get(name)
+    if fn is None:
+        raise RenderError(f"no renderer is registered as {name!r}: import fxviz.render first")
+    return fn
 
 
 @dataclass(slots=True)
@@ -338,25 +400,27 @@ class Graph:
     annotations: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     assumptions: list[Assumption] = field(default_factory=list)
-    _index: dict[str, Node] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.nodes, NodeList):
+            self.nodes = NodeList(self.nodes)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "nodes" and not isinstance(value, NodeList):
+            value = NodeList(value)
+        object.__setattr__(self, name, value)
 
     # ---- lookups (derived) -------------------------------------------------------------------
 
     def node(self, name: str) -> Node:
         """The node called ``name`` (``KeyError`` names it if there is none)."""
-        if self._index is None or len(self._index) != len(self.nodes):
-            self._index = {n.name: n for n in self.nodes}
-        try:
-            return self._index[name]
-        except KeyError:
-            raise KeyError(f"graph {self.name!r} has no node {name!r}") from None
+        n = cast(NodeList, self.nodes).find(name)
+        if n is None:
+            raise KeyError(f"graph {self.name!r} has no node {name!r}")
+        return n
 
     def __contains__(self, name: object) -> bool:
-        try:
-            self.node(name)  # type: ignore[arg-type]
-        except KeyError:
-            return False
-        return True
+        return isinstance(name, str) and cast(NodeList, self.nodes).find(name) is not None
 
     def meta_of(self, ref: Ref) -> TensorMeta | None:
         """Metadata of the value ``ref`` points at."""
@@ -371,12 +435,15 @@ class Graph:
         ]
 
     def users(self) -> dict[str, list[str]]:
-        """Node name -> names of the nodes that read it, in graph order."""
+        """Node name -> names of the nodes that read it, in graph order (each reader once)."""
         out: dict[str, list[str]] = {n.name: [] for n in self.nodes}
         for n in self.nodes:
+            name = n.name
             for r in n.inputs:
-                if n.name not in out[r.node]:
-                    out[r.node].append(n.name)
+                readers = out[r.node]
+                # nodes are visited in order, so a reader that reads a value twice is the last one
+                if not readers or readers[-1] != name:
+                    readers.append(name)
         return out
 
     @property
@@ -392,47 +459,43 @@ class Graph:
         return [n for n in self.nodes if n.kind == "output"]
 
     @property
+    def calls(self) -> CallTree:
+        """The module call tree (:mod:`fxviz.calls`), derived from node stacks on each access:
+        take it once per piece of work."""
+        return call_tree(self.nodes)
+
+    @property
     def scopes(self) -> Scope:
         """The module scope tree derived from node stacks (the root is the model itself)."""
-        return build_scopes(self)
+        return build_scopes(self.nodes, self.modules, self.name or module_class(self, ""))
 
     @property
     def partial(self) -> bool:
         return self.error is not None
 
-    # ---- rendering (thin: the work is in fxviz.render) -----------------------------------------
+    # ---- rendering: the renderers in fxviz.render register themselves in VIEWS ----------------
 
-    def tree(self, *, depth: int | None = None, unfold: bool = False) -> Any:
+    def tree(self, *, depth: int | None = None, unfold: bool = False, **options: Any) -> Any:
         """A rich renderable of the module tree (``rich.print(g.tree(depth=2))``)."""
-        from fxviz.render.tree import TreeView
-
-        return TreeView(self, depth=depth, unfold=unfold)
+        return view("tree")(self, depth=depth, unfold=unfold, **options)
 
     def __rich__(self) -> Any:
         return self.tree()
 
     def to_html(self, path: str | None = None, **options: Any) -> str:
         """The interactive report as one self-contained HTML file (see ``fxviz.render.html``)."""
-        from fxviz.render.html import to_html
-
-        return to_html(self, path, **options)
+        return view("html")(self, path, **options)  # type: ignore[no-any-return]
 
     def _repr_html_(self) -> str:
-        from fxviz.render.html import repr_html
-
-        return repr_html(self)
+        return view("repr_html")(self)  # type: ignore[no-any-return]
 
     def to_dot(self, *, depth: int | None = None) -> str:
         """Graphviz DOT source: modules as clusters down to ``depth`` (needs pygraphviz)."""
-        from fxviz.render.dot import to_dot
-
-        return to_dot(self, depth=depth)
+        return view("dot")(self, depth=depth)  # type: ignore[no-any-return]
 
     def write_image(self, path: str, *, format: str | None = None, depth: int | None = None) -> None:
         """An SVG, PNG, PDF or DOT file through Graphviz; the format defaults to the suffix."""
-        from fxviz.render.dot import write_image
-
-        write_image(self, path, format=format, depth=depth)
+        view("image")(self, path, format=format, depth=depth)
 
     def to_svg(self, path: str, *, depth: int | None = None) -> None:
         self.write_image(path, format="svg", depth=depth)
@@ -444,13 +507,15 @@ class Graph:
         self.write_image(path, format="pdf", depth=depth)
 
     def __str__(self) -> str:
-        import io
+        """The tree as plain text, 120 columns wide."""
+        return view("text")(self)  # type: ignore[no-any-return]
 
-        from rich.console import Console
-
-        console = Console(width=120, color_system=None, record=True, file=io.StringIO())
-        console.print(self.tree())
-        return console.export_text().rstrip("\n")
+    def __repr__(self) -> str:
+        ops = sum(1 for n in self.nodes if n.kind == "op")
+        params = sum((n.meta.numel or 0) for n in self.nodes if n.kind == "parameter" and n.meta is not None
+                     and "tied_to" not in n.attrs)
+        extra = ", partial" if self.partial else ""
+        return f"<fxviz.Graph {self.name or 'model'!r} by {self.method or '?'}: {ops} ops, {params:,} params{extra}>"
 
     # ---- serialisation -----------------------------------------------------------------------
 
@@ -476,7 +541,7 @@ class Graph:
     def from_dict(cls, d: dict[str, Any]) -> Graph:
         schema = d.get("schema")
         if schema != SCHEMA_VERSION:
-            raise ValueError(
+            raise GraphFormatError(
                 f"graph JSON has schema {schema!r}, this fxviz reads schema {SCHEMA_VERSION}: "
                 "re-capture the model with this version"
             )
@@ -503,68 +568,20 @@ class Graph:
         seen: dict[str, Node] = {}
         for n in self.nodes:
             if n.name in seen:
-                raise ValueError(f"duplicate node name {n.name!r}")
+                raise GraphFormatError(f"duplicate node name {n.name!r}")
             for r in n.inputs:
                 src = seen.get(r.node)
                 if src is None:
-                    raise ValueError(f"node {n.name!r} reads {r.node!r} before it is defined")
+                    raise GraphFormatError(f"node {n.name!r} reads {r.node!r} before it is defined")
                 if src.outputs and r.index >= len(src.outputs):
-                    raise ValueError(
+                    raise GraphFormatError(
                         f"node {n.name!r} reads output {r.index} of {r.node!r}, "
                         f"which has {len(src.outputs)}"
                     )
             seen[n.name] = n
 
 
-def short_target(target: str) -> str:
-    """The name a user recognises: ``aten.linear.default`` -> ``linear``, ``torch.nn.functional.relu``
-    -> ``relu``, ``Tensor.view`` -> ``view``, ``aten.add.Tensor`` -> ``add``."""
-    if target.startswith("aten.") or target.startswith("prims."):
-        parts = target.split(".")
-        return parts[1] if len(parts) > 1 else target
-    return target.rsplit(".", 1)[-1]
-
-
 def module_class(graph: Graph, path: str) -> str:
     """Class name of the module at ``path`` (``""`` when unknown)."""
     info = graph.modules.get(path)
     return info.cls if info else ""
-
-
-def build_scopes(graph: Graph) -> Scope:
-    """Derive the module scope tree from node stacks.
-
-    Containers that are never called (``h`` holding ``h.0`` … ``h.11``) still appear, with
-    ``calls == 0``, so the tree mirrors the model's attribute hierarchy. Children are in the order
-    they first run; modules that only hold state (never called) come after. Export lists every
-    parameter before the first op, so ordering by first appearance would follow the order of
-    ``__init__`` instead of execution, and make unrelated siblings look consecutive.
-    """
-    root = Scope("", graph.name or module_class(graph, ""), calls=1)
-    scopes: dict[str, Scope] = {"": root}
-    seen_calls: dict[str, set[int]] = {}
-
-    def get(path: str) -> Scope:
-        s = scopes.get(path)
-        if s is None:
-            parent_path = path.rsplit(".", 1)[0] if "." in path else ""
-            parent = get(parent_path)
-            s = Scope(path, module_class(graph, path))
-            parent.children[path] = s
-            scopes[path] = s
-        return s
-
-    # first the modules that run, in execution order; nodes share a handful of stacks, so the
-    # work is per distinct stack, not per node
-    stacks: dict[tuple[ModuleCall, ...], None] = {}
-    for n in graph.nodes:
-        if n.kind not in STATE_KINDS and n.stack not in stacks:
-            stacks[n.stack] = None
-            for path, call in n.stack:
-                get(path)
-                seen_calls.setdefault(path, set()).add(call)
-    for path, calls in seen_calls.items():
-        scopes[path].calls = len(calls)
-    for n in graph.nodes:
-        get(n.module).nodes.append(n.name)
-    return root

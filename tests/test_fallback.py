@@ -18,10 +18,10 @@ from torch import nn
 from torch.nn.modules import module as nn_module
 
 import fxviz
-from fxviz.capture.normalize import _describe, flatten_outputs
 from fxviz.errors import ModelError
 from fxviz.fallback import ReplayError, replay, trace_eager
 from fxviz.ir import Graph
+from fxviz.torchbridge.normalize import _describe, flatten_outputs
 from tests.fallback_models import ZOO, Built, InPlace, TrainingBatchNorm, WithHooks
 from tests.transformers_zoo import TRANSFORMERS_ZOO
 

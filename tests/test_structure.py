@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fxviz.passes.structure import Call, Op, Parallel, Step, step_nodes, structure
+from fxviz.passes.structure import Block, Op, Parallel, Step, step_nodes, structure
 from tests.irbuild import GraphBuilder, cnn_graph, stack_graph
 
 
@@ -11,7 +11,7 @@ def kinds(steps: list[Step]) -> list[str]:
     for s in steps:
         if isinstance(s, Op):
             out.append(s.node)
-        elif isinstance(s, Call):
+        elif isinstance(s, Block):
             out.append(f"call:{s.path}")
         else:
             out.append("residual" if s.residual else f"parallel{len(s.branches)}")
@@ -40,7 +40,7 @@ def test_residual_blocks_are_a_chain_with_a_residual_branch_each() -> None:
     root = structure(stack_graph(3))
     assert kinds(root.steps) == ["call:h.0", "call:h.1", "call:h.2"]
     block = root.steps[1]
-    assert isinstance(block, Call)
+    assert isinstance(block, Block)
     assert kinds(block.steps) == ["residual", "add_1"]
 
 

@@ -21,14 +21,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from fxviz.capture.normalize import flatten_inputs
-from fxviz.errors import FxvizError
+from fxviz.errors import ReplayError
 from fxviz.fallback.values import RESERVED, decode
 from fxviz.ir import Graph, Node, Ref
-
-
-class ReplayError(FxvizError):
-    """The graph cannot be replayed (randomness, a partial graph) or an op failed when replayed."""
+from fxviz.torchbridge.normalize import flatten_inputs
 
 
 def replay(

@@ -13,7 +13,7 @@ Three observers work together while the real forward runs:
   counter: an in-place op bumps the version, so a reader of a mutated tensor points at the node that
   wrote it, also when the write went through a view (views share their base's version counter).
 
-Torch objects stop here, as in ``capture/convert.py``: tensors become :class:`TensorMeta`, frames
+Torch objects stop here, as in ``torchbridge``: tensors become :class:`TensorMeta`, frames
 become :class:`SourceLoc`, arguments become JSON-safe attrs (see :mod:`fxviz.fallback.values`).
 """
 
@@ -33,11 +33,13 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fxviz.capture.convert import gc_paused, is_user_file, meta_from_value, module_infos, output_node
-from fxviz.capture.normalize import _describe, flatten_inputs, flatten_outputs
-from fxviz.errors import ModelError
+from fxviz.errors import ModelError, TargetError
 from fxviz.fallback.values import encode, has_opaque
 from fxviz.ir import Graph, ModuleCall, Node, NodeKind, Ref, SourceLoc, TensorMeta
+from fxviz.torchbridge.normalize import _describe, flatten_inputs, flatten_outputs
+from fxviz.torchbridge.run import gc_paused
+from fxviz.torchbridge.source import error_location, is_user_file
+from fxviz.torchbridge.values import meta_from_value, module_infos, output_node
 
 Level = str  # "function" | "aten"
 
@@ -691,7 +693,7 @@ def trace_eager(
         ('eager', 'torch.nn.functional.linear')
     """
     if level not in ("function", "aten"):
-        raise ValueError(f"level {level!r} is not one of 'function', 'aten'")
+        raise TargetError(f"level {level!r} is not one of 'function', 'aten'")
     kwargs = dict(kwargs or {})
     named = list(model.named_modules(remove_duplicate=False))
     rec = Recorder(model, level, snapshot_buffers=not fake, named=named)
@@ -778,8 +780,6 @@ def _restore_buffers(rec: Recorder) -> None:
 
 
 def _model_error(graph: Graph, rec: Recorder, exc: Exception) -> ModelError:
-    from fxviz.capture import error_location
-
     failed = rec.failed
     stack = failed.stack if failed is not None else rec.failed_stack
     path, call = stack[-1] if stack else ("", 0)

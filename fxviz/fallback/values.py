@@ -1,7 +1,7 @@
 """Non-tensor call arguments as IR attrs: readable for renderers, exact for replay.
 
 A node's ``attrs`` show each non-tensor argument the way every capture method shows it
-(:func:`fxviz.capture.convert.json_safe`: ``torch.float32`` -> ``"float32"``, a slice -> ``"1:3"``).
+(:func:`fxviz.torchbridge.values.json_safe`: ``torch.float32`` -> ``"float32"``, a slice -> ``"1:3"``).
 That rendering loses what replay needs: a tuple index is not a list index, ``"float32"`` is not a
 dtype. So an argument whose display is lossy also gets an exact, still JSON-safe, encoding under
 ``attrs["py"][name]``::
@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from fxviz.capture.convert import json_safe
 from fxviz.ir import Ref
+from fxviz.torchbridge.values import json_safe
 
 #: attrs keys that describe the call rather than pass an argument to it.
 RESERVED = frozenset({"py", "aliases", "data_dependent", "returns_input", "torch_fn"})

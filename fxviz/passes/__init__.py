@@ -1,8 +1,10 @@
-"""Passes: functions ``Graph -> Graph`` that annotate a captured graph.
+"""Passes: functions ``Graph -> Graph`` that annotate a captured graph. No torch.
 
-Each pass is registered under a short name and writes its results on the graph (node fields it
-owns, or ``graph.annotations[name]``). Passes are idempotent: running one twice gives the same
-graph. :func:`run_passes` runs a list of them and names the failing pass and those before it.
+Each pass writes its results on the graph (node fields it owns, or ``graph.annotations[name]``)
+and is idempotent: running one twice gives the same graph. :data:`PASSES` is the registry, by
+name; :func:`run_passes` runs a list of them and names the failing pass and those before it.
+:data:`DEFAULT` is what a capture runs, in this order: module paths first (every later pass reads
+``graph.modules``), then shapes, then the statistics and the folding of repeated blocks.
 """
 
 from __future__ import annotations
@@ -11,22 +13,27 @@ from collections.abc import Callable, Iterable
 
 from fxviz.errors import PassError
 from fxviz.ir import Graph
+from fxviz.passes.fold import fold_repeats
+from fxviz.passes.modules import annotate_module_paths
+from fxviz.passes.shapes import propagate_shapes
+from fxviz.passes.stats import compute_stats
 
 Pass = Callable[[Graph], Graph]
 
-PASSES: dict[str, Pass] = {}
+#: Every pass by name. Add one here to make it runnable by name (``capture(passes=[...])``).
+PASSES: dict[str, Pass] = {
+    "module_paths": annotate_module_paths,
+    "shapes": propagate_shapes,
+    "stats": compute_stats,
+    "fold": fold_repeats,
+}
 
-
-def register(name: str) -> Callable[[Pass], Pass]:
-    def deco(fn: Pass) -> Pass:
-        PASSES[name] = fn
-        return fn
-
-    return deco
+DEFAULT: tuple[str, ...] = ("module_paths", "shapes", "stats", "fold")
 
 
 def run_passes(graph: Graph, names: Iterable[str]) -> Graph:
-    """Run the passes called ``names`` in order."""
+    """Run the passes called ``names`` in order; a failure is a :class:`PassError` that names the
+    pass, the passes that ran before it and the graph."""
     done: list[str] = []
     for name in names:
         fn = PASSES.get(name)
@@ -40,12 +47,4 @@ def run_passes(graph: Graph, names: Iterable[str]) -> Graph:
     return graph
 
 
-# Registration happens on import; the order here is the default order.
-from fxviz.passes import fold as _fold  # noqa: E402,F401, I001
-from fxviz.passes import modules as _modules  # noqa: E402,F401
-from fxviz.passes import shapes as _shapes  # noqa: E402,F401
-from fxviz.passes import stats as _stats  # noqa: E402,F401
-
-DEFAULT: tuple[str, ...] = ("module_paths", "shapes", "stats", "fold")
-
-__all__ = ["DEFAULT", "PASSES", "Pass", "register", "run_passes"]
+__all__ = ["DEFAULT", "PASSES", "Pass", "run_passes"]

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fxviz.ir import Graph, Scope
-from fxviz.passes import register
+from fxviz.calls import CallTree, Scope, build_scopes
+from fxviz.ir import Graph
 
 
 def _relative(path: str, base: str) -> str:
@@ -93,14 +93,9 @@ def _run_label(paths: list[str]) -> str:
     return f"{first}-{last.rpartition('.')[2]}"
 
 
-def _members(graph: Graph) -> dict[str, set[str]]:
-    """Module path -> names of the ops inside it (any depth)."""
-    out: dict[str, set[str]] = {}
-    for n in graph.nodes:
-        if n.kind == "op":
-            for path, _ in n.stack:
-                out.setdefault(path, set()).add(n.name)
-    return out
+def _members(tree: CallTree) -> dict[str, set[str]]:
+    """Module path -> names of the ops inside it (any depth, every call)."""
+    return {path: {name for c in calls for name in c.nodes} for path, calls in tree.by_path.items()}
 
 
 def _chained(graph: Graph, a: str, b: str, members: dict[str, set[str]]) -> bool:
@@ -117,14 +112,14 @@ def _chained(graph: Graph, a: str, b: str, members: dict[str, set[str]]) -> bool
     return False
 
 
-@register("fold")
 def fold_repeats(graph: Graph) -> Graph:
-    root = graph.scopes
+    tree = graph.calls
+    root = build_scopes(graph.nodes, graph.modules, graph.name, tree)
     sigs = _signatures(graph, _candidates(root))
-    members = _members(graph)
+    members = _members(tree)
     runs: list[dict[str, Any]] = []
 
-    def visit(scope: Scope) -> None:
+    for scope in root.walk():
         # every child counts, in execution order: any other sibling in between ends a run
         children = list(scope.children.values())
         i = 0
@@ -145,9 +140,5 @@ def fold_repeats(graph: Graph) -> Graph:
                     "label": _run_label(paths), "count": len(paths),
                 })
             i = j
-        for c in scope.children.values():
-            visit(c)
-
-    visit(root)
     graph.annotations["fold"] = runs
     return graph

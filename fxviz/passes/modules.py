@@ -6,11 +6,10 @@ lack entries. Parameters and buffers belong to the module that owns them (their 
 
 from __future__ import annotations
 
-from fxviz.ir import STATE_KINDS, Graph, ModuleInfo
-from fxviz.passes import register
+from fxviz.calls import STATE_KINDS
+from fxviz.ir import Graph, ModuleInfo
 
 
-@register("module_paths")
 def annotate_module_paths(graph: Graph) -> Graph:
     for n in graph.nodes:
         if n.kind in STATE_KINDS and not n.stack and "." in n.target:

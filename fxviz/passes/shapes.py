@@ -8,10 +8,8 @@ return and lists the ops still without metadata, so renderers can say "unknown" 
 from __future__ import annotations
 
 from fxviz.ir import Graph
-from fxviz.passes import register
 
 
-@register("shapes")
 def propagate_shapes(graph: Graph) -> Graph:
     for n in graph.nodes:
         if n.kind == "output" and n.inputs and not n.outputs:

@@ -22,22 +22,38 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fxviz.ir import STATE_KINDS, Graph, ModuleCall, Node, Ref
+from fxviz.calls import STATE_KINDS, Call, CallTree
+from fxviz.ir import Graph, Node, Ref
 
 
 @dataclass(eq=False)
-class Call:
-    """One call of a module (the root is the model's forward): its steps in execution order."""
+class Block:
+    """One module call (the root is the model's forward) with its steps in execution order, split
+    into series and parallel parts."""
 
-    path: str
-    index: int  # call index of this module
-    depth: int
+    call: Call
     steps: list[Step] = field(default_factory=list)
-    nodes: list[str] = field(default_factory=list)  # every op inside, any depth, in order
+
+    @property
+    def path(self) -> str:
+        return self.call.path
+
+    @property
+    def index(self) -> int:
+        return self.call.index
+
+    @property
+    def depth(self) -> int:
+        return self.call.depth
+
+    @property
+    def nodes(self) -> list[str]:
+        """Every op inside, any depth, in order."""
+        return self.call.nodes
 
     @property
     def name(self) -> str:
-        return self.path.rsplit(".", 1)[-1] if self.path else ""
+        return self.call.name
 
 
 @dataclass(eq=False)
@@ -54,58 +70,30 @@ class Parallel:
     residual: bool = False
 
 
-Step = Op | Call | Parallel
-
-
-def call_tree(graph: Graph) -> Call:
-    """Nest the ops of ``graph`` into module calls, in execution order.
-
-    A call whose ops are interrupted by ops of its parent (rare: export may hoist a shape
-    computation) shows as two consecutive segments with the same path and call index.
-    """
-    root = Call("", 0, 0)
-    open_calls: list[Call] = [root]
-    open_stack: tuple[ModuleCall, ...] = ()
-    for n in graph.nodes:
-        if n.kind != "op":
-            continue
-        common = 0
-        while common < min(len(open_stack), len(n.stack)) and open_stack[common] == n.stack[common]:
-            common += 1
-        del open_calls[common + 1 :]
-        for depth in range(common, len(n.stack)):
-            path, index = n.stack[depth]
-            c = Call(path, index, depth + 1)
-            open_calls[-1].steps.append(c)
-            open_calls.append(c)
-        open_stack = n.stack
-        open_calls[-1].steps.append(Op(n.name))
-        for c in open_calls:
-            c.nodes.append(n.name)
-    return root
+Step = Op | Block | Parallel
 
 
 def _step_nodes(step: Step) -> list[str]:
     if isinstance(step, Op):
         return [step.node]
-    if isinstance(step, Call):
+    if isinstance(step, Block):
         return step.nodes
     return [n for b in step.branches for s in b for n in _step_nodes(s)]
 
 
-def structure(graph: Graph) -> Call:
-    """:func:`call_tree` with each call's steps decomposed into series and parallel parts."""
-    root = call_tree(graph)
+def structure(graph: Graph, tree: CallTree | None = None) -> Block:
+    """The call tree of ``graph`` with each call's steps decomposed into series and parallel
+    parts. Calls are visited without recursion: module nesting can be thousands of levels deep."""
+    tree = tree if tree is not None else graph.calls
     state = {n.name for n in graph.nodes if n.kind in STATE_KINDS}
-
-    def visit(call: Call) -> None:
-        for s in call.steps:
-            if isinstance(s, Call):
-                visit(s)
-        call.steps = decompose(graph, call.steps, state)
-
-    visit(root)
-    return root
+    blocks: dict[int, Block] = {}
+    order = list(tree.walk())
+    for call in order:
+        blocks[id(call)] = Block(call)
+    for call in reversed(order):  # children before parents
+        raw: list[Step] = [blocks[id(s)] if isinstance(s, Call) else Op(s) for s in call.steps]
+        blocks[id(call)].steps = decompose(graph, raw, state)
+    return blocks[id(tree.root)]
 
 
 def decompose(graph: Graph, steps: list[Step], state: set[str]) -> list[Step]:
@@ -125,7 +113,7 @@ def decompose(graph: Graph, steps: list[Step], state: set[str]) -> list[Step]:
             for r in graph.node(name).inputs:
                 if r.node not in state and owner.get(r.node) != i:
                     rs.add(r)
-            if rs and isinstance(s, Call):
+            if rs and isinstance(s, Block):
                 break
         reads.append(rs)
     return _split(steps, list(range(len(steps))), owner, reads)

@@ -26,7 +26,7 @@ from rich.tree import Tree
 
 from fxviz.graphdiff import KINDS, Diff, Difference, ModuleDiff, Stack
 from fxviz.ir import Graph, Node
-from fxviz.render import write_text
+from fxviz.render.files import write_text
 from fxviz.render.view import KIND_COLORS, edge_label, node_color, node_label
 
 _KIND_TITLES = {

@@ -27,7 +27,7 @@ import jinja2
 
 from fxviz.errors import RenderError
 from fxviz.ir import Graph, Node, Scope, SourceLoc, TensorMeta
-from fxviz.render import write_text
+from fxviz.render.files import write_text
 from fxviz.render.view import (
     KIND_COLORS,
     edge_label,

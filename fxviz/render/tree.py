@@ -10,6 +10,7 @@ is derived by :func:`fxviz.passes.structure.structure`.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,8 +19,9 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 from rich.tree import Tree
 
-from fxviz.ir import STATE_KINDS, Graph, Node, TensorMeta, module_class
-from fxviz.passes.structure import Call, Op, Parallel, Step, step_nodes, structure
+from fxviz.calls import CallTree
+from fxviz.ir import Graph, Node, TensorMeta, module_class
+from fxviz.passes.structure import Block, Op, Parallel, Step, step_nodes, structure
 from fxviz.render.view import format_count, node_color, node_label
 
 _DIM = "dim"
@@ -37,10 +39,9 @@ class _Ctx:
     graph: Graph
     depth: int | None
     unfold: bool
-    users: dict[str, list[str]]
+    calls: CallTree
     stats: dict[str, Any]
     folds: dict[tuple[str, ...], dict[str, Any]]
-    calls: dict[str, int]
     main_dtype: str
     base: list[str]  # paths of the calls being drawn, innermost last
 
@@ -54,9 +55,9 @@ def to_tree(graph: Graph, *, depth: int | None = None, unfold: bool = False) -> 
     """
     stats = graph.annotations.get("stats", {}).get("modules", {})
     folds = {tuple(r["paths"]): r for r in graph.annotations.get("fold", [])}
-    calls = {s.path: s.calls for s in graph.scopes.walk()}
+    calls = graph.calls
     dtypes = [n.meta.dtype for n in graph.inputs if n.meta is not None and n.meta.is_tensor]
-    ctx = _Ctx(graph, depth, unfold, graph.users(), stats, folds, calls, dtypes[0] if dtypes else "", [])
+    ctx = _Ctx(graph, depth, unfold, calls, stats, folds, dtypes[0] if dtypes else "", [])
 
     tree = Tree(_header(graph), guide_style="dim")
     for a in graph.attempts:
@@ -64,12 +65,19 @@ def to_tree(graph: Graph, *, depth: int | None = None, unfold: bool = False) -> 
             tree.add(Text(f"✗ {a.method} failed: {a.reason()}", style="yellow"))
     for n in graph.inputs:
         tree.add(_io_line("▶", n))
-    _add_steps(tree, structure(graph).steps, ctx, level=1)
+    _add_steps(tree, structure(graph, calls).steps, ctx, level=1)
     for n in graph.outputs:
         tree.add(_io_line("◀", n, graph))
     if graph.error:
         tree.add(Text(f"✗ the model raised: {graph.error}", style=_ERR))
     return tree
+
+
+def tree_text(graph: Graph, *, width: int = 120, depth: int | None = None, unfold: bool = False) -> str:
+    """The tree as plain text (``str(graph)``): no colour, ``width`` columns."""
+    console = Console(width=width, color_system=None, record=True, file=io.StringIO())
+    console.print(to_tree(graph, depth=depth, unfold=unfold))
+    return console.export_text().rstrip("\n")
 
 
 class TreeView:
@@ -111,7 +119,7 @@ def _add_steps(parent: Tree, steps: list[Step], ctx: _Ctx, level: int) -> None:
     i = 0
     while i < len(steps):
         s = steps[i]
-        if isinstance(s, Call):
+        if isinstance(s, Block):
             run = _fold_run(steps, i, ctx)
             if run > 1 and not ctx.unfold:
                 _add_call(parent, s, ctx, level, fold=steps[i : i + run])
@@ -129,34 +137,21 @@ def _add_steps(parent: Tree, steps: list[Step], ctx: _Ctx, level: int) -> None:
 def _fold_run(steps: list[Step], i: int, ctx: _Ctx) -> int:
     """Length of the folded run starting at ``steps[i]`` (1 when none starts there)."""
     first = steps[i]
-    assert isinstance(first, Call)
+    assert isinstance(first, Block)
     for paths in ctx.folds:
         if paths[0] != first.path:
             continue
         k = len(paths)
         window = steps[i : i + k]
-        if len(window) == k and all(isinstance(c, Call) and c.path == p for c, p in zip(window, paths, strict=True)):
+        if len(window) == k and all(isinstance(c, Block) and c.path == p for c, p in zip(window, paths, strict=True)):
             return k
     return 1
 
 
-def _boundary(call: Call, ctx: _Ctx) -> tuple[list[TensorMeta | None], list[TensorMeta | None]]:
-    """Metadata of what a call reads from outside and what it hands back."""
-    inside = set(call.nodes)
-    ins: list[TensorMeta | None] = []
-    seen = set()
-    for name in call.nodes:
-        for r in ctx.graph.node(name).inputs:
-            if r.node not in inside and r not in seen and ctx.graph.node(r.node).kind not in STATE_KINDS:
-                seen.add(r)
-                ins.append(ctx.graph.meta_of(r))
-    # last produced first: a block's result is its last op; caches it hands back come earlier
-    outs = [
-        ctx.graph.node(name).meta
-        for name in reversed(call.nodes)
-        if any(u not in inside for u in ctx.users.get(name, ()))
-    ]
-    return ins, outs
+def _boundary(block: Block, ctx: _Ctx) -> tuple[list[TensorMeta | None], list[TensorMeta | None]]:
+    """Metadata of what a call reads from outside and what it hands back (its main result first)."""
+    g = ctx.graph
+    return [g.meta_of(r) for r in block.call.inputs], [g.meta_of(r) for r in block.call.outputs]
 
 
 def _shapes(metas: Sequence[TensorMeta | None], limit: int = 2) -> str:
@@ -165,12 +160,12 @@ def _shapes(metas: Sequence[TensorMeta | None], limit: int = 2) -> str:
     return text + (f", +{len(tensors) - limit}" if len(tensors) > limit else "")
 
 
-def _call_label(call: Call, ctx: _Ctx, fold: list[Step] | None) -> Text:
+def _call_label(call: Block, ctx: _Ctx, fold: list[Step] | None) -> Text:
     cls = module_class(ctx.graph, call.path)
     t = Text()
     if fold:
         last = fold[-1]
-        assert isinstance(last, Call)
+        assert isinstance(last, Block)
         label = next(r["label"] for p, r in ctx.folds.items() if p[0] == call.path)
         t.append(_relative(label, ctx), style=_MODULE)
         t.append(f" ×{len(fold)}", style="bold magenta")
@@ -178,7 +173,7 @@ def _call_label(call: Call, ctx: _Ctx, fold: list[Step] | None) -> Text:
         t.append(_relative(call.path, ctx), style=_MODULE)
     if cls:
         t.append(f" ({cls})", style=_DIM)
-    total = ctx.calls.get(call.path, 1)
+    total = ctx.calls.count(call.path)
     if total > 1:
         t.append(f" call {call.index + 1}/{total}", style="magenta")
     ins, outs = _boundary(call, ctx)
@@ -199,11 +194,11 @@ def _relative(path: str, ctx: _Ctx) -> str:
     return path[len(base) + 1 :] if base and path.startswith(base + ".") else path
 
 
-def _single_op(call: Call) -> Op | None:
+def _single_op(call: Block) -> Op | None:
     return call.steps[0] if len(call.steps) == 1 and isinstance(call.steps[0], Op) else None
 
 
-def _add_call(parent: Tree, call: Call, ctx: _Ctx, level: int, fold: list[Step] | None = None) -> None:
+def _add_call(parent: Tree, call: Block, ctx: _Ctx, level: int, fold: list[Step] | None = None) -> None:
     label = _call_label(call, ctx, fold)
     only = _single_op(call)
     if only is not None:
@@ -252,7 +247,7 @@ def _mark(t: Text, node: Node) -> None:
 
 
 def _is_simple(step: Step) -> bool:
-    return isinstance(step, Op) or (isinstance(step, Call) and _single_op(step) is not None)
+    return isinstance(step, Op) or (isinstance(step, Block) and _single_op(step) is not None)
 
 
 def _chain_text(steps: list[Step], ctx: _Ctx) -> Text:
@@ -261,7 +256,7 @@ def _chain_text(steps: list[Step], ctx: _Ctx) -> Text:
     for k, s in enumerate(steps):
         if k:
             t.append(" → ", style=_DIM)
-        if isinstance(s, Call):
+        if isinstance(s, Block):
             t.append(_relative(s.path, ctx), style=_MODULE)
             cls = module_class(ctx.graph, s.path)
             if cls:
@@ -280,7 +275,7 @@ def _add_parallel(parent: Tree, p: Parallel, join: Step | None, ctx: _Ctx, level
     join_name = ""
     if isinstance(join, Op):
         join_name = node_label(ctx.graph.node(join.node))
-    elif isinstance(join, Call):
+    elif isinstance(join, Block):
         join_name = _relative(join.path, ctx)
     if p.residual:
         label = Text("⤷ residual branch", style="bold blue")

@@ -9,9 +9,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from fxviz.ir import STATE_KINDS, Graph, Node, Scope, TensorMeta, module_class, short_target
+from fxviz.calls import CallTree, Scope
+from fxviz.ir import Graph, Node, TensorMeta, module_class
+from fxviz.ops import op_family, short_name
 
-# op kind -> colour (hex, readable on dark and light backgrounds)
+# op family (fxviz.ops.FAMILIES) -> colour (hex, readable on dark and light backgrounds)
 KIND_COLORS: dict[str, str] = {
     "input": "#2e7d32",
     "output": "#c62828",
@@ -32,52 +34,23 @@ KIND_COLORS: dict[str, str] = {
     "creation": "#546e7a",
     "embedding": "#ad1457",
     "data-dependent": "#d32f2f",
+    "custom": "#00695c",
     "module": "#37474f",
     "other": "#607d8b",
 }
 
-_KIND_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("data-dependent", re.compile(r"^(item|_local_scalar_dense|tolist|__bool__|__int__|__float__|nonzero)$")),
-    ("attention", re.compile(r"attention|sdpa|softmax")),
-    ("conv", re.compile(r"conv")),
-    ("linear", re.compile(r"^(linear|addmm|Linear|Conv1D)$")),
-    ("matmul", re.compile(r"^(matmul|mm|bmm|baddbmm|einsum|__matmul__)$")),
-    ("norm", re.compile(r"norm")),
-    ("embedding", re.compile(r"embedding|Embedding")),
-    ("pool", re.compile(r"pool")),
-    ("activation", re.compile(r"^(relu|gelu|silu|sigmoid|tanh|elu|leaky_relu|hardtanh|mish|softplus"
-                               r"|ReLU|GELU|SiLU|Sigmoid|Tanh|NewGELUActivation|dropout|Dropout)_?$")),
-    ("reduction", re.compile(r"^(sum|mean|max|min|amax|amin|argmax|argmin|prod|var|std|any|all|cumsum)$")),
-    ("shape", re.compile(r"^(view|reshape|permute|transpose|t|expand|contiguous|flatten|unsqueeze|squeeze"
-                         r"|split|chunk|cat|stack|unbind|size|sym_size|_unsafe_view|clone|to|type_as"
-                         r"|alias|detach|__getitem__|getitem|slice|select|narrow|unflatten|repeat)$")),
-    ("indexing", re.compile(r"^(index|index_select|gather|scatter|masked_fill|where|index_put|__setitem__"
-                            r"|copy_|masked_scatter)_?$")),
-    ("creation", re.compile(r"^(arange|zeros|ones|full|empty|rand|randn|randint|tensor|zeros_like"
-                            r"|ones_like|full_like|empty_like|scalar_tensor|triu|tril|lift_fresh_copy)$")),
-    ("elementwise", re.compile(r"^(add|sub|mul|div|pow|neg|exp|log|sqrt|rsqrt|abs|__add__|__sub__|__mul__"
-                               r"|__truediv__|__radd__|__rmul__|truediv|floordiv|eq|ne|lt|le|gt|ge|and_|or_"
-                               r"|bitwise_and|bitwise_or|bitwise_not|logical_not|clamp|sin|cos|reciprocal"
-                               r"|__and__|__or__|__invert__|maximum|minimum|erf|tanh)_?$")),
-]
-
 
 def op_kind(node: Node) -> str:
-    """The op family a node belongs to (a key of :data:`KIND_COLORS`)."""
-    if node.kind != "op":
-        return node.kind
-    name = short_target(node.target)
-    for kind, pattern in _KIND_PATTERNS:
-        if pattern.search(name) if kind in ("attention", "conv", "norm", "embedding", "pool") else pattern.match(name):
-            return kind
-    return "other"
+    """The family a node belongs to (a key of :data:`KIND_COLORS`): its op's family, or its kind
+    for a node that is not an op."""
+    return op_family(node.target) if node.kind == "op" else node.kind
 
 
 def node_label(node: Node) -> str:
     """What a renderer prints for a node: the op's short name, a parameter's attribute name,
     an input's argument name."""
     if node.kind == "op":
-        return short_target(node.target)
+        return short_name(node.target)
     if node.kind in ("parameter", "buffer", "constant"):
         return node.target.rsplit(".", 1)[-1] if node.target else node.name
     return node.target or node.name
@@ -194,11 +167,6 @@ def _box_name(path: str) -> str:
     return name
 
 
-def _call_id(stack: tuple[tuple[str, int], ...]) -> str:
-    # the whole call chain, so that a module called from two different parents gives two boxes
-    return "/".join(f"{p}#{c}" for p, c in stack)
-
-
 #: The container an input or output belongs to: ``past_key_values.layers[3].keys`` ->
 #: ``past_key_values``; a plain name (``logits``) has none.
 _CONTAINER = re.compile(r"^([^.\[]+)[.\[]")
@@ -220,47 +188,39 @@ def value_boxes(graph: Graph, *, min_size: int = 3) -> dict[tuple[str, str], lis
     return {k: names for k, names in found.items() if len(names) >= min_size}
 
 
-def module_boxes(graph: Graph, *, group_values: bool = False) -> ModuleBoxes:
-    """Group the nodes of ``graph`` into boxes: one per module call, nested as the calls were, and
-    one per run of folded repeats (``graph.annotations["fold"]``) around its members. With
-    ``group_values``, also one box per container of inputs or outputs (:func:`value_boxes`).
+def module_boxes(graph: Graph, *, group_values: bool = False, tree: CallTree | None = None) -> ModuleBoxes:
+    """Group the nodes of ``graph`` into boxes: one per module call (:mod:`fxviz.calls`), nested as
+    the calls were, and one per run of folded repeats (``graph.annotations["fold"]``) around its
+    members. With ``group_values``, also one box per container of inputs or outputs
+    (:func:`value_boxes`).
 
     Parameters, buffers and constants sit in the box of their owner's first call, so that a
     collapsed ``Linear`` hides its weight and bias with it.
     """
+    tree = tree if tree is not None else graph.calls
     groups: dict[str, Group] = {}
     node_group: dict[str, str | None] = {}
-    first_call: dict[str, str] = {}  # module path -> id of its first call's box
-
-    def ensure(stack: tuple[tuple[str, int], ...]) -> str | None:
-        parent: str | None = None
-        for i in range(len(stack)):
-            gid = _call_id(stack[: i + 1])
-            if gid not in groups:
-                path, call = stack[i]
-                cls = module_class(graph, path)
-                name = _box_name(path)
-                label = f"{name} ({cls})" if cls else name
-                if call > 0:
-                    label += f" #{call + 1}"
-                groups[gid] = Group(gid, path, call, label, cls, parent, depth=path.count(".") + 1)
-                if parent is not None:
-                    groups[parent].children.append(gid)
-                first_call.setdefault(path, gid)
-            parent = gid
-        return parent
-
-    state: list[Node] = []
+    for call in tree.walk():  # parents first
+        gid: str | None = None
+        if call.stack:
+            gid = call.id
+            path, index = call.path, call.index
+            cls = module_class(graph, path)
+            name = _box_name(path)
+            label = f"{name} ({cls})" if cls else name
+            if index > 0:
+                label += f" #{index + 1}"
+            parent = call.parent.id if call.parent is not None and call.parent.stack else None
+            groups[gid] = Group(gid, path, index, label, cls, parent, depth=path.count(".") + 1)
+            if parent is not None:
+                groups[parent].children.append(gid)
+        for name in call.ops:
+            node_group[name] = gid
+        for name in call.state:
+            node_group[name] = gid
     for n in graph.nodes:
-        if n.kind in STATE_KINDS:
-            state.append(n)
-        else:
-            node_group[n.name] = ensure(n.stack)
-    for n in state:
-        path = n.module
-        while path and path not in first_call:
-            path = path.rpartition(".")[0]
-        node_group[n.name] = first_call.get(path) if path else None
+        if n.kind in ("input", "output"):
+            node_group[n.name] = None
 
     members: dict[str, list[str]] = {}
     for run in graph.annotations.get("fold", ()):
@@ -289,17 +249,15 @@ def module_boxes(graph: Graph, *, group_values: bool = False) -> ModuleBoxes:
                                 values=kind, size=len(names))
             for name in names:
                 node_group[name] = vid
-    # parents first, so a consumer can create boxes in one pass
+    # parents first, so a consumer can create boxes in one pass (a run box is made after its
+    # members, so order them again; no recursion, nesting can be deep)
     ordered: dict[str, Group] = {}
-
-    def place(gid: str) -> None:
-        if gid in ordered:
-            return
-        g = groups[gid]
-        if g.parent is not None:
-            place(g.parent)
-        ordered[gid] = g
-
     for gid in groups:
-        place(gid)
+        chain = []
+        at: str | None = gid
+        while at is not None and at not in ordered:
+            chain.append(at)
+            at = groups[at].parent
+        for x in reversed(chain):
+            ordered[x] = groups[x]
     return ModuleBoxes(ordered, node_group, members)

@@ -1,0 +1,54 @@
+"""Where in the user's code: frames, stack traces and exceptions -> :class:`~fxviz.ir.SourceLoc`."""
+
+from __future__ import annotations
+
+import os
+import re
+import traceback
+from functools import lru_cache
+
+import torch
+
+from fxviz.ir import SourceLoc
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_FXVIZ_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# fxviz's own machinery is never "user code"; its built-in examples are
+_FXVIZ_EXAMPLES = os.path.join(_FXVIZ_PKG, "examples.py")
+FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n(?P<code>[^\n]*)')
+
+
+def is_user_file(path: str) -> bool:
+    """True for code a user would want to be pointed at: not torch's internals, not fxviz's."""
+    if path.startswith(_FXVIZ_PKG):
+        return path == _FXVIZ_EXAMPLES
+    return not (path.startswith(_TORCH_DIR) or path.startswith("<"))
+
+
+@lru_cache(maxsize=4096)
+def source_from_trace(stack_trace: str | None) -> SourceLoc | None:
+    """The innermost user frame of an fx ``stack_trace`` string."""
+    if not stack_trace:
+        return None
+    best = None
+    for m in FRAME_RE.finditer(stack_trace):
+        if is_user_file(m["file"]):
+            best = m
+    if best is None:
+        return None
+    return SourceLoc(best["file"], int(best["line"]), best["func"], best["code"].strip())
+
+
+def error_location(exc: BaseException) -> SourceLoc | None:
+    """The innermost user frame behind an exception: from the frames the message quotes (Dynamo
+    and export print the user stack), else from the traceback itself."""
+    best = None
+    for m in FRAME_RE.finditer(str(exc)):
+        if is_user_file(m["file"]):
+            best = SourceLoc(m["file"], int(m["line"]), m["func"], m["code"].strip())
+    if best is not None:
+        return best
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename and is_user_file(frame.filename) and frame.lineno is not None:
+            return SourceLoc(frame.filename, frame.lineno, frame.name, (frame.line or "").strip())
+    return None

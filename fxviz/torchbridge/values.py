@@ -1,0 +1,105 @@
+"""Torch values -> IR values: tensor metadata, JSON-safe arguments, module facts, output nodes.
+
+What every capture method shares when it turns torch objects into plain data; torch objects stop
+at this package (``fxviz.torchbridge``), which ``capture`` and ``fallback`` both build on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from fxviz.ir import ModuleInfo, Node, Ref, TensorMeta
+
+
+def module_infos(
+    model: nn.Module, named: list[tuple[str, nn.Module]] | None = None
+) -> dict[str, ModuleInfo]:
+    """Module path -> class facts for every submodule (``""`` is the model itself); one
+    ModuleInfo per class, shared (an 80-layer model repeats a handful of classes). ``named`` is
+    ``model.named_modules(remove_duplicate=False)`` when the caller has walked it already."""
+    infos: dict[type, ModuleInfo] = {}
+    out: dict[str, ModuleInfo] = {}
+    for path, m in named if named is not None else model.named_modules(remove_duplicate=False):
+        cls = type(m)
+        info = infos.get(cls)
+        if info is None:
+            info = infos[cls] = ModuleInfo(cls.__name__, f"{cls.__module__}.{cls.__qualname__}")
+        out[path] = info
+    return out
+
+
+def meta_from_value(v: Any) -> TensorMeta | None:
+    """TensorMeta of one (fake) tensor, SymInt or Python scalar; ``None`` for anything else."""
+    if isinstance(v, torch.Tensor):
+        return TensorMeta(
+            tuple(d if isinstance(d, int) else str(d) for d in v.shape),
+            str(v.dtype).removeprefix("torch."),
+            v.device.type,
+        )
+    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        kind = {torch.SymInt: "int", torch.SymFloat: "float", torch.SymBool: "bool"}[type(v)]
+        return TensorMeta((), kind, value=str(v))
+    if isinstance(v, bool):
+        return TensorMeta((), "bool", value=str(v))
+    if isinstance(v, int):
+        return TensorMeta((), "int", value=str(v))
+    if isinstance(v, float):
+        return TensorMeta((), "float", value=repr(v))
+    if isinstance(v, complex):
+        return TensorMeta((), "complex", value=repr(v))
+    return None
+
+
+def metas_from_val(val: Any) -> tuple[TensorMeta, ...]:
+    if isinstance(val, (tuple, list)):
+        return tuple(meta_from_value(v) or TensorMeta((), "none") for v in val)
+    m = meta_from_value(val)
+    return (m,) if m is not None else ()
+
+
+def json_safe(v: Any, depth: int = 0) -> Any:
+    """A JSON-safe rendering of a non-tensor argument (``torch.float32`` -> ``"float32"``)."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if v == v and v not in (float("inf"), float("-inf")) else str(v)
+    if isinstance(v, (list, tuple)) and depth < 4:
+        return [json_safe(x, depth + 1) for x in v]
+    if isinstance(v, dict) and depth < 4:
+        return {str(k): json_safe(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, torch.dtype):
+        return str(v).removeprefix("torch.")
+    if isinstance(v, slice):
+        return f"{_s(v.start)}:{_s(v.stop)}" + (f":{v.step}" if v.step is not None else "")
+    if v is Ellipsis:
+        return "..."
+    return str(v)
+
+
+def _s(x: Any) -> str:
+    return "" if x is None else str(x)
+
+
+def mark_tied(nodes: list[Node], model: nn.Module) -> None:
+    """Tag parameters and buffers reached under a second name (tied weights: ``lm_head.weight`` is
+    ``transformer.wte.weight``) with ``attrs["tied_to"]``, the name that owns the tensor."""
+    owner: dict[int, str] = {}
+    alias: dict[str, str] = {}
+    named = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+    for name, t in named:
+        first = owner.setdefault(id(t), name)
+        if first != name:
+            alias[name] = first
+    for n in nodes:
+        if n.kind in ("parameter", "buffer") and n.target in alias:
+            n.attrs["tied_to"] = alias[n.target]
+
+
+def output_node(name: str, path: str, ref: Ref | None, const: str | None) -> Node:
+    """The output node for one leaf of the model's output, shared by every capture method: a tensor
+    leaf reads ``ref``; any other leaf has no input and shows its ``repr`` as ``attrs["value"]``."""
+    attrs: dict[str, Any] = {} if const is None else {"value": const}
+    return Node(name, "output", target=path, inputs=(ref,) if ref is not None else (), attrs=attrs)
