@@ -4,6 +4,7 @@ the alignment on random graphs, the CLI, and a golden terminal report on hand-bu
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,9 @@ from torch import nn
 import fxviz
 from fxviz import examples
 from fxviz.cli import cli
-from fxviz.graphdiff import Diff, Difference, align, diff, op_name
+from fxviz.graphdiff import Diff, Difference, align, diff
 from fxviz.ir import Attempt, Graph, Node, SourceLoc
+from fxviz.ops import op_name
 from fxviz.render.diff import report_text
 from tests.irbuild import GraphBuilder
 from tests.models import called_twice, data_dependent
@@ -395,17 +397,92 @@ def test_cli_diff_of_a_missing_target_is_one_line(tmp_path: Path) -> None:
     assert "error:" in r.output
 
 
-def test_difference_json_round_trips_through_json() -> None:
-    d = _golden_diff()
+def _failed_diff() -> Diff:
+    failed = Graph(name="Net", attempts=[Attempt("export", False, 0.1, "UserError", "nope\nmore")])
+    return diff(failed, _block_graph())
+
+
+def _check_round_trip(d: Diff) -> Diff:
+    d.seconds = {k: round(v, 4) for k, v in d.seconds.items()}  # what JSON keeps of a timing
+    back = Diff.from_json(d.to_json())
+    assert back.labels == d.labels
+    assert back.differences == d.differences
+    assert back.modules == d.modules
+    assert back.a.to_dict() == d.a.to_dict() and back.b.to_dict() == d.b.to_dict()
+    assert back.seconds == d.seconds
+    assert back.to_json() == d.to_json()
+    return back
+
+
+@pytest.mark.parametrize(
+    "make",
+    [_golden_diff, _failed_diff, lambda: diff(_block_graph(calls=2), _block_graph(shape=5), labels=("x", "y"))],
+    ids=["golden", "failed", "calls-and-shape"],
+)
+def test_difference_json_round_trips_through_json(make: Any) -> None:
+    d = make()
     data = json.loads(d.to_json())
     assert data["summary"] == d.summary()
     assert [x["id"] for x in data["differences"]] == [x.id for x in d.differences]
-    assert all(isinstance(m["rows"], list) for m in data["modules"])
+    back = _check_round_trip(d)
+    assert d.differences and back.differences[0] is not d.differences[0]
+    assert report_text(back) == report_text(d)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(), graphs())
+def test_any_diff_round_trips_through_json(a: Graph, b: Graph) -> None:
+    _check_round_trip(diff(a, b))
+
+
+def _break(path: str, value: Any) -> Any:
+    """The golden diff's JSON with the field at ``path`` (``a.b.0.c``) set to ``value`` (deleted when
+    ``value`` is ``...``)."""
+    data = json.loads(_golden_diff().to_json())
+    *head, last = path.split(".")
+    node = data
+    for key in head:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    key: Any = int(last) if isinstance(node, list) else last
+    if value is ...:
+        del node[key]
+    else:
+        node[key] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "named"),
+    [
+        ("schema", 1, "schema 1"),
+        ("a.graph", ..., "a.graph is missing"),
+        ("b.graph.nodes.0.kind", "tensor", "b.graph"),
+        ("a.label", 3, "a.label"),
+        ("differences.0.kind", "oops", "differences[0].kind"),
+        ("differences.1.stack", [["fc"]], "differences[1].stack[0]"),
+        ("differences.1.a.source", {"line": 3}, "differences[1].a.source"),
+        ("modules.1.status", "fine", "modules[1].status"),
+        ("modules.0.rows.0", ["x"], "modules[0].rows[0]"),
+        ("modules.0.rows.0.0", ["no_such_node"], "no_such_node"),
+        ("modules.1.differences", ["d99"], "modules[1].differences"),
+        ("modules.1.notes", -1, "modules[1].notes"),
+        ("differences", {}, "differences must be"),
+    ],
+)
+def test_malformed_diff_json_names_the_field(path: str, value: Any, named: str) -> None:
+    with pytest.raises(fxviz.GraphFormatError, match=re.escape(named)):
+        Diff.from_dict(_break(path, value))
+
+
+def test_diff_json_that_is_not_json_or_not_an_object_is_a_format_error() -> None:
+    with pytest.raises(fxviz.GraphFormatError, match="not JSON"):
+        Diff.from_json("{")
+    with pytest.raises(fxviz.GraphFormatError, match="top level must be an object"):
+        Diff.from_json("[]")
 
 
 def test_failed_capture_without_a_data_dependent_node_still_reports() -> None:
-    failed = Graph(name="Net", attempts=[Attempt("export", False, 0.1, "UserError", "nope\nmore")])
-    d = diff(failed, _block_graph())
+    d = _failed_diff()
     (x,) = d.differences
     assert isinstance(x, Difference) and x.kind == "capture_failed" and "UserError: nope" in x.message
     assert isinstance(d.b.node("relu"), Node)

@@ -24,7 +24,8 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from fxviz.graphdiff import KINDS, Diff, Difference, ModuleDiff, Stack
+from fxviz.calls import Stack
+from fxviz.graphdiff import KINDS, Diff, Difference, ModuleDiff
 from fxviz.ir import Graph, Node
 from fxviz.render.files import write_text
 from fxviz.render.view import KIND_COLORS, edge_label, node_color, node_label
