@@ -21,10 +21,10 @@ import fxviz
 from fxviz import examples
 from fxviz.cli import cli
 from fxviz.graphdiff import Diff, Difference, align, diff
-from fxviz.ir import Attempt, Graph, Node, SourceLoc
+from fxviz.ir import Attempt, Graph, ModuleInfo, Node, SourceLoc, TensorMeta
 from fxviz.ops import op_name
 from fxviz.render.diff import report_text
-from tests.irbuild import GraphBuilder
+from tests.irbuild import GraphBuilder, stack_graph
 from tests.models import called_twice, data_dependent
 from tests.test_ir import graphs
 from tests.test_tree import check_golden, render
@@ -338,6 +338,54 @@ def test_html_is_self_contained_and_links_every_difference(tmp_path: Path) -> No
     anchors = [a.split('"')[0] for a in text.split('href="#')[1:]]
     for anchor in anchors:
         assert f'id="{anchor}"' in text, anchor
+
+
+def test_report_folds_a_run_of_matched_calls_the_diff_found() -> None:
+    a = stack_graph(4)
+    b = Graph.from_json(a.to_json())
+    b.node("fc_3").target = "aten.matmul.default"
+    d = diff(a, b, labels=("old", "new"))
+    runs = d.runs()
+    assert [[m.path for m in r.calls] for r in runs.values()] == [["h.0", "h.1", "h.2"]]
+    assert [r.label for r in runs.values()] == ["h.0-2"]
+    text = render(d.report())
+    assert "✓ h.0-2 ×3 (Block)  matched" in text
+    assert "✗ h.3 (Block)  differs" in text and "only in new: matmul" in text
+    assert "h.0-2" not in render(d.report(notes=True))  # with notes every call shows its own
+
+
+def test_report_cleans_what_the_model_named() -> None:
+    a = _block_graph()
+    b = _block_graph(extra_relu=True)
+    evil = "\x1b]0;PWNED\x07"
+    for g in (a, b):
+        g.modules["fc"] = ModuleInfo(f"Linear{evil}")
+        g.name = "Net\u202e"
+    b.node("relu_1").source = SourceLoc("/src/net.py", 12, "forward", f"h = torch.relu(h)  # {evil}")
+    b.node("linear_0").outputs = (TensorMeta((2, 4), "float16"),)
+    d = diff(a, b, labels=(f"export{evil}", "eager"))
+    for text in (report_text(d), render(d.report(notes=True))):
+        assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+        assert "\\x1b]0;PWNED\\x07" in text and "Net⟨U+202E⟩" in text
+
+
+def test_html_shows_kinds_and_statuses_in_words() -> None:
+    d = _golden_diff()
+    text = d.to_html()
+    assert ">only_in" not in text and ">symbolic_shape<" not in text
+    assert '<a href="#list-d0">only in eager</a>' in text  # the row of the extra relu
+    assert '<span class="bad">2 significant</span>, <span class="info">1 informational</span>' in text
+    assert "<td>symbolic shape</td><td>1 (informational)</td>" in text
+
+
+def test_html_names_a_failure_repeated_by_a_retry_once() -> None:
+    why = ("GuardOnDataDependentSymNode", "Could not guard on data-dependent expression u0 > 0")
+    failed = Graph(name="Net", attempts=[Attempt("export (symbolic sizes)", False, 0.1, *why),
+                                         Attempt("export", False, 0.1, *why)])
+    text = diff(failed, _block_graph(), labels=("export", "eager")).to_html()
+    # once in the failed-attempts cell, then in the difference and its detail
+    assert text.count("Could not guard on data-dependent expression u0 &gt; 0") == 3
+    assert "<div>export (symbolic sizes), export: GuardOnDataDependentSymNode: Could not guard" in text
 
 
 MODEL_FILE = '''
