@@ -247,8 +247,7 @@ def same_run(first: ModuleDiff, m: ModuleDiff) -> bool:
     )
 
 
-
 __all__ = [
     "INFORMATIONAL_KINDS", "INFORMATIONAL_NOTES", "KINDS", "ROW_STATUSES", "STATUSES", "Difference", "ModuleDiff",
-    "Row", "Run", "Side",
+    "Row", "Run", "Side", "same_run",
 ]

@@ -4,7 +4,7 @@ data (its parts are in :mod:`fxviz.graphdiff.parts`).
 A Diff answers what a report asks (counts per kind, kinds and statuses in words with the diff's
 labels, which side failed to capture, the runs of matched calls a report may fold), so renderers
 draw and never analyse. It writes itself as JSON with both graphs in it and reads itself back:
-``Diff.from_json(d.to_json())`` is ``d``. No torch.
+``Diff.from_json(d.to_json())`` rebuilds ``d``. No torch.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fxviz.calls import Stack
-from fxviz.errors import GraphFormatError
+from fxviz.errors import GraphFormatError, TargetError
 from fxviz.graphdiff.jsonread import read_field, read_graph, read_object
 from fxviz.graphdiff.parts import KINDS, Difference, ModuleDiff, Run, same_run
 from fxviz.ir import Attempt, Graph, view
@@ -99,6 +99,8 @@ class Diff:
 
     def failure(self, side: str) -> Attempt | None:
         """The failed attempt that left graph ``side`` (``"a"`` or ``"b"``) empty, if its capture failed."""
+        if side not in ("a", "b"):
+            raise TargetError(f"side {side!r} is not 'a' or 'b'")
         return failed_attempt(self.a if side == "a" else self.b)
 
     @property
@@ -228,10 +230,14 @@ def _check_references(differences: list[Difference], modules: list[ModuleDiff], 
     for i, m in enumerate(modules):
         for did in m.differences:
             if did not in ids:
-                raise GraphFormatError(f"diff JSON: modules[{i}].differences names {did!r}, which is no difference")
+                raise GraphFormatError(
+                    f"diff JSON: modules[{i}].differences names {did!r}, which is not one of the differences"
+                )
         for k, r in enumerate(m.rows):
             if r.diff and r.diff not in ids:
-                raise GraphFormatError(f"diff JSON: modules[{i}].rows[{k}] names {r.diff!r}, which is no difference")
+                raise GraphFormatError(
+                    f"diff JSON: modules[{i}].rows[{k}] names {r.diff!r}, which is not one of the differences"
+                )
             for side, g, names in ((0, a, r.a), (1, b, r.b)):
                 missing = next((n for n in names if n not in g), None)
                 if missing is not None:

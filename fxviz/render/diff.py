@@ -207,9 +207,10 @@ def report_text(d: Diff, *, width: int = 120, notes: bool = False) -> str:
 # ---- HTML --------------------------------------------------------------------------------------
 
 _TEMPLATES = Path(__file__).parent / "templates"
+# by row status (fxviz.graphdiff.parts.ROW_STATUSES)
 _ROW_COLORS = {
     "same": "", "only_in_a": "#fff3cd", "only_in_b": "#fff3cd", "shape": "#f8d7da", "dtype": "#f8d7da",
-    "decomposed": "#e2e3f3", "symbolic_shape": "#e2e3f3", "calls": "#f8d7da", "capture_failed": "#f8d7da",
+    "decomposed": "#e2e3f3",
 }
 
 
