@@ -4,6 +4,7 @@ the alignment on random graphs, the CLI, and a golden terminal report on hand-bu
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,11 @@ from torch import nn
 import fxviz
 from fxviz import examples
 from fxviz.cli import cli
-from fxviz.graphdiff import Diff, Difference, align, diff, op_name
-from fxviz.ir import Attempt, Graph, Node, SourceLoc
+from fxviz.graphdiff import Diff, Difference, align, diff
+from fxviz.ir import Attempt, Graph, ModuleInfo, Node, SourceLoc, TensorMeta
+from fxviz.ops import op_name
 from fxviz.render.diff import report_text
-from tests.irbuild import GraphBuilder
+from tests.irbuild import GraphBuilder, stack_graph
 from tests.models import called_twice, data_dependent
 from tests.test_ir import graphs
 from tests.test_tree import check_golden, render
@@ -338,6 +340,54 @@ def test_html_is_self_contained_and_links_every_difference(tmp_path: Path) -> No
         assert f'id="{anchor}"' in text, anchor
 
 
+def test_report_folds_a_run_of_matched_calls_the_diff_found() -> None:
+    a = stack_graph(4)
+    b = Graph.from_json(a.to_json())
+    b.node("fc_3").target = "aten.matmul.default"
+    d = diff(a, b, labels=("old", "new"))
+    runs = d.runs()
+    assert [[m.path for m in r.calls] for r in runs.values()] == [["h.0", "h.1", "h.2"]]
+    assert [r.label for r in runs.values()] == ["h.0-2"]
+    text = render(d.report())
+    assert "✓ h.0-2 ×3 (Block)  matched" in text
+    assert "✗ h.3 (Block)  differs" in text and "only in new: matmul" in text
+    assert "h.0-2" not in render(d.report(notes=True))  # with notes every call shows its own
+
+
+def test_report_cleans_what_the_model_named() -> None:
+    a = _block_graph()
+    b = _block_graph(extra_relu=True)
+    evil = "\x1b]0;PWNED\x07"
+    for g in (a, b):
+        g.modules["fc"] = ModuleInfo(f"Linear{evil}")
+        g.name = "Net\u202e"
+    b.node("relu_1").source = SourceLoc("/src/net.py", 12, "forward", f"h = torch.relu(h)  # {evil}")
+    b.node("linear_0").outputs = (TensorMeta((2, 4), "float16"),)
+    d = diff(a, b, labels=(f"export{evil}", "eager"))
+    for text in (report_text(d), render(d.report(notes=True))):
+        assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+        assert "\\x1b]0;PWNED\\x07" in text and "Net⟨U+202E⟩" in text
+
+
+def test_html_shows_kinds_and_statuses_in_words() -> None:
+    d = _golden_diff()
+    text = d.to_html()
+    assert ">only_in" not in text and ">symbolic_shape<" not in text
+    assert '<a href="#list-d0">only in eager</a>' in text  # the row of the extra relu
+    assert '<span class="bad">2 significant</span>, <span class="info">1 informational</span>' in text
+    assert "<td>symbolic shape</td><td>1 (informational)</td>" in text
+
+
+def test_html_names_a_failure_repeated_by_a_retry_once() -> None:
+    why = ("GuardOnDataDependentSymNode", "Could not guard on data-dependent expression u0 > 0")
+    failed = Graph(name="Net", attempts=[Attempt("export (symbolic sizes)", False, 0.1, *why),
+                                         Attempt("export", False, 0.1, *why)])
+    text = diff(failed, _block_graph(), labels=("export", "eager")).to_html()
+    # once in the failed-attempts cell, then in the difference and its detail
+    assert text.count("Could not guard on data-dependent expression u0 &gt; 0") == 3
+    assert "<div>export (symbolic sizes), export: GuardOnDataDependentSymNode: Could not guard" in text
+
+
 MODEL_FILE = '''
 import torch
 from torch import nn
@@ -395,17 +445,92 @@ def test_cli_diff_of_a_missing_target_is_one_line(tmp_path: Path) -> None:
     assert "error:" in r.output
 
 
-def test_difference_json_round_trips_through_json() -> None:
-    d = _golden_diff()
+def _failed_diff() -> Diff:
+    failed = Graph(name="Net", attempts=[Attempt("export", False, 0.1, "UserError", "nope\nmore")])
+    return diff(failed, _block_graph())
+
+
+def _check_round_trip(d: Diff) -> Diff:
+    d.seconds = {k: round(v, 4) for k, v in d.seconds.items()}  # what JSON keeps of a timing
+    back = Diff.from_json(d.to_json())
+    assert back.labels == d.labels
+    assert back.differences == d.differences
+    assert back.modules == d.modules
+    assert back.a.to_dict() == d.a.to_dict() and back.b.to_dict() == d.b.to_dict()
+    assert back.seconds == d.seconds
+    assert back.to_json() == d.to_json()
+    return back
+
+
+@pytest.mark.parametrize(
+    "make",
+    [_golden_diff, _failed_diff, lambda: diff(_block_graph(calls=2), _block_graph(shape=5), labels=("x", "y"))],
+    ids=["golden", "failed", "calls-and-shape"],
+)
+def test_difference_json_round_trips_through_json(make: Any) -> None:
+    d = make()
     data = json.loads(d.to_json())
     assert data["summary"] == d.summary()
     assert [x["id"] for x in data["differences"]] == [x.id for x in d.differences]
-    assert all(isinstance(m["rows"], list) for m in data["modules"])
+    back = _check_round_trip(d)
+    assert d.differences and back.differences[0] is not d.differences[0]
+    assert report_text(back) == report_text(d)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(), graphs())
+def test_any_diff_round_trips_through_json(a: Graph, b: Graph) -> None:
+    _check_round_trip(diff(a, b))
+
+
+def _break(path: str, value: Any) -> Any:
+    """The golden diff's JSON with the field at ``path`` (``a.b.0.c``) set to ``value`` (deleted when
+    ``value`` is ``...``)."""
+    data = json.loads(_golden_diff().to_json())
+    *head, last = path.split(".")
+    node = data
+    for key in head:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    key: Any = int(last) if isinstance(node, list) else last
+    if value is ...:
+        del node[key]
+    else:
+        node[key] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "named"),
+    [
+        ("schema", 1, "schema 1"),
+        ("a.graph", ..., "a.graph is missing"),
+        ("b.graph.nodes.0.kind", "tensor", "b.graph"),
+        ("a.label", 3, "a.label"),
+        ("differences.0.kind", "oops", "differences[0].kind"),
+        ("differences.1.stack", [["fc"]], "differences[1].stack[0]"),
+        ("differences.1.a.source", {"line": 3}, "differences[1].a.source"),
+        ("modules.1.status", "fine", "modules[1].status"),
+        ("modules.0.rows.0", ["x"], "modules[0].rows[0]"),
+        ("modules.0.rows.0.0", ["no_such_node"], "no_such_node"),
+        ("modules.1.differences", ["d99"], "modules[1].differences"),
+        ("modules.1.notes", -1, "modules[1].notes"),
+        ("differences", {}, "differences must be"),
+    ],
+)
+def test_malformed_diff_json_names_the_field(path: str, value: Any, named: str) -> None:
+    with pytest.raises(fxviz.GraphFormatError, match=re.escape(named)):
+        Diff.from_dict(_break(path, value))
+
+
+def test_diff_json_that_is_not_json_or_not_an_object_is_a_format_error() -> None:
+    with pytest.raises(fxviz.GraphFormatError, match="not JSON"):
+        Diff.from_json("{")
+    with pytest.raises(fxviz.GraphFormatError, match="top level must be an object"):
+        Diff.from_json("[]")
 
 
 def test_failed_capture_without_a_data_dependent_node_still_reports() -> None:
-    failed = Graph(name="Net", attempts=[Attempt("export", False, 0.1, "UserError", "nope\nmore")])
-    d = diff(failed, _block_graph())
+    d = _failed_diff()
     (x,) = d.differences
     assert isinstance(x, Difference) and x.kind == "capture_failed" and "UserError: nope" in x.message
     assert isinstance(d.b.node("relu"), Node)
