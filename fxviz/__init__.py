@@ -24,8 +24,7 @@ on first use.
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # torch-free and cheap: importing render registers the renderers Graph and Diff draw themselves with
 import fxviz.render as _render  # noqa: F401
@@ -40,31 +39,44 @@ from fxviz.errors import (
     ReplayError,
     TargetError,
 )
-from fxviz.graphdiff import Diff, Difference, diff
 from fxviz.ir import Attempt, Edge, Graph, ModuleInfo, Node, Ref, Scope, SourceLoc, TensorMeta
 from fxviz.passes import DEFAULT as DEFAULT_PASSES
 from fxviz.passes import run_passes
 
-try:
-    __version__ = version("fxviz")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree that was never installed
-    __version__ = "0+unknown"
+if TYPE_CHECKING:  # imported on first use (see _LAZY); type checkers see them as they are
+    from fxviz.graphdiff import Diff, Difference, diff
 
-#: Public names that need torch: imported from their module on first use.
-_LAZY = {"capture": "fxviz.api", "compare": "fxviz.api", "METHODS": "fxviz.api"}
+#: Public names imported from their module on first use: those that need torch, and those that
+#: cost start-up time a command like ``fxviz tree g.json`` does not need (the comparison, the
+#: package metadata behind ``__version__``).
+_LAZY = {
+    "capture": "fxviz.api", "compare": "fxviz.api", "METHODS": "fxviz.api",
+    "Diff": "fxviz.graphdiff", "Difference": "fxviz.graphdiff", "diff": "fxviz.graphdiff",
+}
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fxviz")
+    except PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
+        return "0+unknown"
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    if name == "__version__":
+        value: Any = _version()
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    else:
         raise AttributeError(f"module 'fxviz' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+    return sorted([*globals(), *_LAZY, "__version__"])
 
 
 __all__ = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import traceback
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -70,15 +71,22 @@ def _flat_dynamic_shapes(dynamic_shapes: Any, flat: FlatInputs) -> Any:
 
 def graph_from_exported(
     ep: torch.export.ExportedProgram,
-    model: nn.Module,
-    flat: FlatInputs,
+    model: nn.Module | None,
+    flat: FlatInputs | None,
     box: dict[str, Any],
     *,
     method: str,
+    prefix: str = NormalizedModel.PREFIX,
+    input_names: Sequence[str] = (),
 ) -> Graph:
-    prefix = NormalizedModel.PREFIX
+    """The IR of an exported program. A live capture passes the model and its flattened inputs and
+    exports through :class:`NormalizedModel` (whose ``prefix`` is stripped from module paths).
+    A program exported elsewhere (a ``.pt2`` file, see :mod:`fxviz.symbolic.pt2`) has neither:
+    ``model`` and ``flat`` are ``None``, ``prefix`` is ``""``, user inputs are named by
+    ``input_names`` (else by their placeholders), outputs by ``box["outputs"]``, and the caller
+    fills in the graph's name and modules."""
     placeholders: dict[str, Placeholder] = {}
-    user_inputs = iter(flat.names)
+    user_inputs = iter(flat.names if flat is not None else input_names)
     for spec in ep.graph_signature.input_specs:
         kind = _INPUT_KINDS.get(spec.kind, "constant")
         arg_name = getattr(spec.arg, "name", None)
@@ -110,11 +118,13 @@ def graph_from_exported(
             target = target[len(prefix) + 1 :] if target.startswith(prefix + ".") else target
             items.append((f"{s.kind.name.lower()}:{target}", r, None))
     conv.add_outputs(items)  # type: ignore[arg-type]
+    if model is None:
+        return Graph(nodes=conv.nodes, method=method)
     mark_tied(conv.nodes, model)
 
     return Graph(
         name=type(model).__name__, nodes=conv.nodes, method=method, modules=module_infos(model),
-        assumptions=assumptions_of(ep, flat),
+        assumptions=assumptions_of(ep, flat) if flat is not None else [],
     )
 
 
