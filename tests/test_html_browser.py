@@ -166,6 +166,33 @@ def test_details_panel_shows_the_shape(open_report: Any, graphs: dict[str, fxviz
     assert "secondary_conv" in details and "examples.py:30" in details
 
 
+def details(r: Any) -> dict[str, str]:
+    """The details panel as {row title: row text}."""
+    rows = r.page.eval_on_selector_all(
+        "[data-ref=details] dt", "els => els.map(e => [e.textContent, e.nextElementSibling.textContent])")
+    return dict(rows)
+
+
+def test_details_come_from_the_view_model(open_report: Any, graphs: dict[str, fxviz.Graph]) -> None:
+    """The panel shows what Python computed: a module call's boundary (its call's inputs and
+    outputs, main result first), an op's readers and the parameters it reads."""
+    g = graphs["cnn"]
+    call = g.calls.calls("fully_connected1")[0]
+    r = open_report("cnn")
+    r.page.evaluate("fxvizReport.goToPath('fully_connected1')")
+    box = details(r)
+    assert box["module"] == "fully_connected1"
+    assert [n for n in box["inputs"].split() if n in g] == [ref.node for ref in call.inputs] != []
+    assert [n for n in box["outputs"].split() if n in g] == [ref.node for ref in call.outputs] != []
+    assert box["parameters"] == f"{2048 * 128 + 128:,}"
+    op = next(g.node(n) for n in call.ops)
+    r.page.evaluate(f"fxvizReport.go('n{[n.name for n in g.nodes].index(op.name)}')")
+    node = details(r)
+    assert node["name"] == op.name
+    assert node["used by"] == ", ".join(g.users()[op.name]) != ""
+    assert node["parameters"] == f"{2048 * 128 + 128:,}"  # weight and bias, each read once
+
+
 def test_hostile_names_render_as_text(open_report: Any) -> None:
     r = open_report("hostile")
     assert r.page.text_content(".fx-model") == f"Evil{HOSTILE}"
