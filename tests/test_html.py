@@ -15,8 +15,9 @@ from fxviz.render.html import repr_html, to_html, view_model
 from tests.irbuild import GraphBuilder, cnn_graph, stack_graph
 from tests.render_graphs import HOSTILE, hostile_graph, partial_graph
 
-if not (html_mod.BUNDLE_DIR / "report.js").is_file():
-    pytest.skip("the report bundle is not built: run scripts/build_web.sh", allow_module_level=True)
+#: For the tests that render a whole report: the script bundle (a fixture of tests/conftest.py).
+#: The view-model tests need no bundle.
+with_bundle = pytest.mark.usefixtures("bundle")
 
 
 def embedded(text: str) -> dict:
@@ -25,6 +26,7 @@ def embedded(text: str) -> dict:
     return json.loads(m.group(1))
 
 
+@with_bundle
 def test_embedded_json_round_trips() -> None:
     g = partial_graph()
     text = to_html(g)
@@ -41,6 +43,7 @@ def test_embedded_json_round_trips() -> None:
     assert data["groups"][linear["g"]]["path"] == "enc.fc"
 
 
+@with_bundle
 def test_hostile_names_cannot_break_out() -> None:
     text = to_html(hostile_graph())
     # the only script tags are the two the template writes
@@ -53,6 +56,7 @@ def test_hostile_names_cannot_break_out() -> None:
     assert title is not None and "&lt;/script&gt;" in title.group(1)
 
 
+@with_bundle
 def test_repr_html_is_an_isolated_iframe() -> None:
     a, b = repr_html(partial_graph()), repr_html(partial_graph())
     assert a.startswith("<iframe") and 'sandbox="allow-scripts' in a
@@ -61,6 +65,7 @@ def test_repr_html_is_an_isolated_iframe() -> None:
     assert "<script" not in a  # all of the report is inside the escaped srcdoc
 
 
+@with_bundle
 def test_size_budget() -> None:
     """The fixed part (script, styles, template) stays far under the 1.5 MB budget."""
     text = to_html(partial_graph())
@@ -69,6 +74,7 @@ def test_size_budget() -> None:
     assert len(text.encode()) - len(data.encode()) < 200_000  # dagre + app today: ~80 kB
 
 
+@with_bundle
 def test_writes_the_file(tmp_path) -> None:
     out = tmp_path / "r.html"
     text = to_html(partial_graph(), out)
@@ -85,6 +91,7 @@ def test_missing_bundle_says_how_to_build(monkeypatch, tmp_path) -> None:
         html_mod._bundle.cache_clear()
 
 
+@with_bundle
 def test_unwritable_path(tmp_path) -> None:
     with pytest.raises(RenderError, match="cannot write"):
         to_html(partial_graph(), tmp_path / "missing" / "r.html")
