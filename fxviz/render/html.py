@@ -25,9 +25,9 @@ from typing import Any
 
 import jinja2
 
-from fxviz.calls import Call
+from fxviz.calls import Call, build_scopes
 from fxviz.errors import RenderError
-from fxviz.ir import Graph, Node, Ref, Scope, SourceLoc, TensorMeta
+from fxviz.ir import Graph, Node, Ref, Scope, SourceLoc, TensorMeta, module_class
 from fxviz.render.files import write_text
 from fxviz.render.view import (
     KIND_COLORS,
@@ -252,7 +252,9 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET) -> dict[str, Any]:
         "sources": sources.items,
         "groups": groups,
         "nodes": nodes,
-        "tree": _tree(graph, graph.scopes, mod_stats),
+        # the scope tree from the call tree taken above (Graph.scopes would derive it again)
+        "tree": _tree(graph, build_scopes(graph.nodes, graph.modules, graph.name or module_class(graph, ""), tree),
+                      mod_stats),
     }
 
 
