@@ -31,7 +31,7 @@ from types import ModuleType
 import pytest
 
 from fxviz.render.html import to_html
-from tests.conftest import REPO, build_web
+from tests.conftest import REPO, build_web, missing
 from tests.render_graphs import partial_graph
 
 #: The one version, as pyproject.toml writes it (tomllib is Python 3.11+; fxviz supports 3.10)
@@ -159,7 +159,7 @@ def dists(tmp_path_factory: pytest.TempPathFactory, build_frontend: ModuleType) 
     """``python -m build`` on a clean copy of the checkout (npm on PATH builds the bundle for
     the sdist; the wheel is built from that sdist)."""
     if shutil.which("npm") is None:
-        pytest.skip("npm is not on PATH: a clean checkout cannot build the report bundle")
+        missing("npm (a clean checkout builds the report bundle with it)", "install Node.js >= 18 and npm")
     tmp = tmp_path_factory.mktemp("build")
     src = checkout_copy(tmp / "src")
     log = run([sys.executable, "-m", "build", "--outdir", str(tmp / "dist"), str(src)], cwd=tmp)
