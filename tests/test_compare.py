@@ -292,7 +292,7 @@ def test_a_module_called_a_different_number_of_times() -> None:
     assert "called 2× in export (a), 3× in export (b)" in c.message
 
 
-@pytest.mark.parametrize("name", ["gpt2", "t5"])
+@pytest.mark.parametrize("name", ["gpt2", pytest.param("t5", marks=pytest.mark.slow)])
 def test_transformers_blocks_match_and_the_mask_code_differs(name: str) -> None:
     from tests import transformers_zoo
 

@@ -127,7 +127,11 @@ def assert_replays(g: Graph, model: nn.Module, args: tuple[Any, ...], kwargs: di
 # ---- the zoo through auto and through the forced tracer --------------------------------------
 
 
-@pytest.mark.parametrize("name", list(ZOO))
+#: The zoo as test parameters; the deepest model is for `make test`, not the quick loop.
+ZOO_PARAMS = [pytest.param(n, marks=pytest.mark.slow) if n == "deep_residual" else n for n in ZOO]
+
+
+@pytest.mark.parametrize("name", ZOO_PARAMS)
 def test_zoo_auto(name: str) -> None:
     entry = ZOO[name]
     model, args, kwargs = entry.build()
@@ -150,7 +154,7 @@ def test_zoo_auto(name: str) -> None:
 
 
 @pytest.mark.parametrize("level", ["function", "aten"])
-@pytest.mark.parametrize("name", list(ZOO))
+@pytest.mark.parametrize("name", ZOO_PARAMS)
 def test_zoo_eager(name: str, level: str) -> None:
     entry = ZOO[name]
     model, args, kwargs = entry.build()
@@ -434,6 +438,7 @@ def test_meta_model_through_export_and_fake_tracer() -> None:
     assert all(p.is_meta for p in model.parameters())
 
 
+@pytest.mark.slow  # a subprocess capturing an 80-layer model twice (~40 s)
 def test_llama_70b_shape_on_meta_both_ways() -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run(

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 
 from fxviz.errors import RenderError
+from fxviz.ir import Ref
 from fxviz.render import html as html_mod
 from fxviz.render.html import repr_html, to_html, view_model
+from tests.irbuild import GraphBuilder, cnn_graph, stack_graph
 from tests.render_graphs import HOSTILE, hostile_graph, partial_graph
 
-if not (html_mod.BUNDLE_DIR / "report.js").is_file():
-    pytest.skip("the report bundle is not built: run scripts/build_web.sh", allow_module_level=True)
+#: For the tests that render a whole report: the script bundle (a fixture of tests/conftest.py).
+#: The view-model tests need no bundle.
+with_bundle = pytest.mark.usefixtures("bundle")
 
 
 def embedded(text: str) -> dict:
@@ -22,6 +26,7 @@ def embedded(text: str) -> dict:
     return json.loads(m.group(1))
 
 
+@with_bundle
 def test_embedded_json_round_trips() -> None:
     g = partial_graph()
     text = to_html(g)
@@ -38,6 +43,7 @@ def test_embedded_json_round_trips() -> None:
     assert data["groups"][linear["g"]]["path"] == "enc.fc"
 
 
+@with_bundle
 def test_hostile_names_cannot_break_out() -> None:
     text = to_html(hostile_graph())
     # the only script tags are the two the template writes
@@ -50,6 +56,7 @@ def test_hostile_names_cannot_break_out() -> None:
     assert title is not None and "&lt;/script&gt;" in title.group(1)
 
 
+@with_bundle
 def test_repr_html_is_an_isolated_iframe() -> None:
     a, b = repr_html(partial_graph()), repr_html(partial_graph())
     assert a.startswith("<iframe") and 'sandbox="allow-scripts' in a
@@ -58,6 +65,7 @@ def test_repr_html_is_an_isolated_iframe() -> None:
     assert "<script" not in a  # all of the report is inside the escaped srcdoc
 
 
+@with_bundle
 def test_size_budget() -> None:
     """The fixed part (script, styles, template) stays far under the 1.5 MB budget."""
     text = to_html(partial_graph())
@@ -66,6 +74,7 @@ def test_size_budget() -> None:
     assert len(text.encode()) - len(data.encode()) < 200_000  # dagre + app today: ~80 kB
 
 
+@with_bundle
 def test_writes_the_file(tmp_path) -> None:
     out = tmp_path / "r.html"
     text = to_html(partial_graph(), out)
@@ -82,6 +91,107 @@ def test_missing_bundle_says_how_to_build(monkeypatch, tmp_path) -> None:
         html_mod._bundle.cache_clear()
 
 
+@with_bundle
 def test_unwritable_path(tmp_path) -> None:
     with pytest.raises(RenderError, match="cannot write"):
         to_html(partial_graph(), tmp_path / "missing" / "r.html")
+
+
+# ---- the view-model carries every fact the script shows --------------------------------------
+
+
+def refs(data: dict[str, Any], encoded: list[Any]) -> list[Ref]:
+    """Decode the view-model's value references (index, or [index, output]) to Refs."""
+    names = [n["n"] for n in data["nodes"]]
+    return [Ref(names[r]) if isinstance(r, int) else Ref(names[r[0]], r[1]) for r in encoded]
+
+
+def box(data: dict[str, Any], path: str, *, run: bool = False) -> dict[str, Any]:
+    return next(g for g in data["groups"] if g["path"] == path and bool(g["run"]) == run)
+
+
+@pytest.mark.parametrize("make", [cnn_graph, partial_graph, stack_graph], ids=["cnn", "partial", "stack"])
+def test_each_module_call_box_carries_its_calls_boundary(make: Any) -> None:
+    g = make()
+    data = view_model(g)
+    tree = g.calls
+    checked = 0
+    for c in tree.walk():
+        if not c.stack:
+            continue
+        entry = next(x for x in data["groups"] if x["path"] == c.path and x["call"] == c.index and not x["run"])
+        assert refs(data, entry.get("ins", [])) == c.inputs
+        assert refs(data, entry.get("outs", [])) == c.outputs
+        checked += 1
+    assert checked == sum(1 for c in tree.walk() if c.stack) > 0
+
+
+def test_cnn_boxes_read_and_hand_back_what_the_model_does() -> None:
+    data = view_model(cnn_graph())
+    # the shared max_pool is three boxes, one per call, each with its own boundary
+    pools = [x for x in data["groups"] if x["path"] == "max_pool"]
+    assert [refs(data, p["ins"]) for p in pools] == [[Ref("relu")], [Ref("relu_1")], [Ref("relu_2")]]
+    assert [refs(data, p["outs"]) for p in pools] == [[Ref("max_pool2d")], [Ref("max_pool2d_1")], [Ref("max_pool2d_2")]]
+    fc = box(data, "fully_connected1")
+    assert refs(data, fc["ins"]) == [Ref("view")]  # the weight and bias are state, not inputs
+    assert refs(data, fc["outs"]) == [Ref("linear")]
+
+
+def test_a_folded_run_reads_and_hands_back_what_its_members_share_with_the_outside() -> None:
+    data = view_model(stack_graph(layers=3))
+    run = box(data, "h.0-2", run=True)
+    assert run["run"] == 3
+    assert refs(data, run["ins"]) == [Ref("x")]  # add_0 -> ln_1 stays inside the run
+    assert refs(data, run["outs"]) == [Ref("add_2")]
+    # a member hands its result to the next member: its own box says so
+    assert refs(data, box(data, "h.0")["outs"]) == [Ref("add_0")]
+
+
+def test_a_box_of_model_outputs_reads_what_the_model_returns_through_it() -> None:
+    b = GraphBuilder("Cache", {"blk": "Block"})
+    x = b.input("x", (2, 4))
+    kv = [b.op(f"k{i}", "aten.mul.Tensor", [x], (2, 4), (("blk", 0),)) for i in range(3)]
+    out = b.op("y", "aten.relu.default", [x], (2, 4))
+    b.output("y_out", out)
+    for i, k in enumerate(kv):
+        b.output(f"cache[{i}]", k)
+    g = b.build()
+    data = view_model(g)
+    cache = next(x for x in data["groups"] if x.get("io") == "output")
+    assert cache["path"] == "cache" and cache["n"] == 3
+    assert refs(data, cache["ins"]) == [Ref("k0"), Ref("k1"), Ref("k2")] and "outs" not in cache
+    assert refs(data, box(data, "blk")["outs"]) == [Ref("k2"), Ref("k1"), Ref("k0")]  # last made first
+
+
+def test_nodes_carry_their_readers_and_the_parameters_they_read() -> None:
+    g = cnn_graph()
+    data = view_model(g)
+    names = [n["n"] for n in data["nodes"]]
+    users = g.users()
+    for n in data["nodes"]:
+        assert [names[u] for u in n.get("u", [])] == users[n["n"]]
+    x = data["nodes"][names.index("x")]
+    assert [names[u] for u in x["u"]] == ["conv2d", "conv2d_1"]
+    by_name = dict(zip(names, data["nodes"], strict=True))
+    assert by_name["linear"]["np"] == 2048 * 128 + 128  # weight and bias
+    assert by_name["fully_connected1.weight"]["np"] == 2048 * 128
+    assert "np" not in by_name["relu"] and "np" not in by_name["x"]
+
+
+def test_an_op_reading_one_parameter_twice_counts_it_once() -> None:
+    b = GraphBuilder("Tied", {"fc": "Linear"})
+    w = b.param("fc.weight", (4, 4))
+    x = b.input("x", (2, 4))
+    y = b.op("mm", "aten.mm.default", [x, w], (2, 4), (("fc", 0),))
+    z = b.op("both", "aten.addmm.default", [y, w, w], (2, 4), (("fc", 0),))
+    b.output("out", z)
+    data = view_model(b.build())
+    assert next(n for n in data["nodes"] if n["n"] == "both")["np"] == 16
+
+
+def test_boxes_around_the_failing_op_are_marked() -> None:
+    g = partial_graph()
+    data = view_model(g)
+    marked = {x["path"] for x in data["groups"] if x.get("err")}
+    assert marked == {"gate"}  # item raised inside gate; enc ran fine
+    assert all(x.get("err") in (None, 1) for x in data["groups"])

@@ -6,24 +6,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
+import torch
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip("no /usr/bin/chromium (apt-get install -y chromium)", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api")
-torch = pytest.importorskip("torch")
+import fxviz
+from fxviz import examples
+from fxviz.render.html import to_html
+from tests.render_graphs import HOSTILE, hostile_graph, partial_graph
 
-import fxviz  # noqa: E402
-from fxviz import examples  # noqa: E402
-from fxviz.render import html as html_mod  # noqa: E402
-from fxviz.render.html import to_html  # noqa: E402
-from tests.render_graphs import HOSTILE, hostile_graph, partial_graph  # noqa: E402
-
-if not (html_mod.BUNDLE_DIR / "report.js").is_file():
-    pytest.skip("the report bundle is not built: run scripts/build_web.sh", allow_module_level=True)
+# Chromium, Playwright and the bundle are fixtures (tests/conftest.py): missing, they skip these
+# tests with the command that installs them, and fail the run under CI=true
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("bundle")]
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -44,9 +40,9 @@ def graphs() -> dict[str, fxviz.Graph]:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+def browser(chromium: Path, playwright: ModuleType) -> Iterator[Any]:
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(chromium), args=ARGS)
         yield b
         b.close()
 
@@ -166,6 +162,33 @@ def test_details_panel_shows_the_shape(open_report: Any, graphs: dict[str, fxviz
     assert "secondary_conv" in details and "examples.py:30" in details
 
 
+def details(r: Any) -> dict[str, str]:
+    """The details panel as {row title: row text}."""
+    rows = r.page.eval_on_selector_all(
+        "[data-ref=details] dt", "els => els.map(e => [e.textContent, e.nextElementSibling.textContent])")
+    return dict(rows)
+
+
+def test_details_come_from_the_view_model(open_report: Any, graphs: dict[str, fxviz.Graph]) -> None:
+    """The panel shows what Python computed: a module call's boundary (its call's inputs and
+    outputs, main result first), an op's readers and the parameters it reads."""
+    g = graphs["cnn"]
+    call = g.calls.calls("fully_connected1")[0]
+    r = open_report("cnn")
+    r.page.evaluate("fxvizReport.goToPath('fully_connected1')")
+    box = details(r)
+    assert box["module"] == "fully_connected1"
+    assert [n for n in box["inputs"].split() if n in g] == [ref.node for ref in call.inputs] != []
+    assert [n for n in box["outputs"].split() if n in g] == [ref.node for ref in call.outputs] != []
+    assert box["parameters"] == f"{2048 * 128 + 128:,}"
+    op = next(g.node(n) for n in call.ops)
+    r.page.evaluate(f"fxvizReport.go('n{[n.name for n in g.nodes].index(op.name)}')")
+    node = details(r)
+    assert node["name"] == op.name
+    assert node["used by"] == ", ".join(g.users()[op.name]) != ""
+    assert node["parameters"] == f"{2048 * 128 + 128:,}"  # weight and bias, each read once
+
+
 def test_hostile_names_render_as_text(open_report: Any) -> None:
     r = open_report("hostile")
     assert r.page.text_content(".fx-model") == f"Evil{HOSTILE}"
@@ -202,6 +225,7 @@ def open_path(browser: Any, path: Path) -> Any:
     return page, errors
 
 
+@pytest.mark.slow
 def test_cache_outputs_are_one_box_and_long_fans_are_stubs(browser: Any, gpt2_48: Path) -> None:
     page, errors = open_path(browser, gpt2_48)
     # the 96 past_key_values outputs are one box in the first view, not 96 nodes
@@ -243,6 +267,7 @@ def llama_80(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_llama_70b_shape_opens_and_expands(browser: Any, llama_80: Path) -> None:
     page, errors = open_path(browser, llama_80)
     run = page.locator(".fx-box.fx-run")

@@ -25,11 +25,14 @@ from typing import Any
 
 import jinja2
 
+from fxviz.calls import Call, build_scopes
 from fxviz.errors import RenderError
-from fxviz.ir import Graph, Node, Scope, SourceLoc, TensorMeta
+from fxviz.ir import Graph, Node, Ref, Scope, SourceLoc, TensorMeta, module_class
 from fxviz.render.files import write_text
 from fxviz.render.view import (
     KIND_COLORS,
+    Group,
+    ModuleBoxes,
     edge_label,
     format_count,
     module_boxes,
@@ -46,7 +49,7 @@ __all__ = ["BUNDLE_DIR", "VIEW_MODEL_VERSION", "repr_html", "to_html", "view_mod
 BUNDLE_DIR = Path(__file__).parent / "static"
 _TEMPLATE_DIR = Path(__file__).parent / "templates"
 #: Bumped when the JSON the script reads changes shape.
-VIEW_MODEL_VERSION = 1
+VIEW_MODEL_VERSION = 2
 #: How many boxes and nodes the first view shows at most before leaving modules collapsed.
 DEFAULT_BUDGET = 60
 
@@ -100,20 +103,78 @@ def _tree(graph: Graph, scope: Scope, stats: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _boundaries(graph: Graph, boxes: ModuleBoxes, calls: dict[str, Call]) -> dict[str, tuple[list[Ref], list[Ref]]]:
+    """What each box reads from outside and hands back, ``gid -> (inputs, outputs)``, main
+    result first.
+
+    A module call's boundary is its call's (:mod:`fxviz.calls`), the one derivation the terminal
+    tree reads too. A run of folded repeats reads what its members read from outside the run and
+    hands back what its members hand to a reader outside it. A box of model inputs hands back
+    those that are read; a box of model outputs reads what the model returns through it.
+    """
+    readers: dict[Ref, list[str]] = {}
+    position = {n.name: i for i, n in enumerate(graph.nodes)}
+    for n in graph.nodes:
+        for r in n.inputs:
+            readers.setdefault(r, []).append(n.name)
+    out: dict[str, tuple[list[Ref], list[Ref]]] = {}
+    for gid, g in boxes.groups.items():
+        if gid in calls:
+            c = calls[gid]
+            out[gid] = (c.inputs, c.outputs)
+        elif g.run:
+            members = [calls[m] for m in boxes.members[gid] if m in calls]
+            inside = {name for m in members for name in m.nodes}
+            ins = {r: None for m in members for r in m.inputs if r.node not in inside}
+            outs = {r: None for m in members for r in m.outputs
+                    if any(u not in inside for u in readers.get(r, ()))}
+            out[gid] = (list(ins), sorted(outs, key=lambda r: (-position[r.node], r.index)))
+    values: dict[str, tuple[dict[Ref, None], dict[Ref, None]]] = {}
+    for n in graph.nodes:
+        vid = boxes.node_group.get(n.name)
+        if vid is None or not boxes.groups[vid].values:
+            continue
+        reads, hands = values.setdefault(vid, ({}, {}))
+        if n.kind == "output":
+            reads.update(dict.fromkeys(n.inputs))
+        elif Ref(n.name) in readers:
+            hands[Ref(n.name)] = None
+    out.update({vid: (list(reads), list(hands)) for vid, (reads, hands) in values.items()})
+    return out
+
+
 def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET) -> dict[str, Any]:
     """The JSON the report's script reads: nodes, module boxes, module tree, capture record.
 
     Nodes refer to each other, to boxes and to the shape and source tables by index. Each node
-    carries its label, op kind and colour, each output its shape, dtype and edge label; the script
-    derives nothing of its own but positions.
+    carries its label, op kind, colour, the nodes that read it and the parameters it holds or
+    reads, each output its shape, dtype and edge label; each box its counts, whether the failing
+    op is inside, and the values that cross its border. The script derives nothing of its own but
+    positions (and which boxes are open).
     """
-    boxes = module_boxes(graph, group_values=True)
+    tree = graph.calls
+    boxes = module_boxes(graph, group_values=True, tree=tree)
+    calls = {c.id: c for c in tree.walk() if c.stack}
     group_ids = list(boxes.groups)
     gindex = {gid: i for i, gid in enumerate(group_ids)}
     nindex = {n.name: i for i, n in enumerate(graph.nodes)}
+    by_name = {n.name: n for n in graph.nodes}
+    users = graph.users()
     stats = graph.annotations.get("stats", {})
     mod_stats: dict[str, Any] = stats.get("modules", {})
     metas, sources = _Interner(), _Interner()
+
+    def ref(r: Ref) -> int | list[int]:
+        return nindex[r.node] if r.index == 0 else [nindex[r.node], r.index]
+
+    def params_of(n: Node) -> int:
+        """A parameter's size, or what an op reads from parameters (each parameter once)."""
+        if n.kind == "parameter":
+            return (n.meta.numel if n.meta is not None else 0) or 0
+        if n.kind != "op":
+            return 0
+        read = {r.node for r in n.inputs if by_name[r.node].kind == "parameter"}
+        return sum(params_of(by_name[p]) for p in read)
 
     def node_entry(n: Node) -> dict[str, Any]:
         g = boxes.node_group.get(n.name)
@@ -124,7 +185,9 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET) -> dict[str, Any]:
         if n.target:
             d["t"] = n.target
         if n.inputs:
-            d["i"] = [nindex[r.node] if r.index == 0 else [nindex[r.node], r.index] for r in n.inputs]
+            d["i"] = [ref(r) for r in n.inputs]
+        if users[n.name]:
+            d["u"] = [nindex[u] for u in users[n.name]]
         if n.outputs:
             d["out"] = [metas.add(_meta_entry(m)) for m in n.outputs]
         if n.source is not None:
@@ -133,26 +196,40 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET) -> dict[str, Any]:
             d["a"] = n.attrs
         if n.error is not None:
             d["e"] = n.error
-        if n.kind == "parameter" and n.meta is not None and n.meta.numel:
-            d["np"] = n.meta.numel
+        np_ = params_of(n)
+        if np_:
+            d["np"] = np_
         return d
 
-    groups: list[dict[str, Any]] = []
-    for gid in group_ids:
-        g = boxes.groups[gid]
+    failing: set[str] = set()
+    for n in graph.nodes:
+        if n.error is not None:
+            failing.update(boxes.ancestors(boxes.node_group.get(n.name)))
+    boundaries = _boundaries(graph, boxes, calls)
+
+    def group_entry(g: Group) -> dict[str, Any]:
         paths = g.run["paths"] if g.run else [g.path]
         params = sum(mod_stats.get(p, {}).get("params", 0) for p in paths)
         ops = sum(mod_stats.get(p, {}).get("ops", 0) for p in paths)
-        groups.append({
+        d: dict[str, Any] = {
             "p": gindex[g.parent] if g.parent is not None else -1,
             "l": g.label, "path": g.path, "cls": g.cls, "call": g.call, "d": g.depth,
             "run": g.run["count"] if g.run else 0,
             "params": params, "pl": format_count(params) if params else "", "ops": ops,
             "c": KIND_COLORS[g.values] if g.values else stable_color(g.cls or g.path),
-        })
+        }
         if g.values:
-            groups[-1].update({"io": g.values, "n": g.size})
+            d.update({"io": g.values, "n": g.size})
+        ins, outs = boundaries.get(g.id, ([], []))
+        if ins:
+            d["ins"] = [ref(r) for r in ins]
+        if outs:
+            d["outs"] = [ref(r) for r in outs]
+        if g.id in failing:
+            d["err"] = 1
+        return d
 
+    groups = [group_entry(boxes.groups[gid]) for gid in group_ids]
     nodes = [node_entry(n) for n in graph.nodes]
     total_params = stats.get("total_params", 0)
     return {
@@ -175,7 +252,9 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET) -> dict[str, Any]:
         "sources": sources.items,
         "groups": groups,
         "nodes": nodes,
-        "tree": _tree(graph, graph.scopes, mod_stats),
+        # the scope tree from the call tree taken above (Graph.scopes would derive it again)
+        "tree": _tree(graph, build_scopes(graph.nodes, graph.modules, graph.name or module_class(graph, ""), tree),
+                      mod_stats),
     }
 
 
@@ -184,8 +263,9 @@ def _bundle() -> tuple[str, str]:
     js_path, css_path = BUNDLE_DIR / "report.js", BUNDLE_DIR / "report.css"
     if not js_path.is_file() or not css_path.is_file():
         raise RenderError(
-            f"the HTML report's script bundle is missing ({js_path}): run scripts/build_web.sh "
-            "(it needs Node.js and npm) to build it"
+            f"the HTML report's script bundle is missing ({js_path}): in a source checkout run "
+            "scripts/build_web.sh (Node.js >= 18 and npm); an installed fxviz carries it, so "
+            "reinstall it from a wheel or sdist made by `python -m build`"
         )
     js = js_path.read_text(encoding="utf-8")
     if "</script" in js.lower():  # esbuild escapes it; a bundle that does not would end the tag

@@ -50,7 +50,7 @@ export function draw(root, model, view, lay, selected) {
     const p = lay.pos.get("g" + c);
     const x = p.x - p.width / 2;
     const y = p.y - p.height / 2;
-    const cls = ["fx-cluster", g.run ? "fx-run" : "", g.io ? "fx-values" : "", model.errorGroups.has(c) ? "fx-has-error" : "", selected === "g" + c ? "fx-selected" : ""];
+    const cls = ["fx-cluster", g.run ? "fx-run" : "", g.io ? "fx-values" : "", model.hasError(c) ? "fx-has-error" : "", selected === "g" + c ? "fx-selected" : ""];
     clusters.append(
       s("g", { class: cls.join(" "), "data-key": "g" + c, "data-path": g.path, "data-gid": c },
         s("rect", { x, y, width: p.width, height: p.height, rx: 8, style: `--box:${g.c}` }),
@@ -99,7 +99,7 @@ export function draw(root, model, view, lay, selected) {
     } else {
       const c = +key.slice(1);
       const g = model.groups[c];
-      const cls = ["fx-box", g.run ? "fx-run" : "", g.io ? "fx-values" : "", model.errorGroups.has(c) ? "fx-has-error" : "", selected === key ? "fx-selected" : ""];
+      const cls = ["fx-box", g.run ? "fx-run" : "", g.io ? "fx-values" : "", model.hasError(c) ? "fx-has-error" : "", selected === key ? "fx-selected" : ""];
       const box = s("g", { class: cls.join(" "), "data-key": key, "data-path": g.path, "data-gid": c, style: `--box:${g.c}` });
       if (g.run) box.append(s("rect", { x: x + 6, y: y - 6, width: p.width, height: p.height, rx: 7, class: "fx-stack" }));
       box.append(

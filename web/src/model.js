@@ -1,5 +1,13 @@
 // The graph as the report sees it: the view-model from Python, indexed, plus which module boxes
 // are expanded. `visibleGraph()` turns that state into the boxes, nodes and edges to lay out.
+// Every fact about the graph (labels, readers, boundaries, counts) comes from Python; this module
+// only indexes it and decides what is visible. No DOM: web/tests runs it under `node --test`.
+
+/** A value reference as the view-model writes it (a node index, or [node, output] for an output
+ * other than the first) as [node, output]. */
+export function valueRefs(list) {
+  return (list || []).map((r) => (Array.isArray(r) ? r : [r, 0]));
+}
 
 export class Model {
   constructor(data) {
@@ -23,17 +31,27 @@ export class Model {
       for (let j = i; j >= 0; j = this.groups[j].p) out.unshift(j);
       return out;
     });
-    this.users = this.nodes.map(() => []);
-    this.nodes.forEach((n, i) => this.inputs(i).forEach(([src]) => this.users[src].push(i)));
-    this.errorGroups = new Set();
-    this.nodes.forEach((n) => {
-      if (n.e && n.g >= 0) this.chain[n.g].forEach((j) => this.errorGroups.add(j));
-    });
   }
 
   /** [[producer index, output index], ...] of node i. */
   inputs(i) {
-    return (this.nodes[i].i || []).map((r) => (Array.isArray(r) ? r : [r, 0]));
+    return valueRefs(this.nodes[i].i);
+  }
+
+  /** Indices of the nodes that read node i, in graph order. */
+  users(i) {
+    return this.nodes[i].u || [];
+  }
+
+  /** What box g reads from outside and hands back: { ins, outs }, each [[node, output], ...],
+   * the main result first. */
+  boundary(g) {
+    return { ins: valueRefs(this.groups[g].ins), outs: valueRefs(this.groups[g].outs) };
+  }
+
+  /** True when the failing op of a partial graph is inside box g. */
+  hasError(g) {
+    return Boolean(this.groups[g].err);
   }
 
   /** [shape string, dtype, edge label] of output k of node i, or null. */
@@ -155,8 +173,8 @@ export class Model {
 
 /** An end shared by at least FAN other leaves makes a fan; its edges that skip more than SPAN
  * ranks are drawn as stubs. */
-const FAN = 6;
-const SPAN = 4;
+export const FAN = 6;
+export const SPAN = 4;
 
 /** Mark the long edges of fans as stubs (`e.stub = "in"`: drawn as a short arrow into its
  * target, naming the source; `"out"`: a short arrow out of its source, naming the target).
@@ -167,7 +185,7 @@ const SPAN = 4;
  * other end does not. The nearest edge of each fan stays a real edge, so the shared end is
  * still placed next to its first reader (or last writer). Ranks are longest paths over the
  * leaves; a cycle is broken where it is met. */
-function markStubs(leaves, edges) {
+export function markStubs(leaves, edges) {
   const rank = longestPathRanks(leaves, edges);
   const span = (e) => rank.get(e.to) - rank.get(e.from);
   const byEnd = (end) => {
@@ -189,7 +207,7 @@ function markStubs(leaves, edges) {
 
 /** Rank of each leaf: the length of the longest path of edges reaching it (Kahn's order). A
  * cycle (two collapsed boxes feeding each other) is broken at its first leaf in drawing order. */
-function longestPathRanks(leaves, edges) {
+export function longestPathRanks(leaves, edges) {
   const indeg = new Map(leaves.map((k) => [k, 0]));
   const out = new Map(leaves.map((k) => [k, []]));
   for (const e of edges) {

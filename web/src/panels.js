@@ -67,12 +67,11 @@ export function nodeDetails(model, i, go) {
   if (n.out && n.out.length) {
     rows.push(...row("outputs", h("ol", { class: "fx-io" }, n.out.map((_, k) => h("li", {}, h("span", { class: "fx-shape", text: shapeText(model.meta(i, k)) }))))));
   }
-  const users = model.users[i];
+  const users = model.users(i);
   if (users.length) {
     rows.push(...row("used by", h("span", {}, ...users.slice(0, 12).flatMap((u, j) => [j ? ", " : "", h("a", { href: "#", onclick: (e) => { e.preventDefault(); go("n" + u); }, text: model.nodes[u].n })]), users.length > 12 ? ` … +${users.length - 12}` : "")));
   }
-  const params = n.k === "parameter" ? n.np || 0 : ins.reduce((acc, [src]) => acc + (model.nodes[src].k === "parameter" ? model.nodes[src].np || 0 : 0), 0);
-  if (params) rows.push(...row("parameters", grouped(params)));
+  if (n.np) rows.push(...row("parameters", grouped(n.np)));
   if (n.s !== undefined) {
     const [file, line, func, code] = model.sources[n.s];
     rows.push(...row("source", h("code", { class: "fx-src", title: file, text: `${file.split("/").pop()}:${line}${func ? ` in ${func}` : ""}` }), code ? h("pre", { text: code }) : null));
@@ -95,28 +94,21 @@ export function groupDetails(model, c, go) {
   if (g.run) rows.push(...row("folded", `${g.run} identical consecutive modules`));
   else if (g.call) rows.push(...row("call", `#${g.call + 1}`));
   if (!g.io) rows.push(...row("ops", grouped(g.ops)), ...row("parameters", grouped(g.params)));
-  const inside = (i) => model.within(model.nodes[i].g, c);
-  const ins = [];
-  const outs = [];
-  model.nodes.forEach((n, dst) => {
-    for (const [src, k] of model.inputs(dst)) {
-      const a = inside(src);
-      const b = inside(dst);
-      if (!a && b && model.nodes[src].k !== "parameter" && model.nodes[src].k !== "buffer") ins.push([src, k]);
-      else if (a && !b) outs.push([src, k]);
-    }
-  });
-  const list = (items) => h("ol", { class: "fx-io" }, [...new Map(items.map((it) => [it.join(":"), it])).values()].slice(0, 16).map(([src, k]) =>
-    h("li", {}, h("a", { href: "#", onclick: (e) => { e.preventDefault(); go("n" + src); }, text: model.nodes[src].n }), " ", h("span", { class: "fx-shape", text: shapeText(model.meta(src, k)) }))));
-  if (ins.length) rows.push(...row("inputs", list(ins)));
-  if (outs.length) rows.push(...row("outputs", list(outs)));
+  const { ins, outs } = model.boundary(c);
+  const list = (items) => [
+    h("ol", { class: "fx-io" }, items.slice(0, 16).map(([src, k]) =>
+      h("li", {}, h("a", { href: "#", onclick: (e) => { e.preventDefault(); go("n" + src); }, text: model.nodes[src].n + (k ? `[${k}]` : "") }), " ", h("span", { class: "fx-shape", text: shapeText(model.meta(src, k)) })))),
+    items.length > 16 ? h("span", { class: "fx-muted", text: `… +${items.length - 16}` }) : null,
+  ];
+  if (ins.length) rows.push(...row("inputs", ...list(ins)));
+  if (outs.length) rows.push(...row("outputs", ...list(outs)));
   const kids = model.childGroups[c];
   if (kids.length) {
     rows.push(...row(g.run ? "members" : "submodules", h("ul", { class: "fx-io" }, kids.slice(0, 50).map((k) => h("li", {}, h("a", { href: "#", onclick: (e) => { e.preventDefault(); go("g" + k); }, text: model.groups[k].l }))))));
   }
   return h("div", { class: "fx-details-body", "data-key": "g" + c },
     h("h2", {}, h("i", { class: "fx-swatch fx-swatch-box", style: { borderColor: g.c } }), g.l),
-    model.errorGroups.has(c) ? h("div", { class: "fx-node-error", text: "The failing op is inside this module." }) : null,
+    model.hasError(c) ? h("div", { class: "fx-node-error", text: "The failing op is inside this module." }) : null,
     h("dl", {}, rows),
     h("p", { class: "fx-muted", text: model.expanded.has(c) ? "Double-click the box to collapse it." : "Double-click the box to expand it." }));
 }

@@ -1,0 +1,143 @@
+"""What the whole suite shares: its prerequisites, and the rule that CI never skips.
+
+Tiers (markers registered in pyproject.toml): ``slow`` (subprocesses, big models, package builds,
+and property tests, which the hook below marks), ``browser`` (headless Chromium), ``notebook`` (a
+Jupyter kernel). ``make test`` runs everything, ``make test-fast`` leaves those three out.
+
+Prerequisites a developer may lack (the report bundle, Chromium, Playwright, a notebook kernel,
+the ``build`` package) are fixtures here: where one is missing the test is skipped with the
+command that fixes it. Under ``CI=true`` a skip is a failure, whatever raised it (these fixtures,
+``pytest.importorskip`` at module level, ``pytest.skip``): CI installs every extra, so a skip
+there means the suite did not run what it claims to, and a green run would hide it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Generator
+from pathlib import Path
+from types import ModuleType
+from typing import Any, NoReturn
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def on_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def missing(what: str, fix: str) -> NoReturn:
+    """Skip the test because ``what`` is missing (a failure under CI=true, see the hooks below)."""
+    pytest.skip(f"{what} is missing: {fix}")
+
+
+def import_or_missing(module: str, fix: str) -> ModuleType:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        missing(f"the Python module {module}", fix)
+
+
+def build_web() -> ModuleType:
+    """scripts/build_web.py as a module: it decides whether the bundle matches web/."""
+    spec = importlib.util.spec_from_file_location("fxviz_build_web", REPO / "scripts" / "build_web.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---- prerequisites ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def bundle() -> Path:
+    """The report's script bundle, built from the web sources as they are now: a stale one would
+    test yesterday's script."""
+    reason = build_web().stale_reason(REPO)
+    if reason is not None:
+        missing("an up-to-date report bundle", f"{reason}; run scripts/build_web.sh (or make web)")
+    from fxviz.render.html import BUNDLE_DIR
+
+    return BUNDLE_DIR
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    if not CHROMIUM.is_file():
+        missing(f"Chromium ({CHROMIUM})", "apt-get install -y chromium (scripts/setup.sh does it)")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="session")
+def playwright() -> ModuleType:
+    """``playwright.sync_api`` (the driver; the browser is Debian's Chromium)."""
+    return import_or_missing("playwright.sync_api", "pip install -e '.[dev]' (make setup)")
+
+
+@pytest.fixture(scope="session")
+def notebook_kernel() -> str:
+    """The name of the Jupyter kernel the notebooks run on, once nbclient can start it."""
+    for module in ("nbformat", "nbclient", "ipykernel", "jupyter_client.kernelspec"):
+        import_or_missing(module, "pip install -e '.[dev]' (make setup)")
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        KernelSpecManager().get_kernel_spec("python3")
+    except NoSuchKernel:
+        missing("the Jupyter kernel python3", f"{sys.executable} -m ipykernel install --sys-prefix --name python3")
+    return "python3"
+
+
+@pytest.fixture(scope="session")
+def build_frontend() -> ModuleType:
+    """The ``build`` package (PEP 517 front end) that turns the checkout into an sdist and a wheel."""
+    return import_or_missing("build", "pip install -e '.[dev]' (make setup)")
+
+
+# ---- tiers --------------------------------------------------------------------------------------
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Property tests (hypothesis) run dozens of generated graphs each, a third of the suite's
+    time: they belong to `make test`, so each one is marked ``slow`` here, new ones included."""
+    for item in items:
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.slow)
+
+
+# ---- under CI=true, a skip is a failure ---------------------------------------------------------
+
+
+def _skip_reason(longrepr: Any) -> str:
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """A test (or a fixture it uses) that skipped fails instead when CI=true; xfail stays xfail."""
+    outcome = yield
+    report = outcome.get_result()
+    if on_ci() and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"CI=true: this test would have been skipped: {_skip_reason(report.longrepr)}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, None]:
+    """A module that skipped itself while being collected (``pytest.importorskip``,
+    ``pytest.skip(allow_module_level=True)``) is an error instead when CI=true."""
+    outcome = yield
+    report = outcome.get_result()
+    if on_ci() and report.skipped:
+        report.outcome = "failed"
+        report.longrepr = f"CI=true: {collector.nodeid} would have been skipped: {_skip_reason(report.longrepr)}"
