@@ -32,7 +32,9 @@ STATE_KINDS = frozenset({"parameter", "buffer", "constant"})
 
 
 def call_id(stack: Stack) -> str:
-    """A call's id, unique in its graph: ``h#0/h.0#0/h.0.attn#0`` (``""`` for the model itself)."""
+    """The whole call chain as text: ``h#0/h.0#0/h.0.attn#0`` (``""`` for the model itself). Its
+    length grows with the square of the nesting when paths extend each other, so :attr:`Call.id`
+    is not built from it."""
     return "/".join(f"{p}#{c}" for p, c in stack)
 
 
@@ -52,6 +54,9 @@ class Call:
         inputs: values the call reads from outside itself (state excluded), in order of first read.
         outputs: values made inside and read outside (or returned by the model), the last made
             first: a block's result leads, caches it hands back follow.
+        id: unique in its graph and as short as the module path: ``h.0.attn#0`` (path and call
+            index), with ``@2``, ``@3`` … added for a later call that ends the same way from another
+            place (``""`` for the model itself).
     """
 
     stack: Stack
@@ -63,6 +68,7 @@ class Call:
     state: list[str] = field(default_factory=list)
     inputs: list[Ref] = field(default_factory=list)
     outputs: list[Ref] = field(default_factory=list)
+    id: str = ""
 
     @property
     def path(self) -> str:
@@ -76,10 +82,6 @@ class Call:
     @property
     def depth(self) -> int:
         return len(self.stack)
-
-    @property
-    def id(self) -> str:
-        return call_id(self.stack)
 
     @property
     def name(self) -> str:
@@ -133,18 +135,28 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
     by_stack: dict[Stack, Call] = {(): root}
     by_path: dict[str, list[Call]] = {}
     node_call: dict[str, Call] = {}
+    ids: dict[str, int] = {}  # "path#index" -> how many calls end that way so far
+    kids: dict[tuple[int, ModuleCall], Call] = {}  # (id of a call, level) -> its child call
 
     def get(stack: Stack) -> Call:
         c = by_stack.get(stack)
         if c is not None:
             return c
-        # create the missing ancestors outermost first (iteratively: stacks can be very deep)
-        k = len(stack)
-        while k > 0 and stack[:k] not in by_stack:
-            k -= 1
-        parent = by_stack[stack[:k]]
+        # walk down to the deepest call that exists (one lookup per level, where slicing every
+        # prefix would cost the square of the depth), then create the rest outermost first
+        parent, k = root, 0
+        while k < len(stack):
+            child = kids.get((id(parent), stack[k]))
+            if child is None:
+                break
+            parent, k = child, k + 1
         for d in range(k + 1, len(stack) + 1):
             c = Call(stack[:d], parent)
+            kids[(id(parent), stack[d - 1])] = c
+            # an id ends in "#<index>" or in "#<index>@<n>": the two kinds cannot meet
+            cid = f"{c.path}#{c.index}"
+            n = ids[cid] = ids.get(cid, 0) + 1
+            c.id = cid if n == 1 else f"{cid}@{n}"
             by_stack[c.stack] = c
             by_path.setdefault(c.path, []).append(c)
             parent.children.append(c)
@@ -215,13 +227,14 @@ def _boundaries(nodes: Sequence[Node], node_call: dict[str, Call], root: Call, p
 # ---- the module hierarchy --------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Scope:
     """One module in the scope tree (the model's attribute hierarchy), with the calls made to it.
 
     ``nodes`` are the nodes directly in this module (not in a child), in graph order. ``calls`` is
     how many times the module was called (0 for a container such as ``ModuleList`` that is never
-    called itself).
+    called itself). Compared by identity and shown without its children: a generated ``==`` or
+    ``repr`` would recurse through a tree that can be thousands of levels deep.
     """
 
     path: str
@@ -233,6 +246,9 @@ class Scope:
     @property
     def name(self) -> str:
         return self.path.rsplit(".", 1)[-1] if self.path else ""
+
+    def __repr__(self) -> str:
+        return f"Scope({self.path or '<root>'!r}, {self.cls!r}, {len(self.children)} children, {len(self.nodes)} nodes)"
 
     def walk(self) -> Iterator[Scope]:
         """This scope and every scope below it, parents first (no recursion)."""

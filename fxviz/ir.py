@@ -27,15 +27,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, SupportsIndex, cast
+from typing import Any, Literal, cast
 
 from fxviz.calls import CallTree, ModuleCall, Scope, build_scopes, call_tree
 from fxviz.errors import GraphFormatError, RenderError
-
-SCHEMA_VERSION = 1
+from fxviz.schema import NODE_KINDS as NODE_KINDS  # re-exported: the IR's node kinds
+from fxviz.schema import SCHEMA_VERSION, check, parse
 
 NodeKind = Literal["input", "parameter", "buffer", "constant", "op", "output"]
-NODE_KINDS: tuple[str, ...] = ("input", "parameter", "buffer", "constant", "op", "output")
 
 Dim = int | str  # a concrete size, or a symbolic one such as "s0"
 
@@ -82,10 +81,6 @@ class TensorMeta:
             d["value"] = self.value
         return d
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TensorMeta:
-        return cls(tuple(d["shape"]), d["dtype"], d.get("device", ""), d.get("value"))
-
 
 # Types of non-tensor values. "bool" is not here: it is also the dtype of bool tensors; a Python
 # bool (or SymBool) is told apart by its ``value``.
@@ -125,10 +120,6 @@ class SourceLoc:
 
     def to_dict(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "func": self.func, "code": self.code}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SourceLoc:
-        return cls(d["file"], int(d["line"]), d.get("func", ""), d.get("code", ""))
 
 
 @dataclass(slots=True)
@@ -171,39 +162,17 @@ class Node:
         return self.outputs[0] if self.outputs else None
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"name": self.name, "kind": self.kind}
-        if self.target:
-            d["target"] = self.target
-        if self.inputs:
-            d["inputs"] = [r.to_json() for r in self.inputs]
-        if self.stack:
-            d["stack"] = [[p, c] for p, c in self.stack]
-        if self.outputs:
-            d["outputs"] = [m.to_dict() for m in self.outputs]
-        if self.source is not None:
-            d["source"] = self.source.to_dict()
-        if self.attrs:
-            d["attrs"] = self.attrs
+        """Plain data for JSON; empty fields are left out (:mod:`fxviz.schema` fills them in)."""
+        d: dict[str, Any] = {"name": self.name, "kind": self.kind, "target": self.target,
+                             "inputs": [r.to_json() for r in self.inputs],
+                             "stack": [[p, c] for p, c in self.stack],
+                             "outputs": [m.to_dict() for m in self.outputs],
+                             "source": self.source.to_dict() if self.source is not None else None,
+                             "attrs": self.attrs}
+        d = {k: v for k, v in d.items() if v or k in ("name", "kind")}
         if self.error is not None:
             d["error"] = self.error
         return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Node:
-        kind = d["kind"]
-        if kind not in NODE_KINDS:
-            raise GraphFormatError(f"node {d.get('name')!r} has unknown kind {kind!r}")
-        return cls(
-            name=d["name"],
-            kind=kind,
-            target=d.get("target", ""),
-            inputs=tuple(Ref.from_json(r) for r in d.get("inputs", ())),
-            stack=tuple((str(p), int(c)) for p, c in d.get("stack", ())),
-            outputs=tuple(TensorMeta.from_dict(m) for m in d.get("outputs", ())),
-            source=SourceLoc.from_dict(d["source"]) if d.get("source") else None,
-            attrs=dict(d.get("attrs", {})),
-            error=d.get("error"),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,13 +212,6 @@ class Attempt:
             d["source"] = self.source.to_dict()
         return d
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Attempt:
-        return cls(
-            d["method"], bool(d["ok"]), float(d.get("seconds", 0.0)), d.get("error_type", ""),
-            d.get("message", ""), SourceLoc.from_dict(d["source"]) if d.get("source") else None,
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class Assumption:
@@ -266,10 +228,6 @@ class Assumption:
             d["source"] = self.source.to_dict()
         return d
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Assumption:
-        return cls(d["expr"], SourceLoc.from_dict(d["source"]) if d.get("source") else None)
-
 
 @dataclass(frozen=True, slots=True)
 class ModuleInfo:
@@ -281,16 +239,12 @@ class ModuleInfo:
     def to_dict(self) -> dict[str, Any]:
         return {"cls": self.cls, "qualname": self.qualname}
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ModuleInfo:
-        return cls(d["cls"], d.get("qualname", ""))
-
 
 class NodeList(list["Node"]):
     """A graph's nodes: a list that keeps its own index by name and drops it on every change, so a
     lookup can never return a node that was removed or replaced. A node renamed in place is found
     under its new name too: a hit is checked against the node's current name, and a miss rebuilds
-    the index once before it says no."""
+    the index once before it says no. Like a scan, a lookup gives the first node of a name."""
 
     __slots__ = ("_by_name",)
 
@@ -304,62 +258,26 @@ class NodeList(list["Node"]):
             n = index.get(name)
             if n is not None and n.name == name:
                 return n
-        index = self._by_name = {n.name: n for n in self}
+        index = self._by_name = {n.name: n for n in reversed(self)}
         return index.get(name)
 
-    # every way a list changes drops the index
-    def _changed(self) -> None:
-        self._by_name = None
 
-    def append(self, item: Node) -> None:
-        super().append(item)
-        self._changed()
+def _drops_index(method: Callable[..., Any]) -> Callable[..., Any]:
+    def changed(self: NodeList, *args: Any, **kwargs: Any) -> Any:
+        self._by_name = None  # before and after: a key function or generator may look nodes up
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._by_name = None
 
-    def extend(self, items: Iterable[Node]) -> None:
-        super().extend(items)
-        self._changed()
+    changed.__name__ = changed.__qualname__ = method.__name__
+    return changed
 
-    def insert(self, i: SupportsIndex, item: Node) -> None:
-        super().insert(i, item)
-        self._changed()
 
-    def remove(self, item: Node) -> None:
-        super().remove(item)
-        self._changed()
-
-    def pop(self, i: SupportsIndex = -1) -> Node:
-        self._changed()
-        return super().pop(i)  # type: ignore[no-any-return]
-
-    def clear(self) -> None:
-        super().clear()
-        self._changed()
-
-    def sort(self, *args: Any, **kwargs: Any) -> None:
-        super().sort(*args, **kwargs)
-        self._changed()
-
-    def reverse(self) -> None:
-        super().reverse()
-        self._changed()
-
-    def __setitem__(self, i: Any, v: Any) -> None:
-        super().__setitem__(i, v)
-        self._changed()
-
-    def __delitem__(self, i: Any) -> None:
-        super().__delitem__(i)
-        self._changed()
-
-    def __iadd__(self, items: Iterable[Node]) -> NodeList:  # type: ignore[override,misc]
-        super().__iadd__(items)
-        self._changed()
-        return self
-
-    def __imul__(self, k: SupportsIndex) -> NodeList:
-        super().__imul__(k)
-        self._changed()
-        return self
+# every way a list changes drops the index
+for _name in ("append", "extend", "insert", "remove", "pop", "clear", "sort", "reverse", "__setitem__",
+              "__delitem__", "__iadd__", "__imul__"):
+    setattr(NodeList, _name, _drops_index(getattr(list, _name)))
 
 
 #: Renderers register here (``fxviz.render`` does on import, and ``import fxviz`` imports it), so
@@ -535,50 +453,51 @@ class Graph:
         return d
 
     def to_json(self, *, indent: int | None = None) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        """JSON text :meth:`from_json` reads back; NaN or infinity raises :class:`GraphFormatError`."""
+        try:
+            return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        except ValueError as e:
+            raise GraphFormatError(f"graph {self.name!r} cannot be written as JSON: {e}") from e
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Graph:
-        schema = d.get("schema")
-        if schema != SCHEMA_VERSION:
-            raise GraphFormatError(
-                f"graph JSON has schema {schema!r}, this fxviz reads schema {SCHEMA_VERSION}: "
-                "re-capture the model with this version"
-            )
-        return cls(
-            name=d.get("name", ""),
-            nodes=[Node.from_dict(n) for n in d.get("nodes", ())],
-            method=d.get("method", ""),
-            attempts=[Attempt.from_dict(a) for a in d.get("attempts", ())],
-            modules={p: ModuleInfo.from_dict(m) for p, m in d.get("modules", {}).items()},
-            annotations=dict(d.get("annotations", {})),
-            error=d.get("error"),
-            assumptions=[Assumption.from_dict(a) for a in d.get("assumptions", ())],
-        )
+    def from_dict(cls, d: Any) -> Graph:
+        """The graph from plain data, checked by :func:`fxviz.schema.check` (see :meth:`from_json`)."""
+        return _build(check(d))
 
     @classmethod
-    def from_json(cls, text: str) -> Graph:
-        return cls.from_dict(json.loads(text))
-
-    # ---- checks ------------------------------------------------------------------------------
+    def from_json(cls, text: str | bytes) -> Graph:
+        """The graph from JSON text; anything malformed raises :class:`GraphFormatError`, naming the
+        field or node and what was expected."""
+        return _build(parse(text))
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the first broken invariant (unique names, inputs defined
-        before use, output indices in range)."""
-        seen: dict[str, Node] = {}
-        for n in self.nodes:
-            if n.name in seen:
-                raise GraphFormatError(f"duplicate node name {n.name!r}")
-            for r in n.inputs:
-                src = seen.get(r.node)
-                if src is None:
-                    raise GraphFormatError(f"node {n.name!r} reads {r.node!r} before it is defined")
-                if src.outputs and r.index >= len(src.outputs):
-                    raise GraphFormatError(
-                        f"node {n.name!r} reads output {r.index} of {r.node!r}, "
-                        f"which has {len(src.outputs)}"
-                    )
-            seen[n.name] = n
+        """Raise :class:`GraphFormatError` (a ``ValueError``) naming the first broken rule of those a
+        saved graph is read by (unique names, inputs defined before use, output indices, types)."""
+        try:
+            data = self.to_dict()
+        except (TypeError, ValueError, AttributeError) as e:
+            raise GraphFormatError(f"graph {self.name!r} has a field of the wrong type: {e}") from e
+        check(data)
+
+
+def _build(d: dict[str, Any]) -> Graph:
+    """Objects from data :func:`fxviz.schema.check` returned (already checked and normalised)."""
+
+    def source(s: dict[str, Any] | None) -> SourceLoc | None:
+        return SourceLoc(**s) if s is not None else None
+
+    nodes = [
+        Node(n["name"], n["kind"], n["target"], tuple(Ref(src, i) for src, i in n["inputs"]), n["stack"],
+             tuple(TensorMeta(**m) for m in n["outputs"]), source(n["source"]), n["attrs"], n["error"])
+        for n in d["nodes"]
+    ]
+    return Graph(
+        name=d["name"], nodes=nodes, method=d["method"],
+        attempts=[Attempt(**{**a, "source": source(a["source"])}) for a in d["attempts"]],
+        modules={p: ModuleInfo(**m) for p, m in d["modules"].items()},
+        annotations=d["annotations"], error=d["error"],
+        assumptions=[Assumption(a["expr"], source(a["source"])) for a in d["assumptions"]],
+    )
 
 
 def module_class(graph: Graph, path: str) -> str:

@@ -1,10 +1,14 @@
-"""Build IR graphs by hand, without torch, for renderer and pass tests."""
+"""Build IR graphs by hand, without torch, for renderer and pass tests; :func:`graphs` draws random
+valid ones for property tests."""
 
 from __future__ import annotations
 
+import string
 from typing import Any
 
-from fxviz.ir import Graph, ModuleInfo, Node, Ref, TensorMeta
+from hypothesis import strategies as st
+
+from fxviz.ir import NODE_KINDS, Attempt, Graph, ModuleInfo, Node, Ref, SourceLoc, TensorMeta
 from fxviz.passes import DEFAULT, run_passes
 
 
@@ -93,3 +97,92 @@ def stack_graph(layers: int = 3, width: int = 8) -> Graph:
         x = b.op(f"add_{i}", "aten.add.Tensor", [x, fc], (2, "s0", width), (blk,))
     b.output("output", x)
     return b.build()
+
+
+# ---- hypothesis: random valid graphs -------------------------------------------------------------
+
+NAME_CHARS = string.ascii_letters + string.digits + "._-@[]'"
+DTYPES = ("float32", "float16", "bfloat16", "int64", "bool")
+SYMBOLS = ("s0", "s1", "2*s0", "s0 + 1", "u0")
+
+dims = st.one_of(st.integers(0, 64), st.sampled_from(SYMBOLS))
+tensor_metas = st.builds(
+    TensorMeta, st.lists(dims, max_size=4).map(tuple), st.sampled_from(DTYPES),
+    st.sampled_from(("", "cpu", "meta")),
+)
+scalar_metas = st.builds(
+    TensorMeta, st.just(()), st.sampled_from(("int", "float", "bool")),
+    value=st.one_of(st.sampled_from(SYMBOLS), st.integers(-5, 5).map(str)),
+)
+metas = st.one_of(tensor_metas, tensor_metas, scalar_metas)
+json_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**31), 2**31),
+    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8),
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+    max_leaves=6,
+)
+attrs = st.dictionaries(st.text(string.ascii_lowercase + "_", min_size=1, max_size=8), json_values, max_size=3)
+sources = st.one_of(
+    st.none(),
+    st.builds(SourceLoc, st.text(NAME_CHARS + "/", min_size=1, max_size=20), st.integers(1, 5000),
+              st.text(max_size=10), st.text(max_size=20)),
+)
+# module paths drawn from a small tree so that scopes nest and siblings repeat
+PARTS = ("h", "0", "1", "attn", "mlp", "fc")
+paths = st.lists(st.sampled_from(PARTS), min_size=1, max_size=3).map(".".join)
+
+
+@st.composite
+def stacks(draw: st.DrawFn) -> tuple[tuple[str, int], ...]:
+    """A module call stack: nested paths (each level a prefix of the next), each with a call index."""
+    if draw(st.booleans()):
+        return ()
+    parts = draw(st.lists(st.sampled_from(PARTS), min_size=1, max_size=3))
+    levels = sorted(set(draw(st.lists(st.integers(1, len(parts)), min_size=1, max_size=len(parts)))))
+    return tuple((".".join(parts[:i]), draw(st.integers(0, 2))) for i in levels)
+
+
+@st.composite
+def graphs(draw: st.DrawFn) -> Graph:
+    n = draw(st.integers(1, 25))
+    names = draw(st.lists(st.text(NAME_CHARS, min_size=1, max_size=10), min_size=n, max_size=n, unique=True))
+    nodes: list[Node] = []
+    for i, name in enumerate(names):
+        kind = "input" if i == 0 else draw(st.sampled_from(NODE_KINDS))
+        outputs = tuple(draw(st.lists(metas, min_size=0 if kind == "op" else 1, max_size=3)))
+        inputs: tuple[Ref, ...] = ()
+        stack: tuple[tuple[str, int], ...] = ()
+        target = ""
+        if kind in ("op", "output") and nodes:
+            srcs = draw(st.lists(st.sampled_from(nodes), max_size=4))
+            inputs = tuple(
+                Ref(s.name, draw(st.integers(0, max(len(s.outputs) - 1, 0)))) for s in srcs
+            )
+        if kind == "op":
+            stack = draw(stacks())
+            target = draw(st.sampled_from(("aten.linear.default", "aten.add.Tensor", "torch.relu", "Tensor.view")))
+        elif kind in ("parameter", "buffer", "constant"):
+            owner = draw(st.one_of(st.just(""), paths))
+            target = f"{owner}.weight" if owner else "weight"
+            stack = ((owner, 0),) if owner and draw(st.booleans()) else ()
+        elif kind == "output":
+            target = name
+            outputs = ()
+        nodes.append(Node(
+            name, kind, target=target, inputs=inputs, stack=stack, outputs=outputs,
+            source=draw(sources) if kind == "op" else None, attrs=draw(attrs),
+            error=draw(st.one_of(st.none(), st.text(max_size=10))) if kind == "op" else None,
+        ))
+    attempts = draw(st.lists(st.builds(
+        Attempt, st.sampled_from(("export", "export-strict", "fx", "eager")), st.booleans(),
+        st.floats(0, 100), st.text(max_size=10), st.text(max_size=30), sources,
+    ), max_size=3))
+    modules = {p: ModuleInfo(draw(st.sampled_from(("Linear", "Block", "ModuleList")))) for p in
+               draw(st.lists(paths, max_size=4))}
+    return Graph(
+        name=draw(st.text(max_size=10)), nodes=nodes, method=draw(st.sampled_from(("export", "fx", ""))),
+        attempts=attempts, modules=modules, error=draw(st.one_of(st.none(), st.text(max_size=10))),
+    )

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
-import string
+import re
 from typing import Any
 
 import pytest
@@ -11,7 +12,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fxviz.ir import (
-    NODE_KINDS,
     SCHEMA_VERSION,
     Attempt,
     Graph,
@@ -23,6 +23,7 @@ from fxviz.ir import (
 )
 from fxviz.ops import short_name
 from fxviz.passes import DEFAULT, PASSES, run_passes
+from tests.irbuild import graphs
 
 F32 = "float32"
 
@@ -144,7 +145,7 @@ def test_validate_rejects_an_output_index_out_of_range() -> None:
         g.validate()
 
 
-@pytest.mark.parametrize("schema", [0, SCHEMA_VERSION + 1, None, "1"])
+@pytest.mark.parametrize("schema", [0, SCHEMA_VERSION + 1, None, "1", True, float(SCHEMA_VERSION)])
 def test_from_json_rejects_another_schema_version(schema: Any) -> None:
     d = tiny().to_dict()
     if schema is None:
@@ -249,93 +250,7 @@ def test_run_passes_names_the_failing_pass_and_those_before() -> None:
         run_passes(tiny(), ["nope"])
 
 
-# ---- hypothesis: random valid graphs -------------------------------------------------------------
-
-NAME_CHARS = string.ascii_letters + string.digits + "._-@[]'"
-DTYPES = ("float32", "float16", "bfloat16", "int64", "bool")
-SYMBOLS = ("s0", "s1", "2*s0", "s0 + 1", "u0")
-
-dims = st.one_of(st.integers(0, 64), st.sampled_from(SYMBOLS))
-tensor_metas = st.builds(
-    TensorMeta, st.lists(dims, max_size=4).map(tuple), st.sampled_from(DTYPES),
-    st.sampled_from(("", "cpu", "meta")),
-)
-scalar_metas = st.builds(
-    TensorMeta, st.just(()), st.sampled_from(("int", "float", "bool")),
-    value=st.one_of(st.sampled_from(SYMBOLS), st.integers(-5, 5).map(str)),
-)
-metas = st.one_of(tensor_metas, tensor_metas, scalar_metas)
-json_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**31), 2**31),
-    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8),
-)
-json_values = st.recursive(
-    json_scalars,
-    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)),
-    max_leaves=6,
-)
-attrs = st.dictionaries(st.text(string.ascii_lowercase + "_", min_size=1, max_size=8), json_values, max_size=3)
-sources = st.one_of(
-    st.none(),
-    st.builds(SourceLoc, st.text(NAME_CHARS + "/", min_size=1, max_size=20), st.integers(1, 5000),
-              st.text(max_size=10), st.text(max_size=20)),
-)
-# module paths drawn from a small tree so that scopes nest and siblings repeat
-PARTS = ("h", "0", "1", "attn", "mlp", "fc")
-paths = st.lists(st.sampled_from(PARTS), min_size=1, max_size=3).map(".".join)
-
-
-@st.composite
-def stacks(draw: st.DrawFn) -> tuple[tuple[str, int], ...]:
-    """A module call stack: nested paths (each level a prefix of the next), each with a call index."""
-    if draw(st.booleans()):
-        return ()
-    parts = draw(st.lists(st.sampled_from(PARTS), min_size=1, max_size=3))
-    levels = sorted(set(draw(st.lists(st.integers(1, len(parts)), min_size=1, max_size=len(parts)))))
-    return tuple((".".join(parts[:i]), draw(st.integers(0, 2))) for i in levels)
-
-
-@st.composite
-def graphs(draw: st.DrawFn) -> Graph:
-    n = draw(st.integers(1, 25))
-    names = draw(st.lists(st.text(NAME_CHARS, min_size=1, max_size=10), min_size=n, max_size=n, unique=True))
-    nodes: list[Node] = []
-    for i, name in enumerate(names):
-        kind = "input" if i == 0 else draw(st.sampled_from(NODE_KINDS))
-        outputs = tuple(draw(st.lists(metas, min_size=0 if kind == "op" else 1, max_size=3)))
-        inputs: tuple[Ref, ...] = ()
-        stack: tuple[tuple[str, int], ...] = ()
-        target = ""
-        if kind in ("op", "output") and nodes:
-            srcs = draw(st.lists(st.sampled_from(nodes), max_size=4))
-            inputs = tuple(
-                Ref(s.name, draw(st.integers(0, max(len(s.outputs) - 1, 0)))) for s in srcs
-            )
-        if kind == "op":
-            stack = draw(stacks())
-            target = draw(st.sampled_from(("aten.linear.default", "aten.add.Tensor", "torch.relu", "Tensor.view")))
-        elif kind in ("parameter", "buffer", "constant"):
-            owner = draw(st.one_of(st.just(""), paths))
-            target = f"{owner}.weight" if owner else "weight"
-            stack = ((owner, 0),) if owner and draw(st.booleans()) else ()
-        elif kind == "output":
-            target = name
-            outputs = ()
-        nodes.append(Node(
-            name, kind, target=target, inputs=inputs, stack=stack, outputs=outputs,
-            source=draw(sources) if kind == "op" else None, attrs=draw(attrs),
-            error=draw(st.one_of(st.none(), st.text(max_size=10))) if kind == "op" else None,
-        ))
-    attempts = draw(st.lists(st.builds(
-        Attempt, st.sampled_from(("export", "export-strict", "fx", "eager")), st.booleans(),
-        st.floats(0, 100), st.text(max_size=10), st.text(max_size=30), sources,
-    ), max_size=3))
-    modules = {p: ModuleInfo(draw(st.sampled_from(("Linear", "Block", "ModuleList")))) for p in
-               draw(st.lists(paths, max_size=4))}
-    return Graph(
-        name=draw(st.text(max_size=10)), nodes=nodes, method=draw(st.sampled_from(("export", "fx", ""))),
-        attempts=attempts, modules=modules, error=draw(st.one_of(st.none(), st.text(max_size=10))),
-    )
+# ---- hypothesis: random valid graphs (tests.irbuild.graphs) --------------------------------------
 
 
 PROPS = settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -347,8 +262,35 @@ def copy(g: Graph) -> Graph:
 
 @PROPS
 @given(graphs())
-def test_random_graphs_are_valid(g: Graph) -> None:
+def test_random_graphs_hold_the_ir_invariants(g: Graph) -> None:
+    """What fxviz promises of any valid graph: it validates, its JSON reads back as itself, the
+    call tree holds every op exactly once, a diff with itself is empty, and every renderer draws it."""
+    import fxviz  # registers the renderers
+
     g.validate()
+    assert Graph.from_json(g.to_json()).to_dict() == g.to_dict()
+    tree = g.calls
+    ops = [n.name for n in g.ops]
+    owned = [name for c in tree.walk() for name in c.ops]
+    assert sorted(owned) == sorted(ops) and len(set(owned)) == len(owned)
+    assert tree.root.nodes == ops  # in execution order
+    for c in tree.walk():
+        assert c.nodes == [name for name in ops if tree.of(name).stack[: c.depth] == c.stack]
+        assert c.parent is None or c.stack[:-1] == c.parent.stack
+    assert len({c.id for c in tree.walk()}) == len(tree.by_stack)
+    found = fxviz.diff(g, g).differences
+    if g.ops or any(a.ok for a in g.attempts):
+        assert found == []
+    else:  # nothing captured: the diff says why, on both sides, and nothing else
+        assert {d.kind for d in found} <= {"capture_failed"}
+    from rich.console import Console
+
+    console = Console(width=80, color_system=None, file=io.StringIO())
+    console.print(g.tree(depth=1))
+    text = str(g)
+    assert "captured by" in text.splitlines()[0]
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", text)  # names are cleaned
+    assert '<script type="application/json"' in g.to_html()
 
 
 @PROPS
@@ -426,3 +368,86 @@ def test_default_passes_are_idempotent_and_keep_the_graph_valid(g: Graph) -> Non
     assert stats["modules"][""]["ops"] == len(once.ops)
     for run in once.annotations["fold"]:
         assert run["count"] == len(run["paths"]) >= 2
+
+
+# ---- hypothesis: lookups by name follow every change of the node list -----------------------------
+
+CHANGES = ("append", "insert", "extend", "iadd", "remove", "pop", "del", "del-slice", "set", "set-slice",
+           "set-step", "rename", "assign", "sort", "reverse", "clear", "imul")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_node_lookups_follow_every_change_of_the_node_list(data: st.DataObject) -> None:
+    """``g.node(name)`` and ``name in g`` agree with a scan of ``g.nodes`` after any list operation,
+    a node renamed in place, or a new list assigned (names stay unique, as in a valid graph)."""
+    count = iter(range(10_000))
+    every: list[Node] = []  # every node ever made: removed ones must not be found
+    names = ["absent"]  # every name ever given, old names of renamed nodes first
+
+    def new() -> Node:
+        n = Node(f"n{next(count)}", "op")
+        every.append(n)
+        names.append(n.name)
+        return n
+
+    def some(k: int) -> list[Node]:
+        """``k`` nodes: new ones, or removed ones whose names are free again."""
+        out = []
+        for _ in range(k):
+            free = [n for n in every if all(m.name != n.name for m in g.nodes) and n not in out]
+            out.append(data.draw(st.sampled_from(free)) if free and data.draw(st.booleans()) else new())
+        return out
+
+    g = Graph(nodes=[new() for _ in range(data.draw(st.integers(0, 5)))])
+    for _ in range(data.draw(st.integers(1, 30))):
+        nodes, size = g.nodes, len(g.nodes)
+        change = data.draw(st.sampled_from(CHANGES))
+        i = data.draw(st.integers(0, max(size - 1, 0)))
+        j = data.draw(st.integers(i, size))
+        if change == "append":
+            nodes.append(some(1)[0])
+        elif change == "insert":
+            nodes.insert(i, some(1)[0])
+        elif change == "extend":
+            nodes.extend(iter(some(2)))
+        elif change == "iadd":
+            g.nodes += some(2)
+        elif change == "remove" and size:
+            nodes.remove(nodes[i])
+        elif change == "pop" and size:
+            nodes.pop(i)
+        elif change == "del" and size:
+            del nodes[i]
+        elif change == "del-slice":
+            del nodes[i:j]
+        elif change == "set" and size:
+            nodes[i] = some(1)[0]
+        elif change == "set-slice":
+            nodes[i:j] = some(data.draw(st.integers(0, 3)))
+        elif change == "set-step" and size:
+            nodes[::2] = some(len(nodes[::2]))
+        elif change == "rename" and every:
+            n = data.draw(st.sampled_from(every))
+            names.insert(0, n.name)
+            n.name = f"n{next(count)}"
+            names.append(n.name)
+        elif change == "assign":
+            keep = data.draw(st.permutations(list(nodes)))[: data.draw(st.integers(0, size))]
+            g.nodes = [*keep, *some(data.draw(st.integers(0, 2)))]
+        elif change == "sort":
+            nodes.sort(key=lambda n: n.name, reverse=data.draw(st.booleans()))
+        elif change == "reverse":
+            nodes.reverse()
+        elif change == "clear":
+            nodes.clear()
+        elif change == "imul":
+            g.nodes *= 2  # the same nodes twice: a lookup gives the first
+        for name in dict.fromkeys(names):
+            want = next((n for n in g.nodes if n.name == name), None)
+            assert (name in g) == (want is not None), (change, name)
+            if want is None:
+                with pytest.raises(KeyError):
+                    g.node(name)
+            else:
+                assert g.node(name) is want, (change, name)

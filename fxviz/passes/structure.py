@@ -73,12 +73,27 @@ class Parallel:
 Step = Op | Block | Parallel
 
 
+#: Parallel groups nest at most this deep; below, steps stay a plain series. Real models nest a few
+#: levels; a crafted graph could nest one per op, and each level costs a pass over its steps.
+MAX_NESTING = 64
+
+
 def _step_nodes(step: Step) -> list[str]:
     if isinstance(step, Op):
         return [step.node]
     if isinstance(step, Block):
         return step.nodes
-    return [n for b in step.branches for s in b for n in _step_nodes(s)]
+    out: list[str] = []
+    todo: list[Step] = [step]
+    while todo:  # no recursion: parallel groups nest
+        s = todo.pop()
+        if isinstance(s, Op):
+            out.append(s.node)
+        elif isinstance(s, Block):
+            out.extend(s.nodes)
+        else:
+            todo.extend(reversed([x for b in s.branches for x in b]))
+    return out
 
 
 def structure(graph: Graph, tree: CallTree | None = None) -> Block:
@@ -120,10 +135,11 @@ def decompose(graph: Graph, steps: list[Step], state: set[str]) -> list[Step]:
 
 
 def _split(
-    steps: list[Step], seq: list[int], owner: dict[str, int], reads: list[set[Ref]]
+    steps: list[Step], seq: list[int], owner: dict[str, int], reads: list[set[Ref]], nesting: int = 0
 ) -> list[Step]:
-    """Decompose the steps at positions ``seq`` (a subsequence in execution order)."""
-    if len(seq) <= 1:
+    """Decompose the steps at positions ``seq`` (a subsequence in execution order); ``nesting``
+    counts the decompositions around this one (past :data:`MAX_NESTING` the steps stay a series)."""
+    if len(seq) <= 1 or nesting >= MAX_NESTING:
         return [steps[i] for i in seq]
     pos = {s: k for k, s in enumerate(seq)}
     n = len(seq)
@@ -160,9 +176,10 @@ def _split(
                 comps = _components(region, edges)
                 if len(comps) == 1:
                     return [steps[i] for i in seq]
-                out.append(Parallel([_split(steps, [seq[k] for k in comp], owner, reads) for comp in comps]))
+                out.append(Parallel([_split(steps, [seq[k] for k in comp], owner, reads, nesting + 1)
+                                     for comp in comps]))
             else:
-                out.extend(_region(steps, seq, region, edges, owner, reads, c if c < n else None))
+                out.extend(_region(steps, seq, region, edges, owner, reads, c if c < n else None, nesting))
         if c < n:
             out.append(steps[seq[c]])
         prev = c
@@ -177,11 +194,12 @@ def _region(
     owner: dict[str, int],
     reads: list[set[Ref]],
     join: int | None,
+    nesting: int,
 ) -> list[Step]:
     comps = _components(region, edges)
     if len(comps) >= 2:
-        return [Parallel([_split(steps, [seq[k] for k in comp], owner, reads) for comp in comps])]
-    inner = _split(steps, [seq[k] for k in region], owner, reads)
+        return [Parallel([_split(steps, [seq[k] for k in comp], owner, reads, nesting + 1) for comp in comps])]
+    inner = _split(steps, [seq[k] for k in region], owner, reads, nesting + 1)
     if join is not None:
         # a residual: the step closing the region reads both what the region made and what the
         # region started from

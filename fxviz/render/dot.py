@@ -5,6 +5,10 @@ that is one box. A run of folded repeats (``h.0-11 ×12``) is one cluster holdin
 only: the other members are drawn through it, so a 48-layer model stays one block tall. Labels,
 kinds and colours come from :mod:`fxviz.render.view`, like the HTML report.
 
+Graphviz reads no token longer than 16K characters and no control characters in XML output, so ids
+and label lines are cleaned and cut (:data:`MAX_LABEL`; the report and the JSON keep the full text),
+and clusters nest at most :data:`MAX_CLUSTERS` deep (deeper modules are drawn as one box).
+
     >>> print(to_dot(graph, depth=1)[:40])
     digraph CoolCNN {
     >>> write_image(graph, "model.svg", depth=2)
@@ -13,6 +17,7 @@ kinds and colours come from :mod:`fxviz.render.view`, like the HTML report.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +31,7 @@ from fxviz.render.view import (
     node_color,
     node_label,
 )
+from fxviz.text import clean
 
 if TYPE_CHECKING:
     import pygraphviz
@@ -35,6 +41,10 @@ __all__ = ["FORMATS", "to_dot", "write_image"]
 #: Output formats ``write_image`` knows, by file suffix.
 FORMATS: tuple[str, ...] = ("svg", "png", "pdf", "dot")
 _INSTALL_HINT = 'needs pygraphviz and the Graphviz library: see README "Install"'
+#: Characters of one label line, and of a node id, that reach Graphviz.
+MAX_LABEL = 200
+#: Clusters nest at most this deep; a module below is one box, like a module past ``depth``.
+MAX_CLUSTERS = 32
 
 
 def _pygraphviz(what: str) -> Any:
@@ -45,34 +55,53 @@ def _pygraphviz(what: str) -> Any:
     return pygraphviz
 
 
+#: Graphviz writes a string of these characters unquoted, as a number, and cannot read ``-.`` back.
+_NUMERAL = re.compile(r"[-.0-9]+")
+
+
+def _cut(s: str, limit: int = MAX_LABEL) -> str:
+    """``s`` cleaned and cut to ``limit`` characters, and quoted when Graphviz writes it."""
+    s = clean(s, newlines=False)
+    s = s if len(s) <= limit else s[: limit - 1] + "…"
+    return s + " " if _NUMERAL.fullmatch(s) else s
+
+
+def _plain(s: str) -> bool:
+    """Is ``s`` an id Graphviz writes and reads back as it is?"""
+    return len(s) < MAX_LABEL and s.isprintable() and "\\" not in s
+
+
 def _text(s: str) -> str:
-    """A label Graphviz shows as written: backslashes are escapes in DOT labels, and a label that
-    looks like ``<...>`` would be read as an HTML label."""
-    s = s.replace("\\", "\\\\")
-    if s.startswith("<") and s.endswith(">"):
-        s += " "
-    return s
+    """A label Graphviz shows as written: cleaned and cut to :data:`MAX_LABEL`; backslashes are
+    escapes in DOT labels, and a label that looks like ``<...>`` would be read as an HTML label."""
+    return _not_html(_cut(s).replace("\\", "\\\\"))
+
+
+def _not_html(s: str) -> str:
+    return s + " " if s.startswith("<") and s.endswith(">") else s
 
 
 def _lines(lines: list[str]) -> str:
     """Several label lines, each shown as written, joined by DOT's centred line break."""
-    return "\\n".join(_text(line) for line in lines if line)
+    return _not_html("\\n".join(_text(line) for line in lines if line))
 
 
 def _aliases(graph: Graph, boxes: ModuleBoxes) -> dict[str, str]:
     """Nodes of the 2nd…Nth member of each folded run -> the node at the same position in the
-    first member (the fold pass guarantees members have the same structure)."""
-    out: dict[str, str] = {}
-    for members in boxes.members.values():
-        per_member: dict[str, list[str]] = {m: [] for m in members}
+    first member (the fold pass guarantees members have the same structure). One walk up from
+    each node: the members of one run are siblings, so a node is inside at most one of them."""
+    runs = {m for ms in boxes.members.values() for m in ms}
+    per_member: dict[str, list[str]] = {}
+    if runs:
         for n in graph.nodes:
             for gid in boxes.ancestors(boxes.node_group.get(n.name)):
-                if gid in per_member:
-                    per_member[gid].append(n.name)
-                    break
-        first = per_member[members[0]]
+                if gid in runs:
+                    per_member.setdefault(gid, []).append(n.name)
+    out: dict[str, str] = {}
+    for members in boxes.members.values():
+        first = per_member.get(members[0], [])
         for m in members[1:]:
-            for a, b in zip(per_member[m], first, strict=False):  # equal by the fold pass
+            for a, b in zip(per_member.get(m, []), first, strict=False):  # equal by the fold pass
                 out[a] = b
     return out
 
@@ -84,25 +113,30 @@ def _build(graph: Graph, depth: int | None, what: str) -> pygraphviz.AGraph:
     alias = _aliases(graph, boxes)
     run_of_member = {m: rid for rid, ms in boxes.members.items() for m in ms}
     first_member = {rid: ms[0] for rid, ms in boxes.members.items()}
-    gnum = {gid: i for i, gid in enumerate(boxes.groups)}
+    gids = list(boxes.groups)
+    gnum = {gid: i for i, gid in enumerate(gids)}
+    # a name Graphviz would have to escape or cut gets an id by position: "L" ids cannot meet "n"
+    # (names) or "g" (boxes) ones
+    nid = {n.name: f"n{n.name}" if _plain(n.name) else f"L{i}" for i, n in enumerate(graph.nodes)}
+    failed = {g for x in graph.nodes if x.error is not None for g in boxes.ancestors(boxes.node_group.get(x.name))}
 
-    def collapsed(gid: str) -> bool:
-        return depth is not None and boxes.groups[gid].depth > depth
+    def collapsed(gid: str, level: int) -> bool:
+        return (depth is not None and boxes.groups[gid].depth > depth) or level >= MAX_CLUSTERS
 
     def place(name: str) -> tuple[str, str | None]:
         """(id of what stands for node ``name``, id of the box it is drawn in)."""
         chain = list(reversed(boxes.ancestors(boxes.node_group.get(name))))
         cluster: str | None = None
-        for gid in chain:
-            if collapsed(gid):
+        for level, gid in enumerate(chain):
+            if collapsed(gid, level):
                 return f"g{gnum[gid]}", cluster
             cluster = gid
-        return f"n{name}", cluster
+        return nid[name], cluster
 
-    title = [f"{graph.name or 'model'} — captured with {graph.method or '?'}"]
+    title = [f"{_cut(graph.name or 'model')} — captured with {_cut(graph.method or '?')}"]
     if graph.error is not None:
         title.append(f"PARTIAL graph: {(graph.error.strip().splitlines() or ['error'])[0]}")
-    A = pgv.AGraph(directed=True, strict=False, name=graph.name or "model")
+    A = pgv.AGraph(directed=True, strict=False, name=_text(graph.name or "model"))
     A.graph_attr.update(rankdir="TB", fontname="Helvetica", fontsize="12", label=_lines(title),
                         labelloc="t", nodesep="0.25", ranksep="0.35", compound="true")
     A.node_attr.update(fontname="Helvetica", fontsize="11", shape="box", style="rounded,filled",
@@ -113,19 +147,21 @@ def _build(graph: Graph, depth: int | None, what: str) -> pygraphviz.AGraph:
     subgraphs: dict[str | None, Any] = {None: A}
 
     def sub(gid: str | None) -> Any:
-        if gid in subgraphs:
-            return subgraphs[gid]
-        assert gid is not None
-        g = boxes.groups[gid]
-        parent = sub(g.parent)
-        label = g.label
-        if g.run:
-            label = f"{g.run['label']} ×{g.run['count']}" + (f" {g.cls}" if g.cls else "")
-        sg = parent.add_subgraph(name=f"cluster_{gnum[gid]}", label=_text(label), labeljust="l",
-                                 style="rounded,dashed" if g.run else "rounded",
-                                 color="#9aa3b2", fontsize="11")
-        subgraphs[gid] = sg
-        return sg
+        missing: list[str] = []  # the boxes around gid not made yet, innermost first
+        while gid not in subgraphs:
+            assert gid is not None
+            missing.append(gid)
+            gid = boxes.groups[gid].parent
+        parent = subgraphs[gid]
+        for gid in reversed(missing):
+            g = boxes.groups[gid]
+            label = g.label
+            if g.run:
+                label = f"{g.run['label']} ×{g.run['count']}" + (f" {g.cls}" if g.cls else "")
+            parent = subgraphs[gid] = parent.add_subgraph(
+                name=f"cluster_{gnum[gid]}", label=_text(label), labeljust="l",
+                style="rounded,dashed" if g.run else "rounded", color="#9aa3b2", fontsize="11")
+        return parent
 
     def owner(gid: str | None) -> str | None:
         """The cluster a box is drawn in: a run member other than the first is drawn through it."""
@@ -141,18 +177,17 @@ def _build(graph: Graph, depth: int | None, what: str) -> pygraphviz.AGraph:
         if key in drawn:
             continue
         drawn.add(key)
-        if key.startswith("n"):
+        if not key.startswith("g"):
             sub(cluster).add_node(key, **_node_attrs(n))
         else:
-            gid = list(boxes.groups)[int(key[1:])]
+            gid = gids[int(key[1:])]
             g = boxes.groups[gid]
             paths = g.run["paths"] if g.run else [g.path]
             params = sum(stats.get(p, {}).get("params", 0) for p in paths)
             lines = [f"{g.run['label']} ×{g.run['count']}", g.cls] if g.run else [g.label]
             if params:
                 lines.append(f"{format_count(params)} params")
-            err = any(gid in boxes.ancestors(boxes.node_group.get(x.name))
-                      for x in graph.nodes if x.error is not None)
+            err = gid in failed
             sub(owner(cluster) if cluster else None).add_node(
                 key, label=_lines(lines), shape="box3d" if g.run else "box", style="filled",
                 fillcolor="#eef1f6", color="#c62828" if err else "#37474f",

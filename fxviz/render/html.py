@@ -89,18 +89,39 @@ def _source_entry(src: SourceLoc) -> list[Any]:
     return [src.file, src.line, src.func, src.code]
 
 
-def _tree(graph: Graph, scope: Scope, stats: dict[str, Any]) -> dict[str, Any]:
-    s = stats.get(scope.path, {})
-    return {
-        "path": scope.path,
-        "label": scope_label(graph, scope),
-        "cls": scope.cls,
-        "calls": scope.calls,
-        "params": s.get("params", 0),
-        "pl": format_count(s["params"]) if s.get("params") else "",
-        "ops": s.get("ops", 0),
-        "c": [_tree(graph, c, stats) for c in scope.children.values()],
-    }
+#: Levels of the sidebar's module tree; the page's script draws it with recursion, so deeper
+#: modules are summed up by one entry.
+TREE_LEVELS = 64
+
+
+def _tree(graph: Graph, root: Scope, stats: dict[str, Any]) -> dict[str, Any]:
+    def entry(scope: Scope) -> dict[str, Any]:
+        s = stats.get(scope.path, {})
+        return {
+            "path": scope.path,
+            "label": scope_label(graph, scope),
+            "cls": scope.cls,
+            "calls": scope.calls,
+            "params": s.get("params", 0),
+            "pl": format_count(s["params"]) if s.get("params") else "",
+            "ops": s.get("ops", 0),
+            "c": [],
+        }
+
+    top = entry(root)
+    todo = [(root, top, 1)]
+    while todo:  # no recursion: modules can nest thousands of levels deep
+        scope, out, level = todo.pop()
+        if level >= TREE_LEVELS and scope.children:
+            below = max(s.path.count(".") for s in scope.walk()) - scope.path.count(".")
+            first = next(iter(scope.children.values()))
+            out["c"] = [{"path": first.path, "label": f"⋯ {below} more levels", "cls": "", "calls": 0,
+                         "params": 0, "pl": "", "ops": 0, "c": []}]
+            continue
+        for child in scope.children.values():
+            out["c"].append(entry(child))
+            todo.append((child, out["c"][-1], level + 1))
+    return top
 
 
 def _boundaries(graph: Graph, boxes: ModuleBoxes, calls: dict[str, Call]) -> dict[str, tuple[list[Ref], list[Ref]]]:
