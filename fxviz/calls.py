@@ -66,9 +66,23 @@ class Call:
     ops: list[str] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
     state: list[str] = field(default_factory=list)
-    inputs: list[Ref] = field(default_factory=list)
-    outputs: list[Ref] = field(default_factory=list)
     id: str = ""
+    # the boundaries are worked out for the whole tree on first use: most readers never need them
+    _inputs: list[Ref] = field(default_factory=list, repr=False)
+    _outputs: list[Ref] = field(default_factory=list, repr=False)
+    _pending: _Boundaries | None = field(default=None, repr=False)
+
+    @property
+    def inputs(self) -> list[Ref]:
+        if self._pending is not None:
+            self._pending.fill()
+        return self._inputs
+
+    @property
+    def outputs(self) -> list[Ref]:
+        if self._pending is not None:
+            self._pending.fill()
+        return self._outputs
 
     @property
     def path(self) -> str:
@@ -186,8 +200,30 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
         owner = by_path[path][0] if path else root
         node_call[n.name] = owner
         owner.state.append(n.name)
-    _boundaries(nodes, node_call, root, position)
+    pending = _Boundaries(nodes, node_call, root, position)
+    for c in by_stack.values():
+        c._pending = pending
     return CallTree(root, by_stack, node_call, by_path)
+
+
+class _Boundaries:
+    """The inputs and outputs of every call, filled in on first use."""
+
+    __slots__ = ("args",)
+
+    def __init__(self, nodes: Sequence[Node], node_call: dict[str, Call], root: Call,
+                 position: dict[str, int]) -> None:
+        self.args: tuple[Sequence[Node], dict[str, Call], Call, dict[str, int]] | None = (
+            nodes, node_call, root, position)
+
+    def fill(self) -> None:
+        if self.args is None:
+            return
+        nodes, node_call, root, position = self.args
+        self.args = None
+        for c in root.walk():
+            c._pending = None
+        _boundaries(nodes, node_call, root, position)
 
 
 def _boundaries(nodes: Sequence[Node], node_call: dict[str, Call], root: Call, position: dict[str, int]) -> None:
@@ -219,9 +255,9 @@ def _boundaries(nodes: Sequence[Node], node_call: dict[str, Call], root: Call, p
                 else:  # pragma: no cover - both at the root
                     break
     for key, refs in ins.items():
-        calls[key].inputs = list(refs)
+        calls[key]._inputs = list(refs)
     for key, refs in outs.items():
-        calls[key].outputs = sorted(refs, key=lambda r: (-position.get(r.node, 0), r.index))
+        calls[key]._outputs = sorted(refs, key=lambda r: (-position.get(r.node, 0), r.index))
 
 
 # ---- the module hierarchy --------------------------------------------------------------------------

@@ -187,6 +187,12 @@ def _source(v: Any, where: Where) -> dict[str, Any] | None:
     }
 
 
+def source(v: Any, where: str) -> dict[str, Any] | None:
+    """A source location written by ``SourceLoc`` (``{"file", "line", "func", "code"}``) or
+    ``None``, checked; for readers of other fxviz JSON (a saved diff)."""
+    return _source(v, lambda: where)
+
+
 def _meta(v: Any, where: Where) -> dict[str, Any]:
     d = _object(v, where)
     shape = _array(d.get("shape"), lambda: f"{where()} 'shape'")

@@ -292,9 +292,9 @@ def test_diff_reports_a_model_that_raises(model_file: str) -> None:
     ("content", "code", "message"),
     [
         (None, 2, "saved graph {name} does not exist: write one with fxviz json TARGET -o"),
-        ("not json at all", 2, "{name} is not a saved fxviz graph (JSONDecodeError: Expecting value"),
-        ("[1, 2]", 2, "{name} is not a saved fxviz graph"),
-        ('{"hello": "world"}', 2, "{name}: "),
+        ("not json at all", 2, "{name} is not a saved fxviz graph: graph JSON is not valid JSON: Expecting value"),
+        ("[1, 2]", 2, "{name} is not a saved fxviz graph: "),
+        ('{"hello": "world"}', 2, "{name} is not a saved fxviz graph: "),
         (b"\xff\xfe\x00", 2, "{name} is not a saved graph: not UTF-8 text"),
     ],
     ids=["missing", "not-json", "a-list", "not-a-graph", "binary"],

@@ -10,6 +10,7 @@ from typing import Any
 from fxviz.calls import Stack
 from fxviz.errors import GraphFormatError
 from fxviz.ir import Graph, SourceLoc
+from fxviz.schema import source as checked_source
 
 _MISSING: Any = object()
 
@@ -72,12 +73,8 @@ def read_stack(v: Any, where: str) -> Stack:
 
 
 def read_source(v: Any, where: str) -> SourceLoc | None:
-    if v is None:
-        return None
-    try:
-        return SourceLoc.from_dict(read_object(v, where))
-    except (KeyError, TypeError, ValueError) as e:
-        raise bad(where, "a source location with a file and a line", v) from e
+    d = checked_source(v, f"diff JSON: {where}")
+    return SourceLoc(**d) if d is not None else None
 
 
 def read_graph(v: Any, where: str) -> Graph:

@@ -126,12 +126,9 @@ def read_graph(path: str) -> Graph:
         raise TargetError(f"cannot read {name}: {e.strerror or e}") from e
     try:
         return Graph.from_json(text)
-    except GraphFormatError as e:
-        raise GraphFormatError(f"{name}: {e}") from e
-    except (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError) as e:
-        # the JSON reader's own complaint on a file that is not JSON, or not shaped like a graph
+    except GraphFormatError as e:  # the one error the validating reader raises
         raise GraphFormatError(
-            f"{name} is not a saved fxviz graph ({type(e).__name__}: {e}): write one with fxviz json TARGET -o FILE"
+            f"{name} is not a saved fxviz graph: {e} (write one with fxviz json TARGET -o FILE)"
         ) from e
 
 
