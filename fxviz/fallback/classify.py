@@ -1,5 +1,6 @@
 """What a callable is to the tracer, decided once per callable: an op to record, a metadata query to
-let through, or an exit from the graph (a Python value computed from tensor data).
+let through, or an exit from the graph (a Python value computed from tensor data); and, for an
+ATen op, which arguments it writes.
 
     >>> classify(torch.nn.functional.linear, "function")
     Kind(action=<Action.OP: 'op'>, target='torch.nn.functional.linear', name='linear')
@@ -15,6 +16,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Literal, NamedTuple
 
+import torch
 from torch.overrides import resolve_name
 
 from fxviz.ops import DATA_DEPENDENT, TENSOR_META_ATTRS, TENSOR_META_METHODS, short_name
@@ -82,6 +84,45 @@ def classify(func: Any, level: Level) -> Kind:
     return Kind(action, target, name.strip("_") or name)  # ``__add__`` -> ``add``
 
 
+#: ATen op -> positions of the arguments its schema says it writes (``add_``'s ``self``)
+_WRITES: dict[Any, tuple[int, ...]] = {}
+
+
+def written_tensors(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], names: list[str]
+) -> tuple[int, ...]:
+    """ATen level: which tensor arguments of this call the op writes, as indices among its tensor
+    arguments in order (how the recorder lists the tensors it read). ``names``: the schema's
+    argument names."""
+    writes = _WRITES.get(func)
+    if writes is None:
+        schema = getattr(func, "_schema", None)
+        writes = _WRITES[func] = tuple(
+            i for i, a in enumerate(schema.arguments if schema is not None else ())
+            if a.alias_info is not None and a.alias_info.is_write
+        )
+    if not writes:
+        return ()
+    # the schema counts every argument; map its positions onto the tensors among them
+    positions: dict[int, int] = {}
+    n = 0
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            positions[i] = n
+            n += 1
+        elif isinstance(a, (list, tuple)):
+            n += sum(isinstance(x, torch.Tensor) for x in a)
+    index = {name: i for i, name in enumerate(names)}
+    for k, a in kwargs.items():
+        if isinstance(a, torch.Tensor):
+            if k in index:
+                positions[index[k]] = n
+            n += 1
+        elif isinstance(a, (list, tuple)):
+            n += sum(isinstance(x, torch.Tensor) for x in a)
+    return tuple(positions[i] for i in writes if i in positions)
+
+
 def function_name(func: Any) -> str:
     """``torch.nn.functional.linear``, ``Tensor.view``, ``Tensor.T.__get__``: how a user writes it."""
     try:
@@ -97,4 +138,6 @@ def function_name(func: Any) -> str:
     return name.removeprefix("torch.") if name.startswith("torch.Tensor.") else name
 
 
-__all__ = ["LEVELS", "Action", "Kind", "Level", "classify", "function_name", "kind_of", "kinds"]
+__all__ = [
+    "LEVELS", "Action", "Kind", "Level", "classify", "function_name", "kind_of", "kinds", "written_tensors",
+]

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fxviz.fallback.classify import Action, Kind, Level, classify, kind_of, kinds
+from fxviz.fallback.classify import Action, Kind, Level, classify, kind_of, kinds, written_tensors
 from fxviz.fallback.context import ModuleStack, Names, Sources
 from fxviz.fallback.tensors import ModelState, Versions, tensor_meta, version
 from fxviz.fallback.values import encode, has_opaque
@@ -64,7 +64,6 @@ class Recorder:
         self.failed_stack: tuple[ModuleCall, ...] = ()
         self.replay_blockers: list[str] = []
         self._kinds = kinds(level)
-        self._mutable_args: dict[Any, tuple[int, ...]] = {}
         # ATen level: the torch-function call running now, and a counter per call name
         self.call: list[str] | None = None
         self._call_ids: dict[str, int] = {}
@@ -122,13 +121,7 @@ class Recorder:
                 names = [a.name for a in func._schema.arguments] if aten else None
                 inputs, attrs, seen = self.collect(args, kwargs, names)
                 source = self.sources.find()
-                mutated: tuple[int, ...] = ()
-                if names is not None:
-                    writes = self.mutable_args(func)
-                    if writes:
-                        # the schema counts all arguments; map its positions onto the tensors seen
-                        positions = _tensor_positions(args, kwargs, names)
-                        mutated = tuple(positions[i] for i in writes if i in positions)
+                mutated = written_tensors(func, args, kwargs, names) if names is not None else ()
         except Exception as e:
             raise TracerFault(f"tracer failed before {func}") from e
         if skip:
@@ -290,44 +283,11 @@ class Recorder:
         self.nodes.append(node)
         self.failed = node
 
-    def mutable_args(self, func: Any) -> tuple[int, ...]:
-        """ATen level: positions of the arguments an op writes, from its schema."""
-        m = self._mutable_args.get(func)
-        if m is None:
-            schema = getattr(func, "_schema", None)
-            m = tuple(
-                i for i, a in enumerate(schema.arguments if schema is not None else ())
-                if a.alias_info is not None and a.alias_info.is_write
-            )
-            self._mutable_args[func] = m
-        return m
-
 
 def _dropout_active(attrs: dict[str, Any]) -> bool:
     training = attrs.get("training", attrs.get("arg2", attrs.get("train", True)))
     p = attrs.get("p", attrs.get("arg1", 0.5))
     return bool(training) and p != 0
-
-
-def _tensor_positions(args: tuple[Any, ...], kwargs: dict[str, Any], names: list[str]) -> dict[int, int]:
-    """Schema argument index -> index among the tensors :meth:`Recorder.collect` read."""
-    out: dict[int, int] = {}
-    n = 0
-    for i, a in enumerate(args):
-        if isinstance(a, torch.Tensor):
-            out[i] = n
-            n += 1
-        elif isinstance(a, (list, tuple)):
-            n += sum(isinstance(x, torch.Tensor) for x in a)
-    index = {name: i for i, name in enumerate(names)}
-    for k, a in kwargs.items():
-        if isinstance(a, torch.Tensor):
-            if k in index:
-                out[index[k]] = n
-            n += 1
-        elif isinstance(a, (list, tuple)):
-            n += sum(isinstance(x, torch.Tensor) for x in a)
-    return out
 
 
 __all__ = ["Recorder", "TracerFault"]
