@@ -59,6 +59,7 @@ class Recorder:
         self.names = Names()
         self.sources = Sources()
         self.versions = Versions()
+        self._values = self.versions.values  # every op reads and writes it: one lookup less
         self.state = ModelState(self.modules, snapshot_buffers=snapshot_buffers)
         self.failed: Node | None = None
         self.failed_stack: tuple[ModuleCall, ...] = ()
@@ -73,7 +74,7 @@ class Recorder:
     def add_input(self, name: str, t: torch.Tensor) -> None:
         node = Node(self.names.unique(name), "input", target=name, outputs=(tensor_meta(t),))
         self.nodes.append(node)
-        self.versions.produced(t, Ref(node.name))
+        self._values[t] = [Ref(node.name), version(t)]
 
     def read(self, t: torch.Tensor) -> Ref:
         """The node output a tensor comes from, creating its parameter, buffer or constant node on
@@ -95,7 +96,7 @@ class Recorder:
         )
         self.nodes.append(node)
         ref = Ref(node.name)
-        self.versions.produced(t, ref)
+        self._values[t] = [ref, version(t)]
         return ref
 
     def finish(self) -> None:
@@ -171,7 +172,7 @@ class Recorder:
         attrs: dict[str, Any] = {}
         seen: list[tuple[torch.Tensor, int]] = []
         exact: dict[str, Any] | None = None
-        values = self.versions.values._d
+        values = self._values._d
 
         def read(t: torch.Tensor) -> Ref:
             v = version(t)
@@ -188,10 +189,11 @@ class Recorder:
                 except RuntimeError:  # an inference tensor
                     v = 0
                 e = values.get(id(a))
-                if e is not None and e[0]() is a and e[1][1] == v:
-                    inputs.append(e[1][0])
+                if e is not None and e[0]() is a:
+                    known = e[1]
+                    inputs.append(known[0] if known[1] == v else self.versions.changed(a, known, v))
                 else:
-                    inputs.append(self.read_at(a, v))
+                    inputs.append(self._state_node(a))
                 seen.append((a, v))
                 continue
             key = names[i] if names is not None and i < len(names) else f"arg{i}"
@@ -260,7 +262,7 @@ class Recorder:
         elif short in RANDOM or (short in DROPOUTS and _dropout_active(attrs)):
             self.replay_blockers.append(f"{target} draws random numbers")
         self.nodes.append(node)
-        values = self.versions.values
+        values = self._values
         name = node.name
         for i, o in enumerate(outs):
             if isinstance(o, torch.Tensor):

@@ -87,7 +87,7 @@ def add_output(node: Node, t: torch.Tensor, previous: Ref | None) -> int:
 
 class Versions:
     """Live tensor -> ``[node output, version when produced]``, and storage -> the node that wrote
-    it last. The recorder reads ``values`` directly on its hot path."""
+    it last. The recorder reads and writes ``values`` directly: that is on every op's path."""
 
     __slots__ = ("pending", "values", "writes")
 
@@ -102,19 +102,15 @@ class Versions:
         e = self.values.get(t)
         if e is None:
             return None
-        if v != e[1]:
-            if self.pending:
-                self.finish_pending()
-                v = version(t)
-            return self._stale(t, e, v)
-        return e[0]  # type: ignore[no-any-return]
+        return e[0] if v == e[1] else self.changed(t, e, v)  # type: ignore[no-any-return]
 
-    def produced(self, t: torch.Tensor, ref: Ref) -> None:
-        self.values[t] = [ref, version(t)]
-
-    def _stale(self, t: torch.Tensor, e: list[Any], v: int) -> Ref:
-        """``t`` changed since it was produced: if a recorded op wrote its storage last (directly or
-        through a view), ``t`` now comes from that op, as an extra output of it."""
+    def changed(self, t: torch.Tensor, e: list[Any], v: int) -> Ref:
+        """``t``, entry ``e`` of :attr:`values`, is at version ``v`` now, not the one it was
+        produced at: if a recorded op wrote its storage last (directly or through a view), ``t`` now
+        comes from that op, as an extra output of it."""
+        if self.pending:
+            self.finish_pending()
+            v = version(t)
         w = self.writes.get(_base(t))
         if w is not None and w[1] == v and w[0].name != e[0].node:
             ref = Ref(w[0].name, add_output(w[0], t, e[0]))
