@@ -13,7 +13,7 @@ from torch import nn
 from torch.export import Dim
 
 from fxviz.errors import CaptureError, ModelError, TargetError
-from fxviz.fallback.tracer import trace_eager, uses_meta
+from fxviz.fallback.trace import trace_eager, uses_meta
 from fxviz.graphdiff import Diff, diff
 from fxviz.ir import Attempt, Graph
 from fxviz.passes import DEFAULT, run_passes

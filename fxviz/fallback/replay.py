@@ -152,4 +152,4 @@ def _attribute(model: nn.Module, path: str) -> Any:
     return obj
 
 
-__all__ = ["ReplayError", "call_arguments", "replay", "resolve_target"]
+__all__ = ["call_arguments", "replay", "resolve_target"]

@@ -1,0 +1,109 @@
+"""What feeds the recorder while the forward runs: torch modes that see each call, and module hooks
+that keep its module stack.
+
+* A ``TorchFunctionMode`` sees each call a user writes (``F.linear``, ``Tensor.view``,
+  ``Tensor.__setitem__``); torch hides the mode while it handles a call, so only outermost calls are
+  seen and nothing nests. A ``TorchDispatchMode`` sees ATen ops instead, the level export's graphs
+  are at. :func:`mode` makes either, around a handler: the modes themselves know nothing of
+  recording, which is :class:`~fxviz.fallback.recorder.Recorder`'s.
+* Two global forward hooks keep ``Recorder.module_stack`` in step with the model's module calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from torch import nn
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from fxviz.fallback.classify import Level
+from fxviz.fallback.recorder import Recorder
+
+#: ``handler(func, args, kwargs)`` runs the call ``func(*args, **kwargs)`` and returns its result.
+Handler = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
+
+
+class _FunctionMode(TorchFunctionMode):
+    def __init__(self, handler: Handler) -> None:
+        super().__init__()
+        self.handler = handler
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        return self.handler(func, args, kwargs or {})
+
+
+class _DispatchMode(TorchDispatchMode):
+    def __init__(self, handler: Handler) -> None:
+        super().__init__()
+        self.handler = handler
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        return self.handler(func, args, kwargs or {})
+
+
+def mode(level: Level, handler: Handler) -> TorchFunctionMode | TorchDispatchMode:
+    """A torch mode that hands every call at ``level`` to ``handler``. The two classes behind it
+    differ only in the protocol torch calls them by (``__torch_function__`` or
+    ``__torch_dispatch__``); what a call does to the trace is the handler's."""
+    return _DispatchMode(handler) if level == "aten" else _FunctionMode(handler)
+
+
+@contextlib.contextmanager
+def recording(rec: Recorder) -> Iterator[None]:
+    """The modes that feed ``rec``, entered for the block. Function level: one mode that records
+    each call. ATen level: a function mode that tags the ATen ops of each torch call with it
+    (``torch_fn``), around a dispatch mode that records the ATen ops."""
+    with contextlib.ExitStack() as stack:
+        if rec.aten:
+            stack.enter_context(mode("function", rec.observe_call))
+        stack.enter_context(mode(rec.level, rec.observe))
+        yield
+
+
+@contextlib.contextmanager
+def module_hooks(rec: Recorder) -> Iterator[None]:
+    """Keep ``rec.module_stack`` in step with the model's module calls; removed however the block
+    exits.
+
+    Two global hooks serve every submodule (registering two hooks per module costs more than the
+    ops of a deep model). Global pre-hooks run before a module's own, so the ops of a user's
+    pre-hook belong to the module; global forward hooks run before a module's own too, so a
+    module with forward hooks of its own gets its exit hook appended after them instead.
+    """
+    paths = {id(m): (m, path) for path, m in rec.modules if path}
+    stack = rec.module_stack
+    own_exit: dict[int, str] = {}
+    handles = []
+
+    def pre(module: nn.Module, args: Any) -> None:
+        e = paths.get(id(module))
+        if e is not None and e[0] is module:
+            stack.enter(e[1])
+
+    def post(module: nn.Module, args: Any, output: Any) -> None:
+        e = paths.get(id(module))
+        if e is not None and e[0] is module and id(module) not in own_exit:
+            stack.leave(e[1])
+
+    try:
+        for key, (m, path) in paths.items():
+            if m._forward_hooks:
+                own_exit[key] = path
+                handles.append(m.register_forward_hook(lambda mod, a, o, p=path: stack.leave(p)))
+        handles.append(register_module_forward_pre_hook(pre))
+        handles.append(register_module_forward_hook(post))
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+__all__ = ["Handler", "mode", "module_hooks", "recording"]

@@ -1,0 +1,296 @@
+"""The trace being built: one :class:`Recorder` per capture turns each call the modes hand it into a
+:class:`~fxviz.ir.Node`.
+
+For one call the recorder reads the tensor arguments' producers (:class:`~fxviz.fallback.tensors.Versions`,
+creating parameter, buffer and constant nodes on first read), turns the other arguments into attrs
+(:mod:`fxviz.fallback.values`), runs the call, and adds the node with the module stack, the user's
+source line and a unique name (:mod:`fxviz.fallback.context`). ``observe`` / ``collect`` /
+``record`` run for every op of the forward: they are written for speed (a 300-layer model runs
+about a thousand ops per capture), the rest for reading.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from fxviz.fallback.classify import Action, Kind, Level, classify, kind_of, kinds, written_tensors
+from fxviz.fallback.context import ModuleStack, Names, Sources
+from fxviz.fallback.tensors import ModelState, Versions, tensor_meta, version
+from fxviz.fallback.values import encode, has_opaque
+from fxviz.ir import ModuleCall, Node, Ref, SourceLoc
+from fxviz.ops import DROPOUTS, RANDOM
+
+# Bound once: ``Action.SKIP`` is an attribute lookup on the enum class, ~150 ns on Python 3.11; a
+# module global compared with ``is`` costs ~30 ns, as little as the int constants it replaces, and
+# these comparisons run on every op.
+_SKIP, _EXIT = Action.SKIP, Action.EXIT
+_PLAIN_TYPES = frozenset({int, bool, str})
+
+
+class TracerFault(Exception):
+    """Raised when the tracer's own bookkeeping fails, so it is never mistaken for the model's
+    error; :func:`~fxviz.fallback.trace.trace_eager` turns it back into the original exception."""
+
+
+class Recorder:
+    """The trace being built: ``nodes`` in execution order, and what each records against.
+
+    ``modules`` lists the model's submodules with their first path (one walk serves the recorder,
+    the hooks and the graph's module table: a deep model's walk costs as much as hundreds of its
+    ops). ``failed`` is the node of the op that raised, ``replay_blockers`` why a replay could not
+    reproduce this trace.
+    """
+
+    def __init__(
+        self, model: nn.Module, level: Level, *, snapshot_buffers: bool,
+        named: list[tuple[str, nn.Module]] | None = None,
+    ) -> None:
+        self.level = level
+        self.aten = level == "aten"
+        self.nodes: list[Node] = []
+        named = named if named is not None else list(model.named_modules(remove_duplicate=False))
+        first: dict[int, tuple[str, nn.Module]] = {}
+        for path, m in named:
+            first.setdefault(id(m), (path, m))  # a shared module keeps its first path
+        self.modules = list(first.values())
+        self.module_stack = ModuleStack()
+        self.names = Names()
+        self.sources = Sources()
+        self.versions = Versions()
+        self._values = self.versions.values  # every op reads and writes it: one lookup less
+        self.state = ModelState(self.modules, snapshot_buffers=snapshot_buffers)
+        self.failed: Node | None = None
+        self.failed_stack: tuple[ModuleCall, ...] = ()
+        self.replay_blockers: list[str] = []
+        self._kinds = kinds(level)
+        # ATen level: the torch-function call running now, and a counter per call name
+        self.call: list[str] | None = None
+        self._call_ids: dict[str, int] = {}
+
+    # ---- values the graph starts from ----------------------------------------------------------
+
+    def add_input(self, name: str, t: torch.Tensor) -> None:
+        node = Node(self.names.unique(name), "input", target=name, outputs=(tensor_meta(t),))
+        self.nodes.append(node)
+        self._values[t] = [Ref(node.name), version(t)]
+
+    def read(self, t: torch.Tensor) -> Ref:
+        """The node output a tensor comes from, creating its parameter, buffer or constant node on
+        first read."""
+        return self.read_at(t, version(t))
+
+    def read_at(self, t: torch.Tensor, v: int) -> Ref:
+        ref = self.versions.lookup(t, v)
+        return ref if ref is not None else self._state_node(t)
+
+    def _state_node(self, t: torch.Tensor) -> Ref:
+        kind, name = self.state.read(t)
+        if not name:
+            self.replay_blockers.append("reads a tensor the model does not own (a global or a closure)")
+        owner = name.rpartition(".")[0]
+        node = Node(
+            self.names.unique(name or "constant"), kind, target=name,
+            stack=((owner, 0),) if owner else (), outputs=(tensor_meta(t),),
+        )
+        self.nodes.append(node)
+        ref = Ref(node.name)
+        self._values[t] = [ref, version(t)]
+        return ref
+
+    def finish(self) -> None:
+        """The forward returned: bind its last in-place writes (ATen level) before outputs are read."""
+        self.versions.finish_pending()
+
+    # ---- one call ------------------------------------------------------------------------------
+
+    def observe(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run one call and record it: the handler of the recording mode, at either level.
+
+        A failure of our own bookkeeping is a :class:`TracerFault`, never mistaken for the model's
+        error; an exception from the call itself marks the node and propagates unchanged."""
+        aten = self.aten
+        try:
+            if aten and self.versions.pending:
+                self.versions.finish_pending()
+            kind = self._kinds.get(func)
+            if kind is None:
+                kind = self._kinds[func] = classify(func, self.level)
+            skip = kind.action is _SKIP
+            if not skip:
+                names = [a.name for a in func._schema.arguments] if aten else None
+                inputs, attrs, seen = self.collect(args, kwargs, names)
+                source = self.sources.find()
+                mutated = written_tensors(func, args, kwargs, names) if names is not None else ()
+        except Exception as e:
+            raise TracerFault(f"tracer failed before {func}") from e
+        if skip:
+            return func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except Exception as e:
+            self.record_failure(kind, inputs, attrs, source, e)
+            raise
+        try:
+            self.record(kind, inputs, attrs, seen, out, source, mutated)
+        except Exception as e:
+            raise TracerFault(f"tracer failed after {func}") from e
+        return out
+
+    def observe_call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """ATen level: run a torch-function call with :attr:`call` on it, so each ATen op it runs is
+        tagged with it (``torch_fn``, as export tags its nodes) and a comparison can fold them back."""
+        try:
+            call = self.call_of(func)
+        except Exception as e:
+            raise TracerFault(f"tracer failed before {func!r}") from e
+        if call is None:
+            return func(*args, **kwargs)
+        outer, self.call = self.call, call
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self.call = outer
+
+    def call_of(self, func: Any) -> list[str] | None:
+        """``[call id, target]`` of a torch-function call about to run, the key its ATen ops are
+        grouped by (as export's ``torch_fn``); ``None`` for a metadata query."""
+        kind = kind_of(func, "function")
+        if kind.action is _SKIP:
+            return None
+        n = self._call_ids.get(kind.name, 0) + 1
+        self._call_ids[kind.name] = n
+        return [f"{kind.name}_{n}", kind.target]
+
+    def collect(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], names: list[str] | None
+    ) -> tuple[list[Ref], dict[str, Any], list[tuple[torch.Tensor, int]]]:
+        """Inputs in argument order, JSON-safe attrs, and the tensor arguments with their
+        versions (to see afterwards which ones the call wrote). The hot path of the tracer."""
+        inputs: list[Ref] = []
+        attrs: dict[str, Any] = {}
+        seen: list[tuple[torch.Tensor, int]] = []
+        exact: dict[str, Any] | None = None
+        values = self._values._d
+
+        def read(t: torch.Tensor) -> Ref:
+            v = version(t)
+            r = self.read_at(t, v)
+            inputs.append(r)
+            seen.append((t, v))
+            return r
+
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                # inlined read(): the common case is a tensor produced by the previous op
+                try:
+                    v = a._version
+                except RuntimeError:  # an inference tensor
+                    v = 0
+                e = values.get(id(a))
+                if e is not None and e[0]() is a:
+                    known = e[1]
+                    inputs.append(known[0] if known[1] == v else self.versions.changed(a, known, v))
+                else:
+                    inputs.append(self._state_node(a))
+                seen.append((a, v))
+                continue
+            key = names[i] if names is not None and i < len(names) else f"arg{i}"
+            if a is None or type(a) in _PLAIN_TYPES:
+                attrs[key] = a
+                continue
+            display, ex = encode(a, read)
+            attrs[key] = display
+            if ex is not None:
+                exact = exact or {}
+                exact[key] = ex
+        for key, a in kwargs.items():
+            if a is None or type(a) in _PLAIN_TYPES:
+                attrs[key] = a
+                continue
+            display, ex = encode(a, read)
+            attrs[key] = display
+            if ex is not None:
+                exact = exact or {}
+                exact[key] = ex
+        if exact is not None:
+            attrs["py"] = exact
+            if has_opaque(exact):
+                self.replay_blockers.append("passes a value replay cannot rebuild (a callable?)")
+        return inputs, attrs, seen
+
+    def record(
+        self,
+        kind: Kind,
+        inputs: list[Ref],
+        attrs: dict[str, Any],
+        seen: list[tuple[torch.Tensor, int]],
+        out: Any,
+        source: SourceLoc | None,
+        mutated: tuple[int, ...] = (),
+    ) -> Node | None:
+        """Add the node for one finished call, unless it computed nothing a graph shows."""
+        action, target, short = kind
+        if isinstance(out, torch.Tensor):
+            outs: tuple[Any, ...] = (out,)
+            has_tensor = True
+        else:
+            if isinstance(out, (tuple, list)) and action is not _EXIT:
+                outs = tuple(out)
+            else:
+                outs = (out,) if out is not None else ()
+            has_tensor = any(isinstance(o, torch.Tensor) for o in outs)
+        if self.aten:
+            written = [seen[i][0] for i in mutated if i < len(seen)]
+        else:
+            written = [t for t, v in seen if version(t) != v] if seen else []
+        if not (has_tensor or written or action is _EXIT):
+            return None
+        node = Node(
+            self.names.unique(short), "op", target, tuple(inputs), self.module_stack.current,
+            tuple([tensor_meta(o) for o in outs]), source, attrs,
+        )
+        if action is _EXIT:
+            attrs["data_dependent"] = True
+        if self.call is not None:
+            attrs["torch_fn"] = self.call
+        elif not written and seen and outs and outs[0] is seen[0][0]:
+            # a call that hands back its input (``contiguous()`` on a contiguous tensor, eval-mode
+            # dropout): export records nothing for it, and a comparison needs to know why
+            attrs["returns_input"] = True
+        elif short in RANDOM or (short in DROPOUTS and _dropout_active(attrs)):
+            self.replay_blockers.append(f"{target} draws random numbers")
+        self.nodes.append(node)
+        values = self._values
+        name = node.name
+        for i, o in enumerate(outs):
+            if isinstance(o, torch.Tensor):
+                values[o] = [Ref(name, i), version(o)]
+        if written:
+            self.versions.wrote(node, outs, written, deferred=self.aten)
+        return node
+
+    def record_failure(
+        self, kind: Kind, inputs: list[Ref], attrs: dict[str, Any],
+        source: SourceLoc | None, exc: BaseException,
+    ) -> None:
+        if self.call is not None:
+            attrs["torch_fn"] = self.call
+        node = Node(
+            self.names.unique(kind.name), "op", target=kind.target, inputs=tuple(inputs),
+            stack=self.module_stack.current, source=source, attrs=attrs,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        self.nodes.append(node)
+        self.failed = node
+
+
+def _dropout_active(attrs: dict[str, Any]) -> bool:
+    training = attrs.get("training", attrs.get("arg2", attrs.get("train", True)))
+    p = attrs.get("p", attrs.get("arg1", 0.5))
+    return bool(training) and p != 0
+
+
+__all__ = ["Recorder", "TracerFault"]

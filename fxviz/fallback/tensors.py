@@ -1,0 +1,201 @@
+"""Tensor identity while a forward runs: which node output each live tensor is, and what the model's
+own tensors are called.
+
+* :class:`Versions` maps each tensor to the node output that produced it, with the tensor's version
+  counter then: an in-place op bumps the version, so a reader of a mutated tensor is pointed at the
+  node that wrote it, also when the write went through a view (views share their base's counter).
+* :class:`ModelState` knows the model's parameters, buffers and tensor attributes by identity, by
+  their state-dict names, and puts back the buffers a forward writes (BatchNorm's statistics).
+
+Tensors are held weakly (:class:`TensorMap`): the trace never keeps a forward's activations alive.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from fxviz.ir import Node, NodeKind, Ref, TensorMeta
+from fxviz.torchbridge.normalize import _describe
+from fxviz.torchbridge.values import meta_from_value
+
+
+class TensorMap:
+    """Tensor -> value by identity, without keeping tensors alive (``WeakIdKeyDictionary`` with
+    less per-lookup work: this is on every op's path). A dead tensor's entry is never returned: its
+    weak reference no longer resolves to the tensor that now has the same ``id``."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self) -> None:
+        self._d: dict[int, tuple[weakref.ref[torch.Tensor], Any]] = {}
+
+    def get(self, t: torch.Tensor) -> Any:
+        e = self._d.get(id(t))
+        return e[1] if e is not None and e[0]() is t else None
+
+    def __setitem__(self, t: torch.Tensor, value: Any) -> None:
+        self._d[id(t)] = (weakref.ref(t), value)
+
+
+_METAS: dict[tuple[Any, ...], TensorMeta] = {}
+
+
+def tensor_meta(v: Any) -> TensorMeta:
+    """TensorMeta of a tensor or Python value seen at runtime (all sizes are concrete). Tensor
+    metas are immutable and shared: a model repeats a handful of shapes thousands of times."""
+    if isinstance(v, torch.Tensor):
+        key = (v.shape, v.dtype, v.device)  # torch.Size hashes as a tuple: no conversion per op
+        m = _METAS.get(key)
+        if m is None:
+            m = _METAS[key] = TensorMeta(
+                tuple(v.shape), str(v.dtype).removeprefix("torch."), v.device.type
+            )
+        return m
+    m = meta_from_value(v)  # Python and symbolic scalars, as every capture method shows them
+    if m is not None:
+        return m
+    if v is None:
+        return TensorMeta((), "none")
+    return TensorMeta((), "object", value=_describe(v))
+
+
+def version(t: torch.Tensor) -> int:
+    try:
+        return t._version
+    except RuntimeError:  # inference-mode tensors have no version counter and cannot be mutated
+        return 0
+
+
+def _base(t: torch.Tensor) -> torch.Tensor:
+    return t._base if t._base is not None else t
+
+
+def add_output(node: Node, t: torch.Tensor, previous: Ref | None) -> int:
+    """Give ``node`` one more output, tensor ``t`` as the node left it (formerly ``previous``,
+    which the node wrote in place); returns its index."""
+    k = len(node.outputs)
+    node.outputs = (*node.outputs, tensor_meta(t))
+    if previous is not None:
+        node.attrs.setdefault("aliases", []).append([k, previous.to_json()])
+    return k
+
+
+class Versions:
+    """Live tensor -> ``[node output, version when produced]``, and storage -> the node that wrote
+    it last. The recorder reads and writes ``values`` directly: that is on every op's path."""
+
+    __slots__ = ("pending", "values", "writes")
+
+    def __init__(self) -> None:
+        self.values = TensorMap()  # tensor -> [producer ref, version when it was produced]
+        self.writes = TensorMap()  # base tensor -> (node that last wrote its storage, version after)
+        # ATen level: writes whose version bump is still to come (see finish_pending)
+        self.pending: list[tuple[torch.Tensor, Node, int]] = []
+
+    def lookup(self, t: torch.Tensor, v: int) -> Ref | None:
+        """The node output ``t`` (now at version ``v``) is, or None for a tensor never seen."""
+        e = self.values.get(t)
+        if e is None:
+            return None
+        return e[0] if v == e[1] else self.changed(t, e, v)  # type: ignore[no-any-return]
+
+    def changed(self, t: torch.Tensor, e: list[Any], v: int) -> Ref:
+        """``t``, entry ``e`` of :attr:`values`, is at version ``v`` now, not the one it was
+        produced at: if a recorded op wrote its storage last (directly or through a view), ``t`` now
+        comes from that op, as an extra output of it."""
+        if self.pending:
+            self.finish_pending()
+            v = version(t)
+        w = self.writes.get(_base(t))
+        if w is not None and w[1] == v and w[0].name != e[0].node:
+            ref = Ref(w[0].name, add_output(w[0], t, e[0]))
+        else:
+            ref = e[0]
+        e[0], e[1] = ref, v
+        return ref
+
+    def wrote(self, node: Node, outs: tuple[Any, ...], written: list[torch.Tensor], *, deferred: bool) -> None:
+        """``node`` wrote these tensor arguments in place: each is now a value it produced (an extra
+        output when the op does not return it), and ``node`` is the writer of its storage.
+        ``deferred``: the version moves only after the op returns (ATen level)."""
+        for t in written:
+            k = next((i for i, o in enumerate(outs) if o is t), None)
+            if k is None:
+                prev = self.values.get(t)
+                k = add_output(node, t, prev[0] if prev is not None else None)
+                self.values[t] = [Ref(node.name, k), version(t)]
+            if deferred:
+                self.pending.append((t, node, k))
+            else:
+                self.writes[_base(t)] = (node, version(t))
+
+    def finish_pending(self) -> None:
+        """ATen level: the autograd layer bumps a written tensor's version after the dispatch mode
+        returns, so the write is bound to its version at the next op."""
+        for t, node, k in self.pending:
+            v = version(t)
+            self.values[t] = [Ref(node.name, k), v]
+            self.writes[_base(t)] = (node, v)
+        self.pending.clear()
+
+
+class ModelState:
+    """The model's own tensors by identity -> ``(kind, state-dict name)``: parameters and buffers
+    (first name wins, as in ``named_parameters()``), and plain tensor attributes of modules as named
+    constants. The model keeps every key alive for the whole capture.
+
+    With ``snapshot_buffers``, a buffer is copied when the forward first reads it, and
+    :meth:`restore` copies every one back: BatchNorm's kernel updates its running statistics without
+    bumping their version counter, so a write cannot be detected, only undone."""
+
+    def __init__(self, modules: list[tuple[str, nn.Module]], *, snapshot_buffers: bool) -> None:
+        self._modules = modules
+        self._names = TensorMap()
+        for path, m in modules:
+            prefix = f"{path}." if path else ""
+            for kind, members in (("parameter", m._parameters), ("buffer", m._buffers)):
+                for name, t in members.items():
+                    if t is not None and self._names.get(t) is None:
+                        self._names[t] = (kind, prefix + name)
+        self._attributes_scanned = False
+        self._snapshot_buffers = snapshot_buffers
+        self._saved: list[tuple[torch.Tensor, torch.Tensor]] = []  # buffer, its copy
+
+    def read(self, t: torch.Tensor) -> tuple[NodeKind, str]:
+        """What the model calls ``t``, read for the first time: ``("parameter", "fc.weight")``, or
+        ``("constant", "")`` for a tensor the model does not own (a global, a closure)."""
+        kind: NodeKind
+        known = self._names.get(t)
+        if known is None and not self._attributes_scanned:
+            self._scan_attributes(self._modules)
+            known = self._names.get(t)
+        kind, name = known or ("constant", "")
+        if kind == "buffer" and self._snapshot_buffers:
+            with torch.no_grad():
+                self._saved.append((t, t.detach().clone()))
+        return kind, name
+
+    def _scan_attributes(self, modules: Iterable[tuple[str, nn.Module]]) -> None:
+        """Plain tensor attributes of modules (not registered buffers) are constants with a name;
+        looked for only once a tensor of unknown origin shows up, which most models never do."""
+        self._attributes_scanned = True
+        for path, m in modules:
+            for attr, v in vars(m).items():
+                if isinstance(v, torch.Tensor) and self._names.get(v) is None:
+                    self._names[v] = ("constant", f"{path}.{attr}" if path else attr)
+
+    def restore(self) -> None:
+        """Put back the buffers the forward read (and may have written): a capture leaves the model
+        as it found it."""
+        with torch.no_grad():
+            for buf, saved in self._saved:
+                buf.copy_(saved)
+        self._saved.clear()
+
+
+__all__ = ["ModelState", "TensorMap", "Versions", "add_output", "tensor_meta", "version"]

@@ -1,0 +1,150 @@
+"""``trace_eager``: run the model once under the recording modes and return what it executed as a
+graph; set-up (inputs, fake tensors), the run, outputs, restoring the model, and the partial graph a
+failing model leaves."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch import nn
+
+from fxviz.errors import ModelError, TargetError
+from fxviz.fallback.classify import LEVELS, Level
+from fxviz.fallback.modes import module_hooks, recording
+from fxviz.fallback.recorder import Recorder, TracerFault
+from fxviz.ir import Graph
+from fxviz.torchbridge.normalize import _describe, flatten_inputs, flatten_outputs
+from fxviz.torchbridge.run import gc_paused
+from fxviz.torchbridge.source import error_location
+from fxviz.torchbridge.values import module_infos, output_node
+
+
+def uses_meta(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """True when the model's state or an input lives on ``meta``: real execution is impossible,
+    fake tensors are needed."""
+    if any(t.is_meta for t in model.parameters()) or any(t.is_meta for t in model.buffers()):
+        return True
+    return any(t.is_meta for t in flatten_inputs(model, args, kwargs).tensors)
+
+
+def trace_eager(
+    model: nn.Module,
+    args: tuple[Any, ...] = (),
+    kwargs: dict[str, Any] | None = None,
+    *,
+    level: str = "function",
+    fake: bool = False,
+    grad: bool = False,
+) -> Graph:
+    """Run ``model(*args, **kwargs)`` once and return the graph of what it executed.
+
+    ``level="function"`` records torch-function calls (``torch.nn.functional.linear``,
+    ``Tensor.view``), ``level="aten"`` ATen ops (``aten.addmm.default``). ``fake=True`` runs under
+    ``FakeTensorMode``: no real memory or compute, so a model built on ``meta`` traces too. The
+    forward runs under ``torch.no_grad()`` unless ``grad=True`` (for a forward that itself takes
+    gradients): recording needs no autograd graph, and building one costs time and memory.
+
+    The model and torch are left as found. If the model raises, :class:`~fxviz.errors.ModelError`
+    carries the graph up to the failure (``err.graph``, failing op marked) and chains the original.
+
+        >>> g = trace_eager(model, (x,))
+        >>> g.method, g.ops[0].target
+        ('eager', 'torch.nn.functional.linear')
+    """
+    if level not in LEVELS:
+        raise TargetError(f"level {level!r} is not one of 'function', 'aten'")
+    lvl: Level = "aten" if level == "aten" else "function"
+    kwargs = dict(kwargs or {})
+    named = list(model.named_modules(remove_duplicate=False))
+    rec = Recorder(model, lvl, snapshot_buffers=not fake, named=named)
+    flat = flatten_inputs(model, args, kwargs)
+    fake_mode: Any = contextlib.nullcontext()
+    if fake:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        on_meta = any(t.is_meta for t in model.parameters())
+        tensors = tuple(
+            fake_mode.from_tensor(t.to("meta") if on_meta else t) for t in flat.tensors
+        )
+        args, kwargs = flat.rebuild(tensors)
+    else:
+        tensors = flat.tensors
+    for name, t in zip(flat.names, tensors, strict=True):
+        rec.add_input(name, t)
+
+    method = ("eager" if lvl == "function" else "eager-aten") + (" (fake)" if fake else "")
+    graph = Graph(name=type(model).__name__, method=method, modules=module_infos(model, named))
+    # a capture observes the forward, it does not train: no autograd graph to build (time and
+    # memory the plain forward under no_grad does not spend either)
+    grad_mode: Any = contextlib.nullcontext() if grad else torch.no_grad()
+    try:
+        with fake_mode, module_hooks(rec), gc_paused():
+            try:
+                with grad_mode, recording(rec):
+                    out = model(*args, **kwargs)
+            except Exception:
+                rec.failed_stack = rec.module_stack.current
+                raise
+            rec.finish()
+            _add_outputs(rec, out)
+    except TracerFault as e:
+        raise (e.__cause__ or e) from None  # a tracer bug: the capture fails, not the model
+    except Exception as e:
+        if _beyond_the_tracer(e):
+            raise
+        graph.nodes = rec.nodes
+        raise _model_error(graph, rec, e) from e
+    finally:
+        rec.state.restore()
+    graph.nodes = rec.nodes
+    graph.annotations["replay"] = _replay_verdict(rec)
+    return graph
+
+
+def _beyond_the_tracer(exc: BaseException) -> bool:
+    """True when the forward failed because it compiles part of itself (``torch.cond`` runs its
+    branches through ``torch.compile`` in eager mode) and the compiler cannot trace through a
+    recording mode: a limit of this capture method, not an error of the model."""
+    return type(exc).__module__.startswith("torch._dynamo") or "HigherOrderOperator" in str(exc)
+
+
+def _add_outputs(rec: Recorder, out: Any) -> None:
+    for path, v in flatten_outputs(out):
+        if isinstance(v, torch.Tensor):
+            rec.nodes.append(output_node(rec.names.unique(path), path, rec.read(v), None))
+        else:
+            rec.nodes.append(output_node(rec.names.unique(path), path, None, _describe(v)))
+
+
+def _replay_verdict(rec: Recorder) -> dict[str, Any]:
+    if rec.level != "function":
+        return {"ok": False, "reason": "replay runs function-level graphs (method 'eager')"}
+    if rec.replay_blockers:
+        return {"ok": False, "reason": "; ".join(dict.fromkeys(rec.replay_blockers))}
+    return {"ok": True}
+
+
+def _model_error(graph: Graph, rec: Recorder, exc: Exception) -> ModelError:
+    failed = rec.failed
+    stack = failed.stack if failed is not None else rec.failed_stack
+    path, call = stack[-1] if stack else ("", 0)
+    cls = graph.modules[path].cls if path in graph.modules else graph.name
+    loc = error_location(exc) or (failed.source if failed is not None else None)
+    where = f"module '{path}' ({cls})" if path else f"the root module ({cls})"
+    if call:
+        where += f" call {call}"
+    at = f" at {loc} `{loc.code}`" if loc is not None else ""
+    message = f"{type(exc).__name__}: {exc} in {where}{at}"
+    graph.error = message
+    graph.annotations["failure"] = {
+        "module": path, "call": call, "node": failed.name if failed is not None else None,
+        "source": loc.to_dict() if loc is not None else None,
+    }
+    graph.annotations["replay"] = {"ok": False, "reason": "the graph is partial: the model raised"}
+    return ModelError(f"the model raised during eager capture: {message}", graph=graph)
+
+
+__all__ = ["trace_eager", "uses_meta"]
