@@ -199,7 +199,8 @@ class DiffView:
 
 def report_text(d: Diff, *, width: int = 120, notes: bool = False) -> str:
     """The report as plain text (no colour), as ``str(diff)`` gives it."""
-    console = Console(width=width, color_system=None, record=True, file=io.StringIO())
+    # force_jupyter=False: in a notebook rich would display the report itself, then `print` again
+    console = Console(width=width, color_system=None, record=True, file=io.StringIO(), force_jupyter=False)
     console.print(to_report(d, notes=notes))
     return console.export_text().rstrip("\n")
 
