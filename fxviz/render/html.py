@@ -34,6 +34,7 @@ from fxviz.render.view import (
     KIND_COLORS,
     Group,
     ModuleBoxes,
+    bounded,
     edge_label,
     format_count,
     module_boxes,
@@ -45,7 +46,7 @@ from fxviz.render.view import (
     text_color,
 )
 
-__all__ = ["BUNDLE_DIR", "VIEW_MODEL_VERSION", "repr_html", "to_html", "view_model"]
+__all__ = ["BUNDLE_DIR", "VIEW_MODEL_VERSION", "headline", "json_for_script", "repr_html", "to_html", "view_model"]
 
 #: Where ``scripts/build_web.sh`` writes the bundle (``report.js``, ``report.css``).
 BUNDLE_DIR = Path(__file__).parent / "static"
@@ -56,7 +57,7 @@ VIEW_MODEL_VERSION = 3
 DEFAULT_BUDGET = 60
 
 
-def _json_for_script(data: Any) -> str:
+def json_for_script(data: Any) -> str:
     """JSON that is safe inside ``<script type="application/json">``: no ``</script>``, no ``<!--``,
     no HTML entities, no JavaScript line separators, whatever the model's names contain."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
@@ -100,7 +101,7 @@ def _tree(graph: Graph, root: Scope, stats: dict[str, Any]) -> dict[str, Any]:
     def entry(scope: Scope) -> dict[str, Any]:
         s = stats.get(scope.path, {})
         return {
-            "path": scope.path,
+            "path": bounded(scope.path),
             "label": scope_label(graph, scope),
             "cls": scope.cls,
             "calls": scope.calls,
@@ -117,7 +118,7 @@ def _tree(graph: Graph, root: Scope, stats: dict[str, Any]) -> dict[str, Any]:
         if level >= TREE_LEVELS and scope.children:
             below = max(s.path.count(".") for s in scope.walk()) - scope.path.count(".")
             first = next(iter(scope.children.values()))
-            out["c"] = [{"path": first.path, "label": f"⋯ {below} more levels", "cls": "", "calls": 0,
+            out["c"] = [{"path": bounded(first.path), "label": f"⋯ {below} more levels", "cls": "", "calls": 0,
                          "params": 0, "pl": "", "ops": 0, "c": []}]
             continue
         for child in scope.children.values():
@@ -194,9 +195,11 @@ def _node_set_boundaries(graph: Graph, boxes: ModuleBoxes, readers: dict[Ref, li
     return out
 
 
-def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET, overlay: str | None = None) -> dict[str, Any]:
+def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET, overlay: str | None = None,
+               extra: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The JSON the report's script reads: nodes, module boxes, module tree, capture record,
-    overlays (:mod:`fxviz.render.overlays`; the report starts coloured by ``overlay``).
+    overlays (:mod:`fxviz.render.overlays`, with ``extra`` ones that are not on the graph, such as
+    a diff's; the report starts coloured by ``overlay``).
 
     Nodes refer to each other, to boxes and to the shape and source tables by index. Each node
     carries its label, op kind, colour, the nodes that read it and the parameters it holds or
@@ -267,7 +270,9 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET, overlay: str | Non
             params, ops = 0, g.size
         d: dict[str, Any] = {
             "p": gindex[g.parent] if g.parent is not None else -1,
-            "l": g.label, "path": g.path, "cls": g.cls, "call": g.call, "d": g.depth,
+            # paths are cut like labels: at depth d a full path is O(d) long, and every box writing
+            # its own would make the report grow with the square of the nesting
+            "l": g.label, "path": bounded(g.path), "cls": g.cls, "call": g.call, "d": g.depth,
             "run": g.run["count"] if g.run else 0,
             "params": params, "pl": format_count(params) if params else "", "ops": ops,
             "c": KIND_COLORS[g.values] if g.values else _BOX_COLORS.get(g.kind) or stable_color(g.cls or g.path),
@@ -290,7 +295,7 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET, overlay: str | Non
     groups = [group_entry(boxes.groups[gid]) for gid in group_ids]
     nodes = [node_entry(n) for n in graph.nodes]
     total_params = stats.get("total_params", 0)
-    shown = overlay_view(graph, boxes, group_ids, tree)
+    shown = overlay_view(graph, boxes, group_ids, tree, extra)
     if overlay is not None and overlay not in {o["name"] for o in shown}:
         raise RenderError(f"graph {graph.name!r} has no overlay {overlay!r}; it has: "
                           f"{', '.join(o['name'] for o in shown) or 'none'}")
@@ -396,7 +401,7 @@ def to_html(
     data = view_model(graph, budget=budget, overlay=overlay)
     text = _template().render(
         title=title or f"{graph.name or 'model'} — fxviz",
-        data_json=_json_for_script(data),
+        data_json=json_for_script(data),
         js=js,
         css=css,
     )

@@ -95,13 +95,14 @@ def box_values(spec: Mapping[str, Any], boxes: ModuleBoxes, members: Mapping[str
     return out
 
 
-def overlay_view(graph: Graph, boxes: ModuleBoxes, group_ids: list[str], tree: CallTree) -> list[dict[str, Any]]:
-    """The view-model's ``overlays``: for each overlay its name, label, kind, unit, scale, the
-    range of its values, its categories with colours, and one value (or ``null``) per node index
-    and per group index."""
+def overlay_view(graph: Graph, boxes: ModuleBoxes, group_ids: list[str], tree: CallTree,
+                 extra: Mapping[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The view-model's ``overlays``: for each overlay of the graph, and each of ``extra`` (not on
+    the graph), its name, label, kind, unit, scale, the range of its values, its categories with
+    colours, and one value (or ``null``) per node index and per group index."""
     members = box_members(graph, boxes)
     out = []
-    for name, spec in overlays(graph, tree).items():
+    for name, spec in {**overlays(graph, tree), **(extra or {})}.items():
         nodes = spec.get("nodes") or {}
         per_node = [nodes.get(n.name) for n in graph.nodes]
         groups = box_values(spec, boxes, members)
