@@ -228,10 +228,10 @@ def _sections(d: Diff) -> tuple[list[dict[str, Any]], dict[str, str]]:
         })
     for x in d.differences:  # a difference without a row of its own links to the row of its node
         if "-r" not in row_of.get(x.id, ""):
-            rid = next((node_row[(k, n)] for k, side in (("a", x.a), ("b", x.b)) if side is not None
-                        for n in side.nodes if (k, n) in node_row), None)
-            if rid is not None:
-                row_of[x.id] = rid
+            found = next((node_row[(k, n)] for k, side in (("a", x.a), ("b", x.b)) if side is not None
+                          for n in side.nodes if (k, n) in node_row), None)
+            if found is not None:
+                row_of[x.id] = found
     return sections, row_of
 
 
