@@ -234,14 +234,17 @@ def _header(graph: Graph, ctx: _Ctx) -> _Label:
     return t
 
 
-def _shape_pieces(label: _Label, metas: Sequence[TensorMeta | None], style: str, limit: int = 2) -> None:
-    """``[1, 7, 32], [1, 2, 7, 16], +3``: each shape a piece, so a line breaks between shapes."""
+def _shape_pieces(label: _Label, metas: Sequence[TensorMeta | None], style: str, limit: int = 2,
+                  prefix: str = "", brk: bool = False) -> None:
+    """``[1, 7, 32], [1, 2, 7, 16], +3``: each shape a piece, so a line breaks between shapes;
+    ``prefix`` (``" → "``) goes with the first shape, and a break before it is allowed with ``brk``."""
     tensors = [m for m in metas if m is None or m.is_tensor] or list(metas)
     items = [meta_text(m) for m in tensors[:limit]]
     if len(tensors) > limit:
         items.append(f"+{len(tensors) - limit}")
     for k, item in enumerate(items):
-        label.add((" " if k else "") + item + ("," if k < len(items) - 1 else ""), style, brk=k > 0)
+        text = (prefix if k == 0 else " ") + item + ("," if k < len(items) - 1 else "")
+        label.add(text, style, brk=k > 0 or brk)
 
 
 def _values(tree: Tree, graph: Graph, kind: str, ctx: _Ctx) -> None:
@@ -405,14 +408,11 @@ def _call_label(call: Block, ctx: _Ctx, fold: list[Block] | None) -> _Label:
     g = ctx.graph
     ins, outs = [g.meta_of(r) for r in call.call.inputs], [g.meta_of(r) for r in call.call.outputs]
     if ins or outs:
-        t.add("  ", brk=False)
-        _shape_pieces(t, ins, _SHAPE)
-        # a call that raised hands nothing back
-        t.add(" → ", _SHAPE, brk=True)
+        _shape_pieces(t, ins, _SHAPE, prefix="  ", brk=True)
         if outs:
-            _shape_pieces(t, outs, _SHAPE)
-        else:
-            t.add("✗", _SHAPE)
+            _shape_pieces(t, outs, _SHAPE, prefix=" → ", brk=True)
+        else:  # a call that raised hands nothing back
+            t.add(" → ✗", _SHAPE, brk=True)
     params = ctx.stats.get(call.path, {}).get("params", 0)
     if params and call.index == 0:
         count = f"{len(fold)} × {format_count(params)}" if fold else format_count(params)
@@ -465,8 +465,7 @@ def _op_line(node: Node, ctx: _Ctx) -> _Label:
     t = _Label(_c(node_label(node)), node_color(node))
     metas = list(node.outputs)
     if metas:
-        t.add("  → ", _SHAPE, brk=True)
-        _shape_pieces(t, metas, _SHAPE, limit=3)
+        _shape_pieces(t, metas, _SHAPE, limit=3, prefix="  → ", brk=True)
         m = metas[0]
         if m.is_tensor and ctx.main_dtype and m.dtype != ctx.main_dtype and _dtype_changed(node, ctx):
             t.add(f" {_c(m.dtype)}", "yellow")
