@@ -336,10 +336,9 @@ _BOX_COLORS = {"plumbing": "#9e9e9e", "region": "#546e7a"}
 
 
 def _raised_attempt(graph: Graph) -> int | None:
-    """Index of the attempt in which the model itself raised (the last one, in a partial graph)."""
-    if graph.partial and graph.attempts and not graph.attempts[-1].ok:
-        return len(graph.attempts) - 1
-    return None
+    """Index of the attempt in which the model itself raised: the last one, in a partial graph
+    (recorded as failed by a capture, as done by graphs saved before that)."""
+    return len(graph.attempts) - 1 if graph.partial and graph.attempts else None
 
 
 def headline(graph: Graph) -> str:
