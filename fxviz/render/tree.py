@@ -35,7 +35,7 @@ from fxviz.passes.overlays import overlays, reduce_values
 from fxviz.passes.plumbing import plumbing_of, plumbing_summary
 from fxviz.passes.structure import Block, Op, Parallel, Step, step_nodes, structure
 from fxviz.render.overlays import format_value
-from fxviz.render.view import format_count, node_color, node_label, value_boxes
+from fxviz.render.view import bounded, format_count, node_color, node_label, value_boxes
 from fxviz.text import clean, one_line
 
 _DIM = "dim"
@@ -57,8 +57,9 @@ def levels_for(width: int) -> int:
 
 
 def _c(text: object) -> str:
-    """Text from the model or a file, safe for a terminal, on one line."""
-    return clean(str(text), newlines=False)
+    """Text from the model or a file, safe for a terminal, on one line, and no longer than a label
+    may be (a 100,000-character class name is cut; the JSON and the report's details keep it)."""
+    return bounded(clean(str(text), newlines=False))
 
 
 def meta_text(meta: TensorMeta | None) -> str:
@@ -172,7 +173,7 @@ def to_tree(graph: Graph, *, depth: int | None = None, unfold: bool = False,
         return tree
     for a in graph.attempts:
         if not a.ok:
-            ctx.add(tree, _Label(f"✗ {_c(a.method)} failed: {_c(a.reason())}", "yellow"), 1)
+            ctx.add(tree, _Label(f"✗ {_c(a.method)} failed: {one_line(a.reason(), limit=1000)}", "yellow"), 1)
     _values(tree, graph, "input", ctx)
     _draw(_steps(tree, _fold_plumbing(structure(graph, calls).steps, calls.root, ctx), ctx, level=1, nesting=1))
     _values(tree, graph, "output", ctx)
