@@ -92,3 +92,17 @@ def test_missing_pygraphviz_names_the_fix(cnn: fxviz.Graph, monkeypatch: pytest.
     monkeypatch.setitem(sys.modules, "pygraphviz", None)
     with pytest.raises(RenderError, match='to_svg needs pygraphviz and the Graphviz library: see README "Install"'):
         write_image(cnn, "unused.svg")
+
+
+def test_a_caches_outputs_and_each_modules_plumbing_are_one_box() -> None:
+    from tests.test_plumbing import masked_attention
+    from tests.test_tree import decoder_graph
+
+    dot = to_dot(decoder_graph())
+    assert "past_key_values\\n6 outputs" in dot and "tooltip=\"past_key_values" not in dot
+    assert dot.count("shape=oval") == 3  # hidden, logits, and one for the whole cache
+    plain = to_dot(masked_attention())
+    assert re.search(r"label=\"15 plumbing ops \(mask, position, shape, alias, assert, detach\)\"", plain)
+    assert "label=arange" not in plain and "label=le" not in plain
+    shown = to_dot(masked_attention(), plumbing=True)
+    assert "label=arange" in shown and "plumbing ops" not in shown
