@@ -12,11 +12,12 @@ from typing import Any
 from torch import nn
 from torch.export import Dim
 
+from fxviz.analyze.flops import CAPTURE_PASSES  # the default passes and flops (registers the pass)
 from fxviz.errors import CaptureError, ModelError, TargetError
 from fxviz.fallback.trace import trace_eager, uses_meta
 from fxviz.graphdiff import Diff, diff
 from fxviz.ir import Attempt, Graph
-from fxviz.passes import DEFAULT, run_passes
+from fxviz.passes import run_passes
 from fxviz.symbolic.export import capture_export
 from fxviz.symbolic.fx import capture_fx
 from fxviz.torchbridge.normalize import flatten_inputs
@@ -89,7 +90,7 @@ def capture(
     kwargs: dict[str, Any] | None = None,
     *,
     method: str = "auto",
-    passes: Sequence[str] = DEFAULT,
+    passes: Sequence[str] = CAPTURE_PASSES,
     dynamic_shapes: Any = None,
 ) -> Graph:
     """Capture ``model``'s forward on example inputs as an annotated :class:`~fxviz.ir.Graph`.
@@ -123,7 +124,7 @@ def compare(
     decompose: bool = False,
     level: str | None = None,
     dynamic_shapes: Any = None,
-    passes: Sequence[str] = DEFAULT,
+    passes: Sequence[str] = CAPTURE_PASSES,
 ) -> Diff:
     """Capture ``model`` symbolically (``torch.export``) and eagerly (the tracer) on the same
     inputs, and :func:`~fxviz.graphdiff.diff` the two graphs: where export and eager PyTorch part ways.

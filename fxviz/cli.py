@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import sys
 import traceback
@@ -45,6 +46,7 @@ EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 
 _VERBOSE = "fxviz.verbose"  # key in ctx.meta, which every context of one invocation shares
+_PARTIAL = "fxviz.partial"  # key in ctx.meta: how the running command writes a partial graph
 
 EXIT_CODES: list[tuple[int, str]] = [
     (0, "done (fxviz diff: whether or not the graphs differ)"),
@@ -103,15 +105,19 @@ class FxvizGroup(click.Group):
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             ctx.exit(EXIT_BROKEN_PIPE)
         except BaseException as e:  # noqa: BLE001 - every outcome is decided here, SystemExit too
-            ctx.exit(report(e, verbose=bool(ctx.meta.get(_VERBOSE))))
+            ctx.exit(report(e, verbose=bool(ctx.meta.get(_VERBOSE)), write_partial=ctx.meta.get(_PARTIAL)))
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Exit codes"):
             formatter.write_dl([(str(code), meaning) for code, meaning in EXIT_CODES])
 
 
-def report(e: BaseException, *, verbose: bool) -> int:
-    """Print ``e`` as one line on stderr (after the traceback with ``verbose``); its exit code."""
+def report(e: BaseException, *, verbose: bool, write_partial: Callable[[Graph], None] | None = None) -> int:
+    """Print ``e`` as one line on stderr (after the traceback with ``verbose``); its exit code.
+
+    A :class:`~fxviz.errors.ModelError` carries the graph up to the failure: ``write_partial`` (the
+    running command's way to write it: ``fxviz html`` its report, ``fxviz render`` its image) gets
+    it, or the tree is printed."""
     if verbose:
         _echo_err(clean("".join(traceback.format_exception(e)).rstrip()))
     if not isinstance(e, FxvizError):
@@ -121,7 +127,12 @@ def report(e: BaseException, *, verbose: bool) -> int:
         )
         return EXIT_BUG
     graph = getattr(e, "graph", None)
-    if graph is not None:  # a partial graph is still worth showing
+    if graph is not None and write_partial is not None:  # write what ran, then say why it stops there
+        try:
+            write_partial(graph)
+        except Exception as written:  # noqa: BLE001 - the model's error must reach the user all the same
+            _echo_err(f"error: the partial graph could not be written: {one_line(_text(written))}")
+    elif graph is not None:  # a partial graph is still worth showing
         with contextlib.suppress(Exception):  # the error must reach the user; the tree is a bonus
             _console().print(graph.tree())
     if verbose and isinstance(e, CaptureError):
@@ -208,10 +219,51 @@ def _with_torch(spec: TargetSpec) -> ModuleType:
     return factory
 
 
-def _target_graph(target: str, input_shapes: tuple[str, ...], dtype: str, method: str) -> Graph:
+def _target_graph(target: str, input_shapes: tuple[str, ...], dtype: str, method: str,
+                  write: Callable[[Graph], None] | None = None) -> Graph:
+    """The graph of ``target``. ``write`` is how the command writes its output: when the model
+    raises, the partial graph goes through it before the error is reported (exit 1)."""
+    ctx = click.get_current_context()
     spec = recognise(target)
-    _refuse_capture_options(click.get_current_context(), spec)
+    _refuse_capture_options(ctx, spec)
+    if write is not None:
+        ctx.meta[_PARTIAL] = write
     return _graph(spec, input_shapes, dtype, method)
+
+
+def _add_overlays(graph: Graph, given: tuple[str, ...]) -> str | None:
+    """Add each ``--overlay`` that is a JSON file to ``graph`` (one line on stderr for keys that
+    name nothing in it); the name of the last one given, file or overlay name, which the output
+    shows. An unknown name is refused, with the names there are."""
+    from fxviz.passes.overlays import overlays, read_overlay
+
+    last = None
+    for value in given:
+        if value.endswith(".json") or os.path.isfile(value):
+            try:
+                with open(value, "rb") as f:
+                    text = f.read()
+            except OSError as e:
+                raise TargetError(f"cannot read overlay file {value!r} ({e.strerror or e}): check the path") from e
+            name, spec, unmatched = read_overlay(text, graph, where=value)
+            graph.annotations.setdefault("overlays", {})[name] = spec
+            if unmatched:
+                _echo_err(f"note: {len(unmatched)} of the keys in {value} name no node or module of "
+                          f"{one_line(graph.name or 'the graph')} (first: {one_line(repr(unmatched[0]), limit=80)})")
+            last = name
+        else:
+            known = overlays(graph)
+            if value not in known:
+                raise TargetError(f"{value!r} is neither a JSON file nor an overlay of {graph.name or 'the graph'!r}; "
+                                  f"its overlays: {', '.join(known) or 'none'}")
+            last = value
+    return last
+
+
+overlay_option = click.option(
+    "--overlay", "overlays_given", multiple=True, metavar="NAME|data.json",
+    help="Colour by an overlay: a name (params, flops, bytes, family, plumbing) or a JSON file mapping "
+         "node names or module paths to values (Model Explorer's node data too). Repeatable.")
 
 
 # ---- commands ------------------------------------------------------------------------------------
@@ -232,14 +284,17 @@ def cli() -> None:
 @cli.command()
 @click.argument("target")
 @target_options
-@click.option("--depth", "-d", type=click.IntRange(min=1), default=None,
-              help="Levels of modules to show (1: the model's children, closed).")
+@click.option("--depth", "-d", type=click.IntRange(min=0), default=None,
+              help="Levels of modules to show (0: the model's own line; 1: its children, closed).")
 @click.option("--unfold", is_flag=True, help="Show every block of a folded run (h.0-11 ×12).")
+@click.option("--plumbing", is_flag=True, help="Show each plumbing op (masks, sizes, checks), not one line per module.")
+@overlay_option
 def tree(target: str, input_shapes: tuple[str, ...], dtype: str, method: str,
-         depth: int | None, unfold: bool) -> None:
-    """Print the forward graph of TARGET as a tree."""
+         depth: int | None, unfold: bool, plumbing: bool, overlays_given: tuple[str, ...]) -> None:
+    """Print the forward graph of TARGET as a tree; --overlay adds a column of its values."""
     graph = _target_graph(target, input_shapes, dtype, method)
-    _console().print(graph.tree(depth=depth, unfold=unfold))
+    overlay = _add_overlays(graph, overlays_given)
+    _console().print(graph.tree(depth=depth, unfold=unfold, plumbing=plumbing, overlay=overlay))
 
 
 @cli.command(name="json")
@@ -247,15 +302,35 @@ def tree(target: str, input_shapes: tuple[str, ...], dtype: str, method: str,
 @target_options
 @click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True), default="-",
               show_default=True, help="Where to write the graph JSON ('-': stdout).")
-def json_cmd(target: str, input_shapes: tuple[str, ...], dtype: str, method: str, output: str) -> None:
-    """Write the graph of TARGET as JSON (fxviz.Graph.from_json and every command read it back)."""
-    text = _target_graph(target, input_shapes, dtype, method).to_json(indent=1)
-    if output == "-":
-        click.echo(text)
-        return
-    from fxviz.render.files import write_text
+@click.option("--format", "fmt", type=click.Choice(["fxviz", "model-explorer"]), default="fxviz", show_default=True,
+              help="fxviz's graph JSON, or Model Explorer's (each overlay's node data in a file next to it).")
+@overlay_option
+def json_cmd(target: str, input_shapes: tuple[str, ...], dtype: str, method: str, output: str, fmt: str,
+             overlays_given: tuple[str, ...]) -> None:
+    """Write the graph of TARGET as JSON (fxviz.Graph.from_json and every command read it back), with
+    its overlays; --format model-explorer writes Model Explorer's graph JSON instead."""
 
-    write_text(output, text, what="graph JSON")
+    def write(graph: Graph) -> None:
+        _add_overlays(graph, overlays_given)
+        if fmt == "model-explorer":
+            from fxviz.render import modelexplorer
+
+            if output == "-":
+                click.echo(json.dumps(modelexplorer.to_model_explorer(graph), ensure_ascii=False))
+                return
+            written = modelexplorer.write_model_explorer(graph, output)
+            click.echo(f"wrote {output}" + (f" and node data {', '.join(str(p) for p in written[1:])}"
+                                            if written[1:] else ""), err=output == "-")
+            return
+        text = graph.to_json(indent=1)
+        if output == "-":
+            click.echo(text)
+            return
+        from fxviz.render.files import write_text
+
+        write_text(output, text, what="graph JSON")
+
+    write(_target_graph(target, input_shapes, dtype, method, write))
 
 
 @cli.command()
@@ -263,11 +338,18 @@ def json_cmd(target: str, input_shapes: tuple[str, ...], dtype: str, method: str
 @target_options
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default="fxviz-report.html",
               show_default=True, help="Where to write the report.")
-def html(target: str, input_shapes: tuple[str, ...], dtype: str, method: str, output: str) -> None:
-    """Write an interactive, self-contained HTML report of TARGET."""
-    graph = _target_graph(target, input_shapes, dtype, method)
-    graph.to_html(output)
-    click.echo(f"wrote {output} ({os.path.getsize(output) / 1e6:.2f} MB): open it in a browser")
+@overlay_option
+def html(target: str, input_shapes: tuple[str, ...], dtype: str, method: str, output: str,
+         overlays_given: tuple[str, ...]) -> None:
+    """Write an interactive, self-contained HTML report of TARGET (opened coloured by the last
+    --overlay). When the model raises, the report of the graph up to the failure is written."""
+
+    def write(graph: Graph) -> None:
+        graph.to_html(output, overlay=_add_overlays(graph, overlays_given))
+        what = "the partial graph up to where the model raised" if graph.partial else "open it in a browser"
+        click.echo(f"wrote {output} ({os.path.getsize(output) / 1e6:.2f} MB): {what}")
+
+    write(_target_graph(target, input_shapes, dtype, method, write))
 
 
 @cli.command()
@@ -279,16 +361,23 @@ def html(target: str, input_shapes: tuple[str, ...], dtype: str, method: str, ou
               help="Where to write the image (default: fxviz-graph.FORMAT).")
 @click.option("--depth", "-d", type=click.IntRange(min=0), default=None,
               help="Draw modules as clusters down to this depth; deeper modules become one box.")
+@click.option("--plumbing", is_flag=True, help="Draw each plumbing op (masks, sizes, checks), not one box per module.")
 def render(target: str, input_shapes: tuple[str, ...], dtype: str, method: str,
-           fmt: str | None, output: str | None, depth: int | None) -> None:
-    """Draw TARGET's graph as a static SVG, PNG, PDF or DOT file through Graphviz."""
+           fmt: str | None, output: str | None, depth: int | None, plumbing: bool) -> None:
+    """Draw TARGET's graph as a static SVG, PNG, PDF or DOT file through Graphviz. When the model
+    raises, the image of the graph up to the failure is written."""
     if fmt is None:
         suffix = os.path.splitext(output or "")[1].lstrip(".").lower()
         fmt = suffix if suffix in ("svg", "png", "pdf", "dot") else "svg"
-    output = output or f"fxviz-graph.{fmt}"
-    graph = _target_graph(target, input_shapes, dtype, method)
-    graph.write_image(output, format=fmt, depth=depth)
-    click.echo(f"wrote {output}")
+    path = output or f"fxviz-graph.{fmt}"
+
+    def write(graph: Graph) -> None:
+        from fxviz.render.dot import write_image
+
+        write_image(graph, path, format=fmt, depth=depth, plumbing=plumbing)
+        click.echo(f"wrote {path}" + (": the partial graph up to where the model raised" if graph.partial else ""))
+
+    write(_target_graph(target, input_shapes, dtype, method, write))
 
 
 @cli.command(name="diff")

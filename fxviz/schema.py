@@ -410,10 +410,75 @@ def _replay(v: Any, where: str) -> None:
     _fields(v, where, {"ok": flag, "reason": _text})
 
 
+OVERLAY_KINDS = ("number", "category")
+OVERLAY_SCALES = ("linear", "log")
+#: How a box's value is made from its nodes' values where the overlay gives none.
+OVERLAY_REDUCES = ("sum", "max", "min", "mean")
+_COLOR = re.compile(r"#[0-9a-fA-F]{6}")
+
+
+def check_overlay(name: Any, spec: Any, where: str) -> dict[str, Any]:
+    """One overlay (:mod:`fxviz.passes.overlays`): ``kind`` ``number`` or ``category``; text
+    ``label``, ``unit``, ``description``; ``scale`` and ``reduce`` from their lists; ``categories``
+    key -> ``{"label", "color": "#rrggbb"}``; ``nodes`` (node name -> value) and ``modules`` (call
+    id -> value), each value a finite number (number) or a string (category), or null."""
+    at = f"{where}[{show(_text(name, lambda: f'{where} (a name)', empty=False))}]"
+    d = _object(spec, lambda: at)
+    kind = d.get("kind")
+    allowed = {"kind": OVERLAY_KINDS, "scale": OVERLAY_SCALES, "reduce": (None, *OVERLAY_REDUCES)}
+    for key, choices in allowed.items():
+        if (key == "kind" or key in d) and d.get(key) not in choices:
+            _fail(f"{at} {show(key)}", " or ".join(repr(c) for c in choices), d.get(key))
+    for key in ("label", "unit", "description"):
+        if key in d:
+            _text(d[key], _at(lambda: at, f" {show(key)}"))
+
+    def color(v: Any, w: Where) -> None:
+        if v is not None and not (isinstance(v, str) and _COLOR.fullmatch(v)):
+            _fail(w(), "a colour '#rrggbb' or null", v)
+
+    for key, c in _object(d.get("categories", {}), lambda: f"{at} 'categories'").items():
+        _text(key, lambda: f"{at} 'categories' (a key)")
+        _fields(c, f"{at} 'categories'[{show(key)}]", {"label": _text, "color": color})
+    for field in ("nodes", "modules"):
+        _overlay_values(d.get(field, {}), f"{at} {show(field)}", kind == "number")
+    for key, v in d.items():
+        if key not in ("kind", "label", "unit", "description", "scale", "reduce", "categories", "nodes", "modules"):
+            check_value(v, _at(lambda: at, f" {show(key)}"))
+    return d
+
+
+def _overlay_values(values: Any, at: str, number: bool) -> None:
+    """Node name or call id -> a finite number (``number``) or a category string, or null."""
+    for key, v in _object(values, lambda: at).items():
+        if type(key) is str and key.isascii() and (  # the common cases first, without a closure
+                v is None or (type(v) is str and not number and v.isascii())
+                or (number and type(v) is int and abs(v) <= MAX_INT) or (number and type(v) is float and math.isfinite(v))):
+            continue
+        where_v = _at(lambda: at, f"[{show(key)}]")
+        _text(key, where_v)
+        if v is None:
+            continue
+        if not number:
+            if not isinstance(v, str):
+                _fail(where_v(), "a category (a string) or null", v)
+            _text(v, where_v)
+        elif type(v) is bool or not isinstance(v, int | float):
+            _fail(where_v(), "a number or null", v)
+        else:
+            _number(v, where_v)
+
+
+def _overlays(v: Any, where: str) -> None:
+    for name, spec in _object(v, lambda: where).items():
+        check_overlay(name, spec, where)
+
+
 #: Pass results the renderers and replay read, by annotation name; any other annotation is kept
 #: as a free-form value.
 ANNOTATIONS: dict[str, Callable[[Any, str], None]] = {
     "stats": _stats, "fold": _fold, "shapes": _shapes, "failure": _failure, "replay": _replay,
+    "overlays": _overlays,
 }
 
 
@@ -509,5 +574,6 @@ def parse(text: str | bytes | bytearray) -> dict[str, Any]:
     return check(data)
 
 
-__all__ = ["ANNOTATIONS", "MAX_INT", "MAX_NESTING", "MAX_STACK", "MAX_STACK_CELLS", "NODE_KINDS", "SCHEMA_VERSION", "check",
-           "check_value", "parse", "show"]
+__all__ = ["ANNOTATIONS", "MAX_INT", "MAX_NESTING", "MAX_STACK", "MAX_STACK_CELLS", "NODE_KINDS", "OVERLAY_KINDS",
+           "OVERLAY_REDUCES", "OVERLAY_SCALES", "SCHEMA_VERSION", "check", "check_overlay", "check_value", "parse",
+           "show"]

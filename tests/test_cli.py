@@ -475,3 +475,75 @@ def test_help_imports_neither_torch_nor_rich(tmp_path: Path) -> None:
     assert r["code"] == 0
     assert "Usage: fxviz" in str(r["stdout"])
     assert r["imported"] == []
+
+
+# ---- a model that raises: every writer writes what ran -------------------------------------------------
+
+
+@pytest.mark.parametrize(("verb", "out", "extra"), [
+    ("html", "r.html", []), ("render", "g.dot", []), ("json", "g.json", []),
+    ("json", "me.json", ["--format", "model-explorer"]),
+])
+def test_a_model_that_raises_gets_its_partial_output_written(
+        model_file: str, tmp_path: Path, verb: str, out: str, extra: list[str]) -> None:
+    path = tmp_path / out
+    r = run(verb, f"{model_file}:bare", "-i", "2,5", "-o", str(path), *extra)
+    assert r.exit_code == 1, r.output
+    assert path.exists()
+    text = path.read_text(encoding="utf-8")
+    assert "mat1 and mat2 shapes cannot be multiplied" in error_line(r)
+    assert "captured by eager" not in r.stdout  # the tree is not printed: the file was asked for
+    if verb == "html":
+        assert r.stdout.startswith(f"wrote {path}") and "the partial graph up to where the model raised" in r.stdout
+        assert "mat1 and mat2" in text
+    elif verb == "render":
+        assert "the model raised during the eager capture" in text
+    elif extra:
+        assert json.loads(text)["graphs"][0]["groupNodeAttributes"][""]["error (the model raised)"]
+    else:
+        assert Graph.from_json(text).partial
+
+
+def test_tree_depth_zero_plumbing_and_an_overlay_column(model_file: str, tmp_path: Path) -> None:
+    r = run("tree", f"{model_file}:build", "--depth", "0")
+    assert r.exit_code == 0 and r.stdout.strip().splitlines() == ["Net  captured by export  ·  15 params  ·  2 ops"]
+    data = tmp_path / "speed.json"
+    data.write_text(json.dumps({"fc": 2.5, "relu": "x"}))
+    r = run("tree", f"{model_file}:build", "--overlay", str(data))
+    assert r.exit_code == 2 and "mixes numbers and other values" in error_line(r)
+    data.write_text(json.dumps({"fc": 2.5, "relu": 1.0, "nothing": 3}))
+    r = run("tree", f"{model_file}:build", "--overlay", str(data), "--plumbing")
+    assert r.exit_code == 0, r.output
+    assert r.stderr == f"note: 1 of the keys in {data} name no node or module of Net (first: 'nothing')\n"
+    lines = r.stdout.splitlines()
+    assert lines[0].endswith("·  speed") and next(x for x in lines if "fc (Linear)" in x).endswith("2.5")
+    r = run("tree", f"{model_file}:build", "--overlay", "heat")
+    assert r.exit_code == 2 and "'heat' is neither a JSON file nor an overlay of 'Net'; its overlays: " in error_line(r)
+
+
+def test_html_opens_with_an_overlay_and_json_keeps_it(model_file: str, tmp_path: Path) -> None:
+    data = tmp_path / "latency.json"
+    data.write_text(json.dumps({"results": {"linear": {"value": 1.5}}}))  # Model Explorer's node data
+    r = run("html", f"{model_file}:build", "-o", str(tmp_path / "r.html"), "--overlay", str(data))
+    assert r.exit_code == 0, r.output
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    embedded = json.loads(page.split('id="fxviz-data">', 1)[1].split("</script>", 1)[0])
+    assert embedded["overlay"] == "latency"
+    latency = next(o for o in embedded["overlays"] if o["name"] == "latency")
+    names = [n["n"] for n in embedded["nodes"]]
+    assert latency["nodes"][names.index("linear")] == 1.5
+    r = run("json", f"{model_file}:build", "-o", str(tmp_path / "g.json"), "--overlay", str(data))
+    assert r.exit_code == 0
+    saved = Graph.from_json((tmp_path / "g.json").read_text())
+    assert saved.annotations["overlays"]["latency"]["nodes"] == {"linear": 1.5}
+    assert "flops" in saved.annotations["overlays"]  # computed at capture, kept without torch
+
+
+def test_json_for_model_explorer_writes_the_graph_and_node_data(model_file: str, tmp_path: Path) -> None:
+    r = run("json", f"{model_file}:build", "--format", "model-explorer", "-o", str(tmp_path / "g.json"))
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith(f"wrote {tmp_path / 'g.json'} and node data ")
+    graph = json.loads((tmp_path / "g.json").read_text())["graphs"][0]
+    assert {n["id"] for n in graph["nodes"]} >= {"x", "linear", "relu"}
+    flops = json.loads((tmp_path / "g.nodedata.flops.json").read_text())
+    assert flops["results"]["linear"]["value"] == 2 * 2 * 4 * 3

@@ -244,7 +244,8 @@ def test_a_module_path_5000_levels_deep_renders() -> None:
     g = Graph.from_json(json.dumps(d))
     assert len(list(g.scopes.walk())) > 5000 and "Scope(" in repr(g.scopes)
     text = render_all(g)
-    assert flat(f"{path} (Deep)") in flat(text)
+    # the tree cuts the label like every renderer (issue 10); the saved graph keeps the path
+    assert flat(path[:150]) in flat(text) and path not in flat(text) and path in g.to_json()
 
 
 @pytest.mark.slow

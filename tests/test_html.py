@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from fxviz.errors import RenderError
-from fxviz.ir import Ref
+from fxviz.ir import Graph, Ref
 from fxviz.render import html as html_mod
 from fxviz.render.html import repr_html, to_html, view_model
 from tests.irbuild import GraphBuilder, cnn_graph, stack_graph
@@ -195,3 +195,116 @@ def test_boxes_around_the_failing_op_are_marked() -> None:
     marked = {x["path"] for x in data["groups"] if x.get("err")}
     assert marked == {"gate"}  # item raised inside gate; enc ran fine
     assert all(x.get("err") in (None, 1) for x in data["groups"])
+
+
+# ---- boxes of every kind, overlays, words for a raising model ----------------------------------------
+
+
+def test_each_box_says_its_kind_and_plumbing_is_one_box_per_module() -> None:
+    from tests.test_plumbing import masked_attention
+
+    g = masked_attention(user_mask=True)
+    data = view_model(g)
+    kinds = {x.get("k", "module") for x in data["groups"]}
+    assert kinds == {"module", "plumbing"}
+    (box,) = [x for x in data["groups"] if x.get("k") == "plumbing"]
+    assert box["l"].startswith("18 plumbing ops (mask") and box["n"] == 18 and box["p"] == -1
+    inside = {n["n"] for n in data["nodes"] if n["g"] == data["groups"].index(box)}
+    assert {"arange", "le", "expand", "sym_size_int", "_assert_tensor_metadata_default", "to_1"} <= inside
+    assert not inside & {"view", "matmul", "softmax", "bmm", "layer_norm"}
+    # what the box hands on: the mask the attention reads, the position ids, the checked embedding
+    outs = {n.node for n in refs(data, box["outs"])}
+    assert {"expand", "unsqueeze", "to"} <= outs
+    assert {r.node for r in refs(data, box["ins"])} >= {"input_ids", "attention_mask"}
+
+
+def test_a_raising_models_headline_says_it_raised() -> None:
+    g = partial_graph()
+    data = view_model(g)
+    assert data["headline"].startswith("The model raised during the eager capture")
+    assert "Before that, export, fx failed." in data["headline"]
+    assert [a.get("raised") for a in data["attempts"]] == [None, None, 1]
+    assert view_model(cnn_graph())["headline"] == "Captured by export."
+
+
+def test_labels_and_paths_are_bounded_and_the_details_keep_the_full_text() -> None:
+    g = stack_graph(layers=1)
+    long = "L" * 5000
+    g.modules["h.0.ln"] = type(g.modules["h.0.ln"])(long)
+    g.node("ln_0").target = f"aten.{long}.default"
+    data = view_model(g)
+    ln = next(x for x in data["groups"] if x["path"] == "h.0.ln")
+    assert len(ln["l"]) <= 200 and ln["cls"] == long  # the details panel keeps the class
+    node = next(n for n in data["nodes"] if n["n"] == "ln_0")
+    assert len(node["l"]) <= 200 and node["t"] == f"aten.{long}.default"
+
+
+def test_a_notebook_report_is_the_file_escaped_for_a_single_quoted_attribute(bundle: Any) -> None:
+    import html as html_lib
+    import json as json_lib
+
+    g = partial_graph()
+    frame = repr_html(g)
+    m = re.search(r"srcdoc='([^']*)'", frame)
+    assert m is not None and "<" not in m.group(1) and "'" not in m.group(1)
+    doc = html_lib.unescape(m.group(1))
+    assert doc == to_html(g)  # the standalone report, exactly
+    assert len(json_lib.dumps(frame, ensure_ascii=False)) <= 1.2 * len(doc)  # what a notebook stores
+
+
+# ---- the diff page's data ------------------------------------------------------------------------------
+
+
+def test_diff_page_data_pairs_nodes_and_boxes_and_words_every_difference() -> None:
+    from fxviz.graphdiff import diff
+    from fxviz.render.diffpage import diff_view_model
+
+    a = stack_graph(layers=2)
+    b = Graph.from_json(a.to_json())
+    b.node("fc_1").target = "aten.matmul.default"
+    data = diff_view_model(diff(a, b, labels=("old", "new")))
+    assert data["v"] == 3
+    d = data["diff"]
+    assert d["labels"] == ["old", "new"]
+    na = [n["n"] for n in d["a"]["nodes"]]
+    nb = [n["n"] for n in d["b"]["nodes"]]
+    assert [na.index("ln_0"), nb.index("ln_0")] in d["pairs"] and [na.index("fc_0"), nb.index("fc_0")] in d["pairs"]
+    words = {x["kind"]: x["words"] for x in d["differences"]}
+    assert words == {"only_in_a": "only in old", "only_in_b": "only in new"}
+    only_a = next(x for x in d["differences"] if x["kind"] == "only_in_a")
+    assert [na[i] for i in only_a["a"]] == ["fc_1"] and only_a["b"] == []
+    ga = [x["l"] for x in d["a"]["groups"]]
+    gb = [x["l"] for x in d["b"]["groups"]]
+    assert [ga.index("h.0 (Block)"), gb.index("h.0 (Block)")] in d["groupPairs"]
+    overlay = next(o for o in d["a"]["overlays"] if o["name"] == "diff")
+    assert d["a"]["overlay"] == "diff"
+    assert overlay["nodes"][na.index("fc_1")] == "only_in_a" and overlay["nodes"][na.index("ln_0")] == "matched"
+    assert overlay["categories"]["only_in_a"]["label"] == "only in old"
+    assert overlay["groups"][ga.index("h.1 (Block)")] == "differs"
+    assert d["summary"]["significant"] == 2 and d["failure"] is None
+
+
+def test_diff_page_grows_linearly_with_the_nesting() -> None:
+    """Three ops at depth 300 made a 9.4 MB page (a call's id written per section and row)."""
+    from fxviz.graphdiff import diff
+    from fxviz.ir import Node, TensorMeta
+
+    def deep(depth: int) -> Graph:
+        stack = tuple(("m" + ".m" * i, 0) for i in range(depth))
+        t = (TensorMeta((2,), "float32"),)
+        nodes = [Node("x", "input", target="x", outputs=t),
+                 Node("a", "op", target="aten.relu.default", inputs=(Ref("x"),), stack=stack, outputs=t),
+                 Node("b", "op", target="aten.neg.default", inputs=(Ref("a"),), stack=stack, outputs=t),
+                 Node("c", "op", target="aten.exp.default", inputs=(Ref("b"),), stack=stack, outputs=t),
+                 Node("out", "output", inputs=(Ref("c"),))]
+        from fxviz.passes import DEFAULT, run_passes
+
+        return run_passes(Graph(name="Deep", nodes=nodes, method="export"), DEFAULT)
+
+    sizes = {}
+    for depth in (100, 400):
+        a, b = deep(depth), deep(depth)
+        b.node("b").target = "aten.sin.default"
+        sizes[depth] = len(diff(a, b).to_html())
+    assert sizes[400] < 5 * sizes[100], sizes  # 4x the depth; the square would be 16x
+    assert sizes[400] < 2_000_000

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -70,14 +71,49 @@ def test_quickstart_cnn_tree_shows_the_parallel_branches(quickstart: dict[str, A
     assert "2 parallel branches" in text and "initial_conv (Conv2d)" in text and "parallel_conv (Conv2d)" in text
 
 
+def srcdoc(frame: str) -> str:
+    """The report inside a notebook's iframe, unescaped: the standalone file."""
+    m = re.search(r"srcdoc='([^']*)'", frame)
+    assert m is not None, frame[:200]
+    return html.unescape(m.group(1))
+
+
 @pytest.mark.notebook
 def test_quickstart_reports_are_isolated_iframes(quickstart: dict[str, Any]) -> None:
     frames = [html_of(quickstart[t]) for t in ("cnn-report", "gpt2-report", "partial-report")]
     for frame in frames:
         assert frame.startswith('<iframe id="fxviz-') and 'class="fxviz-report"' in frame
-        assert 'id=&quot;fxviz-data&quot;' in frame  # the report itself, escaped into srcdoc
+        assert "<script" not in frame and "</script" not in frame  # nothing runs in the notebook's page
+        assert 'id="fxviz-data"' in srcdoc(frame)  # the report itself, inside srcdoc
     assert len({f.split('"')[1] for f in frames}) == 3  # one id per report
-    assert "GPT2LMHeadModel" in html.unescape(frames[1])
+    assert "GPT2LMHeadModel" in srcdoc(frames[1])
+
+
+@pytest.mark.notebook
+def test_quickstart_a_displayed_report_adds_little_more_than_the_file(quickstart: dict[str, Any]) -> None:
+    """The notebook stores each output as a JSON string: what a report adds to the .ipynb is that
+    string, at most ~1.2 times the standalone report (srcdoc's full escaping made it 1.45)."""
+    for tag in ("cnn-report", "gpt2-report", "partial-report"):
+        frame = html_of(quickstart[tag])
+        stored = len(json.dumps(frame, ensure_ascii=False).encode())
+        standalone = len(srcdoc(frame).encode())
+        assert stored <= 1.2 * standalone, (tag, stored / standalone)
+
+
+@pytest.mark.notebook
+def test_quickstart_print_shows_the_tree_once(quickstart: dict[str, Any]) -> None:
+    cell = quickstart["cnn-tree"]
+    assert text_of(cell).count("CoolCNN  captured by export") == 1
+    assert [o.output_type for o in cell.outputs] == ["stream"]  # rich did not display it a second time
+
+
+@pytest.mark.notebook
+def test_quickstart_repr_is_short_and_the_flops_overlay_is_a_column(quickstart: dict[str, Any]) -> None:
+    text = text_of(quickstart["gpt2-flops"])
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert lines[0].startswith("<fxviz.Graph 'GPT2LMHeadModel' by export: ") and " ops, " in lines[0]
+    assert len(lines[0]) < 120
+    assert "FLOPs" in lines[1] and re.search(r"\d\.\dK FLOP", text)  # the header names it, lines carry values
 
 
 @pytest.mark.notebook

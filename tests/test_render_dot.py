@@ -62,7 +62,8 @@ def test_depth_collapses_deeper_modules(transformer: fxviz.Graph) -> None:
 
 def test_partial_graph_marks_the_failing_node() -> None:
     dot = to_dot(partial_graph())
-    assert "PARTIAL graph" in dot
+    # the title says the model raised, not that a capture method merely produced the graph
+    assert "the model raised during the eager capture" in dot and "captured with" not in dot
     item = re.search(r"nitem\s*\[([^\]]*)\]", dot)
     assert item is not None and "#c62828" in item.group(1)
 
@@ -91,3 +92,17 @@ def test_missing_pygraphviz_names_the_fix(cnn: fxviz.Graph, monkeypatch: pytest.
     monkeypatch.setitem(sys.modules, "pygraphviz", None)
     with pytest.raises(RenderError, match='to_svg needs pygraphviz and the Graphviz library: see README "Install"'):
         write_image(cnn, "unused.svg")
+
+
+def test_a_caches_outputs_and_each_modules_plumbing_are_one_box() -> None:
+    from tests.test_plumbing import masked_attention
+    from tests.test_tree import decoder_graph
+
+    dot = to_dot(decoder_graph())
+    assert "past_key_values\\n6 outputs" in dot and "tooltip=\"past_key_values" not in dot
+    assert dot.count("shape=oval") == 3  # hidden, logits, and one for the whole cache
+    plain = to_dot(masked_attention())
+    assert re.search(r"label=\"15 plumbing ops \(mask, position, shape, alias, assert, detach\)\"", plain)
+    assert "label=arange" not in plain and "label=le" not in plain
+    shown = to_dot(masked_attention(), plumbing=True)
+    assert "label=arange" in shown and "plumbing ops" not in shown

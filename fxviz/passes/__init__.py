@@ -4,7 +4,9 @@ Each pass writes its results on the graph (node fields it owns, or ``graph.annot
 and is idempotent: running one twice gives the same graph. :data:`PASSES` is the registry, by
 name; :func:`run_passes` runs a list of them and names the failing pass and those before it.
 :data:`DEFAULT` is what a capture runs, in this order: module paths first (every later pass reads
-``graph.modules``), then shapes, then the statistics and the folding of repeated blocks.
+``graph.modules``), then shapes, then the statistics, the folding of repeated blocks, and the
+classification of export's plumbing (masks, sizes, checks: :mod:`fxviz.passes.plumbing`). A pass
+that measures something writes an overlay (:mod:`fxviz.passes.overlays`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from fxviz.errors import PassError
 from fxviz.ir import Graph
 from fxviz.passes.fold import fold_repeats
 from fxviz.passes.modules import annotate_module_paths
+from fxviz.passes.plumbing import mark_plumbing
 from fxviz.passes.shapes import propagate_shapes
 from fxviz.passes.stats import compute_stats
 
@@ -26,9 +29,10 @@ PASSES: dict[str, Pass] = {
     "shapes": propagate_shapes,
     "stats": compute_stats,
     "fold": fold_repeats,
+    "plumbing": mark_plumbing,
 }
 
-DEFAULT: tuple[str, ...] = ("module_paths", "shapes", "stats", "fold")
+DEFAULT: tuple[str, ...] = ("module_paths", "shapes", "stats", "fold", "plumbing")
 
 
 def run_passes(graph: Graph, names: Iterable[str]) -> Graph:

@@ -40,7 +40,7 @@ VIEWS.update({
     "image": _on_first_call("dot", "write_image"),
     "diff_report": _on_first_call("diff", "DiffView"),
     "diff_text": _on_first_call("diff", "report_text"),
-    "diff_html": _on_first_call("diff", "to_html"),
+    "diff_html": _on_first_call("diffpage", "to_html"),
 })
 
 __all__ = ["diff", "dot", "html", "tree", "write_text"]

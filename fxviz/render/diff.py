@@ -1,13 +1,10 @@
-"""Renderers of a :class:`~fxviz.graphdiff.result.Diff`: a rich terminal report and a self-contained HTML page.
+"""The terminal report of a :class:`~fxviz.graphdiff.result.Diff` (the HTML page is
+:mod:`fxviz.render.diffpage`).
 
 The terminal report is a summary table (both captures: method, ops, time; the differences by
 kind), then the module tree of the differences: a module call where nothing significant differs is
 one line, a run of matched calls of one class is one line (``h.0-11 ×12 (GPT2Block)``), and a
 call that differs opens to show its differences, each with its source line.
-
-The HTML page shows both graphs side by side, one section per module call, ops aligned row by row
-and coloured by status, with a list of the differences that jumps to each one's row. Labels and
-colours come from :mod:`fxviz.render.view`, as in every other renderer.
 
 Everything here is drawing: statuses, counts, runs and the words for kinds and statuses come from
 the Diff, and whatever came from the model (names, messages, source lines) reaches the terminal
@@ -17,23 +14,16 @@ through :func:`fxviz.text.one_line`. No torch here.
 from __future__ import annotations
 
 import io
-import os
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
-from typing import Any
 
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from fxviz.calls import Stack, call_id
+from fxviz.calls import Stack
 from fxviz.graphdiff.parts import Difference, ModuleDiff, Run
 from fxviz.graphdiff.result import Diff
-from fxviz.ir import Graph, Node
-from fxviz.render.files import write_text
-from fxviz.render.view import KIND_COLORS, edge_label, node_color, node_label
 from fxviz.text import one_line
 
 _STATUS_STYLE = {"matched": "green", "differs": "bold red", "only_in_a": "yellow", "only_in_b": "yellow"}
@@ -199,116 +189,10 @@ class DiffView:
 
 def report_text(d: Diff, *, width: int = 120, notes: bool = False) -> str:
     """The report as plain text (no colour), as ``str(diff)`` gives it."""
-    console = Console(width=width, color_system=None, record=True, file=io.StringIO())
+    # force_jupyter=False: in a notebook rich would display the report itself, then `print` again
+    console = Console(width=width, color_system=None, record=True, file=io.StringIO(), force_jupyter=False)
     console.print(to_report(d, notes=notes))
     return console.export_text().rstrip("\n")
 
 
-# ---- HTML --------------------------------------------------------------------------------------
-
-_TEMPLATES = Path(__file__).parent / "templates"
-# by row status (fxviz.graphdiff.parts.ROW_STATUSES)
-_ROW_COLORS = {
-    "same": "", "only_in_a": "#fff3cd", "only_in_b": "#fff3cd", "shape": "#f8d7da", "dtype": "#f8d7da",
-    "decomposed": "#e2e3f3",
-}
-
-
-@lru_cache(maxsize=1)
-def _template() -> Any:
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(_TEMPLATES)), autoescape=True, trim_blocks=True, lstrip_blocks=True,
-    )
-    return env.get_template("diff.html.j2")
-
-
-def _cell(g: Graph, names: tuple[str, ...]) -> list[dict[str, str]]:
-    out = []
-    for name in names:
-        n: Node = g.node(name)
-        out.append({
-            "name": n.name, "label": node_label(n), "color": node_color(n), "target": n.target,
-            "meta": ", ".join(edge_label(m) for m in n.outputs),
-            "source": f"{n.source.short()} {n.source.code}" if n.source else "",
-        })
-    return out
-
-
-def _sections(d: Diff) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """One section per module call with its aligned rows, and difference id -> anchor of its row
-    (or of its module call's section, for a difference without a row)."""
-    row_of: dict[str, str] = {}
-    sections: list[dict[str, Any]] = []
-    for m in d.modules:
-        sid = "m-" + (call_id(m.stack) or "root")
-        rows = []
-        for k, r in enumerate(m.rows):
-            rid = f"{sid}-r{k}"
-            if r.diff:
-                row_of.setdefault(r.diff, rid)
-            rows.append({
-                "id": rid, "status": d.describe(r.status), "color": _ROW_COLORS.get(r.status, ""),
-                "a": _cell(d.a, r.a), "b": _cell(d.b, r.b), "diff": r.diff,
-            })
-        for did in m.differences:
-            row_of.setdefault(did, sid)
-        sections.append({
-            "id": sid, "path": m.path or _name(d), "call": m.call, "cls": m.cls,
-            "depth": len(m.stack), "status": m.status, "status_text": d.describe(m.status),
-            "ops_a": m.ops_a, "ops_b": m.ops_b, "rows": rows, "notes": m.notes,
-            "open": m.status != "matched",
-        })
-    return sections, row_of
-
-
-def _failed_attempts(g: Graph) -> list[str]:
-    """Each reason a capture failed, once, with the methods that failed for it: a retry that
-    fails the same way (export with symbolic sizes, then static) is not a second message."""
-    methods: dict[str, list[str]] = {}
-    for a in g.attempts:
-        if not a.ok:
-            methods.setdefault(a.reason(), []).append(a.method)
-    return [f"{', '.join(ms)}: {reason}" for reason, ms in methods.items()]
-
-
-def html_context(d: Diff) -> dict[str, Any]:
-    """Everything the template shows, as plain data."""
-    sections, anchors = _sections(d)
-    diffs = []
-    for x in d.differences:
-        src = x.source
-        diffs.append({
-            "id": x.id, "kind": d.describe(x.kind), "message": x.message, "detail": x.detail,
-            "informational": x.informational, "module": x.module or "(root)", "call": x.call,
-            "source": f"{src.short()}  {src.code}" if src else "", "anchor": anchors.get(x.id, ""),
-        })
-    informational = d.summary(informational=True)
-    return {
-        "title": f"{_name(d)}: {d.labels[0]} vs {d.labels[1]}",
-        "labels": d.labels,
-        "sides": [
-            {"label": label, "method": g.method or "–", "ops": len(g.ops), "time": _seconds(d.seconds.get(key)),
-             "failed": _failed_attempts(g)}
-            for key, g, label in (("a", d.a, d.labels[0]), ("b", d.b, d.labels[1]))
-        ],
-        "align_time": _seconds(d.seconds.get("align")),
-        "summary": [(d.describe(k), n, informational.get(k, 0)) for k, n in d.summary().items()],
-        "significant": len(d.significant),
-        "informational": len(d.informational),
-        "differences": diffs,
-        "sections": sections,
-        "colors": KIND_COLORS,
-    }
-
-
-def to_html(d: Diff, path: str | os.PathLike[str] | None = None) -> str:
-    """The side-by-side page as one self-contained HTML string; written to ``path`` when given."""
-    text: str = _template().render(**html_context(d))
-    if path is not None:
-        write_text(path, text, what="diff report")
-    return text
-
-
-__all__ = ["DiffView", "html_context", "report_text", "summary_table", "to_html", "to_report"]
+__all__ = ["DiffView", "report_text", "summary_table", "to_report"]

@@ -1,7 +1,8 @@
 """Static images through Graphviz (``dot``, via pygraphviz): DOT text, SVG, PNG, PDF.
 
 Modules become clusters down to ``depth`` (top-level modules have depth 1); a module deeper than
-that is one box. A run of folded repeats (``h.0-11 ×12``) is one cluster holding the first member
+that is one box, and so are each module's plumbing ops (:mod:`fxviz.passes.plumbing`; ``plumbing=True``
+draws them) and the outputs of one container (a cache), as in the report. A run of folded repeats (``h.0-11 ×12``) is one cluster holding the first member
 only: the other members are drawn through it, so a 48-layer model stays one block tall. Labels,
 kinds and colours come from :mod:`fxviz.render.view`, like the HTML report.
 
@@ -24,13 +25,18 @@ from typing import TYPE_CHECKING, Any
 from fxviz.errors import RenderError
 from fxviz.ir import Graph, Node
 from fxviz.render.view import (
+    ERROR_COLOR,
+    KIND_COLORS,
+    Group,
     ModuleBoxes,
     edge_label,
     format_count,
     module_boxes,
     node_color,
     node_label,
+    text_color,
 )
+from fxviz.render.view import MAX_LABEL as VIEW_MAX_LABEL
 from fxviz.text import clean
 
 if TYPE_CHECKING:
@@ -42,7 +48,7 @@ __all__ = ["FORMATS", "to_dot", "write_image"]
 FORMATS: tuple[str, ...] = ("svg", "png", "pdf", "dot")
 _INSTALL_HINT = 'needs pygraphviz and the Graphviz library: see README "Install"'
 #: Characters of one label line, and of a node id, that reach Graphviz.
-MAX_LABEL = 200
+MAX_LABEL = VIEW_MAX_LABEL
 #: Clusters nest at most this deep; a module below is one box, like a module past ``depth``.
 MAX_CLUSTERS = 32
 
@@ -106,9 +112,10 @@ def _aliases(graph: Graph, boxes: ModuleBoxes) -> dict[str, str]:
     return out
 
 
-def _build(graph: Graph, depth: int | None, what: str) -> pygraphviz.AGraph:
+def _build(graph: Graph, depth: int | None, what: str, plumbing: bool = False) -> pygraphviz.AGraph:
     pgv = _pygraphviz(what)
-    boxes = module_boxes(graph)
+    # a cache's outputs are one box, and each module's plumbing, as in the report
+    boxes = module_boxes(graph, group_values=True, plumbing=not plumbing)
     stats = graph.annotations.get("stats", {}).get("modules", {})
     alias = _aliases(graph, boxes)
     run_of_member = {m: rid for rid, ms in boxes.members.items() for m in ms}
@@ -121,7 +128,8 @@ def _build(graph: Graph, depth: int | None, what: str) -> pygraphviz.AGraph:
     failed = {g for x in graph.nodes if x.error is not None for g in boxes.ancestors(boxes.node_group.get(x.name))}
 
     def collapsed(gid: str, level: int) -> bool:
-        return (depth is not None and boxes.groups[gid].depth > depth) or level >= MAX_CLUSTERS
+        g = boxes.groups[gid]
+        return g.kind in ("values", "plumbing") or (depth is not None and g.depth > depth) or level >= MAX_CLUSTERS
 
     def place(name: str) -> tuple[str, str | None]:
         """(id of what stands for node ``name``, id of the box it is drawn in)."""
@@ -133,9 +141,11 @@ def _build(graph: Graph, depth: int | None, what: str) -> pygraphviz.AGraph:
             cluster = gid
         return nid[name], cluster
 
-    title = [f"{_cut(graph.name or 'model')} — captured with {_cut(graph.method or '?')}"]
     if graph.error is not None:
-        title.append(f"PARTIAL graph: {(graph.error.strip().splitlines() or ['error'])[0]}")
+        title = [f"{_cut(graph.name or 'model')} — the model raised during the {_cut(graph.method or '?')} capture",
+                 f"graph up to the failing op: {(graph.error.strip().splitlines() or ['error'])[0]}"]
+    else:
+        title = [f"{_cut(graph.name or 'model')} — captured with {_cut(graph.method or '?')}"]
     A = pgv.AGraph(directed=True, strict=False, name=_text(graph.name or "model"))
     A.graph_attr.update(rankdir="TB", fontname="Helvetica", fontsize="12", label=_lines(title),
                         labelloc="t", nodesep="0.25", ranksep="0.35", compound="true")
@@ -182,6 +192,9 @@ def _build(graph: Graph, depth: int | None, what: str) -> pygraphviz.AGraph:
         else:
             gid = gids[int(key[1:])]
             g = boxes.groups[gid]
+            if g.kind in ("values", "plumbing"):
+                sub(owner(cluster) if cluster else None).add_node(key, **_box_attrs(g))
+                continue
             paths = g.run["paths"] if g.run else [g.path]
             params = sum(stats.get(p, {}).get("params", 0) for p in paths)
             lines = [f"{g.run['label']} ×{g.run['count']}", g.cls] if g.run else [g.label]
@@ -190,7 +203,7 @@ def _build(graph: Graph, depth: int | None, what: str) -> pygraphviz.AGraph:
             err = gid in failed
             sub(owner(cluster) if cluster else None).add_node(
                 key, label=_lines(lines), shape="box3d" if g.run else "box", style="filled",
-                fillcolor="#eef1f6", color="#c62828" if err else "#37474f",
+                fillcolor="#eef1f6", color=ERROR_COLOR if err else "#37474f",
                 penwidth="2.5" if err else "1")
 
     seen: set[tuple[str, str]] = set()
@@ -215,26 +228,40 @@ def _crosses_members(boxes: ModuleBoxes, run_of_member: dict[str, str], a: str, 
     return ma is not None and mb is not None and ma != mb and run_of_member[ma] == run_of_member[mb]
 
 
+def _box_attrs(g: Group) -> dict[str, str]:
+    """A box drawn as one node: a container of the model's inputs or outputs (an oval, like one of
+    them), or a module's plumbing (muted)."""
+    if g.kind == "values":
+        color = KIND_COLORS[g.values]
+        return {"label": _lines([g.label, f"{g.size} {g.values}s"]), "shape": "oval", "style": "filled",
+                "fillcolor": color, "fontcolor": text_color(color), "color": color, "penwidth": "2"}
+    return {"label": _lines([g.label]), "shape": "box", "style": "rounded,dashed,filled", "fillcolor": "#f3f3f3",
+            "color": "#9e9e9e", "fontcolor": "#616161", "fontsize": "9"}
+
+
 def _node_attrs(n: Node) -> dict[str, str]:
     color = node_color(n)
     attrs: dict[str, str] = {"label": _text(node_label(n)), "tooltip": _text(n.name)}
     if n.kind == "op":
-        attrs.update(fillcolor=color, fontcolor="white", color=color)
+        attrs.update(fillcolor=color, fontcolor=text_color(color), color=color)
     elif n.kind in ("parameter", "buffer", "constant"):
         shape = n.meta.shape_str() if n.meta is not None else ""
         attrs.update(label=_lines([node_label(n), shape]), style="rounded,dashed,filled",
                      fillcolor="#f6f1ee", color=color, fontcolor=color, fontsize="9")
     else:  # input, output
-        attrs.update(shape="oval", fillcolor=color, fontcolor="white", color=color, penwidth="2")
+        attrs.update(shape="oval", fillcolor=color, fontcolor=text_color(color), color=color, penwidth="2")
+    if n.attrs.get("data_dependent"):
+        attrs.update(style="rounded,dashed,filled", penwidth="2.5")  # not colour alone
     if n.error is not None:
-        attrs.update(color="#c62828", penwidth="3.5", fillcolor="#c62828", fontcolor="white",
+        attrs.update(color=ERROR_COLOR, penwidth="3.5", fillcolor=ERROR_COLOR, fontcolor="white", shape="octagon",
                      tooltip=_text(f"{n.name} raised: {n.error}"))
     return attrs
 
 
-def to_dot(graph: Graph, *, depth: int | None = None) -> str:
-    """The graph as DOT text: modules as clusters down to ``depth`` (``None``: all of them)."""
-    return str(_build(graph, depth, "to_dot").to_string())
+def to_dot(graph: Graph, *, depth: int | None = None, plumbing: bool = False) -> str:
+    """The graph as DOT text: modules as clusters down to ``depth`` (``None``: all of them); each
+    module's plumbing one box unless ``plumbing``."""
+    return str(_build(graph, depth, "to_dot", plumbing).to_string())
 
 
 def write_image(
@@ -243,6 +270,7 @@ def write_image(
     *,
     format: str | None = None,
     depth: int | None = None,
+    plumbing: bool = False,
 ) -> Path:
     """Write the graph as an image; ``format`` (svg, png, pdf, dot) defaults to ``path``'s suffix.
 
@@ -257,7 +285,7 @@ def write_image(
             f"among {', '.join(FORMATS)}"
         )
     what = f"to_{fmt}"
-    A = _build(graph, depth, what)
+    A = _build(graph, depth, what, plumbing)
     try:
         if fmt == "dot":
             out.write_text(A.to_string(), encoding="utf-8")

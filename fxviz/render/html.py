@@ -15,7 +15,6 @@ the script writes it with ``textContent``; a module named ``</script><img onerro
 
 from __future__ import annotations
 
-import html as _html
 import json
 import os
 import uuid
@@ -25,14 +24,17 @@ from typing import Any
 
 import jinja2
 
-from fxviz.calls import Call, build_scopes
+from fxviz.calls import STATE_KINDS, Call, build_scopes
 from fxviz.errors import RenderError
 from fxviz.ir import Graph, Node, Ref, Scope, SourceLoc, TensorMeta, module_class
 from fxviz.render.files import write_text
+from fxviz.render.overlays import overlay_view
 from fxviz.render.view import (
+    ERROR_COLOR,
     KIND_COLORS,
     Group,
     ModuleBoxes,
+    bounded,
     edge_label,
     format_count,
     module_boxes,
@@ -41,20 +43,21 @@ from fxviz.render.view import (
     op_kind,
     scope_label,
     stable_color,
+    text_color,
 )
 
-__all__ = ["BUNDLE_DIR", "VIEW_MODEL_VERSION", "repr_html", "to_html", "view_model"]
+__all__ = ["BUNDLE_DIR", "VIEW_MODEL_VERSION", "headline", "json_for_script", "repr_html", "to_html", "view_model"]
 
 #: Where ``scripts/build_web.sh`` writes the bundle (``report.js``, ``report.css``).
 BUNDLE_DIR = Path(__file__).parent / "static"
 _TEMPLATE_DIR = Path(__file__).parent / "templates"
 #: Bumped when the JSON the script reads changes shape.
-VIEW_MODEL_VERSION = 2
+VIEW_MODEL_VERSION = 3
 #: How many boxes and nodes the first view shows at most before leaving modules collapsed.
 DEFAULT_BUDGET = 60
 
 
-def _json_for_script(data: Any) -> str:
+def json_for_script(data: Any) -> str:
     """JSON that is safe inside ``<script type="application/json">``: no ``</script>``, no ``<!--``,
     no HTML entities, no JavaScript line separators, whatever the model's names contain."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
@@ -98,7 +101,7 @@ def _tree(graph: Graph, root: Scope, stats: dict[str, Any]) -> dict[str, Any]:
     def entry(scope: Scope) -> dict[str, Any]:
         s = stats.get(scope.path, {})
         return {
-            "path": scope.path,
+            "path": bounded(scope.path),
             "label": scope_label(graph, scope),
             "cls": scope.cls,
             "calls": scope.calls,
@@ -115,7 +118,7 @@ def _tree(graph: Graph, root: Scope, stats: dict[str, Any]) -> dict[str, Any]:
         if level >= TREE_LEVELS and scope.children:
             below = max(s.path.count(".") for s in scope.walk()) - scope.path.count(".")
             first = next(iter(scope.children.values()))
-            out["c"] = [{"path": first.path, "label": f"⋯ {below} more levels", "cls": "", "calls": 0,
+            out["c"] = [{"path": bounded(first.path), "label": f"⋯ {below} more levels", "cls": "", "calls": 0,
                          "params": 0, "pl": "", "ops": 0, "c": []}]
             continue
         for child in scope.children.values():
@@ -161,11 +164,42 @@ def _boundaries(graph: Graph, boxes: ModuleBoxes, calls: dict[str, Call]) -> dic
         elif Ref(n.name) in readers:
             hands[Ref(n.name)] = None
     out.update({vid: (list(reads), list(hands)) for vid, (reads, hands) in values.items()})
+    out.update(_node_set_boundaries(graph, boxes, readers, position, set(out)))
     return out
 
 
-def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET) -> dict[str, Any]:
-    """The JSON the report's script reads: nodes, module boxes, module tree, capture record.
+def _node_set_boundaries(graph: Graph, boxes: ModuleBoxes, readers: dict[Ref, list[str]], position: dict[str, int],
+                         done: set[str]) -> dict[str, tuple[list[Ref], list[Ref]]]:
+    """The boundary of every other box (plumbing, regions): what its nodes, at any depth, read
+    from outside it (state left out) and hand to a reader outside it, the last made first."""
+    inside: dict[str, set[str]] = {}
+    for n in graph.nodes:
+        for gid in boxes.ancestors(boxes.node_group.get(n.name)):
+            if gid not in done:
+                inside.setdefault(gid, set()).add(n.name)
+    kinds = {n.name: n.kind for n in graph.nodes}
+    out: dict[str, tuple[list[Ref], list[Ref]]] = {}
+    for gid, names in inside.items():
+        ins: dict[Ref, None] = {}
+        outs: dict[Ref, None] = {}
+        for name in sorted(names, key=position.__getitem__):
+            for r in graph.node(name).inputs:
+                if r.node not in names and kinds[r.node] not in STATE_KINDS:
+                    ins[r] = None
+        for name in names:
+            for k in range(max(1, len(graph.node(name).outputs))):
+                r = Ref(name, k)
+                if any(u not in names for u in readers.get(r, ())):
+                    outs[r] = None
+        out[gid] = (list(ins), sorted(outs, key=lambda r: (-position[r.node], r.index)))
+    return out
+
+
+def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET, overlay: str | None = None,
+               extra: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The JSON the report's script reads: nodes, module boxes, module tree, capture record,
+    overlays (:mod:`fxviz.render.overlays`, with ``extra`` ones that are not on the graph, such as
+    a diff's; the report starts coloured by ``overlay``).
 
     Nodes refer to each other, to boxes and to the shape and source tables by index. Each node
     carries its label, op kind, colour, the nodes that read it and the parameters it holds or
@@ -232,15 +266,23 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET) -> dict[str, Any]:
         paths = g.run["paths"] if g.run else [g.path]
         params = sum(mod_stats.get(p, {}).get("params", 0) for p in paths)
         ops = sum(mod_stats.get(p, {}).get("ops", 0) for p in paths)
+        if g.kind == "plumbing":
+            params, ops = 0, g.size
         d: dict[str, Any] = {
             "p": gindex[g.parent] if g.parent is not None else -1,
-            "l": g.label, "path": g.path, "cls": g.cls, "call": g.call, "d": g.depth,
+            # paths are cut like labels: at depth d a full path is O(d) long, and every box writing
+            # its own would make the report grow with the square of the nesting
+            "l": g.label, "path": bounded(g.path), "cls": g.cls, "call": g.call, "d": g.depth,
             "run": g.run["count"] if g.run else 0,
             "params": params, "pl": format_count(params) if params else "", "ops": ops,
-            "c": KIND_COLORS[g.values] if g.values else stable_color(g.cls or g.path),
+            "c": KIND_COLORS[g.values] if g.values else _BOX_COLORS.get(g.kind) or stable_color(g.cls or g.path),
         }
+        if g.kind != "module":
+            d["k"] = g.kind
         if g.values:
             d.update({"io": g.values, "n": g.size})
+        elif g.kind == "plumbing":
+            d["n"] = g.size
         ins, outs = boundaries.get(g.id, ([], []))
         if ins:
             d["ins"] = [ref(r) for r in ins]
@@ -253,15 +295,21 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET) -> dict[str, Any]:
     groups = [group_entry(boxes.groups[gid]) for gid in group_ids]
     nodes = [node_entry(n) for n in graph.nodes]
     total_params = stats.get("total_params", 0)
+    shown = overlay_view(graph, boxes, group_ids, tree, extra)
+    if overlay is not None and overlay not in {o["name"] for o in shown}:
+        raise RenderError(f"graph {graph.name!r} has no overlay {overlay!r}; it has: "
+                          f"{', '.join(o['name'] for o in shown) or 'none'}")
+    raised = _raised_attempt(graph)
     return {
         "v": VIEW_MODEL_VERSION,
         "name": graph.name,
         "method": graph.method,
         "error": graph.error,
+        "headline": headline(graph),
         "attempts": [
             {"method": a.method, "ok": a.ok, "seconds": round(a.seconds, 3), "reason": a.reason(),
-             "message": a.message}
-            for a in graph.attempts
+             "message": a.message, **({"raised": 1} if k == raised else {})}
+            for k, a in enumerate(graph.attempts)
         ],
         "totals": {
             "params": total_params, "pl": format_count(total_params),
@@ -269,6 +317,10 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET) -> dict[str, Any]:
         },
         "budget": budget,
         "kinds": KIND_COLORS,
+        "kindText": {k: text_color(c) for k, c in KIND_COLORS.items()},
+        "errorColor": ERROR_COLOR,
+        "overlays": shown,
+        "overlay": overlay,
         "metas": metas.items,
         "sources": sources.items,
         "groups": groups,
@@ -277,6 +329,31 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET) -> dict[str, Any]:
         "tree": _tree(graph, build_scopes(graph.nodes, graph.modules, graph.name or module_class(graph, ""), tree),
                       mod_stats),
     }
+
+
+#: Colours of boxes that are not module calls (a module call's comes from its class).
+_BOX_COLORS = {"plumbing": "#9e9e9e", "region": "#546e7a"}
+
+
+def _raised_attempt(graph: Graph) -> int | None:
+    """Index of the attempt in which the model itself raised: the last one, in a partial graph
+    (recorded as failed by a capture, as done by graphs saved before that)."""
+    return len(graph.attempts) - 1 if graph.partial and graph.attempts else None
+
+
+def headline(graph: Graph) -> str:
+    """One sentence on how the graph was made, for a banner: ``Captured by eager after export,
+    fx failed.``, or, when the model itself raised, that it did, where, and what failed before."""
+    raised = _raised_attempt(graph)
+    failed = [a.method for k, a in enumerate(graph.attempts) if not a.ok and k != raised]
+    before = f" Before that, {', '.join(failed)} failed." if failed else ""
+    if graph.partial:
+        method = graph.attempts[raised].method if raised is not None else graph.method or "?"
+        return (f"The model raised during the {method} capture: this is the graph up to the failing op."
+                + before)
+    if failed:
+        return f"Captured by {graph.method or '?'} after {', '.join(failed)} failed."
+    return f"Captured by {graph.method or '?'}."
 
 
 @lru_cache(maxsize=1)
@@ -309,19 +386,21 @@ def to_html(
     *,
     title: str | None = None,
     budget: int = DEFAULT_BUDGET,
+    overlay: str | None = None,
 ) -> str:
     """Render ``graph`` as one self-contained HTML report; write it to ``path`` if given.
 
     ``budget`` is how many boxes and nodes the first view shows before it leaves modules
-    collapsed (the user expands the rest). Returns the HTML text. Raises
-    :class:`~fxviz.errors.RenderError` when the script bundle was not built or ``path`` cannot be
-    written.
+    collapsed (the user expands the rest); ``overlay`` names the overlay the report opens coloured
+    by (``"flops"``, ``"params"``; :mod:`fxviz.passes.overlays`). Returns the HTML text. Raises
+    :class:`~fxviz.errors.RenderError` when the script bundle was not built, ``overlay`` is not one
+    of the graph's, or ``path`` cannot be written.
     """
     js, css = _bundle()
-    data = view_model(graph, budget=budget)
+    data = view_model(graph, budget=budget, overlay=overlay)
     text = _template().render(
         title=title or f"{graph.name or 'model'} — fxviz",
-        data_json=_json_for_script(data),
+        data_json=json_for_script(data),
         js=js,
         css=css,
     )
@@ -333,11 +412,17 @@ def to_html(
 def repr_html(graph: Graph, *, height: int = 640) -> str:
     """The report for a notebook cell (``Graph._repr_html_``): the whole file in an ``<iframe
     srcdoc>``, so two reports in one notebook share no ids, styles or scripts. ``sandbox`` lets
-    the script run but gives it no access to the notebook page."""
+    the script run but gives it no access to the notebook page.
+
+    The attribute is single-quoted and only ``&``, ``'``, ``<`` and ``>`` are escaped: the report is
+    mostly JSON, whose double quotes a double-quoted attribute would turn into ``&quot;`` (six
+    bytes each), and the notebook file stores the cell as JSON again. This way a displayed report
+    adds about 1.1 times the standalone file to the notebook, where full escaping added 1.45."""
     doc = to_html(graph)
     frame_id = f"fxviz-{uuid.uuid4().hex[:12]}"
+    srcdoc = doc.replace("&", "&amp;").replace("'", "&#39;").replace("<", "&lt;").replace(">", "&gt;")
     return (
         f'<iframe id="{frame_id}" class="fxviz-report" sandbox="allow-scripts allow-downloads" '
         f'style="width:100%;height:{int(height)}px;border:1px solid #ccc;border-radius:4px" '
-        f'srcdoc="{_html.escape(doc, quote=True)}"></iframe>'
+        f"srcdoc='{srcdoc}'></iframe>"
     )

@@ -1,40 +1,53 @@
 """The terminal tree: module calls nested in execution order, ops inside them, parallel branches
-as branches, identical consecutive blocks folded to ``h.0-11 ×12``.
+as branches, identical consecutive blocks folded to ``h.0-11 ×12``, each call's plumbing (masks,
+sizes, export's checks: :mod:`fxviz.passes.plumbing`) folded into one line, the outputs of one
+container (a cache) on one line.
 
     >>> from rich.console import Console
-    >>> Console(width=100).print(to_tree(graph, depth=2))
+    >>> Console(width=100).print(to_tree(graph, depth=2, width=100))
 
-Reads only the IR and what passes put on it (``stats``, ``fold``); the series/parallel structure
-is derived by :func:`fxviz.passes.structure.structure`. Every name, path, class, shape and message
-comes from a model or a file, so each goes through :func:`fxviz.text.clean` before it reaches the
-terminal. Drawing is iterative, and stops at the nesting a terminal of the given width can show,
-with a line that says how much is below: a module nested 5,000 levels deep draws as a few lines.
+Reads only the IR and what passes put on it (``stats``, ``fold``, overlays); the series/parallel
+structure is derived by :func:`fxviz.passes.structure.structure`. Every name, path, class, shape
+and message comes from a model or a file, so each goes through :func:`fxviz.text.clean` before it
+reaches the terminal. Given the width, a line that does not fit breaks between its fields (never
+inside a shape), and its continuation is indented under it; an overlay's values (``--overlay
+flops``) stand in a column at the right edge. Drawing is iterative, and stops at the nesting a
+terminal of the given width can show, with a line that says how much is below: a module nested
+5,000 levels deep draws as a few lines.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 from rich.tree import Tree
 
-from fxviz.calls import CallTree
+from fxviz.calls import Call, CallTree
+from fxviz.errors import RenderError
 from fxviz.ir import Graph, Node, TensorMeta, module_class
+from fxviz.passes.overlays import overlays, reduce_values
+from fxviz.passes.plumbing import plumbing_of, plumbing_summary
 from fxviz.passes.structure import Block, Op, Parallel, Step, step_nodes, structure
-from fxviz.render.view import format_count, node_color, node_label
+from fxviz.render.overlays import format_value
+from fxviz.render.view import bounded, format_count, node_color, node_label, value_boxes
 from fxviz.text import clean, one_line
 
 _DIM = "dim"
 _SHAPE = "cyan"
 _MODULE = "bold"
 _ERR = "bold red"
+_VALUE = "bold cyan"
 
 #: Levels of nesting drawn when the width is not known; rich gives each level 4 columns.
 MAX_LEVELS = 24
+#: Below this many columns for a label, breaking it by hand helps nobody: rich wraps it.
+_MIN_WRAP = 24
 
 
 def levels_for(width: int) -> int:
@@ -44,12 +57,51 @@ def levels_for(width: int) -> int:
 
 
 def _c(text: object) -> str:
-    """Text from the model or a file, safe for a terminal, on one line."""
-    return clean(str(text), newlines=False)
+    """Text from the model or a file, safe for a terminal, on one line, and no longer than a label
+    may be (a 100,000-character class name is cut; the JSON and the report's details keep it)."""
+    return bounded(clean(str(text), newlines=False))
 
 
 def meta_text(meta: TensorMeta | None) -> str:
     return _c(meta.shape_str()) if meta is not None else "?"
+
+
+class _Label:
+    """One entry of the tree, built from pieces; it breaks only before a piece marked ``brk``
+    (between fields, between the shapes of a list, before an arrow), never inside one."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self, text: str = "", style: str = "") -> None:
+        self.pieces: list[tuple[str, str, bool]] = []
+        if text:
+            self.add(text, style)
+
+    def add(self, text: str, style: str = "", *, brk: bool = False) -> _Label:
+        self.pieces.append((text, style, brk))
+        return self
+
+    def render(self, avail: int | None, value: str = "") -> Text:
+        """The label as rich text for ``avail`` columns (``None``: one line, rich wraps it), with
+        ``value`` right-aligned at the end of its last line."""
+        t = Text()
+        col = 0
+        for text, style, brk in self.pieces:
+            width = cell_len(text)
+            if avail is not None and avail >= _MIN_WRAP and brk and col and col + width > avail:
+                t.append("\n")
+                text = "  " + text.lstrip()
+                width = cell_len(text)
+                col = 0
+            t.append(text, style)
+            col += width
+        if value:
+            gap = (avail - col - cell_len(value)) if avail is not None and avail >= _MIN_WRAP else 2
+            if gap < 2:
+                t.append("\n")
+                gap = max(2, (avail or 0) - cell_len(value))
+            t.append(" " * gap + value, _VALUE)
+        return t
 
 
 @dataclass
@@ -61,8 +113,27 @@ class _Ctx:
     stats: dict[str, Any]
     folds: dict[tuple[str, ...], dict[str, Any]]
     main_dtype: str
-    base: list[str]  # paths of the calls being drawn, innermost last
     max_levels: int
+    width: int | None
+    plumbing: dict[str, str]  # node -> category, of the plumbing folded into one line per call
+    overlay: dict[str, Any] | None
+    base: list[str] = field(default_factory=list)  # paths of the calls being drawn, innermost last
+
+    def avail(self, nesting: int) -> int | None:
+        """Columns left for a label ``nesting`` levels below the root."""
+        return None if self.width is None else self.width - 4 * nesting
+
+    def add(self, parent: Tree, label: _Label, nesting: int, value: Any = None) -> Tree:
+        # a zero (no parameters, no FLOPs) says nothing a blank does not
+        shown = format_value(self.overlay, value) if self.overlay is not None and value not in (None, 0) else ""
+        return parent.add(label.render(self.avail(nesting), _c(shown)))
+
+
+@dataclass(eq=False)
+class _Plumbing:
+    """The line that stands for a call's plumbing ops."""
+
+    names: list[str]
 
 
 #: A piece of drawing work: it adds lines and yields the nested pieces to draw next, which
@@ -71,32 +142,43 @@ Work = Iterator["Work"]
 
 
 def to_tree(graph: Graph, *, depth: int | None = None, unfold: bool = False,
-            max_levels: int = MAX_LEVELS) -> Tree:
+            max_levels: int = MAX_LEVELS, width: int | None = None, plumbing: bool = False,
+            overlay: str | None = None) -> Tree:
     """A rich :class:`~rich.tree.Tree` of ``graph``.
 
-    ``depth`` limits how many levels of modules are shown: ``depth=1`` lists the model's direct
-    children, each on one line; ``depth=2`` opens those and lists theirs.
-    ``unfold`` shows every block of a folded run instead of the first one.
-    ``max_levels`` is the deepest nesting drawn (modules and branches alike): below it one line
-    says how many ops and levels are not drawn (:func:`levels_for` a terminal width).
+    ``depth`` limits how many levels of modules are shown: ``depth=0`` is the model's own line,
+    ``depth=1`` lists the model's direct children, each on one line; ``depth=2`` opens those.
+    ``unfold`` shows every block of a folded run instead of the first one. ``plumbing`` shows
+    each plumbing op instead of one line per call. ``overlay`` names an overlay whose values
+    stand at the end of each line (:func:`fxviz.passes.overlays.overlays`). ``width`` is the
+    terminal's: labels that do not fit break between fields, and the overlay's values are
+    right-aligned. ``max_levels`` is the deepest nesting drawn (modules and branches alike):
+    below it one line says how many ops and levels are not drawn (:func:`levels_for` a width).
     """
     stats = graph.annotations.get("stats", {}).get("modules", {})
     folds = {tuple(r["paths"]): r for r in graph.annotations.get("fold", [])}
     calls = graph.calls
     dtypes = [n.meta.dtype for n in graph.inputs if n.meta is not None and n.meta.is_tensor]
-    ctx = _Ctx(graph, depth, unfold, calls, stats, folds, dtypes[0] if dtypes else "", [], max(1, max_levels))
+    spec = None
+    if overlay is not None:
+        found = overlays(graph, calls)
+        if overlay not in found:
+            raise RenderError(f"graph {graph.name!r} has no overlay {overlay!r}; it has: {', '.join(found) or 'none'}")
+        spec = found[overlay]
+    ctx = _Ctx(graph, depth, unfold, calls, stats, folds, dtypes[0] if dtypes else "", max(1, max_levels), width,
+               {} if plumbing else plumbing_of(graph), spec)
 
-    tree = Tree(_header(graph), guide_style="dim")
+    tree = Tree(_header(graph, ctx).render(width), guide_style="dim")
+    if depth == 0:
+        return tree
     for a in graph.attempts:
         if not a.ok:
-            tree.add(Text(f"✗ {_c(a.method)} failed: {_c(a.reason())}", style="yellow"))
-    for n in graph.inputs:
-        tree.add(_io_line("▶", n))
-    _draw(_steps(tree, structure(graph, calls).steps, ctx, level=1, nesting=1))
-    for n in graph.outputs:
-        tree.add(_io_line("◀", n, graph))
+            ctx.add(tree, _Label(f"✗ {_c(a.method)} failed: {one_line(a.reason(), limit=1000)}", "yellow"), 1)
+    _values(tree, graph, "input", ctx)
+    _draw(_steps(tree, _fold_plumbing(structure(graph, calls).steps, calls.root, ctx), ctx, level=1, nesting=1))
+    _values(tree, graph, "output", ctx)
     if graph.error:
-        tree.add(Text(f"✗ the model raised: {one_line(graph.error)}", style=_ERR))
+        ctx.add(tree, _Label(f"✗ the model raised: {one_line(graph.error)}", _ERR), 1)
     return tree
 
 
@@ -111,49 +193,168 @@ def _draw(work: Work) -> None:
             stack.append(nested)
 
 
-def tree_text(graph: Graph, *, width: int = 120, depth: int | None = None, unfold: bool = False) -> str:
+def _console(width: int) -> Console:
+    # force_jupyter=False: in a notebook, rich would display the tree itself and `print` would then
+    # write it a second time
+    return Console(width=width, color_system=None, record=True, file=io.StringIO(), force_jupyter=False)
+
+
+def tree_text(graph: Graph, *, width: int = 120, depth: int | None = None, unfold: bool = False,
+              plumbing: bool = False, overlay: str | None = None) -> str:
     """The tree as plain text (``str(graph)``): no colour, ``width`` columns."""
-    console = Console(width=width, color_system=None, record=True, file=io.StringIO())
-    console.print(to_tree(graph, depth=depth, unfold=unfold, max_levels=levels_for(width)))
+    console = _console(width)
+    console.print(to_tree(graph, depth=depth, unfold=unfold, max_levels=levels_for(width), width=width,
+                          plumbing=plumbing, overlay=overlay))
     return console.export_text().rstrip("\n")
 
 
 class TreeView:
     """A renderable for ``rich.print`` / ``Console.print`` with tree options bound."""
 
-    def __init__(self, graph: Graph, *, depth: int | None = None, unfold: bool = False) -> None:
-        self.graph, self.depth, self.unfold = graph, depth, unfold
+    def __init__(self, graph: Graph, *, depth: int | None = None, unfold: bool = False, plumbing: bool = False,
+                 overlay: str | None = None) -> None:
+        self.graph, self.depth, self.unfold, self.plumbing, self.overlay = graph, depth, unfold, plumbing, overlay
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield to_tree(self.graph, depth=self.depth, unfold=self.unfold, max_levels=levels_for(options.max_width))
+        yield to_tree(self.graph, depth=self.depth, unfold=self.unfold, max_levels=levels_for(options.max_width),
+                      width=options.max_width, plumbing=self.plumbing, overlay=self.overlay)
 
 
-def _header(graph: Graph) -> Text:
+def _header(graph: Graph, ctx: _Ctx) -> _Label:
     stats = graph.annotations.get("stats", {})
-    t = Text(_c(graph.name or module_class(graph, "") or "model"), style="bold")
+    t = _Label(_c(graph.name or module_class(graph, "") or "model"), "bold")
     method = _c(graph.method or "?")
-    t.append(f"  captured by {method}", style="green" if not graph.partial else _ERR)
+    t.add(f"  captured by {method}", "green" if not graph.partial else _ERR, brk=True)
     if graph.partial:
-        t.append(" (partial)", style=_ERR)
+        t.add(" (partial)", _ERR)
     if stats:
-        t.append(f"  ·  {format_count(stats.get('total_params', 0))} params", style=_DIM)
-        t.append(f"  ·  {stats.get('total_ops', 0)} ops", style=_DIM)
+        t.add(f"  ·  {format_count(stats.get('total_params', 0))} params", _DIM, brk=True)
+        t.add(f"  ·  {stats.get('total_ops', 0)} ops", _DIM, brk=True)
+    if ctx.overlay is not None:
+        t.add(f"  ·  {_c(ctx.overlay.get('label', ''))}", _VALUE, brk=True)
     return t
 
 
-def _io_line(arrow: str, n: Node, graph: Graph | None = None) -> Text:
-    t = Text(f"{arrow} ", style=node_color(n))
-    t.append(_c(n.target or n.name), style="bold")
+def _shape_pieces(label: _Label, metas: Sequence[TensorMeta | None], style: str, limit: int = 2,
+                  prefix: str = "", brk: bool = False) -> None:
+    """``[1, 7, 32], [1, 2, 7, 16], +3``: each shape a piece, so a line breaks between shapes;
+    ``prefix`` (``" → "``) goes with the first shape, and a break before it is allowed with ``brk``."""
+    tensors = [m for m in metas if m is None or m.is_tensor] or list(metas)
+    items = [meta_text(m) for m in tensors[:limit]]
+    if len(tensors) > limit:
+        items.append(f"+{len(tensors) - limit}")
+    for k, item in enumerate(items):
+        text = (prefix if k == 0 else " ") + item + ("," if k < len(items) - 1 else "")
+        label.add(text, style, brk=k > 0 or brk)
+
+
+def _values(tree: Tree, graph: Graph, kind: str, ctx: _Ctx) -> None:
+    """The model's inputs or outputs: one line each, and one line per container of three or more
+    (``past_key_values``: 96 tensors of a 48-layer cache are one line, as in the report)."""
+    arrow = "▶" if kind == "input" else "◀"
+    boxes = {names[0]: (container, names) for (k, container), names in value_boxes(graph).items() if k == kind}
+    grouped = {n for _, names in boxes.values() for n in names}
+    for n in (x for x in graph.nodes if x.kind == kind):
+        if n.name in boxes:
+            container, names = boxes[n.name]
+            metas = [graph.node(x).meta for x in names]
+            t = _Label(f"{arrow} ", node_color(n)).add(_c(container), "bold")
+            t.add(f"  {len(names)} {kind}s", _DIM, brk=True)
+            counts: dict[str, int] = {}
+            for m in metas:
+                key = f"{meta_text(m)} {_c(m.dtype)}" if m is not None and m.is_tensor else meta_text(m)
+                counts[key] = counts.get(key, 0) + 1
+            for k, (key, count) in enumerate(list(counts.items())[:3]):
+                label = key + (f" ×{count}" if count > 1 else "")
+                t.add(("  " if k == 0 else ", ") + label, _SHAPE, brk=True)
+            if len(counts) > 3:
+                t.add(f", +{len(counts) - 3} more", _SHAPE, brk=True)
+            ctx.add(tree, t, 1)
+        elif n.name not in grouped:
+            ctx.add(tree, _io_line(arrow, n), 1, _node_value(n.name, ctx))
+
+
+def _io_line(arrow: str, n: Node) -> _Label:
+    t = _Label(f"{arrow} ", node_color(n)).add(_c(n.target or n.name), "bold")
     if "value" in n.attrs:
-        t.append(f" = {_c(n.attrs['value'])}", style=_DIM)
+        t.add(f" = {_c(n.attrs['value'])}", _DIM, brk=True)
     elif n.meta is not None:
-        t.append(f"  {meta_text(n.meta)}", style=_SHAPE)
+        t.add(f"  {meta_text(n.meta)}", _SHAPE, brk=True)
         if n.meta.is_tensor:
-            t.append(f" {_c(n.meta.dtype)}", style=_DIM)
+            t.add(f" {_c(n.meta.dtype)}", _DIM)
     return t
 
 
-def _steps(parent: Tree, steps: list[Step], ctx: _Ctx, level: int, nesting: int) -> Work:
+def _node_value(name: str, ctx: _Ctx) -> Any:
+    return None if ctx.overlay is None else (ctx.overlay.get("nodes") or {}).get(name)
+
+
+def _call_value(calls: Sequence[Call], ctx: _Ctx) -> Any:
+    """A call's value: its own, or made from the nodes inside it; a folded run's, from its calls'."""
+    spec = ctx.overlay
+    if spec is None:
+        return None
+    modules, nodes = spec.get("modules") or {}, spec.get("nodes") or {}
+    values = []
+    for c in calls:
+        if c.id in modules:
+            values.append(modules[c.id])
+        else:
+            values.append(reduce_values(spec, (nodes.get(x) for x in [*c.nodes, *c.state])))
+    return values[0] if len(values) == 1 else reduce_values(spec, values)
+
+
+# ---- plumbing ------------------------------------------------------------------------------------
+
+
+def _fold_plumbing(steps: list[Step], call: Call, ctx: _Ctx) -> list[Step | _Plumbing]:
+    """``steps`` of ``call`` with its plumbing ops (two or more) taken out of the series and out of
+    parallel branches, and one :class:`_Plumbing` line where the first of them stood. A parallel
+    group left with one branch becomes a series again; one left with none goes."""
+    mine = [x for x in call.ops if x in ctx.plumbing]
+    if len(mine) < 2:
+        return list(steps)
+    hidden = set(mine)
+    out: list[Step | _Plumbing] = []
+    placed = False
+    for s in steps:
+        kept = _without(s, hidden)
+        if not placed and kept != [s]:
+            out.append(_Plumbing(mine))
+            placed = True
+        out.extend(kept)
+    if not placed:
+        out.insert(0, _Plumbing(mine))
+    return out
+
+
+def _without(step: Step, hidden: set[str]) -> list[Step]:
+    """``step`` without the ops in ``hidden``: ``[step]`` when none is inside it. Parallel groups
+    nest at most :data:`fxviz.passes.structure.MAX_NESTING` deep, so this recursion is bounded."""
+    if isinstance(step, Op):
+        return [] if step.node in hidden else [step]
+    if isinstance(step, Block):
+        return [step]
+    branches = []
+    changed = False
+    for b in step.branches:
+        kept = [x for s in b for x in _without(s, hidden)]
+        changed = changed or len(kept) != len(b) or any(x is not y for x, y in zip(kept, b, strict=False))
+        if kept:
+            branches.append(kept)
+    if not changed:
+        return [step]
+    if not branches:
+        return []
+    if len(branches) == 1 and not step.residual:
+        return branches[0]
+    return [Parallel(branches, residual=step.residual)]
+
+
+# ---- steps ---------------------------------------------------------------------------------------
+
+
+def _steps(parent: Tree, steps: Sequence[Step | _Plumbing], ctx: _Ctx, level: int, nesting: int) -> Work:
     """Draw ``steps`` under ``parent``, which sits ``nesting`` levels below the root; ``level``
     counts module levels only (for ``depth``)."""
     i = 0
@@ -162,19 +363,24 @@ def _steps(parent: Tree, steps: list[Step], ctx: _Ctx, level: int, nesting: int)
         if isinstance(s, Block):
             run = _fold_run(steps, i, ctx)
             if run > 1 and not ctx.unfold:
-                yield from _call(parent, s, ctx, level, nesting, fold=steps[i : i + run])
+                yield from _call(parent, s, ctx, level, nesting, fold=[x for x in steps[i: i + run] if isinstance(x, Block)])
                 i += run
                 continue
             yield from _call(parent, s, ctx, level, nesting)
         elif isinstance(s, Op):
-            parent.add(_op_line(ctx.graph.node(s.node), ctx))
+            node = ctx.graph.node(s.node)
+            ctx.add(parent, _op_line(node, ctx), nesting, _node_value(s.node, ctx))
+        elif isinstance(s, _Plumbing):
+            line = _Label(f"… {plumbing_summary(s.names, ctx.plumbing)}", _DIM)
+            value = None if ctx.overlay is None else reduce_values(ctx.overlay, [_node_value(x, ctx) for x in s.names])
+            ctx.add(parent, line, nesting, value)
         else:
             join = steps[i + 1] if i + 1 < len(steps) else None
-            yield from _parallel(parent, s, join, ctx, level, nesting)
+            yield from _parallel(parent, s, join if isinstance(join, Op | Block) else None, ctx, level, nesting)
         i += 1
 
 
-def _fold_run(steps: list[Step], i: int, ctx: _Ctx) -> int:
+def _fold_run(steps: Sequence[Step | _Plumbing], i: int, ctx: _Ctx) -> int:
     """Length of the folded run starting at ``steps[i]`` (1 when none starts there)."""
     first = steps[i]
     assert isinstance(first, Block)
@@ -188,42 +394,30 @@ def _fold_run(steps: list[Step], i: int, ctx: _Ctx) -> int:
     return 1
 
 
-def _boundary(block: Block, ctx: _Ctx) -> tuple[list[TensorMeta | None], list[TensorMeta | None]]:
-    """Metadata of what a call reads from outside and what it hands back (its main result first)."""
-    g = ctx.graph
-    return [g.meta_of(r) for r in block.call.inputs], [g.meta_of(r) for r in block.call.outputs]
-
-
-def _shapes(metas: Sequence[TensorMeta | None], limit: int = 2) -> str:
-    tensors = [m for m in metas if m is None or m.is_tensor] or metas
-    text = ", ".join(meta_text(m) for m in tensors[:limit])
-    return text + (f", +{len(tensors) - limit}" if len(tensors) > limit else "")
-
-
-def _call_label(call: Block, ctx: _Ctx, fold: list[Step] | None) -> Text:
+def _call_label(call: Block, ctx: _Ctx, fold: list[Block] | None) -> _Label:
     cls = module_class(ctx.graph, call.path)
-    t = Text()
     if fold:
-        last = fold[-1]
-        assert isinstance(last, Block)
         label = next(r["label"] for p, r in ctx.folds.items() if p[0] == call.path)
-        t.append(_c(_relative(label, ctx)), style=_MODULE)
-        t.append(f" ×{len(fold)}", style="bold magenta")
+        t = _Label(_c(_relative(label, ctx)), _MODULE).add(f" ×{len(fold)}", "bold magenta")
     else:
-        t.append(_c(_relative(call.path, ctx)), style=_MODULE)
+        t = _Label(_c(_relative(call.path, ctx)), _MODULE)
     if cls:
-        t.append(f" ({_c(cls)})", style=_DIM)
+        t.add(f" ({_c(cls)})", _DIM)
     total = ctx.calls.count(call.path)
     if total > 1:
-        t.append(f" call {call.index + 1}/{total}", style="magenta")
-    ins, outs = _boundary(call, ctx)
+        t.add(f" call {call.index + 1}/{total}", "magenta", brk=True)
+    g = ctx.graph
+    ins, outs = [g.meta_of(r) for r in call.call.inputs], [g.meta_of(r) for r in call.call.outputs]
     if ins or outs:
-        # a call that raised hands nothing back
-        t.append(f"  {_shapes(ins)} → {_shapes(outs) or '✗'}", style=_SHAPE)
+        _shape_pieces(t, ins, _SHAPE, prefix="  ", brk=True)
+        if outs:
+            _shape_pieces(t, outs, _SHAPE, prefix=" → ", brk=True)
+        else:  # a call that raised hands nothing back
+            t.add(" → ✗", _SHAPE, brk=True)
     params = ctx.stats.get(call.path, {}).get("params", 0)
     if params and call.index == 0:
         count = f"{len(fold)} × {format_count(params)}" if fold else format_count(params)
-        t.append(f"  {count} params", style=_DIM)
+        t.add(f"  {count} params", _DIM, brk=True)
     return t
 
 
@@ -238,44 +432,44 @@ def _single_op(call: Block) -> Op | None:
     return call.steps[0] if len(call.steps) == 1 and isinstance(call.steps[0], Op) else None
 
 
-def _call(parent: Tree, call: Block, ctx: _Ctx, level: int, nesting: int,
-          fold: list[Step] | None = None) -> Work:
+def _call(parent: Tree, call: Block, ctx: _Ctx, level: int, nesting: int, fold: list[Block] | None = None) -> Work:
     label = _call_label(call, ctx, fold)
+    value = _call_value([b.call for b in fold] if fold else [call.call], ctx)
     only = _single_op(call)
     if only is not None:
         node = ctx.graph.node(only.node)
-        label.append(f"  · {_c(node_label(node))}", style=node_color(node))
+        label.add(f"  · {_c(node_label(node))}", node_color(node), brk=True)
         _mark(label, node)
-        parent.add(label)
+        ctx.add(parent, label, nesting, value)
         return
     if (ctx.depth is not None and level >= ctx.depth) or nesting >= ctx.max_levels:
-        label.append(f"  … {len(call.nodes)} ops", style=_DIM)
-        branch = parent.add(label)
+        label.add(f"  … {len(call.nodes)} ops", _DIM, brk=True)
+        branch = ctx.add(parent, label, nesting, value)
         if nesting >= ctx.max_levels and (ctx.depth is None or level < ctx.depth):
             levels = max(c.depth for c in call.call.walk()) - call.depth
-            branch.add(_hidden(len(call.nodes), levels, ctx))
+            ctx.add(branch, _hidden(len(call.nodes), levels, ctx), nesting + 1)
         return
-    branch = parent.add(label)
+    branch = ctx.add(parent, label, nesting, value)
     ctx.base.append(call.path)
-    yield _steps(branch, call.steps, ctx, level + 1, nesting + 1)
+    yield _steps(branch, _fold_plumbing(call.steps, call.call, ctx), ctx, level + 1, nesting + 1)
     ctx.base.pop()
 
 
-def _hidden(ops: int, levels: int, ctx: _Ctx) -> Text:
+def _hidden(ops: int, levels: int, ctx: _Ctx) -> _Label:
     """The line that stands for what is nested too deep to draw."""
     what = f"{ops} ops" + (f" in {levels} more levels of modules" if levels else "")
-    return Text(f"⋯ {what} not drawn: the tree stops at {ctx.max_levels} levels (a wider terminal "
-                "shows more; the HTML report shows all)", style=_DIM)
+    return _Label(f"⋯ {what} not drawn: the tree stops at {ctx.max_levels} levels (a wider terminal "
+                  "shows more; the HTML report shows all)", _DIM)
 
 
-def _op_line(node: Node, ctx: _Ctx) -> Text:
-    t = Text(_c(node_label(node)), style=node_color(node))
-    metas = [m for m in node.outputs]
+def _op_line(node: Node, ctx: _Ctx) -> _Label:
+    t = _Label(_c(node_label(node)), node_color(node))
+    metas = list(node.outputs)
     if metas:
-        t.append(f"  → {_shapes(metas, limit=3)}", style=_SHAPE)
+        _shape_pieces(t, metas, _SHAPE, limit=3, prefix="  → ", brk=True)
         m = metas[0]
         if m.is_tensor and ctx.main_dtype and m.dtype != ctx.main_dtype and _dtype_changed(node, ctx):
-            t.append(f" {_c(m.dtype)}", style="yellow")
+            t.add(f" {_c(m.dtype)}", "yellow")
     _mark(t, node)
     return t
 
@@ -288,65 +482,72 @@ def _dtype_changed(node: Node, ctx: _Ctx) -> bool:
     return src is None or src.dtype != (node.meta.dtype if node.meta else "")
 
 
-def _mark(t: Text, node: Node) -> None:
+def _mark(t: _Label, node: Node) -> None:
     if node.attrs.get("data_dependent"):
-        t.append("  ⚠ data-dependent", style="bold yellow")
+        t.add("  ⚠ data-dependent", "bold yellow", brk=True)
     if node.error:
-        t.append(f"  ✗ {one_line(node.error)}", style=_ERR)
+        t.add(f"  ✗ {one_line(node.error)}", _ERR, brk=True)
 
 
 def _is_simple(step: Step) -> bool:
     return isinstance(step, Op) or (isinstance(step, Block) and _single_op(step) is not None)
 
 
-def _chain_text(steps: list[Step], ctx: _Ctx) -> Text:
+def _chain(t: _Label, steps: list[Step], ctx: _Ctx) -> _Label:
     """``initial_conv (Conv2d) → relu → max_pool (MaxPool2d)  → [1, 16, 16, 16]``"""
-    t = Text()
     for k, s in enumerate(steps):
         if k:
-            t.append(" → ", style=_DIM)
+            t.add(" → ", _DIM, brk=True)
         if isinstance(s, Block):
-            t.append(_c(_relative(s.path, ctx)), style=_MODULE)
+            t.add(_c(_relative(s.path, ctx)), _MODULE)
             cls = module_class(ctx.graph, s.path)
             if cls:
-                t.append(f" ({_c(cls)})", style=_DIM)
+                t.add(f" ({_c(cls)})", _DIM)
         else:
             assert isinstance(s, Op)
             node = ctx.graph.node(s.node)
-            t.append(_c(node_label(node)), style=node_color(node))
+            t.add(_c(node_label(node)), node_color(node))
     last = ctx.graph.node(step_nodes(steps[-1])[-1]) if steps else None
     if last is not None and last.meta is not None:
-        t.append(f"  → {meta_text(last.meta)}", style=_SHAPE)
+        t.add(f"  → {meta_text(last.meta)}", _SHAPE, brk=True)
     return t
 
 
-def _parallel(parent: Tree, p: Parallel, join: Step | None, ctx: _Ctx, level: int, nesting: int) -> Work:
+def _joins(p: Parallel, join: Op | Block, ctx: _Ctx) -> bool:
+    """Does ``join`` read what the branches of ``p`` make? (A mask built beside the main path and
+    read only deep inside later blocks does not join at the step after it.)"""
+    made = set(step_nodes(p))
+    names = [join.node] if isinstance(join, Op) else join.nodes
+    return any(r.node in made for name in names for r in ctx.graph.node(name).inputs)
+
+
+def _parallel(parent: Tree, p: Parallel, join: Op | Block | None, ctx: _Ctx, level: int, nesting: int) -> Work:
     join_name = ""
-    if isinstance(join, Op):
-        join_name = _c(node_label(ctx.graph.node(join.node)))
-    elif isinstance(join, Block):
-        join_name = _c(_relative(join.path, ctx))
+    if join is not None and _joins(p, join, ctx):
+        join_name = _c(node_label(ctx.graph.node(join.node))) if isinstance(join, Op) else _c(_relative(join.path, ctx))
     if p.residual:
-        label = Text("⤷ residual branch", style="bold blue")
+        label = _Label("⤷ residual branch", "bold blue")
         if join_name:
-            label.append(f"  (input skips ahead to {join_name})", style=_DIM)
+            label.add(f"  (input skips ahead to {join_name})", _DIM, brk=True)
     else:
-        label = Text(f"⑂ {len(p.branches)} parallel branches", style="bold blue")
+        label = _Label(f"⑂ {len(p.branches)} parallel branches", "bold blue")
         if join_name:
-            label.append(f"  → join at {join_name}", style=_DIM)
-    node = parent.add(label)
+            label.add(f"  → join at {join_name}", _DIM, brk=True)
+    node = ctx.add(parent, label, nesting)
     if nesting >= ctx.max_levels:
-        node.add(_hidden(len(step_nodes(p)), 0, ctx))
+        ctx.add(node, _hidden(len(step_nodes(p)), 0, ctx), nesting + 1)
         return
     for k, branch in enumerate(p.branches, 1):
         if all(_is_simple(s) for s in branch) and len(branch) > 0:
-            line = Text(f"{k}: ", style=_DIM) if len(p.branches) > 1 else Text()
-            line.append_text(_chain_text(branch, ctx))
-            node.add(line)
+            line = _Label(f"{k}: ", _DIM) if len(p.branches) > 1 else _Label()
+            ctx.add(node, _chain(line, branch, ctx), nesting + 1)
         elif len(p.branches) == 1:
             yield _steps(node, branch, ctx, level, nesting + 1)
         elif nesting + 1 >= ctx.max_levels:
-            node.add(_hidden(sum(len(step_nodes(s)) for s in branch), 0, ctx))
+            ctx.add(node, _hidden(sum(len(step_nodes(s)) for s in branch), 0, ctx), nesting + 1)
         else:
-            sub = node.add(Text(f"branch {k}", style=_DIM))
+            sub = ctx.add(node, _Label(f"branch {k}", _DIM), nesting + 1)
             yield _steps(sub, branch, ctx, level, nesting + 2)
+
+
+__all__ = ["MAX_LEVELS", "TreeView", "levels_for", "meta_text", "to_tree", "tree_text"]

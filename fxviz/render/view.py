@@ -12,32 +12,61 @@ from typing import Any
 from fxviz.calls import CallTree, Scope
 from fxviz.ir import Graph, Node, TensorMeta, module_class
 from fxviz.ops import op_family, short_name
+from fxviz.passes.plumbing import plumbing_of, plumbing_summary
 
-# op family (fxviz.ops.FAMILIES) -> colour (hex, readable on dark and light backgrounds)
+# op family (fxviz.ops.FAMILIES) -> colour. Red is kept for errors alone (ERROR_COLOR): an output
+# is purple, a data-dependent exit amber; conv (blue) and pool (cyan), and the greys of shape,
+# constant and other ops, differ in lightness as well as hue, so they stay apart for colour-blind
+# readers too (tests/test_view.py checks the distances).
 KIND_COLORS: dict[str, str] = {
     "input": "#2e7d32",
-    "output": "#c62828",
+    "output": "#5e35b1",
     "parameter": "#6d4c41",
-    "buffer": "#8d6e63",
-    "constant": "#757575",
+    "buffer": "#a1887f",
+    "constant": "#bdbdbd",
     "conv": "#1565c0",
     "linear": "#283593",
-    "matmul": "#4527a0",
-    "attention": "#6a1b9a",
-    "norm": "#00838f",
+    "matmul": "#8e24aa",
+    "attention": "#ad1457",
+    "norm": "#00796b",
     "activation": "#ef6c00",
-    "pool": "#0277bd",
-    "elementwise": "#558b2f",
-    "reduction": "#9e9d24",
+    "pool": "#00acc1",
+    "elementwise": "#7cb342",
+    "reduction": "#827717",
     "shape": "#78909c",
-    "indexing": "#8e24aa",
-    "creation": "#546e7a",
-    "embedding": "#ad1457",
-    "data-dependent": "#d32f2f",
-    "custom": "#00695c",
+    "indexing": "#f06292",
+    "creation": "#8d6e63",
+    "embedding": "#d81b60",
+    "data-dependent": "#ffb300",
+    "custom": "#afb42b",
     "module": "#37474f",
-    "other": "#607d8b",
+    "other": "#424242",
 }
+#: The colour of the op that raised and of the boxes around it: nothing else is red.
+ERROR_COLOR = "#c62828"
+#: Colours for categories an overlay gives none for (plumbing's, a user's), in order.
+CATEGORY_COLORS: tuple[str, ...] = (
+    "#1565c0", "#ef6c00", "#2e7d32", "#8e24aa", "#00acc1", "#827717", "#d81b60", "#6d4c41", "#78909c",
+    "#5e35b1", "#7cb342", "#ffb300",
+)
+#: How long a label or an id may be in any drawing (the details panel and the JSON keep all of it).
+MAX_LABEL = 200
+
+
+def bounded(text: str, limit: int = MAX_LABEL) -> str:
+    """``text`` cut to ``limit`` characters with an ellipsis: a 100,000-character class name
+    must not become a 100,000-character box."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def text_color(background: str) -> str:
+    """Black or white, whichever reads better on ``background`` (``#rrggbb``, WCAG contrast)."""
+    def channel(i: int) -> float:
+        c = int(background[i : i + 2], 16) / 255
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    lum = 0.2126 * channel(1) + 0.7152 * channel(3) + 0.0722 * channel(5)
+    return "#000000" if (lum + 0.05) / 0.05 > 1.05 / (lum + 0.05) else "#ffffff"
 
 
 def op_kind(node: Node) -> str:
@@ -50,10 +79,10 @@ def node_label(node: Node) -> str:
     """What a renderer prints for a node: the op's short name, a parameter's attribute name,
     an input's argument name."""
     if node.kind == "op":
-        return short_name(node.target)
+        return bounded(short_name(node.target))
     if node.kind in ("parameter", "buffer", "constant"):
-        return node.target.rsplit(".", 1)[-1] if node.target else node.name
-    return node.target or node.name
+        return bounded(node.target.rsplit(".", 1)[-1] if node.target else node.name)
+    return bounded(node.target or node.name)
 
 
 def node_color(node: Node) -> str:
@@ -78,9 +107,9 @@ def _hsl_to_hex(h: float, s: float, lightness: float) -> str:
 def scope_label(graph: Graph, scope: Scope) -> str:
     """``initial_conv (Conv2d)``; the root is the model's class name."""
     if not scope.path:
-        return graph.name or scope.cls
+        return bounded(graph.name or scope.cls)
     cls = scope.cls or module_class(graph, scope.path)
-    return f"{scope.name} ({cls})" if cls else scope.name
+    return bounded(f"{scope.name} ({cls})" if cls else scope.name)
 
 
 def format_count(n: int) -> str:
@@ -119,9 +148,16 @@ def edge_label(meta: TensorMeta | None) -> str:
 # ---- module calls as boxes -----------------------------------------------------------------------
 
 
+#: Kinds of box: a module call, a run of folded repeats, a box of the model's inputs or outputs,
+#: a region a higher-order op wraps (issue 9), the plumbing of one box.
+GROUP_KINDS = ("module", "run", "values", "region", "plumbing")
+
+
 @dataclass(slots=True)
 class Group:
-    """One box of a drawn graph: a call of a module, or a run of folded identical siblings.
+    """One box of a drawn graph: a call of a module, a run of folded identical siblings, a box of
+    the model's inputs or outputs, or the plumbing ops of one box (``kind``, one of
+    :data:`GROUP_KINDS`).
 
     A module called twice (a shared ``max_pool``) is two boxes, one per call, because a data-flow
     drawing with one box per module would draw edges from the box's second call back into its
@@ -138,7 +174,8 @@ class Group:
     run: dict[str, Any] | None = None  # the fold annotation entry, for a run box
     children: list[str] = field(default_factory=list)  # child group ids, in first-use order
     values: str = ""  # "input" or "output" for a box of the model's inputs or outputs
-    size: int = 0  # how many inputs or outputs a values box holds
+    size: int = 0  # how many inputs or outputs a values box holds, how many ops a plumbing box
+    kind: str = "module"
 
 
 @dataclass(slots=True)
@@ -188,11 +225,13 @@ def value_boxes(graph: Graph, *, min_size: int = 3) -> dict[tuple[str, str], lis
     return {k: names for k, names in found.items() if len(names) >= min_size}
 
 
-def module_boxes(graph: Graph, *, group_values: bool = False, tree: CallTree | None = None) -> ModuleBoxes:
+def module_boxes(graph: Graph, *, group_values: bool = False, tree: CallTree | None = None,
+                 plumbing: bool = True) -> ModuleBoxes:
     """Group the nodes of ``graph`` into boxes: one per module call (:mod:`fxviz.calls`), nested as
     the calls were, and one per run of folded repeats (``graph.annotations["fold"]``) around its
     members. With ``group_values``, also one box per container of inputs or outputs
-    (:func:`value_boxes`).
+    (:func:`value_boxes`). With ``plumbing`` (and the ``plumbing`` pass run), the plumbing ops of
+    each box, two or more, go into one box of kind ``plumbing`` inside it (:func:`plumbing_boxes`).
 
     Parameters, buffers and constants sit in the box of their owner's first call, so that a
     collapsed ``Linear`` hides its weight and bias with it.
@@ -211,7 +250,7 @@ def module_boxes(graph: Graph, *, group_values: bool = False, tree: CallTree | N
             if index > 0:
                 label += f" #{index + 1}"
             parent = call.parent.id if call.parent is not None and call.parent.stack else None
-            groups[gid] = Group(gid, path, index, label, cls, parent, depth=path.count(".") + 1)
+            groups[gid] = Group(gid, path, index, bounded(label), cls, parent, depth=path.count(".") + 1)
             if parent is not None:
                 groups[parent].children.append(gid)
         for name in call.ops:
@@ -231,9 +270,9 @@ def module_boxes(graph: Graph, *, group_values: bool = False, tree: CallTree | N
             continue  # members under different boxes: no single place to fold them into
         parent = parents.pop()
         rid = f"run:{run['label']}#{inside[0].id}"
-        groups[rid] = Group(rid, run["label"], 0, f"{run['label']} ×{run['count']}", run.get("cls", ""),
+        groups[rid] = Group(rid, run["label"], 0, bounded(f"{run['label']} ×{run['count']}"), run.get("cls", ""),
                             parent, depth=inside[0].depth, run=run,
-                            children=[g.id for g in inside])
+                            children=[g.id for g in inside], kind="run")
         siblings = groups[parent].children if parent is not None else None
         for g in inside:
             g.parent = rid
@@ -245,10 +284,12 @@ def module_boxes(graph: Graph, *, group_values: bool = False, tree: CallTree | N
     if group_values:
         for (kind, container), names in value_boxes(graph).items():
             vid = f"{kind}s:{container}"
-            groups[vid] = Group(vid, container, 0, container, "", None, depth=1,
-                                values=kind, size=len(names))
+            groups[vid] = Group(vid, container, 0, bounded(container), "", None, depth=1,
+                                values=kind, size=len(names), kind="values")
             for name in names:
                 node_group[name] = vid
+    if plumbing:
+        plumbing_boxes(graph, groups, node_group)
     # parents first, so a consumer can create boxes in one pass (a run box is made after its
     # members, so order them again; no recursion, nesting can be deep)
     ordered: dict[str, Group] = {}
@@ -261,3 +302,31 @@ def module_boxes(graph: Graph, *, group_values: bool = False, tree: CallTree | N
         for x in reversed(chain):
             ordered[x] = groups[x]
     return ModuleBoxes(ordered, node_group, members)
+
+
+def plumbing_boxes(graph: Graph, groups: dict[str, Group], node_group: dict[str, str | None],
+                   *, min_size: int = 2) -> None:
+    """Move the plumbing ops (:mod:`fxviz.passes.plumbing`) of every box, ``min_size`` or more,
+    into one box of kind ``plumbing`` inside it, labelled ``12 plumbing ops (mask, shape)``. Works
+    on whatever boxes exist (module calls, regions), so it composes with every other grouping.
+    One op alone stays as it is: its box would be no smaller."""
+    found = plumbing_of(graph)
+    if not found:
+        return
+    by_box: dict[str | None, list[str]] = {}
+    for n in graph.nodes:
+        if n.name in found and n.kind == "op":
+            by_box.setdefault(node_group.get(n.name), []).append(n.name)
+    for box, names in by_box.items():
+        if len(names) < min_size:
+            continue
+        around = groups[box] if box is not None else None
+        pid = f"plumbing:{box if box is not None else ''}"
+        groups[pid] = Group(
+            pid, around.path if around else "", around.call if around else 0,
+            bounded(plumbing_summary(names, found)), "", box, depth=(around.depth + 1) if around else 1,
+            size=len(names), kind="plumbing")
+        if around is not None:
+            around.children.append(pid)
+        for name in names:
+            node_group[name] = pid

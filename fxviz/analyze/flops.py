@@ -1,0 +1,153 @@
+"""``flops``: the forward FLOPs of each op and module call, from torch's own formulas. Needs torch.
+
+The formulas are those ``torch.utils.flop_counter.FlopCounterMode`` counts with
+(``flop_registry``: ``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``convolution``, the attention
+kernels), evaluated on the shapes the capture recorded, so nothing runs and it works on ``meta``
+and fake tensors. An op torch counts through one of them after decomposing it is counted the same
+way: ``linear`` as the ``mm`` of its flattened input, ``matmul`` as a ``bmm``, ``conv2d`` as a
+``convolution``, ``scaled_dot_product_attention`` as its kernel. Everything else torch counts as 0
+(elementwise ops, views) and has no value here; a size that is symbolic gives none either. Writes
+the number overlay ``flops`` (unit ``FLOP``, log scale): per node, and per module call the sum of
+the ops inside it.
+
+Registered as the pass ``flops`` when imported; :data:`CAPTURE_PASSES` is what
+:func:`fxviz.api.capture` runs by default.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch.utils import flop_counter
+
+from fxviz.ir import Graph, Node
+from fxviz.ops import op_name
+from fxviz.passes import DEFAULT, PASSES
+from fxviz.passes.overlays import set_overlay
+
+aten = torch.ops.aten
+Shape = tuple[int, ...]
+
+#: The default passes of a capture, and ``flops``.
+CAPTURE_PASSES: tuple[str, ...] = (*DEFAULT, "flops")
+
+
+def _formula(packet: Any) -> Callable[..., int] | None:
+    return flop_counter.flop_registry.get(packet)
+
+
+def _mm(a: Shape, b: Shape) -> int | None:
+    f = _formula(aten.mm)
+    return f(a, b) if f is not None else None
+
+
+def _linear(shapes: Sequence[Shape], node: Node) -> int | None:
+    x, w = shapes[0], shapes[1]
+    if len(w) != 2 or not x:
+        return None
+    return _mm((math.prod(x[:-1]), x[-1]), (w[1], w[0]))
+
+
+def _matmul(shapes: Sequence[Shape], node: Node) -> int | None:
+    a, b = list(shapes[0]), list(shapes[1])
+    if not a or not b:
+        return None
+    if len(a) == 1:
+        a = [1, *a]
+    if len(b) == 1:
+        b = [*b, 1]
+    batch = math.prod(torch.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))) if len(a) > 2 or len(b) > 2 else 1
+    f = _formula(aten.bmm)
+    return f((batch, a[-2], a[-1]), (batch, b[-2], b[-1])) if f is not None else None
+
+
+def _conv(shapes: Sequence[Shape], node: Node) -> int | None:
+    out = tuple(node.outputs[0].shape) if node.outputs else None
+    if out is None or not all(isinstance(d, int) for d in out):
+        return None
+    transposed = "transpose" in op_name(node.target) or bool(node.attrs.get("transposed"))
+    f = _formula(aten.convolution)
+    return f(shapes[0], shapes[1], None, None, None, None, transposed, out_val=out) if f is not None else None
+
+
+def _sdpa(shapes: Sequence[Shape], node: Node) -> int | None:
+    f = _formula(aten._scaled_dot_product_flash_attention)
+    return f(shapes[0], shapes[1], shapes[2]) if f is not None else None
+
+
+def _registered(packet: Any) -> Callable[[Sequence[Shape], Node], int | None]:
+    def count(shapes: Sequence[Shape], node: Node) -> int | None:
+        f = _formula(packet)
+        return f(*shapes) if f is not None else None
+
+    return count
+
+
+#: Op name (:func:`fxviz.ops.op_name`, the name every spelling of an op shares) -> its count from
+#: the shapes of its tensor inputs, in argument order.
+COUNTERS: dict[str, Callable[[Sequence[Shape], Node], int | None]] = {
+    "mm": _registered(aten.mm), "addmm": _registered(aten.addmm), "bmm": _registered(aten.bmm),
+    "baddbmm": _registered(aten.baddbmm), "linear": _linear, "matmul": _matmul,
+    "conv1d": _conv, "conv2d": _conv, "conv3d": _conv, "convolution": _conv, "_convolution": _conv,
+    "conv_transpose1d": _conv, "conv_transpose2d": _conv, "conv_transpose3d": _conv,
+    "scaled_dot_product_attention": _sdpa, "_scaled_dot_product_flash_attention": _sdpa,
+    "_scaled_dot_product_flash_attention_for_cpu": _sdpa, "_scaled_dot_product_efficient_attention": _sdpa,
+    "_scaled_dot_product_cudnn_attention": _sdpa,
+}
+#: How many tensor inputs each kind of counter reads.
+_ARITY = {"linear": 2, "matmul": 2, "mm": 2, "bmm": 2, "addmm": 3, "baddbmm": 3}
+
+
+def node_flops(graph: Graph, node: Node) -> int | None:
+    """The FLOPs of ``node`` by torch's formulas at its captured shapes; ``None`` when torch
+    counts none for it or a shape is unknown or symbolic."""
+    name = op_name(node.target)
+    counter = COUNTERS.get(name)
+    if counter is None:
+        return None
+    shapes: list[Shape] = []
+    for r in node.inputs:
+        m = graph.meta_of(r)
+        if m is None or not m.is_tensor:
+            continue
+        if not all(isinstance(d, int) for d in m.shape):
+            return None
+        shapes.append(tuple(int(d) for d in m.shape))
+    need = _ARITY.get(name, 3 if "attention" in name else 2)
+    if len(shapes) < need:
+        return None
+    try:
+        flops = counter(shapes, node)
+    except (AssertionError, ValueError, TypeError, RuntimeError, IndexError):
+        return None  # shapes the formula does not take (a broadcast it does not model)
+    return int(flops) if flops is not None else None
+
+
+def count_flops(graph: Graph) -> Graph:
+    """Write the overlay ``flops`` (see the module docstring)."""
+    nodes = {}
+    for n in graph.nodes:
+        if n.kind == "op":
+            f = node_flops(graph, n)
+            if f:
+                nodes[n.name] = f
+    modules = {}
+    if nodes:
+        for c in graph.calls.walk():
+            if c.stack:
+                total = sum(nodes.get(x, 0) for x in c.nodes)
+                if total:
+                    modules[c.id] = total
+    set_overlay(graph, "flops", label="FLOPs", kind="number", unit="FLOP", scale="log", reduce="sum",
+                nodes=nodes, modules=modules,
+                description="forward FLOPs from torch.utils.flop_counter's formulas at the captured shapes "
+                            "(matmul, linear, convolution, attention; torch counts other ops as 0)")
+    return graph
+
+
+PASSES["flops"] = count_flops
+
+__all__ = ["CAPTURE_PASSES", "COUNTERS", "count_flops", "node_flops"]
