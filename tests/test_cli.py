@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-import fxviz.cli as cli_module
+import fxviz.cli.base as cli_module
 from fxviz import Graph
 from fxviz.cli import EXIT_BROKEN_PIPE, EXIT_BUG, EXIT_INTERRUPTED, cli
 from fxviz.errors import (
