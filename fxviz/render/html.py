@@ -29,6 +29,7 @@ from fxviz.errors import RenderError
 from fxviz.ir import Graph, Node, Ref, Scope, SourceLoc, TensorMeta, module_class
 from fxviz.render.files import write_text
 from fxviz.render.overlays import overlay_view
+from fxviz.render.panels import panel_view
 from fxviz.render.view import (
     ERROR_COLOR,
     KIND_COLORS,
@@ -321,6 +322,7 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET, overlay: str | Non
         "errorColor": ERROR_COLOR,
         "overlays": shown,
         "overlay": overlay,
+        "panels": panel_view(graph, nindex, gindex),
         "metas": metas.items,
         "sources": sources.items,
         "groups": groups,

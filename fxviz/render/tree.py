@@ -35,6 +35,7 @@ from fxviz.passes.overlays import overlays, reduce_values
 from fxviz.passes.plumbing import plumbing_of, plumbing_summary
 from fxviz.passes.structure import Block, Op, Parallel, Step, step_nodes, structure
 from fxviz.render.overlays import format_value
+from fxviz.render.panels import panel_tables
 from fxviz.render.view import bounded, format_count, node_color, node_label, value_boxes
 from fxviz.text import clean, one_line
 
@@ -205,6 +206,8 @@ def tree_text(graph: Graph, *, width: int = 120, depth: int | None = None, unfol
     console = _console(width)
     console.print(to_tree(graph, depth=depth, unfold=unfold, max_levels=levels_for(width), width=width,
                           plumbing=plumbing, overlay=overlay))
+    for table in panel_tables(graph):
+        console.print(table)
     return console.export_text().rstrip("\n")
 
 
@@ -218,6 +221,7 @@ class TreeView:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         yield to_tree(self.graph, depth=self.depth, unfold=self.unfold, max_levels=levels_for(options.max_width),
                       width=options.max_width, plumbing=self.plumbing, overlay=self.overlay)
+        yield from panel_tables(self.graph)
 
 
 def _header(graph: Graph, ctx: _Ctx) -> _Label:

@@ -159,11 +159,56 @@ def _overlays(v: Any, where: str) -> None:
         check_overlay(name, spec, where)
 
 
+def _const(text: str) -> Where:
+    return lambda: text
+
+
+PANEL_LEVELS = ("error", "warn", "ok", "info")
+
+
+def check_panel(name: Any, spec: Any, where: str) -> dict[str, Any]:
+    """One panel (:mod:`fxviz.passes.panels`): text ``title`` and ``note``; ``columns``, a list of
+    text; ``rows``, each ``{"cells": [text | number | null, ...] (one per column), "node": a node
+    name or null, "module": a call id or null, "level": one of PANEL_LEVELS or null}``."""
+    at = f"{where}[{show(_text(name, _const(f'{where} (a name)'), empty=False))}]"
+    d = _object(spec, lambda: at)
+    for key in ("title", "note"):
+        if key in d:
+            _text(d[key], _at(lambda: at, f" {show(key)}"))
+    columns = _array(d.get("columns", []), _const(f"{at} 'columns'"))
+    for k, c in enumerate(columns):
+        _text(c, _at(lambda: at, f" 'columns'[{k}]"))
+    for k, row in enumerate(_array(d.get("rows", []), _const(f"{at} 'rows'"))):
+        rat = f"{at} 'rows'[{k}]"
+        row = _object(row, _const(rat))
+        cells = _array(row.get("cells", []), _const(f"{rat} 'cells'"))
+        if len(cells) != len(columns):
+            _fail(f"{rat} 'cells'", f"{len(columns)} cells, one per column", cells)
+        for j, v in enumerate(cells):
+            if v is not None and not isinstance(v, str):
+                if type(v) is bool or not isinstance(v, int | float):
+                    _fail(f"{rat} 'cells'[{j}]", "text, a number or null", v)
+                _number(v, _const(f"{rat} 'cells'[{j}]"))
+            elif v is not None:
+                _text(v, _const(f"{rat} 'cells'[{j}]"))
+        for key in ("node", "module"):
+            if row.get(key) is not None:
+                _text(row[key], _const(f"{rat} {show(key)}"))
+        if row.get("level") not in (None, *PANEL_LEVELS):
+            _fail(f"{rat} 'level'", " or ".join(repr(c) for c in PANEL_LEVELS) + " or null", row.get("level"))
+    return d
+
+
+def _panels(v: Any, where: str) -> None:
+    for name, spec in _object(v, lambda: where).items():
+        check_panel(name, spec, where)
+
+
 #: Pass results the renderers and replay read, by annotation name; any other annotation is kept
 #: as a free-form value.
 ANNOTATIONS: dict[str, Callable[[Any, str], None]] = {
     "stats": _stats, "fold": _fold, "shapes": _shapes, "failure": _failure, "replay": _replay,
-    "overlays": _overlays,
+    "overlays": _overlays, "panels": _panels,
 }
 
 

@@ -1,0 +1,57 @@
+"""Panels: an analysis's findings as a table whose rows point into the graph. No torch.
+
+An overlay colours every node with a value; a panel lists what an analyzer wants read first: the
+stages of a pass pipeline, the graph breaks of a torch.compile run, the modules where the numbers
+drift most. It is plain JSON under ``graph.annotations["panels"][name]``::
+
+    {"title": "graph breaks", "columns": ["line", "reason", "count"],
+     "rows": [{"cells": ["model.py:12", "Tensor.item()", 3], "node": "item", "module": "head#0",
+               "level": "error"}],
+     "note": "3 breaks, 1 cause"}
+
+A row may point at a node (by name) and a module call (by :attr:`fxviz.calls.Call.id`): the report
+selects it when the row is clicked; ``level`` (``error``, ``warn``, ``ok``, ``info``) colours it.
+Every renderer draws every panel (the tree prints them under the tree, the report lists them in
+its sidebar, JSON keeps them), so an analyzer that writes one needs no renderer change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from fxviz.ir import Graph
+from fxviz.schema.annotations import check_panel
+
+
+def row(*cells: Any, node: str | None = None, module: str | None = None, level: str | None = None) -> dict[str, Any]:
+    """One row: its cells, and what it points at."""
+    out: dict[str, Any] = {"cells": list(cells)}
+    if node is not None:
+        out["node"] = node
+    if module is not None:
+        out["module"] = module
+    if level is not None:
+        out["level"] = level
+    return out
+
+
+def set_panel(graph: Graph, name: str, *, title: str, columns: Sequence[str],
+              rows: Iterable[Mapping[str, Any]], note: str = "") -> dict[str, Any]:
+    """Write panel ``name`` on ``graph`` (replacing one of that name) and return it; checked as a
+    saved graph's are (a bad cell is a :class:`~fxviz.errors.GraphFormatError` here, not when the
+    graph is read)."""
+    spec: dict[str, Any] = {"title": title, "columns": list(columns), "rows": [dict(r) for r in rows]}
+    if note:
+        spec["note"] = note
+    check_panel(name, spec, "panel")
+    graph.annotations.setdefault("panels", {})[name] = spec
+    return spec
+
+
+def panels(graph: Graph) -> dict[str, dict[str, Any]]:
+    """The graph's panels, in the order they were written."""
+    return dict(graph.annotations.get("panels") or {})
+
+
+__all__ = ["panels", "row", "set_panel"]

@@ -1,0 +1,74 @@
+"""Panels (:mod:`fxviz.passes.panels`) as renderers show them: rich tables under the tree, and the
+view-model's ``panels`` with rows pointing at node and box indices. No torch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from fxviz.ir import Graph
+from fxviz.passes.panels import panels
+from fxviz.render.view import bounded
+
+#: How a row's level reads in the terminal (red is for errors only, as everywhere).
+LEVEL_STYLES = {"error": "red", "warn": "yellow", "ok": "green", "info": "dim"}
+
+
+def cell_text(v: Any) -> str:
+    """A cell as text: numbers short (``0.00031``, ``12.5``, ``1,234``), text bounded."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if v.is_integer() and abs(v) < 1e15 else f"{v:.3g}"
+    return bounded(str(v), 200)
+
+
+def panel_tables(graph: Graph) -> list[Table]:
+    """One rich table per panel, in the order they were written."""
+    out = []
+    for spec in panels(graph).values():
+        table = Table(title=Text(bounded(str(spec.get("title", "")), 120), style="bold"),
+                      caption=bounded(str(spec.get("note", "")), 400) or None, title_justify="left",
+                      caption_justify="left", expand=False)
+        rows = spec.get("rows", [])
+        for j, c in enumerate(spec.get("columns", [])):
+            values = [r["cells"][j] for r in rows if r.get("cells") and r["cells"][j] is not None]
+            numbers = bool(values) and all(isinstance(v, int | float) for v in values)
+            table.add_column(bounded(str(c), 60), overflow="fold", justify="right" if numbers else "left")
+        for r in rows:
+            table.add_row(*(Text(cell_text(v)) for v in r.get("cells", [])),
+                          style=LEVEL_STYLES.get(r.get("level") or "", ""))
+        out.append(table)
+    return out
+
+
+def panel_view(graph: Graph, nindex: Mapping[str, int], gindex: Mapping[str, int]) -> list[dict[str, Any]]:
+    """The view-model's ``panels``: each ``{"name", "title", "note", "columns", "rows": [{"c":
+    cells as text, "n": node index, "g": box index, "lv": level}]}``; a row's node or module that
+    the graph does not have is dropped from the row, not an error (a panel outlives a refold)."""
+    out = []
+    for name, spec in panels(graph).items():
+        rows = []
+        for r in spec.get("rows", []):
+            entry: dict[str, Any] = {"c": [cell_text(v) for v in r.get("cells", [])]}
+            if r.get("node") in nindex:
+                entry["n"] = nindex[r["node"]]
+            if r.get("module") in gindex:
+                entry["g"] = gindex[r["module"]]
+            if r.get("level"):
+                entry["lv"] = r["level"]
+            rows.append(entry)
+        out.append({"name": name, "title": bounded(str(spec.get("title", "")), 120),
+                    "note": bounded(str(spec.get("note", "")), 400),
+                    "columns": [bounded(str(c), 60) for c in spec.get("columns", [])], "rows": rows})
+    return out
+
+
+__all__ = ["LEVEL_STYLES", "cell_text", "panel_tables", "panel_view"]

@@ -1,0 +1,70 @@
+"""Panels: an analysis's table whose rows point into the graph, set, checked, saved, and drawn by
+every renderer (the tree prints it, the view-model indexes its rows)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from fxviz.errors import GraphFormatError
+from fxviz.ir import Graph
+from fxviz.passes.panels import panels, row, set_panel
+from fxviz.render.html import view_model
+from tests.irbuild import stack_graph
+
+
+def breaks_panel(g: Graph) -> None:
+    set_panel(g, "breaks", title="graph breaks", columns=["where", "reason", "count"], rows=[
+        row("model.py:12", "Tensor.item()", 3, node="fc_1", module="h.1#0", level="error"),
+        row("model.py:40", "print", 1, module="no.such#0"),
+        row("total", None, 4.5),  # a number column is right-aligned
+    ], note="2 causes")
+
+
+def test_a_panel_round_trips_through_json_and_points_the_view_model_at_nodes_and_boxes() -> None:
+    g = stack_graph(layers=2)
+    breaks_panel(g)
+    back = Graph.from_json(g.to_json())
+    assert panels(back) == panels(g)
+    vm = view_model(back)
+    (p,) = vm["panels"]
+    assert (p["name"], p["title"], p["note"], p["columns"]) == ("breaks", "graph breaks", "2 causes",
+                                                                ["where", "reason", "count"])
+    first, second, third = p["rows"]
+    assert first["c"] == ["model.py:12", "Tensor.item()", "3"] and first["lv"] == "error"
+    assert vm["nodes"][first["n"]]["n"] == "fc_1"
+    assert vm["groups"][first["g"]]["path"] == "h.1"
+    assert "n" not in second and "g" not in second  # a module the graph lacks points nowhere
+    assert third["c"] == ["total", "", "4.5"]
+
+
+def test_the_tree_prints_every_panel_under_the_tree() -> None:
+    g = stack_graph(layers=2)
+    breaks_panel(g)
+    text = str(g)
+    tree_end = text.index("graph breaks")
+    assert "h.0" in text[:tree_end]  # the tree comes first
+    table = text[tree_end:]
+    assert "Tensor.item()" in table and "model.py:40" in table and "2 causes" in table
+    assert [ln for ln in table.splitlines() if "model.py:12" in ln][0].rstrip().endswith("3 │")
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"columns": ["a"], "rows": [{"cells": [1, 2]}]}, r"'rows'\[0\] 'cells': expected 1 cells"),
+    ({"columns": ["a"], "rows": [{"cells": [[1]]}]}, "expected text, a number or null"),
+    ({"columns": ["a"], "rows": [{"cells": [1], "level": "fatal"}]}, "'level': expected 'error'"),
+    ({"columns": [3]}, r"'columns'\[0\]"),
+    ({"rows": {}}, "'rows': expected a list"),
+])
+def test_a_saved_graph_with_a_malformed_panel_is_refused_naming_it(spec: dict[str, Any], message: str) -> None:
+    d = json.loads(stack_graph().to_json())
+    d["annotations"]["panels"] = {"mine": spec}
+    with pytest.raises(GraphFormatError, match=message):
+        Graph.from_dict(d)
+
+
+def test_set_panel_checks_what_it_writes() -> None:
+    with pytest.raises(GraphFormatError, match="cells"):
+        set_panel(stack_graph(), "p", title="t", columns=["a", "b"], rows=[row(1)])
