@@ -270,8 +270,14 @@ def test_user_hooks_fire_once_and_their_ops_belong_to_the_module() -> None:
     assert scaled.stack == (("lin", 0),)
     out = g.node(next(n for n in g.ops if n.stack == (("out", 0),)).name)
     assert out.inputs[0].node == scaled.name
+    # a capture puts back what the forward changed, the hooks' own count included; a hook whose
+    # count lives outside the model shows they fire once per capture, and stay registered
+    fired: list[str] = []
+    model.lin.register_forward_hook(lambda *_: fired.append("post"))
     fxviz.capture(model, (x,), method="eager")
-    assert model.calls == {"pre": 2, "post": 2}
+    assert fired == ["post"] and model.calls == {"pre": 1, "post": 1}
+    model(x)
+    assert fired == ["post", "post"] and model.calls == {"pre": 2, "post": 2}
 
 
 def test_training_batchnorm_stats_survive_and_replay_says_why_not() -> None:

@@ -124,6 +124,8 @@ class Recorder:
                 inputs, attrs, seen = self.collect(args, kwargs, names)
                 source = self.sources.find()
                 mutated = written_tensors(func, args, kwargs, names) if names is not None else ()
+                if kind.writes or (kwargs and "out" in kwargs):
+                    self.before_write(kind, args, kwargs, seen, mutated)
         except Exception as e:
             raise TracerFault(f"tracer failed before {func}") from e
         if skip:
@@ -139,10 +141,26 @@ class Recorder:
             raise TracerFault(f"tracer failed after {func}") from e
         return out
 
+    def before_write(
+        self, kind: Kind, args: tuple[Any, ...], kwargs: dict[str, Any],
+        seen: list[tuple[torch.Tensor, int]], mutated: tuple[int, ...],
+    ) -> None:
+        """A call that may write its arguments is about to run: let the model state copy what of
+        the model's it may write (ATen level: exactly what the schema says it writes)."""
+        if self.aten:
+            self.state.before_write([seen[i][0] for i in mutated if i < len(seen)])
+        elif kind.name == "backward":
+            self.state.before_backward()
+        else:
+            self.state.before_write(args)
+            self.state.before_write(kwargs.values())
+
     def observe_call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """ATen level: run a torch-function call with :attr:`call` on it, so each ATen op it runs is
         tagged with it (``torch_fn``, as export tags its nodes) and a comparison can fold them back."""
         try:
+            if kind_of(func, "function").name == "backward":
+                self.state.before_backward()
             call = self.call_of(func)
         except Exception as e:
             raise TracerFault(f"tracer failed before {func!r}") from e
@@ -232,7 +250,7 @@ class Recorder:
         mutated: tuple[int, ...] = (),
     ) -> Node | None:
         """Add the node for one finished call, unless it computed nothing a graph shows."""
-        action, target, short = kind
+        action, target, short, _ = kind
         if isinstance(out, torch.Tensor):
             outs: tuple[Any, ...] = (out,)
             has_tensor = True

@@ -15,8 +15,9 @@ from fxviz.fallback.classify import LEVELS, Level
 from fxviz.fallback.modes import module_hooks, recording
 from fxviz.fallback.recorder import Recorder, TracerFault
 from fxviz.ir import Graph
+from fxviz.torchbridge.guard import DynamoCodes
 from fxviz.torchbridge.normalize import _describe, flatten_inputs, flatten_outputs
-from fxviz.torchbridge.run import gc_paused
+from fxviz.torchbridge.run import CAPTURE_LOCK, gc_paused
 from fxviz.torchbridge.source import error_location
 from fxviz.torchbridge.values import module_infos, output_node
 
@@ -55,6 +56,19 @@ def trace_eager(
     """
     if level not in LEVELS:
         raise TargetError(f"level {level!r} is not one of 'function', 'aten'")
+    with CAPTURE_LOCK:  # one capture at a time: the hooks and modes it installs are process-wide
+        codes = DynamoCodes()
+        try:
+            return _trace(model, args, kwargs, level, fake, grad)
+        finally:
+            # ``torch.cond`` compiles its branches through Dynamo even in eager mode; code it marks
+            # while our modes are on would make a later export of the model fail
+            codes.restore()
+
+
+def _trace(
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None, level: str, fake: bool, grad: bool,
+) -> Graph:
     lvl: Level = "aten" if level == "aten" else "function"
     kwargs = dict(kwargs or {})
     named = list(model.named_modules(remove_duplicate=False))

@@ -1,0 +1,331 @@
+"""What a capture attempt may disturb, taken once before the first attempt and put back after every
+one: the model, the user's inputs and the process.
+
+A forward may write anything it can reach, and so may a capture method on the way: fx runs a
+buffer's ``add_`` for real while it traces, stows constants on the model (``_tensor_constant0``)
+and leaves Proxies in a Python cache; non-strict export rebinds a dict the forward fills; the eager
+tracer runs the forward for real. Restoring after each attempt from one snapshot taken before the
+first also keeps a later attempt from starting from what an earlier one changed (an fx attempt
+that bumped a step counter must not become the eager attempt's "original").
+
+What :class:`Snapshot` keeps, and what it costs:
+
+* every module's ``__dict__`` (a shallow copy) and every ``dict``/``list``/``set`` reachable from it
+  through containers (contents by identity): attributes the forward assigns or adds, parameters,
+  buffers and submodules rebound, hooks, the training flag, a Python cache filled in place;
+* every parameter, buffer and plain tensor attribute by identity, with its ``requires_grad``, its
+  ``.grad`` object and its storage (a ``.data = ...`` rebinding is undone); buffers and tensor
+  attributes also by value (a copy: they are small next to the parameters, and fx and BatchNorm
+  write them without bumping a version counter). Parameters are not copied: no symbolic method
+  writes them for real, and the eager tracer backs up each one just before an op writes it;
+* the inputs' containers and tensors, by identity and value;
+* the process (:class:`ProcessState`): ``sys.stdout``/``sys.stderr``, warning hooks and filters,
+  torch's logger levels, torch's function and dispatch mode stacks, the methods fx patches on
+  ``nn.Module``, fx's tracing flag, grad and autocast modes, the default dtype, global module
+  hooks, the random number generators, and the code Dynamo compiled or marked during the attempt
+  (``torch.cond``'s eager path compiles through Dynamo; a code object an attempt marked as "skip"
+  made a later export of a ``cond`` model fail).
+
+Writes are put back through ``.data`` (no version bump: a user's autograd graph that saved a buffer
+stays valid), and only where a value differs.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules import module as nn_module
+
+_MISSING = object()
+#: Containers walked into at most (a forward's Python caches; a guard against pathological models).
+_MAX_CONTAINERS = 200_000
+_GLOBAL_HOOKS = (
+    "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+    "_global_backward_pre_hooks", "_global_forward_hooks_always_called", "_global_forward_hooks_with_kwargs",
+)
+
+
+def _real(t: torch.Tensor) -> bool:
+    """A tensor with values to copy: not on ``meta``, not a fake or functional wrapper."""
+    return not t.is_meta and type(t) in (torch.Tensor, nn.Parameter, nn.Buffer)
+
+
+class _Containers:
+    """``dict``/``list``/``set`` objects by identity with a copy of their contents; put back in
+    place (the object the model holds stays the same object)."""
+
+    __slots__ = ("saved",)
+
+    def __init__(self, roots: Iterable[Any]) -> None:
+        self.saved: list[tuple[Any, Any]] = []
+        seen: set[int] = set()
+        todo = list(roots)
+        while todo and len(self.saved) < _MAX_CONTAINERS:
+            v = todo.pop()
+            if isinstance(v, (torch.Tensor, nn.Module)) or id(v) in seen:
+                continue
+            if isinstance(v, dict):
+                seen.add(id(v))
+                self.saved.append((v, dict(v)))
+                todo.extend(v.values())
+            elif isinstance(v, list):
+                seen.add(id(v))
+                self.saved.append((v, list(v)))
+                todo.extend(v)
+            elif isinstance(v, set):
+                seen.add(id(v))
+                self.saved.append((v, set(v)))
+            elif type(v) is tuple:
+                seen.add(id(v))
+                todo.extend(v)
+
+    def restore(self) -> None:
+        for obj, saved in self.saved:
+            if isinstance(obj, dict):
+                if len(obj) != len(saved) or any(obj.get(k, _MISSING) is not v for k, v in saved.items()):
+                    obj.clear()
+                    obj.update(saved)
+            elif isinstance(obj, list):
+                if len(obj) != len(saved) or any(a is not b for a, b in zip(obj, saved, strict=True)):
+                    obj[:] = saved
+            elif len(obj) != len(saved) or any(x not in saved for x in obj):
+                obj.clear()
+                obj.update(saved)
+
+
+class _Tensors:
+    """Tensors by identity: ``requires_grad``, the ``.grad`` object, the storage (through an alias,
+    so a ``.data = ...`` rebinding can be undone), and for some a copy of the values."""
+
+    __slots__ = ("saved",)
+
+    def __init__(self, tensors: Iterable[tuple[torch.Tensor, bool]]) -> None:
+        self.saved: list[tuple[torch.Tensor, bool, Any, torch.Tensor, torch.Tensor | None]] = []
+        seen: set[int] = set()
+        with torch.no_grad():
+            for t, copy in tensors:
+                if id(t) in seen:
+                    continue
+                seen.add(id(t))
+                value = t.detach().clone() if copy and _real(t) else None
+                self.saved.append((t, t.requires_grad, t.grad if t.is_leaf else _MISSING, t.data, value))
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for t, requires_grad, grad, data, value in self.saved:
+                if not _same_storage(t, data):
+                    t.data = data
+                if value is not None and not _equal(t, value):
+                    t.data.copy_(value)
+                if grad is not _MISSING and t.grad is not grad:
+                    t.grad = grad
+                if t.requires_grad != requires_grad and t.is_leaf:
+                    t.requires_grad_(requires_grad)
+
+
+def _same_storage(t: torch.Tensor, data: torch.Tensor) -> bool:
+    if t.is_meta or not _real(t):
+        return t.shape == data.shape and t.dtype == data.dtype
+    return (t.data_ptr() == data.data_ptr() and t.shape == data.shape and t.dtype == data.dtype
+            and t.stride() == data.stride())
+
+
+def _equal(t: torch.Tensor, value: torch.Tensor) -> bool:
+    try:
+        return t.shape == value.shape and t.dtype == value.dtype and bool(torch.equal(t.detach(), value))
+    except RuntimeError:  # an exotic layout or dtype: write it back rather than guess
+        return False
+
+
+class ModelState:
+    """The model and its inputs as they were; :meth:`restore` puts them back."""
+
+    def __init__(self, model: nn.Module, inputs: Iterable[Any]) -> None:
+        modules = list(model.modules())
+        self._dicts = [(m.__dict__, dict(m.__dict__)) for m in modules]
+        inputs = list(inputs)
+        self._containers = _Containers([v for d, _ in self._dicts for v in d.values()] + inputs)
+        self._tensors = _Tensors(_model_tensors(modules))
+        self._inputs = _Tensors((t, True) for t in _tensors_in(inputs))
+
+    def restore(self) -> None:
+        for d, saved in self._dicts:
+            if len(d) != len(saved) or any(d.get(k, _MISSING) is not v for k, v in saved.items()):
+                d.clear()
+                d.update(saved)
+        self._containers.restore()
+        self._tensors.restore()
+        self._inputs.restore()
+
+
+def _model_tensors(modules: list[nn.Module]) -> Iterable[tuple[torch.Tensor, bool]]:
+    """Every parameter (no copy), buffer and plain tensor attribute (with a copy)."""
+    for m in modules:
+        for p in m._parameters.values():
+            if p is not None:
+                yield p, False
+        for b in m._buffers.values():
+            if b is not None:
+                yield b, True
+        for v in m.__dict__.values():
+            if isinstance(v, torch.Tensor):
+                yield v, True
+
+
+def _tensors_in(roots: list[Any]) -> Iterable[torch.Tensor]:
+    todo, seen = list(roots), set()
+    while todo:
+        v = todo.pop()
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif id(v) not in seen and isinstance(v, (dict, list, tuple)):
+            seen.add(id(v))
+            todo.extend(v.values() if isinstance(v, dict) else v)
+
+
+class ProcessState:
+    """Process-wide state an attempt may leave changed; :meth:`restore` puts back what differs."""
+
+    def __init__(self) -> None:
+        import logging
+
+        import torch.fx._symbolic_trace as fx_trace
+
+        self._fx = fx_trace
+        self.streams = (sys.stdout, sys.stderr)
+        self.showwarning = warnings.showwarning
+        self.filters = list(warnings.filters)
+        registry = logging.Logger.manager.loggerDict
+        self.loggers = [
+            (lg, lg.level, lg.disabled, lg.propagate) for name, lg in list(registry.items())
+            if (name == "torch" or name.startswith("torch.")) and isinstance(lg, logging.Logger)
+        ]
+        self.function_modes = torch._C._len_torch_function_stack()
+        self.dispatch_modes = torch._C._len_torch_dispatch_stack()
+        self.module_methods = {k: nn.Module.__dict__[k] for k in ("__call__", "__getattr__", "__setattr__")}
+        self.fx_flag = fx_trace._is_fx_tracing_flag
+        self.grad = torch.is_grad_enabled()
+        self.autocast = torch.is_autocast_enabled("cpu")
+        self.default_dtype = torch.get_default_dtype()
+        self.hooks = {name: dict(getattr(nn_module, name)) for name in _GLOBAL_HOOKS}
+        self.rng = torch.get_rng_state()
+        self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        self.dynamo = DynamoCodes()
+
+    def restore(self) -> None:
+        import logging
+
+        if (sys.stdout, sys.stderr) != self.streams:
+            sys.stdout, sys.stderr = self.streams
+        if warnings.showwarning is not self.showwarning:
+            warnings.showwarning = self.showwarning
+        if warnings.filters != self.filters:
+            warnings.filters[:] = self.filters  # type: ignore[index]
+            warnings._filters_mutated()  # type: ignore[attr-defined]
+        changed = False
+        for lg, level, disabled, propagate in self.loggers:
+            if lg.level != level:
+                lg.level = level  # setLevel clears every logger's cache: once below is enough
+                changed = True
+            lg.disabled, lg.propagate = disabled, propagate
+        if changed:
+            logging.Logger.manager._clear_cache()  # type: ignore[attr-defined]
+        _pop_modes(self.function_modes, self.dispatch_modes)
+        for k, fn in self.module_methods.items():
+            if nn.Module.__dict__[k] is not fn:
+                setattr(nn.Module, k, fn)
+        self._fx._is_fx_tracing_flag = self.fx_flag
+        torch.set_grad_enabled(self.grad)
+        if torch.is_autocast_enabled("cpu") != self.autocast:
+            torch.set_autocast_enabled("cpu", self.autocast)
+        if torch.get_default_dtype() != self.default_dtype:
+            torch.set_default_dtype(self.default_dtype)
+        for name, saved in self.hooks.items():
+            hooks = getattr(nn_module, name)
+            if hooks.keys() != saved.keys():
+                hooks.clear()
+                hooks.update(saved)
+        if not torch.equal(torch.get_rng_state(), self.rng):
+            torch.set_rng_state(self.rng)
+        if self.cuda_rng is not None:
+            torch.cuda.set_rng_state_all(self.cuda_rng)
+        self.dynamo.restore()
+
+
+def _pop_modes(function_modes: int, dispatch_modes: int) -> None:
+    """Pop torch modes an attempt left pushed (a mode pushed by another thread cannot be here:
+    mode stacks are per thread)."""
+    from torch.utils._python_dispatch import _pop_mode
+
+    while torch._C._len_torch_function_stack() > function_modes:
+        torch._C._pop_torch_function_stack()
+    while torch._C._len_torch_dispatch_stack() > dispatch_modes:
+        _pop_mode()
+
+
+class DynamoCodes:
+    """Code objects Dynamo saw during an attempt (compiled, or marked to skip), put back to the
+    state of code Dynamo never saw. Only code first seen during the attempt is reset: a user's own
+    compiled functions keep their caches. Nothing is done when Dynamo was never imported (an eager
+    capture does not load it)."""
+
+    def __init__(self) -> None:
+        self.seen = self._seen()
+        self.callback = self._callback()
+
+    @staticmethod
+    def _callback() -> Any:
+        if "torch._dynamo" not in sys.modules:
+            return None
+        from torch._C._dynamo.eval_frame import get_eval_frame_callback
+
+        return get_eval_frame_callback()
+
+    @staticmethod
+    def _trackers() -> list[Any]:
+        convert_frame = sys.modules.get("torch._dynamo.convert_frame")
+        return [] if convert_frame is None else [convert_frame.input_codes, convert_frame.output_codes]
+
+    def _seen(self) -> set[int]:
+        return {i for tracker in self._trackers() for i in tracker.seen_ids}
+
+    def restore(self) -> None:
+        trackers = self._trackers()
+        if not trackers:
+            return
+        from torch._C._dynamo.eval_frame import reset_code, set_eval_frame
+
+        if self._callback() is not self.callback:
+            set_eval_frame(self.callback)
+        for tracker in trackers:
+            new = [ref for ref in tracker.seen if id(ref()) not in self.seen]
+            for ref in new:
+                code = ref()
+                if code is not None:
+                    reset_code(code)
+                    tracker.seen_ids.discard(id(code))
+            if new:
+                # forgotten with their weak references, whose callbacks then never run (each
+                # would remove its id from ``seen_ids`` a second time)
+                gone = set(map(id, new))
+                tracker.seen[:] = [ref for ref in tracker.seen if id(ref) not in gone]
+
+
+class Snapshot:
+    """The model, the inputs and the process before a capture; :meth:`restore` after each attempt."""
+
+    def __init__(self, model: nn.Module, inputs: Iterable[Any]) -> None:
+        self.model = ModelState(model, inputs)
+        self.process = ProcessState()
+
+    def restore(self) -> None:
+        self.process.restore()
+        self.model.restore()
+
+
+__all__ = ["DynamoCodes", "ModelState", "ProcessState", "Snapshot"]
