@@ -42,6 +42,9 @@ def call_id(stack: Stack) -> str:
 class Call:
     """One call of a module; the root is the model's own forward.
 
+    A module that ran but dispatched no op is a call too (from its ``call`` node), with no ``ops``,
+    ``nodes`` or ``steps`` of its own.
+
     Attributes:
         stack: the call chain, outermost first (``()`` for the root).
         parent: the enclosing call (``None`` for the root).
@@ -193,6 +196,8 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
                 a = a.parent
         elif n.kind in STATE_KINDS:
             state.append(n)
+        elif n.kind == "call":  # a module call that ran no op: the call exists, nothing in it
+            node_call[n.name] = get(n.stack)
     for n in state:
         path = n.stack[-1][0] if n.stack else ""
         while path and path not in by_path:

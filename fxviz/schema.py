@@ -34,7 +34,9 @@ from typing import Any, NoReturn
 from fxviz.errors import GraphFormatError
 
 SCHEMA_VERSION = 1
-NODE_KINDS: tuple[str, ...] = ("input", "parameter", "buffer", "constant", "op", "output")
+#: ``call``: a module call that ran but dispatched no op (an eval-mode ``Dropout`` at ATen level, an
+#: ``Identity``); it has no inputs or outputs, only the call's ``stack`` and the module class as target.
+NODE_KINDS: tuple[str, ...] = ("input", "parameter", "buffer", "constant", "op", "output", "call")
 
 #: Levels a free-form value (node attrs, unknown annotations) may nest: far beyond what a capture
 #: writes, low enough that every writer and the report's script handle it without recursion limits.
@@ -285,13 +287,18 @@ def _node(
     ]
     attrs = _object(d.get("attrs", {}), lambda: f"{at()} 'attrs'")
     check_value(attrs, lambda: f"{at()} 'attrs'")
+    stack = _stack(d.get("stack", []), lambda: f"{at()} 'stack'", stacks)
+    if kind == "call" and (inputs or outputs or not stack):
+        raise GraphFormatError(
+            f"graph JSON: {at()} is a module call that ran no op: it has a module stack and no inputs or outputs"
+        )
     outputs_of[name] = len(outputs)
     return {
         "name": name,
         "kind": kind,
         "target": _opt_text(d, "target", at),
         "inputs": inputs,
-        "stack": _stack(d.get("stack", []), lambda: f"{at()} 'stack'", stacks),
+        "stack": stack,
         "outputs": outputs,
         "source": _source(d.get("source"), lambda: f"{at()} 'source'"),
         "attrs": attrs,

@@ -162,7 +162,7 @@ def test_zoo_eager(name: str, level: str) -> None:
     before = snapshot(model)
     if entry.tracer_limit is not None:  # torch's own error reaches the caller, not a ModelError
         error, message = entry.tracer_limit[level]
-        with pytest.raises(error, match=message):
+        with pytest.raises(error, match=message or None):
             trace_eager(model, args, kwargs, level=level)
         assert_untouched(model, before)
         return
@@ -412,10 +412,9 @@ def test_transformers_through_the_tracer(arch: str, level: str) -> None:
     before = snapshot(model)
     g = fxviz.capture(model, args, kwargs, method="eager" if level == "function" else "eager-aten")
     g.validate()
-    assert called_scopes(g) <= ran
-    # modules that compute nothing themselves (a Dropout in eval mode at ATen level) have no ops
-    silent = {p for p, m in model.named_modules() if isinstance(m, (nn.Dropout, nn.Identity))}
-    assert ran - silent <= called_scopes(g)
+    # every module that ran is in the graph, also one that computed nothing (an eval-mode Dropout
+    # dispatches no ATen op: it is a call of its own, a "call" node)
+    assert called_scopes(g) == ran
     assert_outputs_match(g, out)
     if level == "function":
         assert g.annotations["replay"] == {"ok": True}

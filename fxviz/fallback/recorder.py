@@ -56,7 +56,11 @@ class Recorder:
         for path, m in named:
             first.setdefault(id(m), (path, m))  # a shared module keeps its first path
         self.modules = list(first.values())
-        self.module_stack = ModuleStack()
+        self.module_stack = ModuleStack(self.nodes, self.call_without_ops)
+        #: module calls other threads made, ``(stack, thread name)``: appended by those threads,
+        #: turned into nodes by the capturing thread (:meth:`flush_elsewhere`)
+        self.elsewhere: list[tuple[tuple[ModuleCall, ...] | None, str]] = []
+        self._classes: dict[str, str] | None = None
         self.names = Names()
         self.sources = Sources()
         self.versions = Versions()
@@ -103,6 +107,37 @@ class Recorder:
     def finish(self) -> None:
         """The forward returned: bind its last in-place writes (ATen level) before outputs are read."""
         self.versions.finish_pending()
+        self.flush_elsewhere()
+
+    # ---- module calls without ops ------------------------------------------------------------
+
+    def module_class(self, path: str) -> str:
+        if self._classes is None:
+            self._classes = {p: type(m).__name__ for p, m in self.modules}
+        return self._classes.get(path, "")
+
+    def call_without_ops(self, stack: tuple[ModuleCall, ...], attrs: dict[str, Any] | None = None) -> None:
+        """A module call that recorded nothing (an eval-mode ``Dropout`` at ATen level, an
+        ``Identity``) is a node of kind ``call``: every module that ran is in the graph."""
+        path = stack[-1][0]
+        self.nodes.append(Node(
+            self.names.unique(path.rpartition(".")[2] or "call"), "call", target=self.module_class(path),
+            stack=stack, attrs=attrs or {},
+        ))
+
+    def ran_elsewhere(self, stack: tuple[ModuleCall, ...] | None, thread: str) -> None:
+        """Another thread called a module (runs in that thread: only appends)."""
+        self.elsewhere.append((stack, thread))
+
+    def flush_elsewhere(self) -> None:
+        """Module calls other threads made become ``call`` nodes that say their ops were not seen."""
+        while self.elsewhere:
+            stack, thread = self.elsewhere.pop(0)
+            if stack:
+                self.call_without_ops(stack, {
+                    "thread": thread, "unseen": "ran in another thread: its ops were not recorded"})
+                if not self.replay_blockers or "thread" not in self.replay_blockers[-1]:
+                    self.replay_blockers.append("runs modules in another thread, whose ops were not recorded")
 
     # ---- one call ------------------------------------------------------------------------------
 

@@ -63,6 +63,7 @@ class _Ctx:
     main_dtype: str
     base: list[str]  # paths of the calls being drawn, innermost last
     max_levels: int
+    unseen: dict[str, str]  # Call.id -> why a module call's ops are not in the graph
 
 
 #: A piece of drawing work: it adds lines and yields the nested pieces to draw next, which
@@ -84,7 +85,10 @@ def to_tree(graph: Graph, *, depth: int | None = None, unfold: bool = False,
     folds = {tuple(r["paths"]): r for r in graph.annotations.get("fold", [])}
     calls = graph.calls
     dtypes = [n.meta.dtype for n in graph.inputs if n.meta is not None and n.meta.is_tensor]
-    ctx = _Ctx(graph, depth, unfold, calls, stats, folds, dtypes[0] if dtypes else "", [], max(1, max_levels))
+    unseen = {calls.of(n.name).id: n.attrs["unseen"] for n in graph.nodes
+              if n.kind == "call" and isinstance(n.attrs.get("unseen"), str)}
+    ctx = _Ctx(graph, depth, unfold, calls, stats, folds, dtypes[0] if dtypes else "", [], max(1, max_levels),
+               unseen)
 
     tree = Tree(_header(graph), guide_style="dim")
     for a in graph.attempts:
@@ -224,6 +228,9 @@ def _call_label(call: Block, ctx: _Ctx, fold: list[Step] | None) -> Text:
     if params and call.index == 0:
         count = f"{len(fold)} × {format_count(params)}" if fold else format_count(params)
         t.append(f"  {count} params", style=_DIM)
+    if not call.nodes and not fold:  # the module ran and computed nothing (or nothing seen)
+        unseen = ctx.unseen.get(call.call.id)
+        t.append(f"  · {_c(unseen) if unseen else 'no op'}", style=_DIM)
     return t
 
 

@@ -37,6 +37,7 @@ KIND_COLORS: dict[str, str] = {
     "custom": "#00695c",
     "module": "#37474f",
     "other": "#607d8b",
+    "call": "#90a4ae",  # a module call that ran no op
 }
 
 
@@ -53,6 +54,8 @@ def node_label(node: Node) -> str:
         return short_name(node.target)
     if node.kind in ("parameter", "buffer", "constant"):
         return node.target.rsplit(".", 1)[-1] if node.target else node.name
+    if node.kind == "call":  # the module ran and computed nothing, or ran where no op was seen
+        return "ops not recorded" if node.attrs.get("unseen") else "no op"
     return node.target or node.name
 
 
@@ -221,6 +224,8 @@ def module_boxes(graph: Graph, *, group_values: bool = False, tree: CallTree | N
     for n in graph.nodes:
         if n.kind in ("input", "output"):
             node_group[n.name] = None
+        elif n.kind == "call":  # drawn inside the box of the module call that ran no op
+            node_group[n.name] = tree.of(n.name).id
 
     members: dict[str, list[str]] = {}
     for run in graph.annotations.get("fold", ()):
