@@ -22,6 +22,7 @@ from fxviz.fallback.tensors import ModelState, Versions, tensor_meta, version
 from fxviz.fallback.values import encode, has_opaque
 from fxviz.ir import ModuleCall, Node, Ref, SourceLoc
 from fxviz.ops import DROPOUTS, RANDOM
+from fxviz.torchbridge.guard import named_modules
 
 # Bound once: ``Action.SKIP`` is an attribute lookup on the enum class, ~150 ns on Python 3.11; a
 # module global compared with ``is`` costs ~30 ns, as little as the int constants it replaces, and
@@ -51,7 +52,7 @@ class Recorder:
         self.level = level
         self.aten = level == "aten"
         self.nodes: list[Node] = []
-        named = named if named is not None else list(model.named_modules(remove_duplicate=False))
+        named = named if named is not None else named_modules(model, remove_duplicate=False)
         first: dict[int, tuple[str, nn.Module]] = {}
         for path, m in named:
             first.setdefault(id(m), (path, m))  # a shared module keeps its first path

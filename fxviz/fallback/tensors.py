@@ -160,13 +160,20 @@ class ModelState:
 
     def __init__(self, modules: list[tuple[str, nn.Module]], *, snapshot_buffers: bool) -> None:
         self._modules = modules
-        self._names = TensorMap()
+        # tensor id -> (tensor, kind, name): strong references (the model holds these tensors for
+        # the whole capture anyway; a weak reference per parameter cost more than a deep model's
+        # walk), checked by identity so that a reused id never names another tensor
+        self._names: dict[int, tuple[torch.Tensor, NodeKind, str]] = {}
+        names = self._names
         for path, m in modules:
             prefix = f"{path}." if path else ""
-            for kind, members in (("parameter", m._parameters), ("buffer", m._buffers)):
-                for name, t in members.items():
-                    if t is not None and self._names.get(t) is None:
-                        self._names[t] = (kind, prefix + name)
+            kinds: tuple[tuple[NodeKind, dict[str, Any]], ...] = (
+                ("parameter", m._parameters), ("buffer", m._buffers))
+            for kind, members in kinds:
+                if members:
+                    for name, t in members.items():
+                        if t is not None and id(t) not in names:
+                            names[id(t)] = (t, kind, prefix + name)
         self._attributes_scanned = False
         self._snapshot_buffers = snapshot_buffers
         self._saved: list[tuple[torch.Tensor, torch.Tensor]] = []  # model tensor, its copy
@@ -178,10 +185,10 @@ class ModelState:
         """What the model calls ``t``, read for the first time: ``("parameter", "fc.weight")``, or
         ``("constant", "")`` for a tensor the model does not own (a global, a closure)."""
         kind: NodeKind
-        known = self._names.get(t)
+        known = self._known(t)
         if known is None and not self._attributes_scanned:
             self._scan_attributes(self._modules)
-            known = self._names.get(t)
+            known = self._known(t)
         kind, name = known or ("constant", "")
         if kind == "buffer" and self._snapshot_buffers:
             self._backup(t)
@@ -193,8 +200,12 @@ class ModelState:
         self._attributes_scanned = True
         for path, m in modules:
             for attr, v in vars(m).items():
-                if isinstance(v, torch.Tensor) and self._names.get(v) is None:
-                    self._names[v] = ("constant", f"{path}.{attr}" if path else attr)
+                if isinstance(v, torch.Tensor) and self._known(v) is None:
+                    self._names[id(v)] = (v, "constant", f"{path}.{attr}" if path else attr)
+
+    def _known(self, t: torch.Tensor) -> tuple[NodeKind, str] | None:
+        e = self._names.get(id(t))
+        return (e[1], e[2]) if e is not None and e[0] is t else None
 
     def _backup(self, t: torch.Tensor) -> None:
         if id(t) not in self._backed:
@@ -216,7 +227,7 @@ class ModelState:
                         self._before_write(x)
 
     def _before_write(self, t: torch.Tensor) -> None:
-        if self._names.get(t) is not None:
+        if self._known(t) is not None:
             self._backup(t)
             return
         if t.is_meta or type(t) not in (torch.Tensor, nn.Parameter):
@@ -225,10 +236,9 @@ class ModelState:
             if not self._attributes_scanned:
                 self._scan_attributes(self._modules)
             self._by_storage = {}
-            for key in list(self._names._d.values()):
-                owner = key[0]()
-                if owner is not None and not owner.is_meta:
-                    self._by_storage.setdefault(owner.untyped_storage().data_ptr(), owner)
+            for tensor, _, _ in self._names.values():
+                if not tensor.is_meta:
+                    self._by_storage.setdefault(tensor.untyped_storage().data_ptr(), tensor)
         owner = self._by_storage.get(t.untyped_storage().data_ptr())
         if owner is not None:
             self._backup(owner)

@@ -29,7 +29,7 @@ from torch import nn
 
 from fxviz.errors import InputError
 from fxviz.ir import Attempt
-from fxviz.torchbridge.guard import Snapshot
+from fxviz.torchbridge.guard import Snapshot, walks_shared
 from fxviz.torchbridge.memory import give_back_memory
 from fxviz.torchbridge.source import error_location
 
@@ -288,10 +288,26 @@ class Session:
 
 
 @contextlib.contextmanager
+def deep_enough() -> Iterator[None]:
+    """Raise Python's recursion limit while a capture runs, so that a model nested as deep as its
+    plain forward can run is captured too: a plain forward spends about 4 frames per level of
+    module nesting, the eager tracer 5, fx 7, export 8, strict export 5.3 above ~900 frames of
+    Dynamo's own (measured on torch 2.13). Twice the limit plus 1,500 covers each; the limit is
+    put back afterwards."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 2 * limit + 1500))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+@contextlib.contextmanager
 def capture_session(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Session]:
-    """Hold the process-wide capture lock, keep Ctrl-C, take the snapshot every attempt is
-    restored from, and give back memory the attempts borrowed when the capture ends."""
-    with CAPTURE_LOCK, interrupts_kept():
+    """Hold the process-wide capture lock, keep Ctrl-C, allow the recursion a deep model needs,
+    take the snapshot every attempt is restored from, and give back memory the attempts borrowed
+    when the capture ends."""
+    with CAPTURE_LOCK, interrupts_kept(), deep_enough(), walks_shared():
         snapshot = Snapshot(model, [args, kwargs])
         try:
             yield Session(snapshot)
@@ -301,6 +317,6 @@ def capture_session(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
 
 
 __all__ = [
-    "CAPTURE_LOCK", "Held", "Session", "capture_session", "failed_attempt", "gc_paused",
+    "CAPTURE_LOCK", "Held", "Session", "capture_session", "deep_enough", "failed_attempt", "gc_paused",
     "interrupts_kept", "normalize_args", "quiet_torch",
 ]
