@@ -21,7 +21,7 @@ from fxviz.passes import run_passes
 from fxviz.symbolic.export import capture_export
 from fxviz.symbolic.fx import capture_fx
 from fxviz.torchbridge.normalize import flatten_inputs
-from fxviz.torchbridge.run import failed_attempt, gc_paused, normalize_args, quiet_torch
+from fxviz.torchbridge.run import capture_session, failed_attempt, gc_paused, interrupts_kept, normalize_args
 from fxviz.torchbridge.values import module_infos
 
 Capturer = Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any], Graph]
@@ -65,22 +65,24 @@ def run_methods(
     attempt when none works, or the :class:`ModelError` of a method that ran the model and saw the
     model itself raise (its partial graph records the attempts)."""
     attempts: list[Attempt] = []
-    for method in methods:
-        t0 = time.perf_counter()
-        try:
-            with quiet_torch():
-                graph = CAPTURERS[method](model, args, kwargs, dynamic_shapes)
-        except ModelError as e:
-            attempts.append(failed_attempt(method, time.perf_counter() - t0, e.__cause__ or e))
-            if e.graph is not None:
-                e.graph.attempts = attempts
-            raise
-        except Exception as e:  # every failure is recorded; the next method gets its turn
-            attempts.append(failed_attempt(method, time.perf_counter() - t0, e))
-            continue
-        attempts.append(Attempt(method, True, time.perf_counter() - t0))
-        graph.attempts = attempts
-        return graph
+    # one snapshot before the first attempt, restored after each (model, inputs, process)
+    with capture_session(model, args, kwargs) as session:
+        for method in methods:
+            t0 = time.perf_counter()
+            try:
+                with session.attempt():
+                    graph = CAPTURERS[method](model, args, kwargs, dynamic_shapes)
+            except ModelError as e:
+                attempts.append(failed_attempt(method, time.perf_counter() - t0, e.__cause__ or e))
+                if e.graph is not None:
+                    e.graph.attempts = attempts
+                raise
+            except Exception as e:  # every failure is recorded; the next method gets its turn
+                attempts.append(failed_attempt(method, time.perf_counter() - t0, e))
+                continue
+            attempts.append(Attempt(method, True, time.perf_counter() - t0))
+            graph.attempts = attempts
+            return graph
     raise CaptureError(f"could not capture {type(model).__name__}: every method failed", attempts)
 
 
@@ -106,7 +108,7 @@ def capture(
         raise TargetError(f"method {method!r} is not one of {', '.join(METHODS)}")
     args, kwargs = normalize_args(model, args, kwargs)
     methods = AUTO_CHAIN if method == "auto" else (method,)
-    with gc_paused():
+    with interrupts_kept(), gc_paused():
         try:
             graph = run_methods(model, args, kwargs, methods=methods, dynamic_shapes=dynamic_shapes)
         except ModelError as e:  # the model itself raised: annotate its partial graph all the same

@@ -42,6 +42,9 @@ def call_id(stack: Stack) -> str:
 class Call:
     """One call of a module; the root is the model's own forward.
 
+    A module that ran but dispatched no op is a call too (from its ``call`` node), with no ``ops``,
+    ``nodes`` or ``steps`` of its own.
+
     Attributes:
         stack: the call chain, outermost first (``()`` for the root).
         parent: the enclosing call (``None`` for the root).
@@ -150,23 +153,26 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
     by_path: dict[str, list[Call]] = {}
     node_call: dict[str, Call] = {}
     ids: dict[str, int] = {}  # "path#index" -> how many calls end that way so far
-    kids: dict[tuple[int, ModuleCall], Call] = {}  # (id of a call, level) -> its child call
 
     def get(stack: Stack) -> Call:
         c = by_stack.get(stack)
         if c is not None:
             return c
-        # walk down to the deepest call that exists (one lookup per level, where slicing every
-        # prefix would cost the square of the depth), then create the rest outermost first
-        parent, k = root, 0
-        while k < len(stack):
-            child = kids.get((id(parent), stack[k]))
-            if child is None:
-                break
-            parent, k = child, k + 1
+        # walk up to the deepest enclosing call that exists: usually one or two levels up (the
+        # enclosing call made an op, or a sibling did), where walking down from the root would
+        # cost a lookup per level for every new call
+        k = len(stack) - 1
+        while k > 0:
+            parent = by_stack.get(stack[:k])
+            if parent is not None:
+                return make(parent, stack, k)
+            k -= 1
+        return make(root, stack, 0)
+
+    def make(parent: Call, stack: Stack, k: int) -> Call:
+        """Create the calls of ``stack`` below level ``k`` (``parent`` is the call at level ``k``)."""
         for d in range(k + 1, len(stack) + 1):
             c = Call(stack[:d], parent)
-            kids[(id(parent), stack[d - 1])] = c
             # an id ends in "#<index>" or in "#<index>@<n>": the two kinds cannot meet
             cid = f"{c.path}#{c.index}"
             n = ids[cid] = ids.get(cid, 0) + 1
@@ -193,6 +199,8 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
                 a = a.parent
         elif n.kind in STATE_KINDS:
             state.append(n)
+        elif n.kind == "call":  # a module call that ran no op: the call exists, nothing in it
+            node_call[n.name] = get(n.stack)
     for n in state:
         path = n.stack[-1][0] if n.stack else ""
         while path and path not in by_path:

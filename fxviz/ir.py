@@ -34,7 +34,7 @@ from fxviz.errors import GraphFormatError, RenderError
 from fxviz.schema import NODE_KINDS as NODE_KINDS  # re-exported: the IR's node kinds
 from fxviz.schema import SCHEMA_VERSION, check, parse
 
-NodeKind = Literal["input", "parameter", "buffer", "constant", "op", "output"]
+NodeKind = Literal["input", "parameter", "buffer", "constant", "op", "output", "call"]
 
 Dim = int | str  # a concrete size, or a symbolic one such as "s0"
 
@@ -128,7 +128,10 @@ class Node:
 
     Attributes:
         name: unique within the graph.
-        kind: ``input``, ``parameter``, ``buffer``, ``constant``, ``op`` or ``output``.
+        kind: ``input``, ``parameter``, ``buffer``, ``constant``, ``op``, ``output``, or ``call``: a
+            module call that ran but dispatched no op (an eval-mode ``Dropout`` at ATen level, an
+            ``Identity``), so that every module that ran is in the graph; it has no inputs or
+            outputs, its ``stack`` is the call's and its ``target`` the module's class.
         target: what an op calls: ``aten.linear.default``, ``torch.relu``, ``Tensor.view``; for a
             parameter or buffer its state-dict name (``h.0.attn.c_attn.weight``); for an input the
             argument it came from (``input_ids``, ``args[1]['mask']``).

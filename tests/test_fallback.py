@@ -162,7 +162,7 @@ def test_zoo_eager(name: str, level: str) -> None:
     before = snapshot(model)
     if entry.tracer_limit is not None:  # torch's own error reaches the caller, not a ModelError
         error, message = entry.tracer_limit[level]
-        with pytest.raises(error, match=message):
+        with pytest.raises(error, match=message or None):
             trace_eager(model, args, kwargs, level=level)
         assert_untouched(model, before)
         return
@@ -270,8 +270,14 @@ def test_user_hooks_fire_once_and_their_ops_belong_to_the_module() -> None:
     assert scaled.stack == (("lin", 0),)
     out = g.node(next(n for n in g.ops if n.stack == (("out", 0),)).name)
     assert out.inputs[0].node == scaled.name
+    # a capture puts back what the forward changed, the hooks' own count included; a hook whose
+    # count lives outside the model shows they fire once per capture, and stay registered
+    fired: list[str] = []
+    model.lin.register_forward_hook(lambda *_: fired.append("post"))
     fxviz.capture(model, (x,), method="eager")
-    assert model.calls == {"pre": 2, "post": 2}
+    assert fired == ["post"] and model.calls == {"pre": 1, "post": 1}
+    model(x)
+    assert fired == ["post", "post"] and model.calls == {"pre": 2, "post": 2}
 
 
 def test_training_batchnorm_stats_survive_and_replay_says_why_not() -> None:
@@ -406,10 +412,9 @@ def test_transformers_through_the_tracer(arch: str, level: str) -> None:
     before = snapshot(model)
     g = fxviz.capture(model, args, kwargs, method="eager" if level == "function" else "eager-aten")
     g.validate()
-    assert called_scopes(g) <= ran
-    # modules that compute nothing themselves (a Dropout in eval mode at ATen level) have no ops
-    silent = {p for p, m in model.named_modules() if isinstance(m, (nn.Dropout, nn.Identity))}
-    assert ran - silent <= called_scopes(g)
+    # every module that ran is in the graph, also one that computed nothing (an eval-mode Dropout
+    # dispatches no ATen op: it is a call of its own, a "call" node)
+    assert called_scopes(g) == ran
     assert_outputs_match(g, out)
     if level == "function":
         assert g.annotations["replay"] == {"ok": True}

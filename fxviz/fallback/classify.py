@@ -14,6 +14,7 @@ torch callables.
 from __future__ import annotations
 
 import enum
+import inspect
 from typing import Any, Literal, NamedTuple
 
 import torch
@@ -40,6 +41,20 @@ class Kind(NamedTuple):
     action: Action
     target: str  #: how the graph names it: ``torch.nn.functional.linear``, ``aten.addmm.default``
     name: str  #: the base of its node names: ``linear``, ``addmm``
+    #: may write its tensor arguments (``add_``, ``x[i] = v``, ``F.relu(x, inplace=True)``,
+    #: ``F.batch_norm``'s running statistics, ``p.data = t``) or the ``.grad`` of the model's
+    #: parameters (``backward``): the tracer backs up a model tensor before such a call
+    writes: bool = False
+
+
+#: Function-level calls that write their tensor arguments although their names do not end in
+#: ``_``: in-place operators, normalisations that update running statistics, ``embedding`` with
+#: ``max_norm`` (renormalises rows of its weight), and ``backward`` (accumulates into ``.grad``).
+WRITERS = frozenset({
+    "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
+    "__ipow__", "__imatmul__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
+    "batch_norm", "instance_norm", "embedding", "embedding_bag", "native_batch_norm", "backward",
+})
 
 
 #: level -> callable -> its kind. Naming a callable (``resolve_name``) is slow and its answer never
@@ -68,7 +83,10 @@ def classify(func: Any, level: Level) -> Kind:
     if level == "aten":
         target = str(func)
         name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else target
-        return Kind(Action.EXIT if name in DATA_DEPENDENT else Action.OP, target, name)
+        schema = getattr(func, "_schema", None)
+        writes = schema is not None and any(
+            a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+        return Kind(Action.EXIT if name in DATA_DEPENDENT else Action.OP, target, name, writes)
     target = function_name(func)
     parts = target.split(".")
     tensor = target.startswith("Tensor.")
@@ -81,7 +99,17 @@ def classify(func: Any, level: Level) -> Kind:
         if tensor and name in TENSOR_META_METHODS:
             return Kind(Action.SKIP, target, name)
     action = Action.EXIT if name in DATA_DEPENDENT else Action.OP
-    return Kind(action, target, name.strip("_") or name)  # ``__add__`` -> ``add``
+    writes = (parts[-1] == "__set__" or name in WRITERS or (name.endswith("_") and not name.startswith("__"))
+              or _takes_inplace(func))
+    return Kind(action, target, name.strip("_") or name, writes)  # ``__add__`` -> ``add``
+
+
+def _takes_inplace(func: Any) -> bool:
+    """A function with an ``inplace`` parameter (``F.relu``, ``F.dropout``): it may write its input."""
+    try:
+        return "inplace" in inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 #: ATen op -> positions of the arguments its schema says it writes (``add_``'s ``self``)
@@ -139,5 +167,5 @@ def function_name(func: Any) -> str:
 
 
 __all__ = [
-    "LEVELS", "Action", "Kind", "Level", "classify", "function_name", "kind_of", "kinds", "written_tensors",
+    "LEVELS", "WRITERS", "Action", "Kind", "Level", "classify", "function_name", "kind_of", "kinds", "written_tensors",
 ]

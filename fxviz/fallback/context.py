@@ -6,6 +6,8 @@ from __future__ import annotations
 import linecache
 import sys
 import types
+from collections.abc import Callable
+from typing import Any
 
 from fxviz.ir import ModuleCall, SourceLoc
 from fxviz.torchbridge.source import is_user_file
@@ -64,29 +66,57 @@ class Sources:
 class ModuleStack:
     """The module calls running now, outermost first, with a call index per module path
     (``h.0``'s second call is ``("h.0", 1)``, export's ``@1``). Kept by the module hooks of
-    :mod:`fxviz.fallback.modes`; ``current`` is the stack every recorded node gets."""
+    :mod:`fxviz.fallback.modes`; ``current`` is the stack every recorded node gets.
 
-    __slots__ = ("_calls", "_frames", "current")
+    A call that recorded no node at all (an eval-mode ``Dropout`` at ATen level dispatches
+    nothing, an ``Identity`` calls nothing) is handed to ``on_empty`` with its stack when it
+    returns, so that every module that ran is in the graph. Module calls made by other threads
+    are not on this stack (the recording modes see only the capturing thread's ops, and their
+    calls must not wrap this thread's ops): :meth:`elsewhere` keeps them apart."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_calls", "_frames", "_nodes", "_on_empty", "_threads", "current")
+
+    def __init__(
+        self, nodes: list[Any] | None = None, on_empty: Callable[[tuple[ModuleCall, ...]], None] | None = None,
+    ) -> None:
         self.current: tuple[ModuleCall, ...] = ()
         self._calls: dict[str, int] = {}
-        self._frames: list[tuple[str, tuple[ModuleCall, ...]]] = []
+        self._frames: list[tuple[str, tuple[ModuleCall, ...], int]] = []
+        self._nodes = nodes if nodes is not None else []
+        self._on_empty = on_empty
+        self._threads: dict[int, list[tuple[ModuleCall, ...]]] = {}  # thread -> its calls' stacks
 
     def enter(self, path: str) -> None:
         n = self._calls.get(path, 0)
         self._calls[path] = n + 1
-        self._frames.append((path, self.current))
+        self._frames.append((path, self.current, len(self._nodes)))
         self.current = (*self.current, (path, n))
 
     def leave(self, path: str) -> None:
         # pop through frames a forward that raised (and was caught by the model) left behind
         frames = self._frames
         while frames:
-            p, outer = frames.pop()
+            p, outer, recorded = frames.pop()
             if p == path:
+                if recorded == len(self._nodes) and self._on_empty is not None:
+                    self._on_empty(self.current)
                 self.current = outer
                 return
+
+    def elsewhere(self, thread: int, path: str, entering: bool) -> tuple[ModuleCall, ...] | None:
+        """A module call in another thread starts (``entering``) or returns. Its stack is this
+        thread's stack when the other thread's outermost call started, then the other thread's
+        own calls; returned on entry (None on return)."""
+        stacks = self._threads.setdefault(thread, [])
+        if not entering:
+            if stacks:
+                stacks.pop()
+            return None
+        n = self._calls.get(path, 0)
+        self._calls[path] = n + 1
+        outer = stacks[-1] if stacks else self.current
+        stacks.append((*outer, (path, n)))
+        return stacks[-1]
 
 
 __all__ = ["ModuleStack", "Names", "Sources"]

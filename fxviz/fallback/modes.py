@@ -12,6 +12,8 @@ that keep its module stack.
 from __future__ import annotations
 
 import contextlib
+import threading
+from _thread import get_ident
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -74,7 +76,8 @@ def module_hooks(rec: Recorder) -> Iterator[None]:
     exits.
 
     Two global hooks serve every submodule (registering two hooks per module costs more than the
-    ops of a deep model). Global pre-hooks run before a module's own, so the ops of a user's
+    ops of a deep model). Module calls a worker thread makes are noted apart (the recording modes
+    are per thread: that thread's ops are not seen), so they never wrap this thread's ops. Global pre-hooks run before a module's own, so the ops of a user's
     pre-hook belong to the module; global forward hooks run before a module's own too, so a
     module with forward hooks of its own gets its exit hook appended after them instead.
     """
@@ -82,22 +85,39 @@ def module_hooks(rec: Recorder) -> Iterator[None]:
     stack = rec.module_stack
     own_exit: dict[int, str] = {}
     handles = []
+    main = get_ident()  # the capturing thread: the only one whose ops the modes see
+
+    def enter(path: str) -> None:
+        thread = get_ident()
+        if thread == main:
+            if rec.elsewhere:
+                rec.flush_elsewhere()
+            stack.enter(path)
+        else:  # a call in a worker thread: noted, never wrapped around this thread's ops
+            rec.ran_elsewhere(stack.elsewhere(thread, path, True), threading.current_thread().name)
+
+    def leave(path: str) -> None:
+        thread = get_ident()
+        if thread == main:
+            stack.leave(path)
+        else:
+            stack.elsewhere(thread, path, False)
 
     def pre(module: nn.Module, args: Any) -> None:
         e = paths.get(id(module))
         if e is not None and e[0] is module:
-            stack.enter(e[1])
+            enter(e[1])
 
     def post(module: nn.Module, args: Any, output: Any) -> None:
         e = paths.get(id(module))
         if e is not None and e[0] is module and id(module) not in own_exit:
-            stack.leave(e[1])
+            leave(e[1])
 
     try:
         for key, (m, path) in paths.items():
             if m._forward_hooks:
                 own_exit[key] = path
-                handles.append(m.register_forward_hook(lambda mod, a, o, p=path: stack.leave(p)))
+                handles.append(m.register_forward_hook(lambda mod, a, o, p=path: leave(p)))
         handles.append(register_module_forward_pre_hook(pre))
         handles.append(register_module_forward_hook(post))
         yield

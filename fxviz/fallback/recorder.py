@@ -22,6 +22,7 @@ from fxviz.fallback.tensors import ModelState, Versions, tensor_meta, version
 from fxviz.fallback.values import encode, has_opaque
 from fxviz.ir import ModuleCall, Node, Ref, SourceLoc
 from fxviz.ops import DROPOUTS, RANDOM
+from fxviz.torchbridge.guard import named_modules
 
 # Bound once: ``Action.SKIP`` is an attribute lookup on the enum class, ~150 ns on Python 3.11; a
 # module global compared with ``is`` costs ~30 ns, as little as the int constants it replaces, and
@@ -51,12 +52,16 @@ class Recorder:
         self.level = level
         self.aten = level == "aten"
         self.nodes: list[Node] = []
-        named = named if named is not None else list(model.named_modules(remove_duplicate=False))
+        named = named if named is not None else named_modules(model, remove_duplicate=False)
         first: dict[int, tuple[str, nn.Module]] = {}
         for path, m in named:
             first.setdefault(id(m), (path, m))  # a shared module keeps its first path
         self.modules = list(first.values())
-        self.module_stack = ModuleStack()
+        self.module_stack = ModuleStack(self.nodes, self.call_without_ops)
+        #: module calls other threads made, ``(stack, thread name)``: appended by those threads,
+        #: turned into nodes by the capturing thread (:meth:`flush_elsewhere`)
+        self.elsewhere: list[tuple[tuple[ModuleCall, ...] | None, str]] = []
+        self._classes: dict[str, str] | None = None
         self.names = Names()
         self.sources = Sources()
         self.versions = Versions()
@@ -103,6 +108,37 @@ class Recorder:
     def finish(self) -> None:
         """The forward returned: bind its last in-place writes (ATen level) before outputs are read."""
         self.versions.finish_pending()
+        self.flush_elsewhere()
+
+    # ---- module calls without ops ------------------------------------------------------------
+
+    def module_class(self, path: str) -> str:
+        if self._classes is None:
+            self._classes = {p: type(m).__name__ for p, m in self.modules}
+        return self._classes.get(path, "")
+
+    def call_without_ops(self, stack: tuple[ModuleCall, ...], attrs: dict[str, Any] | None = None) -> None:
+        """A module call that recorded nothing (an eval-mode ``Dropout`` at ATen level, an
+        ``Identity``) is a node of kind ``call``: every module that ran is in the graph."""
+        path = stack[-1][0]
+        self.nodes.append(Node(
+            self.names.unique(path.rpartition(".")[2] or "call"), "call", target=self.module_class(path),
+            stack=stack, attrs=attrs or {},
+        ))
+
+    def ran_elsewhere(self, stack: tuple[ModuleCall, ...] | None, thread: str) -> None:
+        """Another thread called a module (runs in that thread: only appends)."""
+        self.elsewhere.append((stack, thread))
+
+    def flush_elsewhere(self) -> None:
+        """Module calls other threads made become ``call`` nodes that say their ops were not seen."""
+        while self.elsewhere:
+            stack, thread = self.elsewhere.pop(0)
+            if stack:
+                self.call_without_ops(stack, {
+                    "thread": thread, "unseen": "ran in another thread: its ops were not recorded"})
+                if not self.replay_blockers or "thread" not in self.replay_blockers[-1]:
+                    self.replay_blockers.append("runs modules in another thread, whose ops were not recorded")
 
     # ---- one call ------------------------------------------------------------------------------
 
@@ -124,6 +160,8 @@ class Recorder:
                 inputs, attrs, seen = self.collect(args, kwargs, names)
                 source = self.sources.find()
                 mutated = written_tensors(func, args, kwargs, names) if names is not None else ()
+                if kind.writes or (kwargs and "out" in kwargs):
+                    self.before_write(kind, args, kwargs, seen, mutated)
         except Exception as e:
             raise TracerFault(f"tracer failed before {func}") from e
         if skip:
@@ -139,10 +177,26 @@ class Recorder:
             raise TracerFault(f"tracer failed after {func}") from e
         return out
 
+    def before_write(
+        self, kind: Kind, args: tuple[Any, ...], kwargs: dict[str, Any],
+        seen: list[tuple[torch.Tensor, int]], mutated: tuple[int, ...],
+    ) -> None:
+        """A call that may write its arguments is about to run: let the model state copy what of
+        the model's it may write (ATen level: exactly what the schema says it writes)."""
+        if self.aten:
+            self.state.before_write([seen[i][0] for i in mutated if i < len(seen)])
+        elif kind.name == "backward":
+            self.state.before_backward()
+        else:
+            self.state.before_write(args)
+            self.state.before_write(kwargs.values())
+
     def observe_call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """ATen level: run a torch-function call with :attr:`call` on it, so each ATen op it runs is
         tagged with it (``torch_fn``, as export tags its nodes) and a comparison can fold them back."""
         try:
+            if kind_of(func, "function").name == "backward":
+                self.state.before_backward()
             call = self.call_of(func)
         except Exception as e:
             raise TracerFault(f"tracer failed before {func!r}") from e
@@ -232,7 +286,7 @@ class Recorder:
         mutated: tuple[int, ...] = (),
     ) -> Node | None:
         """Add the node for one finished call, unless it computed nothing a graph shows."""
-        action, target, short = kind
+        action, target, short, _ = kind
         if isinstance(out, torch.Tensor):
             outs: tuple[Any, ...] = (out,)
             has_tensor = True

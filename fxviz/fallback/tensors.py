@@ -149,35 +149,49 @@ class ModelState:
     (first name wins, as in ``named_parameters()``), and plain tensor attributes of modules as named
     constants. The model keeps every key alive for the whole capture.
 
-    With ``snapshot_buffers``, a buffer is copied when the forward first reads it, and
-    :meth:`restore` copies every one back: BatchNorm's kernel updates its running statistics without
-    bumping their version counter, so a write cannot be detected, only undone."""
+    With ``snapshot_buffers`` (real tensors, not fake ones), the model's tensors are copied before
+    the forward can change them, and :meth:`restore` puts back what changed: a buffer when the
+    forward first reads it (BatchNorm's kernel updates its running statistics without bumping their
+    version counter, so a write cannot be detected, only undone); any parameter, buffer or tensor
+    attribute just before a call that may write it (:meth:`before_write`), found by identity or by
+    storage (``p.data.mul_(m)`` writes ``p`` through an alias); and the existing ``.grad`` of
+    every parameter before a ``backward`` (:meth:`before_backward`). Parameters are copied only
+    then: most forwards never write one, and copying them all would double a model's memory."""
 
     def __init__(self, modules: list[tuple[str, nn.Module]], *, snapshot_buffers: bool) -> None:
         self._modules = modules
-        self._names = TensorMap()
+        # tensor id -> (tensor, kind, name): strong references (the model holds these tensors for
+        # the whole capture anyway; a weak reference per parameter cost more than a deep model's
+        # walk), checked by identity so that a reused id never names another tensor
+        self._names: dict[int, tuple[torch.Tensor, NodeKind, str]] = {}
+        names = self._names
         for path, m in modules:
             prefix = f"{path}." if path else ""
-            for kind, members in (("parameter", m._parameters), ("buffer", m._buffers)):
-                for name, t in members.items():
-                    if t is not None and self._names.get(t) is None:
-                        self._names[t] = (kind, prefix + name)
+            kinds: tuple[tuple[NodeKind, dict[str, Any]], ...] = (
+                ("parameter", m._parameters), ("buffer", m._buffers))
+            for kind, members in kinds:
+                if members:
+                    for name, t in members.items():
+                        if t is not None and id(t) not in names:
+                            names[id(t)] = (t, kind, prefix + name)
         self._attributes_scanned = False
         self._snapshot_buffers = snapshot_buffers
-        self._saved: list[tuple[torch.Tensor, torch.Tensor]] = []  # buffer, its copy
+        self._saved: list[tuple[torch.Tensor, torch.Tensor]] = []  # model tensor, its copy
+        self._backed: set[int] = set()  # ids of the model tensors in _saved
+        self._by_storage: dict[int, torch.Tensor] | None = None
+        self._grads_saved = False
 
     def read(self, t: torch.Tensor) -> tuple[NodeKind, str]:
         """What the model calls ``t``, read for the first time: ``("parameter", "fc.weight")``, or
         ``("constant", "")`` for a tensor the model does not own (a global, a closure)."""
         kind: NodeKind
-        known = self._names.get(t)
+        known = self._known(t)
         if known is None and not self._attributes_scanned:
             self._scan_attributes(self._modules)
-            known = self._names.get(t)
+            known = self._known(t)
         kind, name = known or ("constant", "")
         if kind == "buffer" and self._snapshot_buffers:
-            with torch.no_grad():
-                self._saved.append((t, t.detach().clone()))
+            self._backup(t)
         return kind, name
 
     def _scan_attributes(self, modules: Iterable[tuple[str, nn.Module]]) -> None:
@@ -186,16 +200,69 @@ class ModelState:
         self._attributes_scanned = True
         for path, m in modules:
             for attr, v in vars(m).items():
-                if isinstance(v, torch.Tensor) and self._names.get(v) is None:
-                    self._names[v] = ("constant", f"{path}.{attr}" if path else attr)
+                if isinstance(v, torch.Tensor) and self._known(v) is None:
+                    self._names[id(v)] = (v, "constant", f"{path}.{attr}" if path else attr)
+
+    def _known(self, t: torch.Tensor) -> tuple[NodeKind, str] | None:
+        e = self._names.get(id(t))
+        return (e[1], e[2]) if e is not None and e[0] is t else None
+
+    def _backup(self, t: torch.Tensor) -> None:
+        if id(t) not in self._backed:
+            self._backed.add(id(t))
+            with torch.no_grad():
+                self._saved.append((t, t.detach().clone()))
+
+    def before_write(self, values: Iterable[Any]) -> None:
+        """A call is about to run that may write these arguments (tensors, or lists of tensors):
+        copy each model tensor among them, or whose storage one of them shares, first."""
+        if not self._snapshot_buffers:
+            return
+        for v in values:
+            if isinstance(v, torch.Tensor):
+                self._before_write(v)
+            elif isinstance(v, (list, tuple)):
+                for x in v:
+                    if isinstance(x, torch.Tensor):
+                        self._before_write(x)
+
+    def _before_write(self, t: torch.Tensor) -> None:
+        if self._known(t) is not None:
+            self._backup(t)
+            return
+        if t.is_meta or type(t) not in (torch.Tensor, nn.Parameter):
+            return
+        if self._by_storage is None:
+            if not self._attributes_scanned:
+                self._scan_attributes(self._modules)
+            self._by_storage = {}
+            for tensor, _, _ in self._names.values():
+                if not tensor.is_meta:
+                    self._by_storage.setdefault(tensor.untyped_storage().data_ptr(), tensor)
+        owner = self._by_storage.get(t.untyped_storage().data_ptr())
+        if owner is not None:
+            self._backup(owner)
+
+    def before_backward(self) -> None:
+        """``backward`` is about to run: copy the gradients it may accumulate into."""
+        if self._grads_saved or not self._snapshot_buffers:
+            return
+        self._grads_saved = True
+        for _, m in self._modules:
+            for p in m._parameters.values():
+                if p is not None and p.grad is not None:
+                    self._backup(p.grad)
 
     def restore(self) -> None:
-        """Put back the buffers the forward read (and may have written): a capture leaves the model
-        as it found it."""
+        """Put back what the forward wrote of what was copied: a capture leaves the model as it
+        found it. Through ``.data`` and only where a value differs, so the tensors' version
+        counters do not move (an autograd graph the user holds stays valid)."""
         with torch.no_grad():
-            for buf, saved in self._saved:
-                buf.copy_(saved)
+            for t, saved in self._saved:
+                if t.shape == saved.shape and t.dtype == saved.dtype and not torch.equal(t, saved):
+                    t.data.copy_(saved)
         self._saved.clear()
+        self._backed.clear()
 
 
 __all__ = ["ModelState", "TensorMap", "Versions", "add_output", "tensor_meta", "version"]

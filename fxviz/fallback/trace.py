@@ -5,6 +5,9 @@ failing model leaves."""
 from __future__ import annotations
 
 import contextlib
+from functools import partial
+from itertools import chain
+from operator import attrgetter, is_not
 from typing import Any
 
 import torch
@@ -15,17 +18,25 @@ from fxviz.fallback.classify import LEVELS, Level
 from fxviz.fallback.modes import module_hooks, recording
 from fxviz.fallback.recorder import Recorder, TracerFault
 from fxviz.ir import Graph
+from fxviz.torchbridge.guard import DynamoCodes, modules_of, named_modules
 from fxviz.torchbridge.normalize import _describe, flatten_inputs, flatten_outputs
-from fxviz.torchbridge.run import gc_paused
+from fxviz.torchbridge.run import CAPTURE_LOCK, deep_enough, gc_paused
 from fxviz.torchbridge.source import error_location
 from fxviz.torchbridge.values import module_infos, output_node
+
+_parameters_of, _buffers_of = attrgetter("_parameters"), attrgetter("_buffers")
+_is_meta = attrgetter("is_meta")
+_not_none = partial(is_not, None)
 
 
 def uses_meta(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """True when the model's state or an input lives on ``meta``: real execution is impossible,
     fake tensors are needed."""
-    if any(t.is_meta for t in model.parameters()) or any(t.is_meta for t in model.buffers()):
-        return True
+    # model.parameters() walks nested generators: the square of the nesting depth
+    modules = modules_of(model)
+    for state in (map(_parameters_of, modules), map(_buffers_of, modules)):
+        if any(map(_is_meta, filter(_not_none, chain.from_iterable(map(dict.values, state))))):
+            return True
     return any(t.is_meta for t in flatten_inputs(model, args, kwargs).tensors)
 
 
@@ -55,9 +66,22 @@ def trace_eager(
     """
     if level not in LEVELS:
         raise TargetError(f"level {level!r} is not one of 'function', 'aten'")
+    with CAPTURE_LOCK, deep_enough():  # one capture at a time: its hooks and modes are process-wide
+        codes = DynamoCodes()
+        try:
+            return _trace(model, args, kwargs, level, fake, grad)
+        finally:
+            # ``torch.cond`` compiles its branches through Dynamo even in eager mode; code it marks
+            # while our modes are on would make a later export of the model fail
+            codes.restore()
+
+
+def _trace(
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None, level: str, fake: bool, grad: bool,
+) -> Graph:
     lvl: Level = "aten" if level == "aten" else "function"
     kwargs = dict(kwargs or {})
-    named = list(model.named_modules(remove_duplicate=False))
+    named = named_modules(model, remove_duplicate=False)
     rec = Recorder(model, lvl, snapshot_buffers=not fake, named=named)
     flat = flatten_inputs(model, args, kwargs)
     fake_mode: Any = contextlib.nullcontext()
@@ -65,7 +89,7 @@ def trace_eager(
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-        on_meta = any(t.is_meta for t in model.parameters())
+        on_meta = any(p.is_meta for _, m in named for p in m._parameters.values() if p is not None)
         tensors = tuple(
             fake_mode.from_tensor(t.to("meta") if on_meta else t) for t in flat.tensors
         )

@@ -86,6 +86,8 @@ def missing_call(
     in_a = ca is not None
     call, g = (ca, a) if ca is not None else (cb, b)
     assert call is not None
+    if not call.nodes:  # a module that ran and computed nothing (an op-less ``call`` node) differs in nothing
+        return None
     inside = [g.node(name) for name in call.nodes]
     side = Side.of(inside, f"{len(inside)} ops")
     path = stack[-1][0]

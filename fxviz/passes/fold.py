@@ -47,6 +47,7 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[str, ...]
     # what depends only on a node's stack (or a state node's owner) is worked out once per stack
     op_levels: dict[int, list[tuple[str, str, str]]] = {}
     state_levels: dict[str, list[tuple[str, str]]] = {}
+    around: dict[str, list[str]] = {"": []}  # module path -> the candidates it is in, outer first
     for n in graph.nodes:
         if n.kind in ("input", "output"):
             continue
@@ -63,10 +64,8 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[str, ...]
         else:  # state belongs to its owner and to every module around it
             owner = state_levels.get(n.module)
             if owner is None:
-                parts = n.module.split(".") if n.module else []
-                prefixes = (".".join(parts[: i + 1]) for i in range(len(parts)))
                 owner = state_levels[n.module] = [
-                    (p, _relative(n.module, p)) for p in prefixes if p in candidates
+                    (p, _relative(n.module, p)) for p in _candidate_prefixes(n.module, candidates, around)
                 ]
             levels = [(p, rel, "") for p, rel in owner]
         if not levels:
@@ -81,6 +80,21 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[str, ...]
             name = n.target if n.kind == "op" else "" if n.kind == "constant" else _relative(n.target, path)
             tokens.setdefault(path, []).append(f"{n.kind}:{name}:{rel}:{calls}:{shapes}")
     return {p: tuple(t) for p, t in tokens.items()}
+
+
+def _candidate_prefixes(path: str, candidates: set[str], around: dict[str, list[str]]) -> list[str]:
+    """The candidates among ``path`` and the modules around it, outer first; ``around`` remembers
+    each module's answer, so every module is looked at once (joining every prefix of every path
+    cost the cube of the nesting depth)."""
+    todo = []
+    p = path
+    while p not in around:
+        todo.append(p)
+        p = p.rpartition(".")[0]
+    for q in reversed(todo):
+        outer = around[q.rpartition(".")[0]]
+        around[q] = [*outer, q] if q in candidates else outer
+    return around[path]
 
 
 def _run_label(paths: list[str]) -> str:

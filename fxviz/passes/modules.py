@@ -6,6 +6,8 @@ lack entries. Parameters and buffers belong to the module that owns them (their 
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 from fxviz.calls import STATE_KINDS
 from fxviz.ir import Graph, ModuleInfo
 
@@ -14,11 +16,24 @@ def annotate_module_paths(graph: Graph) -> Graph:
     for n in graph.nodes:
         if n.kind in STATE_KINDS and not n.stack and "." in n.target:
             n.stack = ((n.target.rpartition(".")[0], 0),)
-    paths = {p for n in graph.nodes for p, _ in n.stack}
-    for path in sorted(paths):
-        parts = path.split(".")
-        for i in range(1, len(parts) + 1):
-            prefix = ".".join(parts[:i])
-            graph.modules.setdefault(prefix, ModuleInfo(""))
+    # every path in a stack, and every prefix of those (``h`` of ``h.0``). Nodes of one call share
+    # one stack tuple, and a prefix's prefixes are known once it is: linear in the calls and
+    # their depth, where joining every prefix of every path cost the cube of the nesting depth
+    stacks = {id(n.stack): n.stack for n in graph.nodes}
+    paths: set[str] = set()
+    for stack in stacks.values():
+        paths.update(map(_path_of, stack))
+    known = set(graph.modules)
+    missing = set()
+    for path in paths:
+        while path and path not in known:
+            known.add(path)
+            missing.add(path)
+            path = path.rpartition(".")[0]
+    for path in sorted(missing):
+        graph.modules.setdefault(path, ModuleInfo(""))
     graph.modules.setdefault("", ModuleInfo(graph.name))
     return graph
+
+
+_path_of = itemgetter(0)

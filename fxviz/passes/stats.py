@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-from fxviz.calls import prefixes
 from fxviz.ir import Graph
 from fxviz.ops import short_name
 
@@ -31,12 +30,26 @@ def compute_stats(graph: Graph) -> Graph:
         own_ops[call.path] += len(call.ops)
     ops = Counter(short_name(n.target) for n in graph.nodes if n.kind == "op")
 
-    mods: dict[str, dict[str, int]] = {"": {"params": 0, "ops": 0}}
-    for what, counter in (("params", own_params), ("ops", own_ops)):
+    # every module counted and every module around one, in order of first mention (outer first);
+    # then each adds its total to its parent's, deepest first: linear in the modules, where adding
+    # each count to every prefix of its path cost the cube of the nesting depth
+    totals: dict[str, list[int]] = {"": [0, 0]}
+    for k, counter in enumerate((own_params, own_ops)):
         for path, count in counter.items():
-            for p in prefixes(path):
-                m = mods.setdefault(p, {"params": 0, "ops": 0})
-                m[what] += count
+            new = []
+            p = path
+            while p not in totals:
+                new.append(p)
+                p = p.rpartition(".")[0]
+            for q in reversed(new):
+                totals[q] = [0, 0]
+            totals[path][k] += count
+    for path in sorted(totals, key=lambda p: p.count(".") + 1 if p else 0, reverse=True):
+        if path:
+            t, parent = totals[path], totals[path.rpartition(".")[0]]
+            parent[0] += t[0]
+            parent[1] += t[1]
+    mods = {p: {"params": t[0], "ops": t[1]} for p, t in totals.items()}
     graph.annotations["stats"] = {
         "total_params": sum(own_params.values()),
         "total_ops": sum(ops.values()),

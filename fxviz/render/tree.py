@@ -118,6 +118,7 @@ class _Ctx:
     width: int | None
     plumbing: dict[str, str]  # node -> category, of the plumbing folded into one line per call
     overlay: dict[str, Any] | None
+    unseen: dict[str, str]  # Call.id -> why a module call's ops are not in the graph
     base: list[str] = field(default_factory=list)  # paths of the calls being drawn, innermost last
 
     def avail(self, nesting: int) -> int | None:
@@ -166,8 +167,10 @@ def to_tree(graph: Graph, *, depth: int | None = None, unfold: bool = False,
         if overlay not in found:
             raise RenderError(f"graph {graph.name!r} has no overlay {overlay!r}; it has: {', '.join(found) or 'none'}")
         spec = found[overlay]
+    unseen = {calls.of(n.name).id: n.attrs["unseen"] for n in graph.nodes
+              if n.kind == "call" and isinstance(n.attrs.get("unseen"), str)}
     ctx = _Ctx(graph, depth, unfold, calls, stats, folds, dtypes[0] if dtypes else "", max(1, max_levels), width,
-               {} if plumbing else plumbing_of(graph), spec)
+               {} if plumbing else plumbing_of(graph), spec, unseen)
 
     tree = Tree(_header(graph, ctx).render(width), guide_style="dim")
     if depth == 0:
@@ -422,6 +425,9 @@ def _call_label(call: Block, ctx: _Ctx, fold: list[Block] | None) -> _Label:
     if params and call.index == 0:
         count = f"{len(fold)} × {format_count(params)}" if fold else format_count(params)
         t.add(f"  {count} params", _DIM, brk=True)
+    if not call.nodes and not fold:  # the module ran and computed nothing (or nothing seen)
+        unseen = ctx.unseen.get(call.call.id)
+        t.add(f"  · {_c(unseen) if unseen else 'no op'}", _DIM, brk=True)
     return t
 
 

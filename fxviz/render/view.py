@@ -41,6 +41,7 @@ KIND_COLORS: dict[str, str] = {
     "custom": "#afb42b",
     "module": "#37474f",
     "other": "#424242",
+    "call": "#e0e0e0",  # a module call that ran no op: light, it computed nothing
 }
 #: The colour of the op that raised and of the boxes around it: nothing else is red.
 ERROR_COLOR = "#c62828"
@@ -82,6 +83,8 @@ def node_label(node: Node) -> str:
         return bounded(short_name(node.target))
     if node.kind in ("parameter", "buffer", "constant"):
         return bounded(node.target.rsplit(".", 1)[-1] if node.target else node.name)
+    if node.kind == "call":  # the module ran and computed nothing, or ran where no op was seen
+        return "ops not recorded" if node.attrs.get("unseen") else "no op"
     return bounded(node.target or node.name)
 
 
@@ -260,6 +263,8 @@ def module_boxes(graph: Graph, *, group_values: bool = False, tree: CallTree | N
     for n in graph.nodes:
         if n.kind in ("input", "output"):
             node_group[n.name] = None
+        elif n.kind == "call":  # drawn inside the box of the module call that ran no op
+            node_group[n.name] = tree.of(n.name).id
 
     members: dict[str, list[str]] = {}
     for run in graph.annotations.get("fold", ()):

@@ -157,13 +157,18 @@ def _node(
     ]
     attrs = _object(d.get("attrs", {}), lambda: f"{at()} 'attrs'")
     check_value(attrs, lambda: f"{at()} 'attrs'")
+    stack = _stack(d.get("stack", []), lambda: f"{at()} 'stack'", stacks)
+    if kind == "call" and (inputs or outputs or not stack):
+        raise GraphFormatError(
+            f"graph JSON: {at()} is a module call that ran no op: it has a module stack and no inputs or outputs"
+        )
     outputs_of[name] = len(outputs)
     return {
         "name": name,
         "kind": kind,
         "target": _opt_text(d, "target", at),
         "inputs": inputs,
-        "stack": _stack(d.get("stack", []), lambda: f"{at()} 'stack'", stacks),
+        "stack": stack,
         "outputs": outputs,
         "source": _source(d.get("source"), lambda: f"{at()} 'source'"),
         "attrs": attrs,

@@ -12,7 +12,9 @@ from typing import Any, NoReturn
 from fxviz.errors import GraphFormatError
 
 SCHEMA_VERSION = 1
-NODE_KINDS: tuple[str, ...] = ("input", "parameter", "buffer", "constant", "op", "output")
+#: ``call``: a module call that ran but dispatched no op (an eval-mode ``Dropout`` at ATen level, an
+#: ``Identity``); it has no inputs or outputs, only the call's ``stack`` and the module class as target.
+NODE_KINDS: tuple[str, ...] = ("input", "parameter", "buffer", "constant", "op", "output", "call")
 
 #: Levels a free-form value (node attrs, unknown annotations) may nest: far beyond what a capture
 #: writes, low enough that every writer and the report's script handle it without recursion limits.

@@ -18,8 +18,6 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-_MAX_DEPTH = 8
-
 
 def bind_names(model: nn.Module, args: tuple[Any, ...]) -> list[str]:
     """Names of the positional ``args`` as ``model.forward`` declares them (``x``, ``input_ids``);
@@ -93,56 +91,61 @@ def flatten_inputs(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
 def flatten_outputs(
     obj: Any, path: str = "output", *, leaf_types: tuple[type, ...] = (torch.Tensor,)
 ) -> list[tuple[str, Any]]:
-    """Every leaf of a model's output with its path, tensors and plain values alike.
+    """Every leaf of a model's output with its path, tensors and plain values alike, at any depth.
 
     Walks tuples, lists, mappings (``ModelOutput`` included), dataclasses and plain objects that
     hold tensors (``DynamicCache``). ``path`` names the root; a single tensor output is ``output``.
+    No recursion (an output may nest deeper than Python's stack); a container met twice is walked
+    once.
     """
     out: list[tuple[str, Any]] = []
     seen: set[int] = set()
-
-    def walk(o: Any, p: str, depth: int) -> None:
+    todo: list[tuple[Any, str]] = [(obj, path)]
+    while todo:
+        o, p = todo.pop()
         if isinstance(o, leaf_types) or o is None or isinstance(o, (int, float, str, bool)):
             out.append((p, o))
-            return
-        if id(o) in seen or depth > _MAX_DEPTH:
-            return
+            continue
+        if id(o) in seen:
+            continue
         seen.add(id(o))
         sep = "" if p == "output" else "."
         root = "" if p == "output" else p
+        children: list[tuple[Any, str]] = []
         if isinstance(o, Mapping):
-            for k, v in o.items():
-                walk(v, f"{root}{sep}{k}" if isinstance(k, str) else f"{p}[{k!r}]", depth + 1)
+            children = [(v, f"{root}{sep}{k}" if isinstance(k, str) else f"{p}[{k!r}]") for k, v in o.items()]
         elif isinstance(o, (list, tuple)):
-            for i, v in enumerate(o):
-                walk(v, f"{p}[{i}]", depth + 1)
+            children = [(v, f"{p}[{i}]") for i, v in enumerate(o)]
         elif dataclasses.is_dataclass(o) and not isinstance(o, type):
-            for f in dataclasses.fields(o):
-                walk(getattr(o, f.name), f"{root}{sep}{f.name}", depth + 1)
+            children = [(getattr(o, f.name), f"{root}{sep}{f.name}") for f in dataclasses.fields(o)]
         elif isinstance(o, nn.Module) or callable(o):
             out.append((p, o))
         elif hasattr(o, "__dict__"):
-            for k, v in vars(o).items():
-                if not k.startswith("_") and _holds_tensors(v, depth + 1):
-                    walk(v, f"{root}{sep}{k}", depth + 1)
+            children = [(v, f"{root}{sep}{k}") for k, v in vars(o).items()
+                        if not k.startswith("_") and _holds_tensors(v)]
         else:
             out.append((p, o))
-
-    walk(obj, path, 0)
+        todo.extend(reversed(children))
     return out
 
 
-def _holds_tensors(o: Any, depth: int) -> bool:
-    if isinstance(o, torch.Tensor):
-        return True
-    if depth > _MAX_DEPTH or isinstance(o, (str, bytes, nn.Module)):
-        return False
-    if isinstance(o, Mapping):
-        return any(_holds_tensors(v, depth + 1) for v in o.values())
-    if isinstance(o, (list, tuple)):
-        return any(_holds_tensors(v, depth + 1) for v in o)
-    if hasattr(o, "__dict__") and not callable(o):
-        return any(_holds_tensors(v, depth + 1) for v in vars(o).values())
+def _holds_tensors(o: Any) -> bool:
+    """Whether a tensor is reachable from ``o`` through containers and plain objects."""
+    seen: set[int] = set()
+    todo = [o]
+    while todo:
+        o = todo.pop()
+        if isinstance(o, torch.Tensor):
+            return True
+        if id(o) in seen or isinstance(o, (str, bytes, nn.Module)):
+            continue
+        seen.add(id(o))
+        if isinstance(o, Mapping):
+            todo.extend(o.values())
+        elif isinstance(o, (list, tuple)):
+            todo.extend(o)
+        elif hasattr(o, "__dict__") and not callable(o):
+            todo.extend(vars(o).values())
     return False
 
 

@@ -1,24 +1,47 @@
-"""What running a capture attempt needs around it: checked arguments, a paused collector, torch's
-own error reports held back, and a failure turned into an :class:`~fxviz.ir.Attempt`."""
+"""What running a capture needs around it: checked arguments, one capture at a time, Ctrl-C that
+always ends it, the model and the process put back after every attempt (:mod:`fxviz.torchbridge.guard`),
+torch's own noise held back while the model's own output reaches the user, a paused collector, and
+a failure turned into an :class:`~fxviz.ir.Attempt`.
+
+    >>> with capture_session(model, args, kwargs) as session:
+    ...     for method in methods:
+    ...         with session.attempt():
+    ...             graph = capture_one(method)
+"""
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import io
 import logging
+import os
 import re
+import signal
+import sys
+import threading
+import types
+import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TextIO
 
+import torch
 from torch import nn
 
 from fxviz.errors import InputError
 from fxviz.ir import Attempt
+from fxviz.torchbridge.guard import Snapshot, walks_shared
+from fxviz.torchbridge.memory import give_back_memory
 from fxviz.torchbridge.source import error_location
 
 _MAX_MESSAGE = 4000
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+#: One capture at a time in a process. fx patches ``nn.Module.__call__`` for the whole process
+#: while it traces, export sets process-wide flags, the eager tracer registers global module hooks
+#: and replaces ``sys.stderr``'s writer: two captures interleaving in two threads would undo each
+#: other's patches (a capture that restores the "original" another one patched leaves the patch in
+#: place). Reentrant: a capture may run inside another's forward on the same thread.
+CAPTURE_LOCK = threading.RLock()
 
 
 def normalize_args(model: Any, args: Any, kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -58,26 +81,242 @@ def failed_attempt(method: str, seconds: float, exc: BaseException) -> Attempt:
     return Attempt(method, False, seconds, type(exc).__name__, message, error_location(exc))
 
 
+# ---- Ctrl-C ----------------------------------------------------------------------------------------
+
+
+class _Interrupts:
+    """Ctrl-C during a capture always ends it with :class:`KeyboardInterrupt`.
+
+    Python raises ``KeyboardInterrupt`` wherever the main thread happens to be when SIGINT
+    arrives; inside a weak-reference callback or a ``__del__`` (torch runs many while it traces)
+    the exception is printed as "Exception ignored in ..." and dropped, and the capture went on
+    to print a graph and exit 0. While a capture runs, SIGINT is recorded as well as raised, and
+    the capture raises it again at the end of each attempt and of the capture if it was lost on
+    the way. Only Python's default handler is replaced, and only on the main thread (where
+    signal handlers run); a program with its own SIGINT handler keeps it."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.hit = False
+        self.previous: Any = None
+
+    def _handler(self, signum: int, frame: types.FrameType | None) -> None:
+        self.hit = True
+        raise KeyboardInterrupt
+
+    def check(self) -> None:
+        """Raise the interrupt if one arrived (and was perhaps swallowed) since the capture began."""
+        if self.hit:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def kept(self) -> Iterator[None]:
+        main = threading.current_thread() is threading.main_thread()
+        if not main:
+            yield
+            return
+        if self.depth == 0:
+            self.hit = False
+            self.previous = None
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                self.previous = signal.signal(signal.SIGINT, self._handler)
+        self.depth += 1
+        try:
+            yield
+        except KeyboardInterrupt:
+            self.hit = False
+            raise
+        except BaseException as e:
+            if self.hit:  # the interrupt became another error on its way out: it is still Ctrl-C
+                self.hit = False
+                raise KeyboardInterrupt from e
+            raise
+        finally:
+            self.depth -= 1
+            if self.depth == 0 and self.previous is not None:
+                signal.signal(signal.SIGINT, self.previous)
+                self.previous = None
+        if self.hit:
+            self.hit = False
+            raise KeyboardInterrupt
+
+
+_INTERRUPTS = _Interrupts()
+
+
+def interrupts_kept() -> contextlib.AbstractContextManager[None]:
+    """The block ends with :class:`KeyboardInterrupt` if Ctrl-C was pressed while it ran, even when
+    the interrupt was swallowed on the way (see :class:`_Interrupts`)."""
+    return _INTERRUPTS.kept()
+
+
+# ---- torch's noise ----------------------------------------------------------------------------------
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
+#: Torch's own text held during one attempt at most; what is beyond is counted, not kept.
+_MAX_HELD = 64 * 1024
+
+
+def _from_torch(frame: types.FrameType | None) -> bool:
+    """Whether the code writing is torch's: the first frame outside the standard library and
+    ``typing_extensions`` (``print``, ``traceback``, ``warnings``, ``copy`` and the ``deprecated``
+    decorator are how torch's messages get written) is in torch's package."""
+    for _ in range(64):
+        if frame is None:
+            return False
+        file = frame.f_code.co_filename
+        if not (file.startswith(_STDLIB_DIR) or file.endswith("typing_extensions.py")):
+            return file.startswith(_TORCH_DIR)
+        frame = frame.f_back
+    return False
+
+
+class Held:
+    """Torch's own messages held back during one attempt, bounded: ``text`` keeps at most
+    ``_MAX_HELD`` characters, ``dropped`` counts the rest."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.size = 0
+        self.dropped = 0
+
+    def add(self, s: str) -> None:
+        if self.size + len(s) <= _MAX_HELD:
+            self.text.append(s)
+            self.size += len(s)
+        else:
+            self.dropped += len(s)
+
+
+class _SortedStderr:
+    """``sys.stderr`` while an attempt runs: what torch writes is held, what anything else writes
+    (the model's own prints) goes through to the real stream at once."""
+
+    def __init__(self, stream: TextIO, held: Held) -> None:
+        self._stream = stream
+        self._held = held
+
+    def write(self, s: str) -> int:
+        if _from_torch(sys._getframe(1)):
+            self._held.add(s)
+            return len(s)
+        return self._stream.write(s)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 @contextlib.contextmanager
-def quiet_torch() -> Iterator[None]:
-    """Silence torch's own error reports (export, Dynamo, fake tensors) while we try methods: a
-    failed attempt is reported once, by us, in ``graph.attempts``. A logger without a level of
-    its own inherits its parent's, so raising ``torch`` and the few ``torch.*`` loggers that torch
-    gave a level of their own silences them all (each ``setLevel`` clears every logger's cache, so
-    doing it for all ~100 torch loggers cost a millisecond per capture); levels are restored
-    afterwards. Export also prints a data-dependent error's partial graph straight to stderr (the
-    exception carries it too), so stderr is held for the attempt."""
+def quiet_torch() -> Iterator[Held]:
+    """Hold torch's own noise while an attempt runs (a failed attempt is reported once, by fxviz,
+    in ``graph.attempts``); the model's own prints and warnings reach the user as they are made.
+
+    * Torch's loggers: a logger without a level of its own inherits its parent's, so raising
+      ``torch`` and the few ``torch.*`` loggers torch gave a level of their own silences them all
+      (each ``setLevel`` clears every logger's cache: doing it for all ~100 cost a millisecond
+      per capture); levels are restored afterwards.
+    * stderr: export prints a data-dependent error's partial graph straight to it. Writes from
+      torch's code are held; others go through (:class:`_SortedStderr`).
+    * warnings torch's code makes are held; the model's go to the usual warning machinery, filters
+      and "once per location" included.
+
+    Held text is bounded (:class:`Held`) and dropped with the attempt."""
+    held = Held()
     registry = logging.Logger.manager.loggerDict
     loggers = [logging.getLogger("torch")] + [
-        lg for n, lg in registry.items()
+        lg for n, lg in list(registry.items())
         if n.startswith("torch.") and isinstance(lg, logging.Logger) and lg.level != logging.NOTSET
     ]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.CRITICAL)
+    stderr = sys.stderr
+    show = warnings.showwarning
+
+    def showwarning(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+                    line: Any = None) -> None:
+        # torch's by where it points, or by who called ``warnings.warn`` (torch often points its
+        # warnings at its caller: ``contextlib.py``, ``copyreg.py``)
+        if filename.startswith(_TORCH_DIR) or _from_torch(sys._getframe(1)):
+            held.add(f"{filename}:{lineno}: {category.__name__}: {message}\n")
+        elif show is _SHOWWARNING:  # through warnings' own machinery: catch_warnings(record=True) sees it
+            _SHOWWARNMSG(warnings.WarningMessage(message, category, filename, lineno, file, line))
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    sys.stderr = _SortedStderr(stderr, held)  # type: ignore[assignment]
+    warnings.showwarning = showwarning
     try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            yield
+        yield held
     finally:
+        if isinstance(sys.stderr, _SortedStderr):
+            sys.stderr = stderr
+        if warnings.showwarning is showwarning:
+            warnings.showwarning = show
         for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
+
+
+_SHOWWARNING = warnings.showwarning
+_SHOWWARNMSG = warnings._showwarnmsg_impl  # type: ignore[attr-defined]
+
+
+# ---- one capture -----------------------------------------------------------------------------------
+
+
+class Session:
+    """One capture: the model, its inputs and the process as they were before the first attempt."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+
+    @contextlib.contextmanager
+    def attempt(self) -> Iterator[Held]:
+        """One attempt: torch's noise held, and afterwards, however it ends, the model, the inputs
+        and the process put back as the session found them, and a Ctrl-C that arrived raised."""
+        try:
+            with quiet_torch() as held:
+                yield held
+        finally:
+            self.snapshot.restore()
+            _INTERRUPTS.check()
+
+
+@contextlib.contextmanager
+def deep_enough() -> Iterator[None]:
+    """Raise Python's recursion limit while a capture runs, so that a model nested as deep as its
+    plain forward can run is captured too: a plain forward spends about 4 frames per level of
+    module nesting, the eager tracer 5, fx 7, export 8, strict export 5.3 above ~900 frames of
+    Dynamo's own (measured on torch 2.13). Twice the limit plus 1,500 covers each; the limit is
+    put back afterwards."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 2 * limit + 1500))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+@contextlib.contextmanager
+def capture_session(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Session]:
+    """Hold the process-wide capture lock, keep Ctrl-C, allow the recursion a deep model needs,
+    take the snapshot every attempt is restored from, and give back memory the attempts borrowed
+    when the capture ends."""
+    with CAPTURE_LOCK, interrupts_kept(), deep_enough(), walks_shared():
+        snapshot = Snapshot(model, [args, kwargs])
+        try:
+            yield Session(snapshot)
+        finally:
+            del snapshot
+            give_back_memory()
+
+
+__all__ = [
+    "CAPTURE_LOCK", "Held", "Session", "capture_session", "deep_enough", "failed_attempt", "gc_paused",
+    "interrupts_kept", "normalize_args", "quiet_torch",
+]

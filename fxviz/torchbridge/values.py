@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from fxviz.ir import ModuleInfo, Node, Ref, TensorMeta
+from fxviz.torchbridge.guard import named_modules
 
 
 def module_infos(
@@ -22,7 +23,7 @@ def module_infos(
     ``model.named_modules(remove_duplicate=False)`` when the caller has walked it already."""
     infos: dict[type, ModuleInfo] = {}
     out: dict[str, ModuleInfo] = {}
-    for path, m in named if named is not None else model.named_modules(remove_duplicate=False):
+    for path, m in named if named is not None else named_modules(model, remove_duplicate=False):
         cls = type(m)
         info = infos.get(cls)
         if info is None:

@@ -1,0 +1,491 @@
+"""What a capture attempt may disturb, taken once before the first attempt and put back after every
+one: the model, the user's inputs and the process.
+
+A forward may write anything it can reach, and so may a capture method on the way: fx runs a
+buffer's ``add_`` for real while it traces, stows constants on the model (``_tensor_constant0``)
+and leaves Proxies in a Python cache; non-strict export rebinds a dict the forward fills; the eager
+tracer runs the forward for real. Restoring after each attempt from one snapshot taken before the
+first also keeps a later attempt from starting from what an earlier one changed (an fx attempt
+that bumped a step counter must not become the eager attempt's "original").
+
+What :class:`Snapshot` keeps, and what it costs:
+
+* every module's ``__dict__`` (a shallow copy) and every ``dict``/``list``/``set`` reachable from it
+  through containers (contents by identity): attributes the forward assigns or adds, parameters,
+  buffers and submodules rebound, hooks, the training flag, a Python cache filled in place;
+* every parameter, buffer and plain tensor attribute by identity, with its ``requires_grad``, its
+  ``.grad`` object and its storage (a ``.data = ...`` rebinding is undone); buffers and tensor
+  attributes also by value (a copy: they are small next to the parameters, and fx and BatchNorm
+  write them without bumping a version counter). Parameters are not copied: no symbolic method
+  writes them for real, and the eager tracer backs up each one just before an op writes it;
+* the inputs' containers and tensors, by identity and value;
+* the process (:class:`ProcessState`): ``sys.stdout``/``sys.stderr``, warning hooks and filters,
+  torch's logger levels, torch's function and dispatch mode stacks, the methods fx patches on
+  ``nn.Module``, fx's tracing flag, grad and autocast modes, the default dtype, the recursion
+  limit, global module
+  hooks, the random number generators, and the code Dynamo compiled or marked during the attempt
+  (``torch.cond``'s eager path compiles through Dynamo; a code object an attempt marked as "skip"
+  made a later export of a ``cond`` model fail).
+
+Writes are put back through ``.data`` (no version bump: a user's autograd graph that saved a buffer
+stays valid), and only where a value differs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+import sys
+import warnings
+from collections.abc import Iterable, Iterator
+from itertools import chain, compress, filterfalse, repeat
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules import module as nn_module
+
+_MISSING = object()
+_first, _second = operator.itemgetter(0), operator.itemgetter(1)
+#: Containers walked into at most (a forward's Python caches; a guard against pathological models).
+_MAX_CONTAINERS = 200_000
+_GLOBAL_HOOKS = (
+    "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+    "_global_backward_pre_hooks", "_global_forward_hooks_always_called", "_global_forward_hooks_with_kwargs",
+)
+
+
+def named_modules(model: nn.Module, *, remove_duplicate: bool = True) -> list[tuple[str, nn.Module]]:
+    """``model.named_modules()`` as a list, in the same order, without recursion: torch's is a
+    chain of nested generators, so each module of a chain ``d`` levels deep passes through ``d``
+    of them (the square of the depth: 3,200 modules nested 1,600 deep took 3 s per walk). Within
+    :func:`walks_shared`, one walk serves the snapshot, the checks and the tracer."""
+    cached = _WALKS.get(id(model))
+    if cached is not None and cached[0] is model:
+        walk = cached[1]
+    else:
+        walk = _walk(model)
+        if _SHARING:
+            _WALKS[id(model)] = (model, walk)
+    if not remove_duplicate:
+        return list(walk)
+    seen: set[int] = set()
+    return [(p, m) for p, m in walk if id(m) not in seen and not seen.add(id(m))]  # type: ignore[func-returns-value]
+
+
+def _walk(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    out: list[tuple[str, nn.Module]] = []
+    todo: list[tuple[str, nn.Module]] = [("", model)]
+    while todo:
+        path, m = todo.pop()
+        out.append((path, m))
+        todo.extend(reversed([(f"{path}.{name}" if path else name, c)
+                              for name, c in m._modules.items() if c is not None]))
+    return out
+
+
+def modules_of(model: nn.Module) -> list[nn.Module]:
+    """Every module once, in ``model.modules()`` order."""
+    return list(map(_second, named_modules(model)))
+
+
+_WALKS: dict[int, tuple[nn.Module, list[tuple[str, nn.Module]]]] = {}
+_SHARING = False
+
+
+@contextlib.contextmanager
+def walks_shared() -> Iterator[None]:
+    """Walk each model's modules once for the block (a capture: the structure it walks is put back
+    after every attempt), instead of once for each part that needs it."""
+    global _SHARING
+    outer = _SHARING
+    _SHARING = True
+    try:
+        yield
+    finally:
+        _SHARING = outer
+        if not outer:
+            _WALKS.clear()
+
+
+def _real(t: torch.Tensor) -> bool:
+    """A tensor with values to copy: not on ``meta``, not a fake or functional wrapper."""
+    return not t.is_meta and type(t) in (torch.Tensor, nn.Parameter, nn.Buffer)
+
+
+class _Containers:
+    """``dict``/``list``/``set`` objects by identity with a copy of their contents; put back in
+    place (the object the model holds stays the same object)."""
+
+    __slots__ = ("saved",)
+
+    def __init__(self, roots: Iterable[Any]) -> None:
+        self.saved: list[tuple[Any, Any]] = []
+        seen: set[int] = set()
+        todo = list(roots)
+        while todo and len(self.saved) < _MAX_CONTAINERS:
+            v = todo.pop()
+            if isinstance(v, (torch.Tensor, nn.Module)) or id(v) in seen:
+                continue
+            if isinstance(v, dict):
+                seen.add(id(v))
+                self.saved.append((v, v.copy()))
+                todo.extend(v.values())
+            elif isinstance(v, list):
+                seen.add(id(v))
+                self.saved.append((v, v.copy()))
+                todo.extend(v)
+            elif isinstance(v, set):
+                seen.add(id(v))
+                self.saved.append((v, v.copy()))
+            elif type(v) is tuple:
+                seen.add(id(v))
+                todo.extend(v)
+
+    def restore(self) -> None:
+        for obj, saved in self.saved:
+            if isinstance(obj, dict):
+                if _dict_changed(obj, saved):
+                    obj.clear()
+                    obj.update(saved)
+            elif isinstance(obj, list):
+                if len(obj) != len(saved) or not all(map(operator.is_, obj, saved)):
+                    obj[:] = saved
+            elif len(obj) != len(saved) or any(x not in saved for x in obj):
+                obj.clear()
+                obj.update(saved)
+
+
+def _dict_changed(d: dict[Any, Any], saved: dict[Any, Any]) -> bool:
+    """Whether ``d`` holds other keys or other objects (by identity) than ``saved``; in C."""
+    return len(d) != len(saved) or d.keys() != saved.keys() or not all(
+        map(operator.is_, d.values(), saved.values()))
+
+
+_grad_of = operator.attrgetter("grad")
+_data_of = operator.attrgetter("data")
+_requires_grad_of = operator.attrgetter("requires_grad")
+_shape_of = operator.attrgetter("shape")
+
+
+class _Tensors:
+    """Tensors by identity: ``requires_grad``, the ``.grad`` object (leaves), the storage (through
+    an alias, so a ``.data = ...`` rebinding can be undone), and for some a copy of the values.
+
+    :meth:`restore` first compares all of it at once, in C (``map`` over the tensors): an
+    attempt almost never changes any, and a Python loop over every parameter of a large model
+    after every attempt cost more than the tracer's own work on a small one."""
+
+    __slots__ = ("aliases", "grads", "leaves", "other", "real", "signature", "tensors", "values")
+
+    def __init__(self, tensors: Iterable[tuple[torch.Tensor, bool]]) -> None:
+        unique = {id(t): (t, copy) for t, copy in tensors}  # a tensor listed twice: the later entry
+        self.tensors = ts = [t for t, _ in unique.values()]
+        # parameters are leaves with storage; tensor attributes and inputs may be neither
+        self.leaves = [t for t in ts if type(t) is nn.Parameter or t.is_leaf]
+        real = list(map(_real, ts))
+        self.real = list(compress(ts, real))
+        self.other = [t for t, r in zip(ts, real, strict=True) if not r]  # meta, fake: no storage to compare
+        with torch.no_grad():
+            self.aliases = list(map(_data_of, ts))
+            self.values = [(t, t.detach().clone()) for t, copy in unique.values() if copy and _real(t)]
+        self.grads = list(map(_grad_of, self.leaves))
+        self.signature = self._signature()
+
+    def _signature(self) -> tuple[list[Any], ...]:
+        """What a capture could change, in C: ``.grad`` objects, ``requires_grad``, the storage
+        (a ``.data = ...`` rebinding moves it), the shapes of tensors without storage."""
+        return (list(map(_grad_of, self.leaves)), list(map(_requires_grad_of, self.tensors)),
+                list(map(torch.Tensor.data_ptr, self.real)), list(map(_shape_of, self.other)))
+
+    def restore(self) -> None:
+        now = self._signature()
+        with torch.no_grad():
+            if not all(len(a) == len(b) and all(map(operator.is_ if k == 0 else operator.eq, a, b))
+                       for k, (a, b) in enumerate(zip(now, self.signature, strict=True))):
+                self._restore_each()
+            for t, value in self.values:
+                if not _equal(t, value):
+                    t.data.copy_(value)
+
+    def _restore_each(self) -> None:
+        for t, data in zip(self.tensors, self.aliases, strict=True):
+            if not _same_storage(t, data):
+                t.data = data
+        for t, grad in zip(self.leaves, self.grads, strict=True):
+            if t.grad is not grad:
+                t.grad = grad
+        for t, requires_grad in zip(self.tensors, self.signature[1], strict=True):
+            if t.requires_grad != requires_grad and t.is_leaf:
+                t.requires_grad_(requires_grad)
+
+
+def _same_storage(t: torch.Tensor, data: torch.Tensor) -> bool:
+    if not _real(t):
+        return t.shape == data.shape and t.dtype == data.dtype
+    return (t.data_ptr() == data.data_ptr() and t.shape == data.shape and t.dtype == data.dtype
+            and t.stride() == data.stride())
+
+
+def _equal(t: torch.Tensor, value: torch.Tensor) -> bool:
+    try:
+        return t.shape == value.shape and t.dtype == value.dtype and bool(torch.equal(t.detach(), value))
+    except RuntimeError:  # an exotic layout or dtype: write it back rather than guess
+        return False
+
+
+#: What ``nn.Module.__init__`` puts in every module's ``__dict__``: the parameter, buffer and
+#: submodule dicts, and hook dicts (almost always empty). Handled without a Python-level walk: a
+#: 1,200-layer decoder has 15,600 modules, 220,000 such dicts.
+_STATE_DICTS = ("_parameters", "_buffers", "_modules")
+_HOOK_DICTS = (
+    "_non_persistent_buffers_set", "_backward_pre_hooks", "_backward_hooks", "_forward_hooks",
+    "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs", "_state_dict_hooks", "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks",
+)
+_STANDARD = frozenset(("training", "_is_full_backward_hook", *_STATE_DICTS, *_HOOK_DICTS))
+_N_STANDARD = len(_STANDARD)
+_hooks_of = operator.itemgetter(*_HOOK_DICTS)
+_state_of = operator.itemgetter(*_STATE_DICTS)
+
+
+class ModelState:
+    """The model and its inputs as they were; :meth:`restore` puts them back.
+
+    Every module's ``__dict__``, its non-empty parameter, buffer, submodule and hook dicts are
+    kept as their keys and one list of all their values (built in C: this runs before every
+    capture, and a Python loop over a large model's modules costs more than the tracer's work on
+    a small one); :meth:`restore` compares lengths and values at once and rebuilds a dict from its
+    keys and its slice of values only where something differs. Dicts that were empty are only
+    checked to be empty still."""
+
+    def __init__(self, model: nn.Module, inputs: Iterable[Any]) -> None:
+        inputs = list(inputs)
+        user: list[Any] = list(inputs)  # roots of the containers walked into
+        tensors: list[tuple[torch.Tensor, bool]] = []
+        dicts = [m.__dict__ for m in modules_of(model)]
+        try:
+            state = list(map(_state_of, dicts))
+            hooks = list(chain.from_iterable(map(_hooks_of, dicts)))
+            standard = dicts
+        except KeyError:  # a module whose __init__ did not run as nn.Module's does
+            standard = [d for d in dicts if d.keys() >= _STANDARD]
+            user += [v for d in dicts if not d.keys() >= _STANDARD for v in d.values()]
+            state = list(map(_state_of, standard))
+            hooks = list(chain.from_iterable(map(_hooks_of, standard)))
+        own = [d for d, n in zip(standard, map(len, standard), strict=True) if n > _N_STANDARD]
+        for d, extra in zip(own, map(operator.sub, map(dict.keys, own), repeat(_STANDARD)), strict=True):
+            for k in extra:  # a module's own attributes (Linear's in_features)
+                v = d[k]
+                if isinstance(v, torch.Tensor):
+                    tensors.append((v, True))
+                elif type(v) not in _SCALARS:
+                    user.append(v)
+        state_dicts = list(chain.from_iterable(state))
+        params = chain.from_iterable(map(dict.values, map(_first, state)))
+        buffers = chain.from_iterable(map(dict.values, map(_second, state)))
+        tensors += [(p, False) for p in params if p is not None]
+        tensors += [(b, True) for b in buffers if b is not None]
+        kept = list(filter(None, hooks))
+        # dicts that were empty only need to stay empty: checked in C
+        self._empty = list(filterfalse(None, hooks)) + list(filterfalse(None, state_dicts))
+        self._dicts = dicts + list(filter(None, state_dicts)) + [c for c in kept if isinstance(c, dict)]
+        self._keys = [list(d) for d in self._dicts]
+        self._signature = _dicts_signature(self._dicts)
+        self._sets = [(c, c.copy()) for c in kept if not isinstance(c, dict)]
+        self._containers = _Containers(user)
+        self._tensors = _Tensors(tensors)
+        self._inputs = _Tensors((t, True) for t in _tensors_in(inputs))
+
+    def restore(self) -> None:
+        lengths, values = _dicts_signature(self._dicts)
+        if lengths != self._signature[0] or not all(map(operator.is_, values, self._signature[1])):
+            self._restore_dicts()
+        for c, saved in self._sets:
+            if c != saved:
+                c.clear()
+                c.update(saved)
+        if any(map(len, self._empty)):  # a hook, parameter or buffer registered during the attempt
+            for h in self._empty:
+                h.clear()
+        self._containers.restore()
+        self._tensors.restore()
+        self._inputs.restore()
+
+    def _restore_dicts(self) -> None:
+        values = self._signature[1]
+        start = 0
+        for d, keys in zip(self._dicts, self._keys, strict=True):
+            end = start + len(keys)
+            if len(d) != len(keys) or list(d) != keys or not all(map(operator.is_, d.values(), values[start:end])):
+                d.clear()
+                d.update(zip(keys, values[start:end], strict=True))
+            start = end
+
+
+def _dicts_signature(dicts: list[dict[str, Any]]) -> tuple[list[int], list[Any]]:
+    """The length of each of ``dicts`` and all their values in order, gathered in C. (A key renamed
+    while the dict keeps its length and its values is not seen; nothing a forward does by
+    assigning attributes.)"""
+    return list(map(len, dicts)), list(chain.from_iterable(map(dict.values, dicts)))
+
+
+_SCALARS = frozenset({int, float, bool, str, bytes, type(None), complex})
+
+
+def _tensors_in(roots: list[Any]) -> Iterable[torch.Tensor]:
+    todo, seen = list(roots), set()
+    while todo:
+        v = todo.pop()
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif id(v) not in seen and isinstance(v, (dict, list, tuple)):
+            seen.add(id(v))
+            todo.extend(v.values() if isinstance(v, dict) else v)
+
+
+class ProcessState:
+    """Process-wide state an attempt may leave changed; :meth:`restore` puts back what differs."""
+
+    def __init__(self) -> None:
+        import logging
+
+        import torch.fx._symbolic_trace as fx_trace
+
+        self._fx = fx_trace
+        self.streams = (sys.stdout, sys.stderr)
+        self.showwarning = warnings.showwarning
+        self.filters = list(warnings.filters)
+        registry = logging.Logger.manager.loggerDict
+        self.loggers = [
+            (lg, lg.level, lg.disabled, lg.propagate) for name, lg in list(registry.items())
+            if (name == "torch" or name.startswith("torch.")) and isinstance(lg, logging.Logger)
+        ]
+        self.function_modes = torch._C._len_torch_function_stack()
+        self.dispatch_modes = torch._C._len_torch_dispatch_stack()
+        self.module_methods = {k: nn.Module.__dict__[k] for k in ("__call__", "__getattr__", "__setattr__")}
+        self.fx_flag = fx_trace._is_fx_tracing_flag
+        self.grad = torch.is_grad_enabled()
+        self.autocast = torch.is_autocast_enabled("cpu")
+        self.default_dtype = torch.get_default_dtype()
+        self.recursion_limit = sys.getrecursionlimit()
+        self.hooks = {name: dict(getattr(nn_module, name)) for name in _GLOBAL_HOOKS}
+        self.rng = torch.get_rng_state()
+        self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        self.dynamo = DynamoCodes()
+
+    def restore(self) -> None:
+        import logging
+
+        if (sys.stdout, sys.stderr) != self.streams:
+            sys.stdout, sys.stderr = self.streams
+        if warnings.showwarning is not self.showwarning:
+            warnings.showwarning = self.showwarning
+        if warnings.filters != self.filters:
+            warnings.filters[:] = self.filters  # type: ignore[index]
+            warnings._filters_mutated()  # type: ignore[attr-defined]
+        changed = False
+        for lg, level, disabled, propagate in self.loggers:
+            if lg.level != level:
+                lg.level = level  # setLevel clears every logger's cache: once below is enough
+                changed = True
+            lg.disabled, lg.propagate = disabled, propagate
+        if changed:
+            logging.Logger.manager._clear_cache()  # type: ignore[attr-defined]
+        _pop_modes(self.function_modes, self.dispatch_modes)
+        for k, fn in self.module_methods.items():
+            if nn.Module.__dict__[k] is not fn:
+                setattr(nn.Module, k, fn)
+        self._fx._is_fx_tracing_flag = self.fx_flag
+        torch.set_grad_enabled(self.grad)
+        if torch.is_autocast_enabled("cpu") != self.autocast:
+            torch.set_autocast_enabled("cpu", self.autocast)
+        if torch.get_default_dtype() != self.default_dtype:
+            torch.set_default_dtype(self.default_dtype)
+        if sys.getrecursionlimit() != self.recursion_limit:
+            sys.setrecursionlimit(self.recursion_limit)
+        for name, saved in self.hooks.items():
+            hooks = getattr(nn_module, name)
+            if hooks.keys() != saved.keys():
+                hooks.clear()
+                hooks.update(saved)
+        if not torch.equal(torch.get_rng_state(), self.rng):
+            torch.set_rng_state(self.rng)
+        if self.cuda_rng is not None:
+            torch.cuda.set_rng_state_all(self.cuda_rng)
+        self.dynamo.restore()
+
+
+def _pop_modes(function_modes: int, dispatch_modes: int) -> None:
+    """Pop torch modes an attempt left pushed (a mode pushed by another thread cannot be here:
+    mode stacks are per thread)."""
+    from torch.utils._python_dispatch import _pop_mode
+
+    while torch._C._len_torch_function_stack() > function_modes:
+        torch._C._pop_torch_function_stack()
+    while torch._C._len_torch_dispatch_stack() > dispatch_modes:
+        _pop_mode()
+
+
+class DynamoCodes:
+    """Code objects Dynamo saw during an attempt (compiled, or marked to skip), put back to the
+    state of code Dynamo never saw. Only code first seen during the attempt is reset: a user's own
+    compiled functions keep their caches. Nothing is done when Dynamo was never imported (an eager
+    capture does not load it)."""
+
+    def __init__(self) -> None:
+        self.seen = self._seen()
+        self.callback = self._callback()
+
+    @staticmethod
+    def _callback() -> Any:
+        if "torch._dynamo" not in sys.modules:
+            return None
+        from torch._C._dynamo.eval_frame import get_eval_frame_callback
+
+        return get_eval_frame_callback()
+
+    @staticmethod
+    def _trackers() -> list[Any]:
+        convert_frame = sys.modules.get("torch._dynamo.convert_frame")
+        return [] if convert_frame is None else [convert_frame.input_codes, convert_frame.output_codes]
+
+    def _seen(self) -> set[int]:
+        return {i for tracker in self._trackers() for i in tracker.seen_ids}
+
+    def restore(self) -> None:
+        trackers = self._trackers()
+        if not trackers:
+            return
+        from torch._C._dynamo.eval_frame import reset_code, set_eval_frame
+
+        if self._callback() is not self.callback:
+            set_eval_frame(self.callback)
+        for tracker in trackers:
+            new = [ref for ref in tracker.seen if id(ref()) not in self.seen]
+            for ref in new:
+                code = ref()
+                if code is not None:
+                    reset_code(code)
+                    tracker.seen_ids.discard(id(code))
+            if new:
+                # forgotten with their weak references, whose callbacks then never run (each
+                # would remove its id from ``seen_ids`` a second time)
+                gone = set(map(id, new))
+                tracker.seen[:] = [ref for ref in tracker.seen if id(ref) not in gone]
+
+
+class Snapshot:
+    """The model, the inputs and the process before a capture; :meth:`restore` after each attempt."""
+
+    def __init__(self, model: nn.Module, inputs: Iterable[Any]) -> None:
+        self.model = ModelState(model, inputs)
+        self.process = ProcessState()
+
+    def restore(self) -> None:
+        self.process.restore()
+        self.model.restore()
+
+
+__all__ = ["DynamoCodes", "ModelState", "ProcessState", "Snapshot", "modules_of", "named_modules", "walks_shared"]
