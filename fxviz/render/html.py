@@ -143,6 +143,9 @@ def _boundaries(graph: Graph, boxes: ModuleBoxes, calls: dict[str, Call]) -> dic
         if gid in calls:
             c = calls[gid]
             out[gid] = (c.inputs, c.outputs)
+        elif gid in boxes.regions:
+            region = boxes.regions[gid]
+            out[gid] = (region.inputs, region.outputs)
         elif g.run:
             members = [calls[m] for m in boxes.members[gid] if m in calls]
             inside = {name for m in members for name in m.nodes}
@@ -229,9 +232,11 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET) -> dict[str, Any]:
     boundaries = _boundaries(graph, boxes, calls)
 
     def group_entry(g: Group) -> dict[str, Any]:
-        paths = g.run["paths"] if g.run else [g.path]
+        paths = g.run["paths"] if g.run else [g.path] if g.kind == "module" else []
         params = sum(mod_stats.get(p, {}).get("params", 0) for p in paths)
         ops = sum(mod_stats.get(p, {}).get("ops", 0) for p in paths)
+        if g.id in boxes.regions:
+            ops = len(boxes.regions[g.id].nodes)
         d: dict[str, Any] = {
             "p": gindex[g.parent] if g.parent is not None else -1,
             "l": g.label, "path": g.path, "cls": g.cls, "call": g.call, "d": g.depth,
@@ -239,6 +244,8 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET) -> dict[str, Any]:
             "params": params, "pl": format_count(params) if params else "", "ops": ops,
             "c": KIND_COLORS[g.values] if g.values else stable_color(g.cls or g.path),
         }
+        if g.kind != "module":
+            d["k"] = g.kind
         if g.values:
             d.update({"io": g.values, "n": g.size})
         ins, outs = boundaries.get(g.id, ([], []))

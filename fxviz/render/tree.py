@@ -1,5 +1,6 @@
 """The terminal tree: module calls nested in execution order, ops inside them, parallel branches
-as branches, identical consecutive blocks folded to ``h.0-11 ×12``.
+as branches, identical consecutive blocks folded to ``h.0-11 ×12``, and the regions that ran
+inside a higher-order op (``◇ no_grad``, ``◇ cond: true branch (taken)``) as branches of their call.
 
     >>> from rich.console import Console
     >>> Console(width=100).print(to_tree(graph, depth=2))
@@ -22,7 +23,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 from rich.tree import Tree
 
-from fxviz.calls import CallTree
+from fxviz.calls import Call, CallTree
 from fxviz.ir import Graph, Node, TensorMeta, module_class
 from fxviz.passes.structure import Block, Op, Parallel, Step, step_nodes, structure
 from fxviz.render.view import format_count, node_color, node_label
@@ -159,7 +160,9 @@ def _steps(parent: Tree, steps: list[Step], ctx: _Ctx, level: int, nesting: int)
     i = 0
     while i < len(steps):
         s = steps[i]
-        if isinstance(s, Block):
+        if isinstance(s, Block) and s.region is not None:
+            yield from _region(parent, s, ctx, level, nesting)
+        elif isinstance(s, Block):
             run = _fold_run(steps, i, ctx)
             if run > 1 and not ctx.unfold:
                 yield from _call(parent, s, ctx, level, nesting, fold=steps[i : i + run])
@@ -252,6 +255,7 @@ def _call(parent: Tree, call: Block, ctx: _Ctx, level: int, nesting: int,
         label.append(f"  … {len(call.nodes)} ops", style=_DIM)
         branch = parent.add(label)
         if nesting >= ctx.max_levels and (ctx.depth is None or level < ctx.depth):
+            assert isinstance(call.call, Call)  # a region is drawn by _region
             levels = max(c.depth for c in call.call.walk()) - call.depth
             branch.add(_hidden(len(call.nodes), levels, ctx))
         return
@@ -259,6 +263,22 @@ def _call(parent: Tree, call: Block, ctx: _Ctx, level: int, nesting: int,
     ctx.base.append(call.path)
     yield _steps(branch, call.steps, ctx, level + 1, nesting + 1)
     ctx.base.pop()
+
+
+def _region(parent: Tree, block: Block, ctx: _Ctx, level: int, nesting: int) -> Work:
+    """A region of a call that ran inside a higher-order op: ``◇ no_grad``, ``◇ cond: true branch
+    (taken)``, with what crosses its border, and its steps inside (module levels do not change)."""
+    label = Text(f"◇ {_c(block.call.name)}", style="bold cyan")
+    ins, outs = [ctx.graph.meta_of(r) for r in block.call.inputs], [ctx.graph.meta_of(r) for r in block.call.outputs]
+    if ins or outs:
+        label.append(f"  {_shapes(ins)} → {_shapes(outs) or '✗'}", style=_SHAPE)
+    count = len(block.nodes)
+    label.append(f"  · {count} op{'' if count == 1 else 's'}", style=_DIM)
+    branch = parent.add(label)
+    if nesting >= ctx.max_levels:
+        branch.add(_hidden(len(block.nodes), 0, ctx))
+        return
+    yield _steps(branch, block.steps, ctx, level, nesting + 1)
 
 
 def _hidden(ops: int, levels: int, ctx: _Ctx) -> Text:
@@ -296,7 +316,7 @@ def _mark(t: Text, node: Node) -> None:
 
 
 def _is_simple(step: Step) -> bool:
-    return isinstance(step, Op) or (isinstance(step, Block) and _single_op(step) is not None)
+    return isinstance(step, Op) or (isinstance(step, Block) and step.region is None and _single_op(step) is not None)
 
 
 def _chain_text(steps: list[Step], ctx: _Ctx) -> Text:
@@ -325,7 +345,7 @@ def _parallel(parent: Tree, p: Parallel, join: Step | None, ctx: _Ctx, level: in
     if isinstance(join, Op):
         join_name = _c(node_label(ctx.graph.node(join.node)))
     elif isinstance(join, Block):
-        join_name = _c(_relative(join.path, ctx))
+        join_name = _c(join.call.name if join.region is not None else _relative(join.path, ctx))
     if p.residual:
         label = Text("⤷ residual branch", style="bold blue")
         if join_name:

@@ -78,6 +78,7 @@ def graph_from_exported(
     method: str,
     prefix: str = NormalizedModel.PREFIX,
     input_names: Sequence[str] = (),
+    taken: dict[torch.fx.Node, bool] | None = None,
 ) -> Graph:
     """The IR of an exported program. A live capture passes the model and its flattened inputs and
     exports through :class:`NormalizedModel` (whose ``prefix`` is stripped from module paths).
@@ -100,8 +101,9 @@ def graph_from_exported(
             target = target[len(prefix) + 1 :] if target.startswith(prefix + ".") else target
             placeholders[arg_name] = Placeholder(kind, target, target)
 
-    conv = Converter(placeholders, strip=prefix)
-    conv.convert(ep.graph)
+    conv = Converter(placeholders, strip=prefix, modules=dict(model.named_modules()) if model is not None else {},
+                     taken=dict(taken or {}))
+    conv.convert(ep.graph, ep.graph_module)
 
     out_node = next(n for n in reversed(ep.graph.nodes) if n.op == "output")
     returned = list(out_node.args[0])
