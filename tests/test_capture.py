@@ -250,7 +250,11 @@ def test_every_method_failing_raises_capture_error_listing_each(monkeypatch: pyt
         fxviz.capture(model, args, kwargs)
     err = info.value
     assert [a.method for a in err.attempts] == list(AUTO_CHAIN)
-    assert all(not a.ok and a.error_type for a in err.attempts)
+    assert all(not a.ok and (a.error_type or a.skipped) for a in err.attempts)
+    # after export stopped on a decision on tensor data, strict export and fx cannot make it either
+    assert [a.method for a in err.attempts if a.skipped] == ["export-strict", "fx"]
+    assert all(a.reason().startswith("skipped: export stopped on a decision on tensor data") and "models.py:" in a.reason()
+               for a in err.attempts if a.skipped)
     # one line, every attempt's reason in it; details() lists them one per line
     assert "\n" not in str(err)
     assert str(err).startswith("could not capture DataDependent: every method failed (export: ")

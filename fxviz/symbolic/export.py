@@ -14,7 +14,9 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from fxviz.errors import TargetError
 from fxviz.ir import Assumption, Graph, NodeKind, SourceLoc
+from fxviz.symbolic.check import ProgramRun, python_spelling, run_program, runtime_assertions
 from fxviz.symbolic.convert import Converter, Placeholder
+from fxviz.torchbridge.checks import RejectedInputs, first_line, real_inputs
 from fxviz.torchbridge.normalize import FlatInputs, NormalizedModel, flatten_inputs
 from fxviz.torchbridge.source import is_user_file
 from fxviz.torchbridge.values import mark_tied, module_infos
@@ -36,10 +38,16 @@ def capture_export(
     strict: bool = False,
     dynamic_shapes: Any = None,
     decompose: bool = False,
+    validate: bool = True,
 ) -> Graph:
     """Capture with ``torch.export.export`` through :class:`NormalizedModel`; ``decompose=True``
     lowers the training IR (``aten.linear``) to core ATen (``aten.addmm``) with
-    ``ExportedProgram.run_decompositions()``."""
+    ``ExportedProgram.run_decompositions()``.
+
+    On real inputs (and ``validate``) the program is run once on them (:mod:`fxviz.symbolic.check`):
+    that records the branch each ``torch.cond`` takes and whether each runtime assertion holds,
+    and what the program raises is a :class:`~fxviz.torchbridge.checks.RejectedInputs` carrying the
+    graph, not a success."""
     flat = flatten_inputs(model, args, kwargs)
     box: dict[str, Any] = {}
     wrapper = NormalizedModel(model, flat, box)
@@ -49,7 +57,25 @@ def capture_export(
     if decompose:
         ep = ep.run_decompositions()
     method = ("export-strict" if strict else "export") + ("-decomposed" if decompose else "")
-    return graph_from_exported(ep, model, flat, box, method=method)
+    run = run_program(ep, flat) if validate and real_inputs(flat.tensors) else None
+    graph = graph_from_exported(ep, model, flat, box, method=method, run=run)
+    if run is not None and run.error is not None:
+        raise _rejected(graph, run) from run.error
+    return graph
+
+
+def _rejected(graph: Graph, run: ProgramRun) -> RejectedInputs:
+    """What to say when the exported program raised on the example inputs: the assertion that
+    failed, with its line, or the error and the op that raised it."""
+    assert run.error is not None
+    failed = next((a for a in graph.assumptions if a.holds is False), None)
+    if failed is not None:
+        at = f" ({failed.source.short()} `{failed.source.code}`)" if failed.source is not None else ""
+        return RejectedInputs(
+            f"the exported graph asserts {failed.expr}{at}, which is false for these inputs: the graph "
+            "does not hold for them", graph, failed)
+    where = f" at {run.failed.name}" if run.failed is not None else ""
+    return RejectedInputs(f"the exported graph does not run on these inputs{where}: {first_line(run.error)}", graph)
 
 
 def _flat_dynamic_shapes(dynamic_shapes: Any, flat: FlatInputs) -> Any:
@@ -78,14 +104,16 @@ def graph_from_exported(
     method: str,
     prefix: str = NormalizedModel.PREFIX,
     input_names: Sequence[str] = (),
-    taken: dict[torch.fx.Node, bool] | None = None,
+    run: ProgramRun | None = None,
 ) -> Graph:
     """The IR of an exported program. A live capture passes the model and its flattened inputs and
     exports through :class:`NormalizedModel` (whose ``prefix`` is stripped from module paths).
     A program exported elsewhere (a ``.pt2`` file, see :mod:`fxviz.symbolic.pt2`) has neither:
     ``model`` and ``flat`` are ``None``, ``prefix`` is ``""``, user inputs are named by
     ``input_names`` (else by their placeholders), outputs by ``box["outputs"]``, and the caller
-    fills in the graph's name and modules."""
+    fills in the graph's name and modules. ``run`` is what running the program on the example
+    inputs found (:func:`~fxviz.symbolic.check.run_program`): the branch each ``cond`` took and the
+    runtime assertions that held; every runtime assertion is listed in ``graph.assumptions``."""
     placeholders: dict[str, Placeholder] = {}
     user_inputs = iter(flat.names if flat is not None else input_names)
     for spec in ep.graph_signature.input_specs:
@@ -102,7 +130,7 @@ def graph_from_exported(
             placeholders[arg_name] = Placeholder(kind, target, target)
 
     conv = Converter(placeholders, strip=prefix, modules=dict(model.named_modules()) if model is not None else {},
-                     taken=dict(taken or {}))
+                     taken=run.taken if run is not None else {})
     conv.convert(ep.graph, ep.graph_module)
 
     out_node = next(n for n in reversed(ep.graph.nodes) if n.op == "output")
@@ -120,13 +148,14 @@ def graph_from_exported(
             target = target[len(prefix) + 1 :] if target.startswith(prefix + ".") else target
             items.append((f"{s.kind.name.lower()}:{target}", r, None))
     conv.add_outputs(items)  # type: ignore[arg-type]
+    asserted = [a for _, a in runtime_assertions(ep, run)]
     if model is None:
-        return Graph(nodes=conv.nodes, method=method)
+        return Graph(nodes=conv.nodes, method=method, assumptions=asserted)
     mark_tied(conv.nodes, model)
 
     return Graph(
         name=type(model).__name__, nodes=conv.nodes, method=method, modules=module_infos(model),
-        assumptions=assumptions_of(ep, flat) if flat is not None else [],
+        assumptions=(assumptions_of(ep, flat) if flat is not None else []) + asserted,
     )
 
 
@@ -162,24 +191,11 @@ def assumptions_of(ep: torch.export.ExportedProgram, flat: FlatInputs) -> list[A
         frame = getattr(getattr(guard, "sloc", None), "framework_loc", None)
         if not isinstance(frame, traceback.FrameSummary) or not is_user_file(frame.filename):
             continue
-        expr = _SYMBOL.sub(lambda m: names.get(m[0], m[0]), _python_spelling(str(guard.expr)))
+        expr = _SYMBOL.sub(lambda m: names.get(m[0], m[0]), python_spelling(str(guard.expr)))
         a = Assumption(expr, SourceLoc(frame.filename, frame.lineno or 0, frame.name, (frame.line or "").strip()))
         if a not in out:
             out.append(a)
     return out
-
-
-def _python_spelling(expr: str) -> str:
-    """sympy's ``Eq(a, b)`` / ``Ne(a, b)`` at the top level as ``a == b`` / ``a != b``."""
-    for fn, op in (("Eq(", "=="), ("Ne(", "!=")):
-        if expr.startswith(fn) and expr.endswith(")"):
-            inner, depth = expr[len(fn) : -1], 0
-            for i, ch in enumerate(inner):
-                depth += ch == "("
-                depth -= ch == ")"
-                if ch == "," and depth == 0:
-                    return f"{inner[:i].strip()} {op} {inner[i + 1 :].strip()}"
-    return expr
 
 
 __all__ = ["assumptions_of", "capture_export", "graph_from_exported"]
