@@ -267,9 +267,10 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET) -> dict[str, Any]:
         "error": graph.error,
         "attempts": [
             {"method": a.method, "ok": a.ok, "seconds": round(a.seconds, 3), "reason": a.reason(),
-             "message": a.message}
+             "message": a.message, **({"skipped": True} if a.skipped else {})}
             for a in graph.attempts
         ],
+        "notes": list(graph.notes),
         "totals": {
             "params": total_params, "pl": format_count(total_params),
             "ops": stats.get("total_ops", len(graph.ops)), "nodes": len(graph.nodes),

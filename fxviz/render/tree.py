@@ -89,8 +89,12 @@ def to_tree(graph: Graph, *, depth: int | None = None, unfold: bool = False,
 
     tree = Tree(_header(graph), guide_style="dim")
     for a in graph.attempts:
-        if not a.ok:
+        if a.skipped:
+            tree.add(Text(f"⤼ {_c(a.method)} {_c(a.reason())}", style="dim yellow"))
+        elif not a.ok:
             tree.add(Text(f"✗ {_c(a.method)} failed: {_c(a.reason())}", style="yellow"))
+    for note in graph.notes:
+        tree.add(Text(f"ℹ {_c(note)}", style=_DIM))
     for n in graph.inputs:
         tree.add(_io_line("▶", n))
     _draw(_steps(tree, structure(graph, calls).steps, ctx, level=1, nesting=1))

@@ -11,6 +11,7 @@ import torch
 import torch.fx
 from torch import nn
 from torch.export.graph_signature import InputKind, OutputKind
+from torch.utils import _pytree as pytree
 
 from fxviz.errors import TargetError
 from fxviz.ir import Assumption, Graph, NodeKind, SourceLoc
@@ -139,7 +140,9 @@ def graph_from_exported(
         r for r, s in zip(returned, ep.graph_signature.output_specs, strict=True)
         if s.kind == OutputKind.USER_OUTPUT
     ]
-    leaves = box.get("outputs") or [(f"output[{i}]", None) for i in range(len(user_outputs))]
+    # a forward traced by Dynamo (strict export) never ran NormalizedModel's Python, which fills the
+    # box: its outputs are named by the keys of the dict it returns, read from the program's spec
+    leaves = box.get("outputs") or [(name, None) for name in output_names(ep)]
     tensor_iter = iter(user_outputs)
     items = [(path, next(tensor_iter, None) if const is None else None, const) for path, const in leaves]
     for r, s in zip(returned, ep.graph_signature.output_specs, strict=True):
@@ -157,6 +160,39 @@ def graph_from_exported(
         name=type(model).__name__, nodes=conv.nodes, method=method, modules=module_infos(model),
         assumptions=(assumptions_of(ep, flat) if flat is not None else []) + asserted,
     )
+
+
+def output_names(ep: torch.export.ExportedProgram) -> list[str]:
+    """The user outputs as a live capture names them: ``output`` for one tensor, ``output[1]``
+    in a tuple, ``logits`` in a ``ModelOutput``. Positional names when the spec cannot be walked."""
+    n_user = len(ep.graph_signature.user_outputs)
+    paths = leaf_paths(ep.call_spec.out_spec)
+    if paths is None or len(paths) != n_user:
+        return [f"output[{i}]" for i in range(n_user)]
+    names = []
+    for path in paths:
+        name = "output"
+        for k in path:
+            key = getattr(k, "key", getattr(k, "name", None))
+            if isinstance(k, pytree.SequenceKey):
+                name += f"[{k.idx}]"
+            elif isinstance(key, str):
+                name = key if name == "output" else f"{name}.{key}"
+            else:
+                name += f"[{key!r}]"
+        names.append(name)
+    return names
+
+
+def leaf_paths(spec: pytree.TreeSpec | None) -> list[tuple[Any, ...]] | None:
+    """The key path of every leaf of ``spec`` (rebuilding the tree with integers as leaves)."""
+    if spec is None:
+        return None
+    try:
+        tree = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
+        return [tuple(path) for path, _ in pytree.tree_flatten_with_path(tree)[0]]
+    except Exception:  # a class whose unflatten wants real values: fall back to positions
+        return None
 
 
 # how export names an input size of NormalizedModel's forward(*tensors): L['tensors'][0].size()[1]
@@ -198,4 +234,4 @@ def assumptions_of(ep: torch.export.ExportedProgram, flat: FlatInputs) -> list[A
     return out
 
 
-__all__ = ["assumptions_of", "capture_export", "graph_from_exported"]
+__all__ = ["assumptions_of", "capture_export", "graph_from_exported", "leaf_paths", "output_names"]
