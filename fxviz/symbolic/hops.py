@@ -181,8 +181,10 @@ def _convert_body(
 
 
 def _transparent(conv: Converter, outs: list[Ref | None], metas: tuple[TensorMeta, ...]) -> bool:
-    """Does the body hand back exactly what the op hands back (same count, shapes and dtypes)?"""
-    if len(outs) != len(metas) or not outs:
+    """Does the body hand back exactly what the op hands back (same count, shapes and dtypes)? A
+    body that hands back nothing, of an op that hands back nothing (export leaves such a
+    ``wrap_with_set_grad_enabled`` where a grad mode changed between two ops), is transparent too."""
+    if len(outs) != len(metas):
         return False
     for r, m in zip(outs, metas, strict=True):
         if r is None:
@@ -244,7 +246,8 @@ def inferred_stack(conv: Converter, inputs: Sequence[Ref]) -> Stack:
 
 def mark_checkpoints(conv: Converter) -> None:
     """Regions for ops that ran inside ``torch.utils.checkpoint``: consecutive ops whose stack
-    traces enter it from the same line. Where a region of a higher-order op holds exactly those
+    traces enter it from the same line, inside the same regions (a loop that checkpoints each of
+    its blocks from one line makes one region, unless a higher-order op already tells the calls apart). Where a region of a higher-order op holds exactly those
     ops (reentrant checkpoint runs its function under ``no_grad``, which export wraps), that region
     is relabelled ``checkpoint``; otherwise a region is added around them."""
     if not conv.traces:
@@ -255,7 +258,9 @@ def mark_checkpoints(conv: Converter) -> None:
         if n.kind != "op":
             continue
         trace = conv.traces.get(n.name)
-        k = _checkpoint_key(trace) if trace else None
+        entered = _checkpoint_key(trace) if trace else None
+        # a run never spans two regions of higher-order ops: each reentrant checkpoint is one
+        k = None if entered is None else entered + "".join(f"\0{r[1]}" for r in n.attrs.get("region", []))
         if k != key:
             _checkpoint_region(conv, run)
             run, key = [], k
