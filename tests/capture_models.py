@@ -266,7 +266,7 @@ class ImageTokens(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, pixels: torch.Tensor) -> torch.Tensor:
         n = (input_ids == IMAGE_TOKEN).sum().item()
-        torch._check(n == self.features, lambda: f"{n} image tokens for {self.features} image features")
+        torch._check(n == self.features, lambda: "image tokens do not match image features")
         return self.embed(input_ids).sum(1) + self.vision(pixels).sum(1)
 
 

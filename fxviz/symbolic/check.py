@@ -162,6 +162,13 @@ class _Runner:
         raise NotImplementedError(f"an exported graph holds a {n.op} node ({n.name})")
 
 
+def has_checks(ep: torch.export.ExportedProgram) -> bool:
+    """Does the program hold a ``cond`` or a runtime assertion, which only running it evaluates?"""
+    cond = torch.ops.higher_order.cond
+    return any(n.target is cond or _is_assert(n) for m in ep.graph_module.modules()
+               if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes)
+
+
 def run_program(ep: torch.export.ExportedProgram, flat: FlatInputs) -> ProgramRun:
     """Run ``ep`` once on the real inputs ``flat``, under ``no_grad``, the generators forked; what it
     raises is kept in the result, not raised."""
@@ -210,4 +217,4 @@ def python_spelling(expr: str) -> str:
     return expr
 
 
-__all__ = ["ASSERT_TARGETS", "ProgramRun", "python_spelling", "run_program", "runtime_assertions"]
+__all__ = ["ASSERT_TARGETS", "ProgramRun", "has_checks", "python_spelling", "run_program", "runtime_assertions"]

@@ -15,9 +15,9 @@ from torch.utils import _pytree as pytree
 
 from fxviz.errors import TargetError
 from fxviz.ir import Assumption, Graph, NodeKind, SourceLoc
-from fxviz.symbolic.check import ProgramRun, python_spelling, run_program, runtime_assertions
+from fxviz.symbolic.check import ProgramRun, has_checks, python_spelling, run_program, runtime_assertions
 from fxviz.symbolic.convert import Converter, Placeholder
-from fxviz.torchbridge.checks import RejectedInputs, first_line, real_inputs
+from fxviz.torchbridge.checks import RejectedInputs, confirm_forward, first_line, real_inputs
 from fxviz.torchbridge.normalize import FlatInputs, NormalizedModel, flatten_inputs
 from fxviz.torchbridge.source import is_user_file
 from fxviz.torchbridge.values import mark_tied, module_infos
@@ -48,7 +48,9 @@ def capture_export(
     On real inputs (and ``validate``) the program is run once on them (:mod:`fxviz.symbolic.check`):
     that records the branch each ``torch.cond`` takes and whether each runtime assertion holds,
     and what the program raises is a :class:`~fxviz.torchbridge.checks.RejectedInputs` carrying the
-    graph, not a success."""
+    graph, not a success. Non-strict export runs the model's own Python, so a check on tensor data
+    either stops it or stays in the graph as an assertion; Dynamo (``strict``) may drop one, so
+    there the model itself runs once (and the program too when it holds a ``cond`` or an assertion)."""
     flat = flatten_inputs(model, args, kwargs)
     box: dict[str, Any] = {}
     wrapper = NormalizedModel(model, flat, box)
@@ -58,10 +60,15 @@ def capture_export(
     if decompose:
         ep = ep.run_decompositions()
     method = ("export-strict" if strict else "export") + ("-decomposed" if decompose else "")
-    run = run_program(ep, flat) if validate and real_inputs(flat.tensors) else None
+    check = validate and real_inputs(flat.tensors)
+    run = run_program(ep, flat) if check and (not strict or has_checks(ep)) else None
     graph = graph_from_exported(ep, model, flat, box, method=method, run=run)
     if run is not None and run.error is not None:
         raise _rejected(graph, run) from run.error
+    if check and strict:
+        # Dynamo may evaluate a check on tensor data while it traces and leave nothing of it in the
+        # graph (``torch._check(n == 2)`` after ``.item()``): only the model itself can say
+        confirm_forward(model, flat, graph)
     return graph
 
 

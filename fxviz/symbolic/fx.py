@@ -47,7 +47,9 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
         if not n.users and _is_dataclass_call(n):
             gm.graph.erase_node(n)
 
-    names = dict(zip([p.name for p in placeholders], flat.names + [p.name for p in placeholders], strict=False))
+    # the tensors given name the first placeholders; a keyword input left at its default keeps its own
+    names = dict(zip([p.name for p in placeholders],
+                     flat.names + [p.name for p in placeholders[len(flat.names):]], strict=False))
     conv = Converter(
         {p.name: Placeholder("input", names[p.name], names[p.name]) for p in placeholders},
         modules=dict(model.named_modules()),
