@@ -20,6 +20,13 @@ call splits fxviz's own time into conversion (ExportedProgram -> IR) and each pa
 
 Then the tree of a 48-layer GPT-2 (captured on ``meta``) is rendered to a string, folded and unfolded.
 Target: under 1 s.
+
+Then the auto chain on a data-dependent detection-style model (``TinyDetector`` from the tests'
+zoo, ``tests/capture_models.py``: a Faster R-CNN-shaped head; torchvision is not installed here),
+in interleaved rounds: ``auto`` as it is (strict export and fx skipped after non-strict export
+stopped on a decision on tensor data), ``auto, nothing skipped`` (the chain before issue 9: every
+method tried in turn), and the eager tracer alone. Target (issue 9): at most half the time of the
+chain before.
 """
 
 from __future__ import annotations
@@ -201,6 +208,44 @@ def bench_tree(layers: int, reps: int) -> dict[str, Any]:
     return res
 
 
+def bench_chain(reps: int, size: int) -> dict[str, Any]:
+    """``fxviz.capture`` (auto) on the detection-style model with and without skipping, next to
+    the eager tracer alone; the attempts of one run of each."""
+    import os
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from capture_models import detector
+
+    import fxviz
+    import fxviz.api as api
+
+    model, args, kwargs = detector(size)
+    skip = api.skip_reason
+
+    def auto() -> Any:
+        return fxviz.capture(model, args, kwargs)
+
+    def auto_unskipped() -> Any:
+        api.skip_reason = lambda *_: None  # type: ignore[assignment]  # the chain before issue 9
+        try:
+            return fxviz.capture(model, args, kwargs)
+        finally:
+            api.skip_reason = skip
+
+    def eager() -> Any:
+        return fxviz.capture(model, args, kwargs, method="eager")
+
+    fns = {"auto": auto, "auto, nothing skipped": auto_unskipped, "eager tracer alone": eager}
+    times = round_robin(fns, reps=reps, warmup=1)
+    attempts = {k: [(a.method, round(a.seconds, 4), "skipped" if a.skipped else "ok" if a.ok else "failed")
+                    for a in fn().attempts] for k, fn in fns.items()}
+    res = {"model": f"TinyDetector, 1x3x{size}x{size}", "reps": reps, "times_s": times,
+           "medians_s": {k: med(v) for k, v in times.items()}, "attempts": attempts}
+    res["speedup"] = res["medians_s"]["auto, nothing skipped"] / res["medians_s"]["auto"]
+    res["speedup_paired"] = med([b / a for a, b in zip(times["auto"], times["auto, nothing skipped"], strict=True)])
+    return res
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="cnn,gpt2,llama", help="comma-separated subset of cnn,gpt2,llama")
@@ -208,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--llama-layers", type=int, default=24)
     ap.add_argument("--tree-layers", type=int, default=48, help="GPT-2 depth for the tree timing (0: skip)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--chain-reps", type=int, default=9, help="rounds of the detection-model chain (0: skip)")
+    ap.add_argument("--chain-size", type=int, default=128, help="image size of the detection-style model")
     ap.add_argument("--out", default=None, help="also write the results as JSON to this path")
     ns = ap.parse_args(argv)
 
@@ -277,9 +324,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nfirst render on the fresh graph: {fmt_s(tree_res['first_render_s'])}; "
                   f"capture itself: {fmt_s(tree_res['capture_s'])}; {tree_res['nodes']} nodes")
 
+    chain_res = None
+    if ns.chain_reps:
+        print("... auto chain on the detection-style model", file=sys.stderr, flush=True)
+        chain_res = bench_chain(ns.chain_reps, ns.chain_size)
+        m = chain_res["medians_s"]
+        print(f"\n## Auto chain: {chain_res['model']} (medians of {chain_res['reps']} rounds)\n")
+        print(table(
+            ["capture", "wall (median)", "attempts (s, one run)"],
+            [[k, fmt_s(v), ", ".join(f"{meth} {sec:.3f} {what}" for meth, sec, what in chain_res["attempts"][k])]
+             for k, v in m.items()],
+        ))
+        print(f"\nauto is {chain_res['speedup']:.2f}x faster than the chain without skipping "
+              f"(paired {chain_res['speedup_paired']:.2f}x); target: at least 2x")
+
     env = environment()
     print(f"\n{env} — total {time.perf_counter() - t0:.0f} s")
-    write_json(ns.out, {"environment": env, "capture": results, "tree": tree_res})
+    write_json(ns.out, {"environment": env, "capture": results, "tree": tree_res, "chain": chain_res})
     return 0
 
 
