@@ -11,7 +11,9 @@ costs), with torch pinned to one thread:
 - ``export (plain)``: ``torch.export.export(model, args, kwargs)`` on the raw model, where it works
   (transformers' ``DynamicCache`` output stops it; that is why fxviz wraps the model); then it is
   timed with ``use_cache=False`` and marked ``*``;
-- ``fxviz``: ``fxviz.capture(model, args, kwargs, method="export")``, end to end.
+- ``fxviz``: ``fxviz.capture(model, args, kwargs, method="export", validate=False)``, end to end;
+- ``fxviz (checked)``: the same with the default ``validate=True``: the exported program also runs
+  once on the inputs (issue 9; skipped for inputs on ``meta``), shown next to one plain ``forward``.
 
 ``overhead %`` = (fxviz - export) / export on the medians; ``paired %``: the median of the
 per-round ratios (each round runs both back to back, so the machine's drift hits both alike);
@@ -101,7 +103,14 @@ def bench_model(name: str, build: Callable[[], Any], reps: int) -> dict[str, Any
         return torch.export.export(NormalizedModel(model, flat, {}), flat.tensors)
 
     def via_fxviz() -> Any:
+        return fxviz.capture(model, args, kwargs, method="export", validate=False)
+
+    def checked() -> Any:  # the default: the program runs once on the inputs (skipped on meta)
         return fxviz.capture(model, args, kwargs, method="export")
+
+    def forward() -> Any:
+        with torch.no_grad():
+            return model(*args, **kwargs)
 
     def plain() -> Any:
         return torch.export.export(model, args, kwargs)
@@ -109,7 +118,9 @@ def bench_model(name: str, build: Callable[[], Any], reps: int) -> dict[str, Any
     def plain_no_cache() -> Any:
         return torch.export.export(model, args, {**kwargs, "use_cache": False})
 
-    fns: dict[str, Callable[[], Any]] = {"export": bare, "fxviz": via_fxviz}
+    fns: dict[str, Callable[[], Any]] = {"export": bare, "fxviz": via_fxviz, "fxviz (checked)": checked}
+    if not any(t.is_meta for t in flat.tensors):
+        fns["forward"] = forward
     plain_error = plain_variant = None
     try:
         plain()
@@ -145,6 +156,8 @@ def bench_model(name: str, build: Callable[[], Any], reps: int) -> dict[str, Any
         "times_s": times,
         "export_s": med(times["export"]),
         "fxviz_s": med(times["fxviz"]),
+        "checked_s": med(times["fxviz (checked)"]),
+        "forward_s": med(times["forward"]) if "forward" in times else None,
         "plain_export_s": med(times["export (plain)"]) if "export (plain)" in times else None,
         "plain_export_error": plain_error,
         "plain_export_variant": plain_variant,
@@ -286,15 +299,21 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['overhead_cpu'] * 100:+.1f}%",
             fmt_s(r["convert_s"]),
             fmt_s(sum(r["passes_s"].values())),
+            fmt_s(r["checked_s"]),
+            "skipped (meta)" if r["forward_s"] is None else fmt_s(r["checked_s"] - r["fxviz_s"]),
+            fmt_s(r["forward_s"]),
             str(r["nodes"]),
             str(r["reps"]),
         ])
     print(f"\n## Capture: fxviz vs torch.export ({ns.threads} thread, medians)\n")
     print(table(
         ["model", "export s", "export (plain) s", "fxviz s", "overhead %", "paired %", "cpu %", "convert",
-         "passes", "nodes", "reps"],
+         "passes", "fxviz checked s", "check", "forward", "nodes", "reps"],
         rows,
     ))
+    print("\n`fxviz`: capture(method='export', validate=False), conversion and passes only (target: +20%); "
+          "`fxviz checked`: the default, which also runs the program once on the inputs (`check`; "
+          "compare with one plain `forward` under no_grad)")
     print()
     for r in results:
         if r["plain_export_error"]:
