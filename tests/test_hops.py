@@ -241,3 +241,16 @@ def test_the_diff_still_aligns_modules_inside_regions() -> None:
     model, args, kwargs = built("no_grad_teacher")
     d = fxviz.compare(model, args, kwargs)
     assert not d.significant, [x.message for x in d.differences]
+
+
+def test_a_saved_program_shows_its_regions(tmp_path: Any) -> None:
+    from fxviz.passes import DEFAULT, run_passes
+    from fxviz.symbolic.pt2 import graph_from_pt2
+
+    model, args, _ = cm.cond_branches()
+    torch.export.save(torch.export.export(model, args, strict=True), tmp_path / "cond.pt2")
+    g = run_passes(graph_from_pt2(tmp_path / "cond.pt2"), DEFAULT)
+    assert {r.label for r in g.calls.regions} == {"cond: true branch (taken: unknown)",
+                                                   "cond: false branch (taken: unknown)"}
+    assert {n.module for n in g.ops} == {"", "pos", "neg", "out"}
+    assert not [p for p in g.modules if "_export_root" in p]

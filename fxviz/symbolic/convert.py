@@ -95,7 +95,8 @@ def split_arguments(
     return tuple(inputs), attrs
 
 
-_EXPORT_ROOT = "_export_root"
+#: What strict export calls the model it traces, in the module stacks of higher-order ops' bodies.
+EXPORT_ROOT = "_export_root"
 
 
 def stack_from_meta(nn_module_stack: dict[str, Any] | None, strip: str) -> tuple[ModuleCall, ...]:
@@ -110,9 +111,9 @@ def stack_from_meta(nn_module_stack: dict[str, Any] | None, strip: str) -> tuple
     for key, value in nn_module_stack.items():
         path = value[0] if isinstance(value, tuple) else str(value)
         # strict export names the model it traces ``_export_root`` inside higher-order op bodies
-        if path == _EXPORT_ROOT:
+        if path == EXPORT_ROOT:
             continue
-        path = path.removeprefix(_EXPORT_ROOT + ".")
+        path = path.removeprefix(EXPORT_ROOT + ".")
         if strip:
             if path == strip or path == "":
                 continue

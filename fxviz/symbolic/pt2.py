@@ -33,6 +33,7 @@ from torch.utils import _pytree as pytree
 
 from fxviz.errors import TargetError
 from fxviz.ir import Attempt, Graph, ModuleInfo
+from fxviz.symbolic.convert import EXPORT_ROOT
 from fxviz.symbolic.export import graph_from_exported, leaf_paths, output_names
 
 METHOD = "export (.pt2)"
@@ -96,13 +97,20 @@ def modules_of(ep: torch.export.ExportedProgram) -> dict[str, ModuleInfo]:
             continue
         for n in gm.graph.nodes:
             for value in (n.meta.get("nn_module_stack") or {}).values():
-                if not isinstance(value, tuple) or len(value) < 2 or value[0] in out:
+                if not isinstance(value, tuple) or len(value) < 2:
+                    continue
+                # strict export names the model ``_export_root`` inside bodies of higher-order ops
+                path = str(value[0])
+                if path == EXPORT_ROOT:
+                    continue
+                path = path.removeprefix(EXPORT_ROOT + ".")
+                if path in out:
                     continue
                 qualname = _qualname(value[1])
                 info = infos.get(qualname)
                 if info is None:
                     info = infos[qualname] = ModuleInfo(qualname.rpartition(".")[2], qualname)
-                out[str(value[0])] = info
+                out[path] = info
     return out
 
 
