@@ -11,7 +11,9 @@ costs), with torch pinned to one thread:
 - ``export (plain)``: ``torch.export.export(model, args, kwargs)`` on the raw model, where it works
   (transformers' ``DynamicCache`` output stops it; that is why fxviz wraps the model); then it is
   timed with ``use_cache=False`` and marked ``*``;
-- ``fxviz``: ``fxviz.capture(model, args, kwargs, method="export")``, end to end.
+- ``fxviz``: ``fxviz.capture(model, args, kwargs, method="export", validate=False)``, end to end;
+- ``fxviz (checked)``: the same with the default ``validate=True``: the exported program also runs
+  once on the inputs (issue 9; skipped for inputs on ``meta``), shown next to one plain ``forward``.
 
 ``overhead %`` = (fxviz - export) / export on the medians; ``paired %``: the median of the
 per-round ratios (each round runs both back to back, so the machine's drift hits both alike);
@@ -20,6 +22,13 @@ call splits fxviz's own time into conversion (ExportedProgram -> IR) and each pa
 
 Then the tree of a 48-layer GPT-2 (captured on ``meta``) is rendered to a string, folded and unfolded.
 Target: under 1 s.
+
+Then the auto chain on a data-dependent detection-style model (``TinyDetector`` from the tests'
+zoo, ``tests/capture_models.py``: a Faster R-CNN-shaped head; torchvision is not installed here),
+in interleaved rounds: ``auto`` as it is (strict export and fx skipped after non-strict export
+stopped on a decision on tensor data), ``auto, nothing skipped`` (the chain before issue 9: every
+method tried in turn), and the eager tracer alone. Target (issue 9): at most half the time of the
+chain before.
 """
 
 from __future__ import annotations
@@ -94,7 +103,14 @@ def bench_model(name: str, build: Callable[[], Any], reps: int) -> dict[str, Any
         return torch.export.export(NormalizedModel(model, flat, {}), flat.tensors)
 
     def via_fxviz() -> Any:
+        return fxviz.capture(model, args, kwargs, method="export", validate=False)
+
+    def checked() -> Any:  # the default: the program runs once on the inputs (skipped on meta)
         return fxviz.capture(model, args, kwargs, method="export")
+
+    def forward() -> Any:
+        with torch.no_grad():
+            return model(*args, **kwargs)
 
     def plain() -> Any:
         return torch.export.export(model, args, kwargs)
@@ -102,7 +118,9 @@ def bench_model(name: str, build: Callable[[], Any], reps: int) -> dict[str, Any
     def plain_no_cache() -> Any:
         return torch.export.export(model, args, {**kwargs, "use_cache": False})
 
-    fns: dict[str, Callable[[], Any]] = {"export": bare, "fxviz": via_fxviz}
+    fns: dict[str, Callable[[], Any]] = {"export": bare, "fxviz": via_fxviz, "fxviz (checked)": checked}
+    if not any(t.is_meta for t in flat.tensors):
+        fns["forward"] = forward
     plain_error = plain_variant = None
     try:
         plain()
@@ -138,6 +156,8 @@ def bench_model(name: str, build: Callable[[], Any], reps: int) -> dict[str, Any
         "times_s": times,
         "export_s": med(times["export"]),
         "fxviz_s": med(times["fxviz"]),
+        "checked_s": med(times["fxviz (checked)"]),
+        "forward_s": med(times["forward"]) if "forward" in times else None,
         "plain_export_s": med(times["export (plain)"]) if "export (plain)" in times else None,
         "plain_export_error": plain_error,
         "plain_export_variant": plain_variant,
@@ -201,6 +221,44 @@ def bench_tree(layers: int, reps: int) -> dict[str, Any]:
     return res
 
 
+def bench_chain(reps: int, size: int) -> dict[str, Any]:
+    """``fxviz.capture`` (auto) on the detection-style model with and without skipping, next to
+    the eager tracer alone; the attempts of one run of each."""
+    import os
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from capture_models import detector
+
+    import fxviz
+    import fxviz.api as api
+
+    model, args, kwargs = detector(size)
+    skip = api.skip_reason
+
+    def auto() -> Any:
+        return fxviz.capture(model, args, kwargs)
+
+    def auto_unskipped() -> Any:
+        api.skip_reason = lambda *_: None  # type: ignore[assignment]  # the chain before issue 9
+        try:
+            return fxviz.capture(model, args, kwargs)
+        finally:
+            api.skip_reason = skip
+
+    def eager() -> Any:
+        return fxviz.capture(model, args, kwargs, method="eager")
+
+    fns = {"auto": auto, "auto, nothing skipped": auto_unskipped, "eager tracer alone": eager}
+    times = round_robin(fns, reps=reps, warmup=1)
+    attempts = {k: [(a.method, round(a.seconds, 4), "skipped" if a.skipped else "ok" if a.ok else "failed")
+                    for a in fn().attempts] for k, fn in fns.items()}
+    res = {"model": f"TinyDetector, 1x3x{size}x{size}", "reps": reps, "times_s": times,
+           "medians_s": {k: med(v) for k, v in times.items()}, "attempts": attempts}
+    res["speedup"] = res["medians_s"]["auto, nothing skipped"] / res["medians_s"]["auto"]
+    res["speedup_paired"] = med([b / a for a, b in zip(times["auto"], times["auto, nothing skipped"], strict=True)])
+    return res
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="cnn,gpt2,llama", help="comma-separated subset of cnn,gpt2,llama")
@@ -208,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--llama-layers", type=int, default=24)
     ap.add_argument("--tree-layers", type=int, default=48, help="GPT-2 depth for the tree timing (0: skip)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--chain-reps", type=int, default=9, help="rounds of the detection-model chain (0: skip)")
+    ap.add_argument("--chain-size", type=int, default=128, help="image size of the detection-style model")
     ap.add_argument("--out", default=None, help="also write the results as JSON to this path")
     ns = ap.parse_args(argv)
 
@@ -239,15 +299,21 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['overhead_cpu'] * 100:+.1f}%",
             fmt_s(r["convert_s"]),
             fmt_s(sum(r["passes_s"].values())),
+            fmt_s(r["checked_s"]),
+            "skipped (meta)" if r["forward_s"] is None else fmt_s(r["checked_s"] - r["fxviz_s"]),
+            fmt_s(r["forward_s"]),
             str(r["nodes"]),
             str(r["reps"]),
         ])
     print(f"\n## Capture: fxviz vs torch.export ({ns.threads} thread, medians)\n")
     print(table(
         ["model", "export s", "export (plain) s", "fxviz s", "overhead %", "paired %", "cpu %", "convert",
-         "passes", "nodes", "reps"],
+         "passes", "fxviz checked s", "check", "forward", "nodes", "reps"],
         rows,
     ))
+    print("\n`fxviz`: capture(method='export', validate=False), conversion and passes only (target: +20%); "
+          "`fxviz checked`: the default, which also runs the program once on the inputs (`check`; "
+          "compare with one plain `forward` under no_grad)")
     print()
     for r in results:
         if r["plain_export_error"]:
@@ -277,9 +343,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nfirst render on the fresh graph: {fmt_s(tree_res['first_render_s'])}; "
                   f"capture itself: {fmt_s(tree_res['capture_s'])}; {tree_res['nodes']} nodes")
 
+    chain_res = None
+    if ns.chain_reps:
+        print("... auto chain on the detection-style model", file=sys.stderr, flush=True)
+        chain_res = bench_chain(ns.chain_reps, ns.chain_size)
+        m = chain_res["medians_s"]
+        print(f"\n## Auto chain: {chain_res['model']} (medians of {chain_res['reps']} rounds)\n")
+        print(table(
+            ["capture", "wall (median)", "attempts (s, one run)"],
+            [[k, fmt_s(v), ", ".join(f"{meth} {sec:.3f} {what}" for meth, sec, what in chain_res["attempts"][k])]
+             for k, v in m.items()],
+        ))
+        print(f"\nauto is {chain_res['speedup']:.2f}x faster than the chain without skipping "
+              f"(paired {chain_res['speedup_paired']:.2f}x); target: at least 2x")
+
     env = environment()
     print(f"\n{env} — total {time.perf_counter() - t0:.0f} s")
-    write_json(ns.out, {"environment": env, "capture": results, "tree": tree_res})
+    write_json(ns.out, {"environment": env, "capture": results, "tree": tree_res, "chain": chain_res})
     return 0
 
 

@@ -5,43 +5,53 @@ a graph; the auto chain tries them in turn and records every attempt."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
 from torch import nn
 from torch.export import Dim
 
 from fxviz.analyze.flops import CAPTURE_PASSES  # the default passes and flops (registers the pass)
-from fxviz.errors import CaptureError, ModelError, TargetError
+from fxviz.errors import CaptureError, InputError, ModelError, TargetError
 from fxviz.fallback.trace import trace_eager, uses_meta
 from fxviz.graphdiff import Diff, diff
 from fxviz.ir import Attempt, Graph
 from fxviz.passes import run_passes
 from fxviz.symbolic.export import capture_export
 from fxviz.symbolic.fx import capture_fx
+from fxviz.torchbridge.checks import RejectedInputs, count_ops, forget_failed_compiles, real_inputs
 from fxviz.torchbridge.normalize import flatten_inputs
 from fxviz.torchbridge.run import capture_session, failed_attempt, gc_paused, interrupts_kept, normalize_args
 from fxviz.torchbridge.values import module_infos
 
-Capturer = Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any], Graph]
+Capturer = Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any, bool], Graph]
 
 
 def _eager(level: str) -> Capturer:
-    """The eager tracer as a capturer; fake tensors whenever the model or an input is on ``meta``."""
+    """The eager tracer as a capturer; fake tensors when the model or an input is on ``meta``, but
+    not for a model on ``meta`` given real inputs (when inputs are checked): those cannot run
+    together, and the error says so where a fake graph would hide it."""
 
-    def run(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], _ds: Any) -> Graph:
-        return trace_eager(model, args, kwargs, level=level, fake=uses_meta(model, args, kwargs))
+    def run(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], _ds: Any, validate: bool) -> Graph:
+        fake = uses_meta(model, args, kwargs)
+        if fake and validate:
+            tensors = flatten_inputs(model, args, kwargs).tensors
+            fake = not tensors or not real_inputs(tensors)
+        return trace_eager(model, args, kwargs, level=level, fake=fake)
 
     return run
 
 
-#: Every capture method by name.
+#: Every capture method by name: ``(model, args, kwargs, dynamic_shapes, validate) -> Graph``.
 CAPTURERS: dict[str, Capturer] = {
-    "export": lambda m, a, k, ds: capture_export(m, a, k, strict=False, dynamic_shapes=ds),
-    "export-strict": lambda m, a, k, ds: capture_export(m, a, k, strict=True, dynamic_shapes=ds),
-    "export-decomposed": lambda m, a, k, ds: capture_export(m, a, k, dynamic_shapes=ds, decompose=True),
-    "fx": lambda m, a, k, ds: capture_fx(m, a, k),
+    "export": lambda m, a, k, ds, v: capture_export(m, a, k, strict=False, dynamic_shapes=ds, validate=v),
+    "export-strict": lambda m, a, k, ds, v: capture_export(m, a, k, strict=True, dynamic_shapes=ds, validate=v),
+    "export-decomposed": lambda m, a, k, ds, v: capture_export(m, a, k, dynamic_shapes=ds, decompose=True,
+                                                               validate=v),
+    "fx": lambda m, a, k, ds, v: capture_fx(m, a, k, validate=v),
     "eager": _eager("function"),
     "eager-aten": _eager("aten"),
 }
@@ -52,6 +62,60 @@ AUTO_CHAIN: tuple[str, ...] = ("export", "export-strict", "fx", "eager")
 #: Every value ``capture(method=...)`` takes (the CLI's ``--method`` choices come from here).
 METHODS: tuple[str, ...] = ("auto", *CAPTURERS)
 
+#: Failures of export that mean a Python decision on tensor data (``if x.sum() > 0``, a size read
+#: with ``.item()``, a boolean mask's count): no symbolic method can make it.
+DATA_DEPENDENT_ERRORS = frozenset({
+    "GuardOnDataDependentSymNode", "DataDependentOutputException", "DynamicOutputShapeException",
+})
+
+
+def skip_reason(method: str, attempts: Sequence[Attempt]) -> str | None:
+    """Why ``method`` cannot succeed after the failures in ``attempts``, or ``None`` to try it.
+
+    After non-strict export stopped on a decision on tensor data, strict export (Dynamo) stops on
+    the same line, and fx, which runs the same Python with proxies in place of tensors (and fake
+    tensors without a shape environment for shapes), cannot make it either; they cost up to 70% of a
+    detection model's capture before they fail. After export's graph failed on the example inputs
+    while the model ran them, strict export builds the same graph."""
+    failure = next((a for a in attempts if a.method == "export" and not a.ok and not a.skipped), None)
+    if failure is None or method not in ("export-strict", "fx"):
+        return None
+    at = f" at {failure.source.short()}" if failure.source is not None else ""
+    if failure.error_type in DATA_DEPENDENT_ERRORS:
+        why = ("strict export (Dynamo) stops on the same line" if method == "export-strict" else
+               "fx traces the same Python with proxies in place of tensors and cannot make that decision either")
+        return f"export stopped on a decision on tensor data ({failure.error_type}){at}; {why}"
+    if failure.error_type == RejectedInputs.__name__ and method == "export-strict":
+        return "export's graph does not run on these inputs while the model does; strict export builds the same graph"
+    return None
+
+
+def unwrap(model: Any) -> tuple[Any, list[str]]:
+    """The module a wrapper holds (``torch.compile``'s ``OptimizedModule``, ``nn.DataParallel``,
+    ``DistributedDataParallel``), with a note per wrapper taken off: a capture shows the model
+    itself, its inputs named by its own forward and its modules at their own paths."""
+    notes: list[str] = []
+    compiled = sys.modules.get("torch._dynamo.eval_frame")  # loaded whenever a model was compiled
+    optimized = getattr(compiled, "OptimizedModule", None)
+    for _ in range(16):  # wrappers nest a few levels at most
+        if optimized is not None and isinstance(model, optimized):
+            inner, what = model._orig_mod, "torch.compile"
+        elif isinstance(model, nn.DataParallel | nn.parallel.DistributedDataParallel):
+            inner, what = model.module, type(model).__name__
+        else:
+            break
+        notes.append(f"unwrapped {type(model).__name__} ({what}): captured the {type(inner).__name__} it holds")
+        model = inner
+    return model, notes
+
+
+def _refuse_scripted(model: nn.Module) -> None:
+    if isinstance(model, torch.jit.ScriptModule):
+        raise InputError(
+            f"{type(model).__name__} is a TorchScript module (torch.jit.script or torch.jit.trace), whose "
+            "forward Python cannot trace: pass the original nn.Module you scripted"
+        )
+
 
 def run_methods(
     model: nn.Module,
@@ -60,30 +124,78 @@ def run_methods(
     *,
     methods: Sequence[str],
     dynamic_shapes: Any = None,
+    validate: bool = True,
 ) -> Graph:
     """Try ``methods`` in order; the first graph wins. Raises :class:`CaptureError` listing every
     attempt when none works, or the :class:`ModelError` of a method that ran the model and saw the
-    model itself raise (its partial graph records the attempts)."""
+    model itself raise (its partial graph records the attempts).
+
+    A method that cannot succeed for the reason an earlier one failed is recorded as skipped
+    (:func:`skip_reason`; only in a chain: a method asked for alone always runs). A graph that
+    holds no op while the model ran ops is a failure. When a symbolic graph does not run on the
+    example inputs, the eager tracer tells whether the model itself rejects them (its partial
+    graph then comes with the :class:`ModelError`); if not, the attempt failed, and the eager
+    graph serves the chain's ``eager`` attempt."""
     attempts: list[Attempt] = []
+    checked: tuple[Graph, float] | None = None  # the eager graph made to check the inputs
     # one snapshot before the first attempt, restored after each (model, inputs, process)
     with capture_session(model, args, kwargs) as session:
         for method in methods:
+            reason = skip_reason(method, attempts) if len(methods) > 1 else None
+            if reason is not None:
+                attempts.append(Attempt(method, False, message=reason, skipped=True))
+                continue
+            if method == "eager" and checked is not None:
+                graph, seconds = checked
+                attempts.append(Attempt(method, True, seconds))
+                graph.attempts = attempts
+                return graph
             t0 = time.perf_counter()
             try:
-                with session.attempt():
-                    graph = CAPTURERS[method](model, args, kwargs, dynamic_shapes)
+                with session.attempt(), forget_failed_compiles():
+                    graph = CAPTURERS[method](model, args, kwargs, dynamic_shapes, validate)
             except ModelError as e:
                 attempts.append(failed_attempt(method, time.perf_counter() - t0, e.__cause__ or e))
                 if e.graph is not None:
                     e.graph.attempts = attempts
                 raise
+            except RejectedInputs as e:
+                attempts.append(failed_attempt(method, time.perf_counter() - t0, e))
+                with session.attempt():
+                    checked = _model_runs(model, args, kwargs, attempts, validate)
+                continue
             except Exception as e:  # every failure is recorded; the next method gets its turn
                 attempts.append(failed_attempt(method, time.perf_counter() - t0, e))
                 continue
+            if not graph.ops:
+                with session.attempt():
+                    ran = count_ops(model, flatten_inputs(model, args, kwargs))
+                if ran:
+                    attempts.append(failed_attempt(method, time.perf_counter() - t0, CaptureError(
+                        f"{method} captured no op while the model ran {ran} ATen ops: they run where this "
+                        "method cannot see them (a TorchScript or C++ module?)")))
+                    continue
             attempts.append(Attempt(method, True, time.perf_counter() - t0))
             graph.attempts = attempts
             return graph
     raise CaptureError(f"could not capture {type(model).__name__}: every method failed", attempts)
+
+
+def _model_runs(
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], attempts: list[Attempt], validate: bool,
+) -> tuple[Graph, float]:
+    """Trace the model eagerly on the inputs a symbolic graph did not run on: if the model raises
+    too, its :class:`ModelError` (with the partial graph and ``attempts``) is the answer; else
+    the eager graph and its time, for the chain's ``eager`` attempt."""
+    t0 = time.perf_counter()
+    try:
+        graph = CAPTURERS["eager"](model, args, kwargs, None, validate)
+    except ModelError as e:
+        attempts.append(failed_attempt("eager", time.perf_counter() - t0, e.__cause__ or e))
+        if e.graph is not None:
+            e.graph.attempts = attempts
+        raise
+    return graph, time.perf_counter() - t0
 
 
 def capture(
@@ -94,27 +206,41 @@ def capture(
     method: str = "auto",
     passes: Sequence[str] = CAPTURE_PASSES,
     dynamic_shapes: Any = None,
+    validate: bool = True,
 ) -> Graph:
     """Capture ``model``'s forward on example inputs as an annotated :class:`~fxviz.ir.Graph`.
 
     ``args``/``kwargs`` follow ``torch.export.export``: a tuple of positional inputs and a dict of
     keyword inputs (a single tensor is accepted as ``args``). ``method`` is ``"auto"`` (each of
-    ``AUTO_CHAIN`` in turn) or one method by name. Every attempt is recorded in ``graph.attempts``;
+    ``AUTO_CHAIN`` in turn, skipping those that cannot succeed after an earlier failure) or one
+    method by name. Every attempt is recorded in ``graph.attempts``;
     :class:`~fxviz.errors.CaptureError` lists them all when none works. When the model itself
-    raises under the eager tracer, :class:`~fxviz.errors.ModelError` reaches the caller with the
-    annotated partial graph as ``err.graph``.
+    raises on the inputs, :class:`~fxviz.errors.ModelError` reaches the caller with the annotated
+    partial graph as ``err.graph``.
+
+    A symbolic capture on real inputs is confirmed on them (``validate``, at the cost of one
+    forward: export runs its graph, which also checks its runtime assertions and takes each
+    ``torch.cond``'s branch; fx runs the model), and inputs the model rejects are a ``ModelError``,
+    never a graph called a success. ``validate=False`` skips that; inputs on ``meta`` or fake
+    tensors are never run. A ``torch.compile``, ``DataParallel`` or ``DistributedDataParallel``
+    wrapper is taken off (``graph.notes`` says so); a TorchScript module is refused.
     """
     if method not in METHODS:
         raise TargetError(f"method {method!r} is not one of {', '.join(METHODS)}")
+    model, notes = unwrap(model)
     args, kwargs = normalize_args(model, args, kwargs)
+    _refuse_scripted(model)
     methods = AUTO_CHAIN if method == "auto" else (method,)
     with interrupts_kept(), gc_paused():
         try:
-            graph = run_methods(model, args, kwargs, methods=methods, dynamic_shapes=dynamic_shapes)
+            graph = run_methods(model, args, kwargs, methods=methods, dynamic_shapes=dynamic_shapes,
+                                validate=validate)
         except ModelError as e:  # the model itself raised: annotate its partial graph all the same
             if e.graph is not None:
+                e.graph.notes = notes + e.graph.notes
                 run_passes(e.graph, passes)
             raise
+        graph.notes = notes + graph.notes
         return run_passes(graph, passes)
 
 

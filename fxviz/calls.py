@@ -49,8 +49,9 @@ class Call:
         stack: the call chain, outermost first (``()`` for the root).
         parent: the enclosing call (``None`` for the root).
         children: child calls, in the order of their first op.
-        steps: own ops (node names) and child calls, interleaved in execution order; a child call
-            stands where its first op ran.
+        steps: own ops (node names), child calls and regions, interleaved in execution order; a
+            child call stands where its first op ran. A region (:class:`Region`) holds the ops and
+            child calls that ran inside a higher-order op, in its own ``steps``.
         ops: names of the ops directly in this call.
         nodes: names of every op inside, any depth, in execution order.
         state: parameters, buffers and constants owned by this module (listed at its first call).
@@ -60,16 +61,20 @@ class Call:
         id: unique in its graph and as short as the module path: ``h.0.attn#0`` (path and call
             index), with ``@2``, ``@3`` … added for a later call that ends the same way from another
             place (``""`` for the model itself).
+        region: the region of the parent call this call stands in (``None``: directly in it).
+        regions: every region inside this call (not inside its child calls), outer ones first.
     """
 
     stack: Stack
     parent: Call | None = None
     children: list[Call] = field(default_factory=list)
-    steps: list[Call | str] = field(default_factory=list)
+    steps: list[Call | Region | str] = field(default_factory=list)
     ops: list[str] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
     state: list[str] = field(default_factory=list)
     id: str = ""
+    region: Region | None = None
+    regions: list[Region] = field(default_factory=list)
     # the boundaries are worked out for the whole tree on first use: most readers never need them
     _inputs: list[Ref] = field(default_factory=list, repr=False)
     _outputs: list[Ref] = field(default_factory=list, repr=False)
@@ -117,6 +122,98 @@ class Call:
         return f"Call({self.id or '<root>'}, {len(self.nodes)} ops)"
 
 
+@dataclass(eq=False, slots=True)
+class Region:
+    """Part of a call that ran inside a higher-order op: ``no_grad``, ``autocast(bfloat16)``,
+    ``checkpoint``, ``cond: true branch (taken)``. Capture writes it on each op inside as
+    ``attrs["region"] = [[depth, region id, label], ...]`` (outermost first; ``depth`` is how many
+    module calls of the op's stack lie outside the region); the IR's stacks stay module calls only.
+
+    A region sits in one call, at the place of its first op, and holds steps like a call does: its
+    own ops, the child calls that ran inside it and the regions inside it. Readers that walk
+    ``Call.steps`` meet it there and read it as they read a call (``steps``, ``nodes``, ``inputs``,
+    ``outputs``, ``depth``, ``path``), with a ``label`` in place of a module name.
+
+    Attributes:
+        id: the region id capture gave it (unique per higher-order op invocation and branch).
+        label: what wrapped the ops, in words.
+        call: the call it sits in.
+        parent: the region around it in the same call (``None``: directly in ``call``).
+        steps: ops, child calls and regions inside it, in execution order.
+        nodes: every op inside, any depth, in execution order.
+    """
+
+    id: str
+    label: str
+    call: Call
+    parent: Region | None = None
+    steps: list[Call | Region | str] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    _boundary: _RegionBoundaries | None = field(default=None, repr=False)
+    _inputs: list[Ref] | None = field(default=None, repr=False)
+    _outputs: list[Ref] | None = field(default=None, repr=False)
+
+    @property
+    def path(self) -> str:
+        return self.call.path
+
+    @property
+    def index(self) -> int:
+        return self.call.index
+
+    @property
+    def stack(self) -> Stack:
+        return self.call.stack
+
+    @property
+    def depth(self) -> int:
+        """The nesting level of the call it sits in (its ops are that call's own)."""
+        return self.call.depth
+
+    @property
+    def name(self) -> str:
+        return self.label
+
+    @property
+    def inputs(self) -> list[Ref]:
+        """Values the region reads from outside itself (state excluded), in order of first read."""
+        if self._inputs is None and self._boundary is not None:
+            self._inputs, self._outputs = self._boundary.of(self)
+        return self._inputs or []
+
+    @property
+    def outputs(self) -> list[Ref]:
+        """Values made inside and read outside, the last made first (as :attr:`Call.outputs`)."""
+        if self._outputs is None and self._boundary is not None:
+            self._inputs, self._outputs = self._boundary.of(self)
+        return self._outputs or []
+
+    def __repr__(self) -> str:
+        return f"Region({self.label!r} in {self.call.id or '<root>'}, {len(self.nodes)} ops)"
+
+
+#: What a step of a call (or a region) is: an op's name, a child call, or a region.
+StepItem = Call | Region | str
+
+
+def region_entries(node: Node) -> list[tuple[int, str, str]]:
+    """The well-formed ``attrs["region"]`` entries of an op, outermost first: each ``(depth, id,
+    label)`` with depths that never decrease and never exceed the op's stack. Reading stops at the
+    first entry that breaks the rule (a hand-edited or hostile graph draws without it)."""
+    raw = node.attrs.get("region") if node.attrs else None
+    if not isinstance(raw, list):
+        return []
+    out: list[tuple[int, str, str]] = []
+    last = 0
+    for e in raw:
+        if not (isinstance(e, list | tuple) and len(e) == 3 and type(e[0]) is int and isinstance(e[1], str)
+                and isinstance(e[2], str) and last <= e[0] <= len(node.stack)):
+            break
+        out.append((e[0], e[1], e[2]))
+        last = e[0]
+    return out
+
+
 @dataclass(slots=True)
 class CallTree:
     """Every module call of a graph. ``root`` is the model's forward; ``by_stack`` finds a call by
@@ -126,12 +223,18 @@ class CallTree:
     by_stack: dict[Stack, Call]
     node_call: dict[str, Call]
     by_path: dict[str, list[Call]]
+    regions: list[Region] = field(default_factory=list)
+    node_region: dict[str, Region] = field(default_factory=dict)
 
     def of(self, name: str) -> Call:
         """The innermost call node ``name`` belongs to: an op's own call; a parameter, buffer or
         constant's owner's first call (the nearest enclosing module that ran); the root for the
         model's inputs and outputs."""
         return self.node_call.get(name, self.root)
+
+    def region_of(self, name: str) -> Region | None:
+        """The innermost region op ``name`` is a step of (in its own call), if any."""
+        return self.node_region.get(name)
 
     def calls(self, path: str) -> list[Call]:
         """The calls of the module at ``path``, in order (empty when it never ran)."""
@@ -146,13 +249,31 @@ class CallTree:
 
 
 def call_tree(nodes: Sequence[Node]) -> CallTree:
-    """Derive the call tree of ``nodes`` (a graph's nodes, in execution order). Linear in the
-    number of nodes times the module nesting depth."""
+    """Derive the call tree of ``nodes`` (a graph's nodes, in execution order), with the regions
+    of higher-order ops inside calls. Linear in the number of nodes times the module nesting depth."""
     root = Call(())
     by_stack: dict[Stack, Call] = {(): root}
     by_path: dict[str, list[Call]] = {}
     node_call: dict[str, Call] = {}
     ids: dict[str, int] = {}  # "path#index" -> how many calls end that way so far
+    kids: dict[tuple[int, ModuleCall], Call] = {}  # (id of a call, level) -> its child call
+    regions: list[Region] = []
+    node_region: dict[str, Region] = {}
+    by_region: dict[tuple[str, int], Region] = {}  # (region id, id of its call) -> the region
+
+    def new_call(parent: Call, stack: Stack, d: int, place: Region | None) -> Call:
+        """The call ``stack[:d]``, new, in ``parent`` at ``place`` (a region of it, or itself)."""
+        c = Call(stack[:d], parent, region=place)
+        kids[(id(parent), stack[d - 1])] = c
+        # an id ends in "#<index>" or in "#<index>@<n>": the two kinds cannot meet
+        cid = f"{c.path}#{c.index}"
+        n = ids[cid] = ids.get(cid, 0) + 1
+        c.id = cid if n == 1 else f"{cid}@{n}"
+        by_stack[c.stack] = c
+        by_path.setdefault(c.path, []).append(c)
+        parent.children.append(c)
+        (place.steps if place is not None else parent.steps).append(c)
+        return c
 
     def get(stack: Stack) -> Call:
         c = by_stack.get(stack)
@@ -165,34 +286,56 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
         while k > 0:
             parent = by_stack.get(stack[:k])
             if parent is not None:
-                return make(parent, stack, k)
+                return make_below(parent, stack, k)
             k -= 1
-        return make(root, stack, 0)
+        return make_below(root, stack, 0)
 
-    def make(parent: Call, stack: Stack, k: int) -> Call:
+    def make_below(parent: Call, stack: Stack, k: int) -> Call:
         """Create the calls of ``stack`` below level ``k`` (``parent`` is the call at level ``k``)."""
         for d in range(k + 1, len(stack) + 1):
-            c = Call(stack[:d], parent)
-            # an id ends in "#<index>" or in "#<index>@<n>": the two kinds cannot meet
-            cid = f"{c.path}#{c.index}"
-            n = ids[cid] = ids.get(cid, 0) + 1
-            c.id = cid if n == 1 else f"{cid}@{n}"
-            by_stack[c.stack] = c
-            by_path.setdefault(c.path, []).append(c)
-            parent.children.append(c)
-            parent.steps.append(c)
-            parent = c
+            parent = new_call(parent, stack, d, None)
         return parent
+
+    def get_in_regions(stack: Stack, entries: list[tuple[int, str, str]], name: str) -> tuple[Call, Region | None]:
+        """The call of an op inside regions, creating calls and regions level by level: a region
+        at depth ``d`` sits in the call ``stack[:d]``, and a call created there stands in the
+        innermost region of that level. Returns the op's call and its innermost region there."""
+        call, j = root, 0
+        while True:
+            level = call.depth
+            inner: Region | None = None
+            while j < len(entries) and entries[j][0] == level:
+                _, rid, label = entries[j]
+                r = by_region.get((rid, id(call)))
+                if r is None:
+                    r = by_region[(rid, id(call))] = Region(rid, label, call, inner)
+                    (inner.steps if inner is not None else call.steps).append(r)
+                    call.regions.append(r)
+                    regions.append(r)
+                r.nodes.append(name)
+                inner, j = r, j + 1
+            if level == len(stack):
+                return call, inner
+            child = kids.get((id(call), stack[level]))
+            call = child if child is not None else new_call(call, stack, level + 1, inner)
 
     state: list[Node] = []
     position: dict[str, int] = {}
     for i, n in enumerate(nodes):
         position[n.name] = i
         if n.kind == "op":
-            c = get(n.stack)
+            entries = region_entries(n) if n.attrs else None
+            if entries:
+                c, inner = get_in_regions(n.stack, entries, n.name)
+            else:
+                c, inner = get(n.stack), None
             node_call[n.name] = c
             c.ops.append(n.name)
-            c.steps.append(n.name)
+            if inner is not None:
+                node_region[n.name] = inner
+                inner.steps.append(n.name)
+            else:
+                c.steps.append(n.name)
             a: Call | None = c
             while a is not None:
                 a.nodes.append(n.name)
@@ -202,16 +345,24 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
         elif n.kind == "call":  # a module call that ran no op: the call exists, nothing in it
             node_call[n.name] = get(n.stack)
     for n in state:
-        path = n.stack[-1][0] if n.stack else ""
-        while path and path not in by_path:
-            path = path.rpartition(".")[0]
-        owner = by_path[path][0] if path else root
+        # a constant placed with its first reader's whole stack belongs to that very call; a
+        # parameter to its owner's first call (the nearest enclosing module that ran)
+        owner = by_stack.get(n.stack) if n.stack else root
+        if owner is None:
+            path = n.stack[-1][0]
+            while path and path not in by_path:
+                path = path.rpartition(".")[0]
+            owner = by_path[path][0] if path else root
         node_call[n.name] = owner
         owner.state.append(n.name)
     pending = _Boundaries(nodes, node_call, root, position)
     for c in by_stack.values():
         c._pending = pending
-    return CallTree(root, by_stack, node_call, by_path)
+    if regions:
+        shared = _RegionBoundaries(nodes, position)
+        for r in regions:
+            r._boundary = shared
+    return CallTree(root, by_stack, node_call, by_path, regions, node_region)
 
 
 class _Boundaries:
@@ -266,6 +417,42 @@ def _boundaries(nodes: Sequence[Node], node_call: dict[str, Call], root: Call, p
         calls[key]._inputs = list(refs)
     for key, refs in outs.items():
         calls[key]._outputs = sorted(refs, key=lambda r: (-position.get(r.node, 0), r.index))
+
+
+class _RegionBoundaries:
+    """The inputs and outputs of regions, worked out per region on first use from its ops and
+    the readers of every value (built once, for the first region asked)."""
+
+    __slots__ = ("by_name", "nodes", "position", "readers")
+
+    def __init__(self, nodes: Sequence[Node], position: dict[str, int]) -> None:
+        self.nodes = nodes
+        self.position = position
+        self.by_name: dict[str, Node] | None = None
+        self.readers: dict[str, list[str]] | None = None
+
+    def of(self, region: Region) -> tuple[list[Ref], list[Ref]]:
+        if self.by_name is None or self.readers is None:
+            self.by_name = {n.name: n for n in self.nodes}
+            self.readers = {}
+            for n in self.nodes:
+                for r in n.inputs:
+                    self.readers.setdefault(r.node, []).append(n.name)
+        by_name, readers = self.by_name, self.readers
+        inside = set(region.nodes)
+        ins: dict[Ref, None] = {}
+        outs: dict[Ref, None] = {}
+        for name in region.nodes:
+            node = by_name[name]
+            for r in node.inputs:
+                src = by_name.get(r.node)
+                if r.node not in inside and src is not None and src.kind not in STATE_KINDS:
+                    ins[r] = None
+        for name in region.nodes:
+            for u in readers.get(name, ()):
+                if u not in inside:
+                    outs.update((r, None) for r in by_name[u].inputs if r.node == name)
+        return list(ins), sorted(outs, key=lambda r: (-self.position.get(r.node, 0), r.index))
 
 
 # ---- the module hierarchy --------------------------------------------------------------------------
@@ -364,5 +551,5 @@ def prefixes(path: str) -> list[str]:
     return out
 
 
-__all__ = ["STATE_KINDS", "Call", "CallTree", "ModuleCall", "Scope", "Stack", "build_scopes", "call_id",
-           "call_tree", "prefixes"]
+__all__ = ["STATE_KINDS", "Call", "CallTree", "ModuleCall", "Region", "Scope", "Stack", "StepItem", "build_scopes",
+           "call_id", "call_tree", "prefixes", "region_entries"]

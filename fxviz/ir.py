@@ -190,7 +190,9 @@ class Edge:
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """One capture attempt: which method, whether it worked, and why not."""
+    """One capture attempt: which method, whether it worked, and why not. A ``skipped`` attempt
+    never ran: the chain knew it could not succeed for the reason an earlier one failed
+    (``message`` says which)."""
 
     method: str
     ok: bool
@@ -198,12 +200,16 @@ class Attempt:
     error_type: str = ""
     message: str = ""
     source: SourceLoc | None = None
+    skipped: bool = False
 
     def reason(self) -> str:
-        """The failure in one line: ``GuardOnDataDependentSymNode: Could not guard on ... (m.py:12)``."""
+        """The failure in one line: ``GuardOnDataDependentSymNode: Could not guard on ... (m.py:12)``,
+        or ``skipped: ...`` for an attempt that never ran."""
         if self.ok:
             return "ok"
         first = self.message.strip().splitlines()[0] if self.message.strip() else ""
+        if self.skipped:
+            return f"skipped: {first}" if first else "skipped"
         text = f"{self.error_type}: {first}" if first else self.error_type
         return f"{text} ({self.source.short()})" if self.source else text
 
@@ -211,6 +217,8 @@ class Attempt:
         d: dict[str, Any] = {"method": self.method, "ok": self.ok, "seconds": round(self.seconds, 4)}
         if not self.ok:
             d.update(error_type=self.error_type, message=self.message)
+        if self.skipped:
+            d["skipped"] = True
         if self.source is not None:
             d["source"] = self.source.to_dict()
         return d
@@ -219,16 +227,23 @@ class Attempt:
 @dataclass(frozen=True, slots=True)
 class Assumption:
     """A condition on the inputs that symbolic capture took as given: a shape guard from user code
-    (``x.shape[0] > 2`` where the forward branches on it). The captured graph holds only the path
-    those inputs take; other inputs would take another path the graph does not have."""
+    (``x.shape[0] > 2`` where the forward branches on it), or a runtime assertion export deferred
+    to its graph (``u0 == 2`` from ``torch._check(n == 2)``, kind ``assertion``). The captured graph
+    holds only for inputs that meet it; ``holds`` says whether the example inputs do."""
 
     expr: str
     source: SourceLoc | None = None
+    holds: bool | None = None  # for the example inputs; None when they were not checked
+    kind: str = "guard"  # "guard" (a choice export made) or "assertion" (checked when the graph runs)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"expr": self.expr}
         if self.source is not None:
             d["source"] = self.source.to_dict()
+        if self.holds is not None:
+            d["holds"] = self.holds
+        if self.kind != "guard":
+            d["kind"] = self.kind
         return d
 
 
@@ -309,8 +324,10 @@ class Graph:
         modules: module path -> facts about that module (``""`` is the root model).
         annotations: results written by passes, keyed by pass name.
         error: when the model itself raised, the error (the graph is partial).
-        assumptions: conditions on the inputs the capture took as given (shape guards in user code;
-            recorded when sizes are symbolic, see ``dynamic_shapes``).
+        assumptions: conditions on the inputs the capture took as given (shape guards in user code,
+            recorded when sizes are symbolic, see ``dynamic_shapes``; runtime assertions of an
+            exported graph).
+        notes: facts about the capture a reader should know (``unwrapped OptimizedModule ...``).
     """
 
     name: str = ""
@@ -321,6 +338,7 @@ class Graph:
     annotations: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     assumptions: list[Assumption] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not isinstance(self.nodes, NodeList):
@@ -453,6 +471,8 @@ class Graph:
         }
         if self.assumptions:
             d["assumptions"] = [a.to_dict() for a in self.assumptions]
+        if self.notes:
+            d["notes"] = list(self.notes)
         return d
 
     def to_json(self, *, indent: int | None = None) -> str:
@@ -499,7 +519,8 @@ def _build(d: dict[str, Any]) -> Graph:
         attempts=[Attempt(**{**a, "source": source(a["source"])}) for a in d["attempts"]],
         modules={p: ModuleInfo(**m) for p, m in d["modules"].items()},
         annotations=d["annotations"], error=d["error"],
-        assumptions=[Assumption(a["expr"], source(a["source"])) for a in d["assumptions"]],
+        assumptions=[Assumption(a["expr"], source(a["source"]), a["holds"], a["kind"]) for a in d["assumptions"]],
+        notes=d["notes"],
     )
 
 

@@ -19,7 +19,7 @@ from functools import lru_cache
 # ---- names ---------------------------------------------------------------------------------------
 
 #: Target prefixes whose second part is the op (``aten.add.Tensor`` -> ``add``).
-_NAMESPACED = frozenset({"aten", "prims", "quantized", "OpOverload", "OpOverloadPacket"})
+_NAMESPACED = frozenset({"aten", "prims", "quantized", "higher_order", "OpOverload", "OpOverloadPacket"})
 
 # Python operators and their torch spellings -> one name, so ``x + y`` (``Tensor.__add__``) meets
 # ``aten.add.Tensor`` and ``torch.add``

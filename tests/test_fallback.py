@@ -165,6 +165,11 @@ def test_zoo_eager(name: str, level: str) -> None:
         with pytest.raises(error, match=message or None):
             trace_eager(model, args, kwargs, level=level)
         assert_untouched(model, before)
+        # KNOWN ISSUE (closing note, issue 9): after the tracer fails inside torch.cond's own
+        # compile, a later non-strict export of another cond model in the same pytest process
+        # can fail with Dynamo's "Observed exception"; not reproduced outside pytest yet. Until it
+        # is found, the test leaves Dynamo fresh so test_hops sees the state a user starts with.
+        torch._dynamo.reset()
         return
     if entry.raises:
         with pytest.raises(ModelError) as info:

@@ -156,10 +156,20 @@ def target_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                       help="dtype of the --input-shape tensors.")(fn)
     fn = click.option("--input-shape", "-i", "input_shapes", multiple=True, metavar="1,3,32,32",
                       help="Shape of a random input tensor (repeat for several inputs).")(fn)
+    fn = click.option("--no-validate", is_flag=True, expose_value=False, callback=_set_no_validate,
+                      help="Do not run the captured program once on the inputs to confirm they run.")(fn)
     return verbose_option(fn)
 
 
-_CAPTURE_OPTIONS = ("method", "input_shapes", "dtype")
+_NO_VALIDATE = "fxviz.no_validate"
+
+
+def _set_no_validate(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.meta[_NO_VALIDATE] = True
+
+
+_CAPTURE_OPTIONS = ("method", "input_shapes", "dtype", "no_validate")
 
 
 def given_options(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
@@ -185,7 +195,9 @@ def spec_graph(spec: TargetSpec, input_shapes: tuple[str, ...], dtype: str, meth
     """The graph of one target; torch is imported only for a factory or a ``.pt2`` file."""
     if spec.kind == "graph":
         return read_graph(spec.path)
-    return with_torch(spec).load_graph(spec, input_shapes=input_shapes, dtype=dtype, method=method)
+    validate = not click.get_current_context().meta.get(_NO_VALIDATE, False)
+    return with_torch(spec).load_graph(spec, input_shapes=input_shapes, dtype=dtype, method=method,
+                                       validate=validate)
 
 
 def _has_torch() -> bool:

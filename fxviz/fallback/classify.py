@@ -21,6 +21,7 @@ import torch
 from torch.overrides import resolve_name
 
 from fxviz.ops import DATA_DEPENDENT, TENSOR_META_ATTRS, TENSOR_META_METHODS, short_name
+from fxviz.torchbridge.opnames import op_target
 
 #: What a recording mode sees: torch-function calls (``F.linear``) or ATen ops (``aten.addmm``).
 Level = Literal["function", "aten"]
@@ -79,15 +80,15 @@ def kind_of(func: Any, level: Level) -> Kind:
 
 def classify(func: Any, level: Level) -> Kind:
     """The kind of a callable at ``level``. ATen ops are named by torch itself (``addmm``, also for
-    a custom op's ``mylib.foo.default``: ``foo``); torch-function calls by how a user writes them."""
+    a custom op's ``mylib::foo.default``: ``foo``); torch-function calls by how a user writes them."""
     if level == "aten":
-        target = str(func)
+        target = op_target(func) or str(func)
         name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else target
         schema = getattr(func, "_schema", None)
         writes = schema is not None and any(
             a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
         return Kind(Action.EXIT if name in DATA_DEPENDENT else Action.OP, target, name, writes)
-    target = function_name(func)
+    target = op_target(func) or function_name(func)
     parts = target.split(".")
     tensor = target.startswith("Tensor.")
     if parts[-1] == "__get__":  # a property: ``Tensor.T.__get__`` is ``T``

@@ -18,6 +18,7 @@ from fxviz.fallback.classify import LEVELS, Level
 from fxviz.fallback.modes import module_hooks, recording
 from fxviz.fallback.recorder import Recorder, TracerFault
 from fxviz.ir import Graph
+from fxviz.torchbridge.checks import forget_failed_compiles
 from fxviz.torchbridge.guard import DynamoCodes, modules_of, named_modules
 from fxviz.torchbridge.normalize import _describe, flatten_inputs, flatten_outputs
 from fxviz.torchbridge.run import CAPTURE_LOCK, deep_enough, gc_paused
@@ -105,7 +106,7 @@ def _trace(
     # memory the plain forward under no_grad does not spend either)
     grad_mode: Any = contextlib.nullcontext() if grad else torch.no_grad()
     try:
-        with fake_mode, module_hooks(rec), gc_paused():
+        with fake_mode, module_hooks(rec), gc_paused(), forget_failed_compiles():
             try:
                 with grad_mode, recording(rec):
                     out = model(*args, **kwargs)

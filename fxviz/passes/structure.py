@@ -3,7 +3,8 @@ the series of steps, with parallel branches found from the data-flow edges.
 
 Forward hooks alone give only the call order, a topological sort, from which the branches cannot
 be recovered; the IR's edges can. Like :attr:`Graph.scopes`, this is derived on demand from the
-nodes and never stored, so it cannot go stale.
+nodes and never stored, so it cannot go stale. A region of a call that ran inside a higher-order op
+(``no_grad``, a ``cond`` branch) is a step like a child call: a :class:`Block` with its own steps.
 
 Each call's steps (its own ops and the calls of its children) are split into a series at *cut
 points*: steps no data edge jumps over. Between two cut points the steps fall into connected
@@ -22,17 +23,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fxviz.calls import STATE_KINDS, Call, CallTree
+from fxviz.calls import STATE_KINDS, Call, CallTree, Region
 from fxviz.ir import Graph, Node, Ref
 
 
 @dataclass(eq=False)
 class Block:
-    """One module call (the root is the model's forward) with its steps in execution order, split
-    into series and parallel parts."""
+    """One module call (the root is the model's forward), or one region of a call that ran inside
+    a higher-order op (:class:`~fxviz.calls.Region`: ``no_grad``, a ``cond`` branch), with its steps
+    in execution order, split into series and parallel parts."""
 
-    call: Call
+    call: Call | Region
     steps: list[Step] = field(default_factory=list)
+
+    @property
+    def region(self) -> Region | None:
+        """The region this block is, ``None`` for a module call."""
+        return self.call if isinstance(self.call, Region) else None
 
     @property
     def path(self) -> str:
@@ -102,11 +109,11 @@ def structure(graph: Graph, tree: CallTree | None = None) -> Block:
     tree = tree if tree is not None else graph.calls
     state = {n.name for n in graph.nodes if n.kind in STATE_KINDS}
     blocks: dict[int, Block] = {}
-    order = list(tree.walk())
+    order: list[Call | Region] = [*tree.walk(), *tree.regions]
     for call in order:
         blocks[id(call)] = Block(call)
-    for call in reversed(order):  # children before parents
-        raw: list[Step] = [blocks[id(s)] if isinstance(s, Call) else Op(s) for s in call.steps]
+    for call in order:  # a step's own decomposition is not read here: any order will do
+        raw: list[Step] = [Op(s) if isinstance(s, str) else blocks[id(s)] for s in call.steps]
         blocks[id(call)].steps = decompose(graph, raw, state)
     return blocks[id(tree.root)]
 

@@ -2,7 +2,9 @@
 
 Modules become clusters down to ``depth`` (top-level modules have depth 1); a module deeper than
 that is one box, and so are each module's plumbing ops (:mod:`fxviz.passes.plumbing`; ``plumbing=True``
-draws them) and the outputs of one container (a cache), as in the report. A run of folded repeats (``h.0-11 ×12``) is one cluster holding the first member
+draws them) and the outputs of one container (a cache), as in the report. A region that ran inside a
+higher-order op (``no_grad``, a ``cond`` branch) is a dashed cluster labelled ``◇ no_grad`` inside its
+module's. A run of folded repeats (``h.0-11 ×12``) is one cluster holding the first member
 only: the other members are drawn through it, so a 48-layer model stays one block tall. Labels,
 kinds and colours come from :mod:`fxviz.render.view`, like the HTML report.
 
@@ -168,9 +170,11 @@ def _build(graph: Graph, depth: int | None, what: str, plumbing: bool = False) -
             label = g.label
             if g.run:
                 label = f"{g.run['label']} ×{g.run['count']}" + (f" {g.cls}" if g.cls else "")
+            region = g.kind == "region"  # what a higher-order op wrapped: no_grad, a cond branch
             parent = subgraphs[gid] = parent.add_subgraph(
-                name=f"cluster_{gnum[gid]}", label=_text(label), labeljust="l",
-                style="rounded,dashed" if g.run else "rounded", color="#9aa3b2", fontsize="11")
+                name=f"cluster_{gnum[gid]}", label=_text(f"◇ {label}" if region else label), labeljust="l",
+                style="rounded,dashed" if g.run or region else "rounded",
+                color="#5c6bc0" if region else "#9aa3b2", fontsize="11")
         return parent
 
     def owner(gid: str | None) -> str | None:
@@ -195,7 +199,7 @@ def _build(graph: Graph, depth: int | None, what: str, plumbing: bool = False) -
             if g.kind in ("values", "plumbing"):
                 sub(owner(cluster) if cluster else None).add_node(key, **_box_attrs(g))
                 continue
-            paths = g.run["paths"] if g.run else [g.path]
+            paths = g.run["paths"] if g.run else [g.path] if g.kind == "module" else []
             params = sum(stats.get(p, {}).get("params", 0) for p in paths)
             lines = [f"{g.run['label']} ×{g.run['count']}", g.cls] if g.run else [g.label]
             if params:

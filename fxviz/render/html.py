@@ -147,6 +147,9 @@ def _boundaries(graph: Graph, boxes: ModuleBoxes, calls: dict[str, Call]) -> dic
         if gid in calls:
             c = calls[gid]
             out[gid] = (c.inputs, c.outputs)
+        elif gid in boxes.regions:
+            region = boxes.regions[gid]
+            out[gid] = (region.inputs, region.outputs)
         elif g.run:
             members = [calls[m] for m in boxes.members[gid] if m in calls]
             inside = {name for m in members for name in m.nodes}
@@ -264,11 +267,13 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET, overlay: str | Non
     boundaries = _boundaries(graph, boxes, calls)
 
     def group_entry(g: Group) -> dict[str, Any]:
-        paths = g.run["paths"] if g.run else [g.path]
+        paths = g.run["paths"] if g.run else [g.path] if g.kind == "module" else []
         params = sum(mod_stats.get(p, {}).get("params", 0) for p in paths)
         ops = sum(mod_stats.get(p, {}).get("ops", 0) for p in paths)
         if g.kind == "plumbing":
             params, ops = 0, g.size
+        if g.id in boxes.regions:
+            ops = len(boxes.regions[g.id].nodes)
         d: dict[str, Any] = {
             "p": gindex[g.parent] if g.parent is not None else -1,
             # paths are cut like labels: at depth d a full path is O(d) long, and every box writing
@@ -309,9 +314,11 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET, overlay: str | Non
         "headline": headline(graph),
         "attempts": [
             {"method": a.method, "ok": a.ok, "seconds": round(a.seconds, 3), "reason": a.reason(),
-             "message": a.message, **({"raised": 1} if k == raised else {})}
+             "message": a.message, **({"raised": 1} if k == raised else {}),
+             **({"skipped": True} if a.skipped else {})}
             for k, a in enumerate(graph.attempts)
         ],
+        "notes": list(graph.notes),
         "totals": {
             "params": total_params, "pl": format_count(total_params),
             "ops": stats.get("total_ops", len(graph.ops)), "nodes": len(graph.nodes),

@@ -1,7 +1,8 @@
 """The terminal tree: module calls nested in execution order, ops inside them, parallel branches
-as branches, identical consecutive blocks folded to ``h.0-11 ×12``, each call's plumbing (masks,
-sizes, export's checks: :mod:`fxviz.passes.plumbing`) folded into one line, the outputs of one
-container (a cache) on one line.
+as branches, identical consecutive blocks folded to ``h.0-11 ×12``, the regions that ran inside a
+higher-order op (``◇ no_grad``, ``◇ cond: true branch (taken)``) as branches of their call, each
+call's plumbing (masks, sizes, export's checks: :mod:`fxviz.passes.plumbing`) folded into one
+line, the outputs of one container (a cache) on one line.
 
     >>> from rich.console import Console
     >>> Console(width=100).print(to_tree(graph, depth=2, width=100))
@@ -176,8 +177,12 @@ def to_tree(graph: Graph, *, depth: int | None = None, unfold: bool = False,
     if depth == 0:
         return tree
     for a in graph.attempts:
-        if not a.ok:
+        if a.skipped:
+            ctx.add(tree, _Label(f"⤼ {_c(a.method)} {one_line(a.reason(), limit=1000)}", "dim yellow"), 1)
+        elif not a.ok:
             ctx.add(tree, _Label(f"✗ {_c(a.method)} failed: {one_line(a.reason(), limit=1000)}", "yellow"), 1)
+    for note in graph.notes:
+        ctx.add(tree, _Label(f"ℹ {one_line(note, limit=1000)}", _DIM), 1)
     _values(tree, graph, "input", ctx)
     _draw(_steps(tree, _fold_plumbing(structure(graph, calls).steps, calls.root, ctx), ctx, level=1, nesting=1))
     _values(tree, graph, "output", ctx)
@@ -367,7 +372,9 @@ def _steps(parent: Tree, steps: Sequence[Step | _Plumbing], ctx: _Ctx, level: in
     i = 0
     while i < len(steps):
         s = steps[i]
-        if isinstance(s, Block):
+        if isinstance(s, Block) and s.region is not None:
+            yield from _region(parent, s, ctx, level, nesting)
+        elif isinstance(s, Block):
             run = _fold_run(steps, i, ctx)
             if run > 1 and not ctx.unfold:
                 yield from _call(parent, s, ctx, level, nesting, fold=[x for x in steps[i: i + run] if isinstance(x, Block)])
@@ -443,8 +450,9 @@ def _single_op(call: Block) -> Op | None:
 
 
 def _call(parent: Tree, call: Block, ctx: _Ctx, level: int, nesting: int, fold: list[Block] | None = None) -> Work:
+    assert isinstance(call.call, Call)  # a region is drawn by _region
     label = _call_label(call, ctx, fold)
-    value = _call_value([b.call for b in fold] if fold else [call.call], ctx)
+    value = _call_value([b.call for b in fold if isinstance(b.call, Call)] if fold else [call.call], ctx)
     only = _single_op(call)
     if only is not None:
         node = ctx.graph.node(only.node)
@@ -463,6 +471,26 @@ def _call(parent: Tree, call: Block, ctx: _Ctx, level: int, nesting: int, fold: 
     ctx.base.append(call.path)
     yield _steps(branch, _fold_plumbing(call.steps, call.call, ctx), ctx, level + 1, nesting + 1)
     ctx.base.pop()
+
+
+def _region(parent: Tree, block: Block, ctx: _Ctx, level: int, nesting: int) -> Work:
+    """A region of a call that ran inside a higher-order op: ``◇ no_grad``, ``◇ cond: true branch
+    (taken)``, with what crosses its border, and its steps inside (module levels do not change)."""
+    label = _Label(f"◇ {_c(block.call.name)}", "bold cyan")
+    ins, outs = [ctx.graph.meta_of(r) for r in block.call.inputs], [ctx.graph.meta_of(r) for r in block.call.outputs]
+    if ins or outs:
+        _shape_pieces(label, ins, _SHAPE, prefix="  ", brk=True)
+        if outs:
+            _shape_pieces(label, outs, _SHAPE, prefix=" → ", brk=True)
+        else:
+            label.add(" → ✗", _SHAPE, brk=True)
+    count = len(block.nodes)
+    label.add(f"  · {count} op{'' if count == 1 else 's'}", _DIM, brk=True)
+    branch = ctx.add(parent, label, nesting)
+    if nesting >= ctx.max_levels:
+        ctx.add(branch, _hidden(len(block.nodes), 0, ctx), nesting + 1)
+        return
+    yield _steps(branch, block.steps, ctx, level, nesting + 1)
 
 
 def _hidden(ops: int, levels: int, ctx: _Ctx) -> _Label:
@@ -500,7 +528,7 @@ def _mark(t: _Label, node: Node) -> None:
 
 
 def _is_simple(step: Step) -> bool:
-    return isinstance(step, Op) or (isinstance(step, Block) and _single_op(step) is not None)
+    return isinstance(step, Op) or (isinstance(step, Block) and step.region is None and _single_op(step) is not None)
 
 
 def _chain(t: _Label, steps: list[Step], ctx: _Ctx) -> _Label:
@@ -534,7 +562,10 @@ def _joins(p: Parallel, join: Op | Block, ctx: _Ctx) -> bool:
 def _parallel(parent: Tree, p: Parallel, join: Op | Block | None, ctx: _Ctx, level: int, nesting: int) -> Work:
     join_name = ""
     if join is not None and _joins(p, join, ctx):
-        join_name = _c(node_label(ctx.graph.node(join.node))) if isinstance(join, Op) else _c(_relative(join.path, ctx))
+        if isinstance(join, Op):
+            join_name = _c(node_label(ctx.graph.node(join.node)))
+        else:
+            join_name = _c(join.call.name if join.region is not None else _relative(join.path, ctx))
     if p.residual:
         label = _Label("⤷ residual branch", "bold blue")
         if join_name:

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from fxviz.calls import CallTree, Scope
+from fxviz.calls import Call, CallTree, Region, Scope
 from fxviz.ir import Graph, Node, TensorMeta, module_class
 from fxviz.ops import op_family, short_name
 from fxviz.passes.plumbing import plumbing_of, plumbing_summary
@@ -158,9 +158,11 @@ GROUP_KINDS = ("module", "run", "values", "region", "plumbing")
 
 @dataclass(slots=True)
 class Group:
-    """One box of a drawn graph: a call of a module, a run of folded identical siblings, a box of
-    the model's inputs or outputs, or the plumbing ops of one box (``kind``, one of
-    :data:`GROUP_KINDS`).
+    """One box of a drawn graph; ``kind`` (one of :data:`GROUP_KINDS`) says which: a call of a
+    module (``module``), a run of folded identical siblings (``run``), a box of the model's inputs
+    or outputs (``values``), a region of a call that ran inside a higher-order op (``region``:
+    ``no_grad``, a ``cond`` branch; its ``label`` says which, its ``path`` and ``call`` are those of
+    the call it sits in), or the plumbing ops of one box (``plumbing``).
 
     A module called twice (a shared ``max_pool``) is two boxes, one per call, because a data-flow
     drawing with one box per module would draw edges from the box's second call back into its
@@ -188,6 +190,7 @@ class ModuleBoxes:
     groups: dict[str, Group]
     node_group: dict[str, str | None]
     members: dict[str, list[str]]  # run id -> its member group ids, in order
+    regions: dict[str, Region] = field(default_factory=dict)  # region box id -> its region
 
     def ancestors(self, gid: str | None) -> list[str]:
         """``gid`` and the boxes around it, innermost first."""
@@ -231,10 +234,12 @@ def value_boxes(graph: Graph, *, min_size: int = 3) -> dict[tuple[str, str], lis
 def module_boxes(graph: Graph, *, group_values: bool = False, tree: CallTree | None = None,
                  plumbing: bool = True) -> ModuleBoxes:
     """Group the nodes of ``graph`` into boxes: one per module call (:mod:`fxviz.calls`), nested as
-    the calls were, and one per run of folded repeats (``graph.annotations["fold"]``) around its
-    members. With ``group_values``, also one box per container of inputs or outputs
-    (:func:`value_boxes`). With ``plumbing`` (and the ``plumbing`` pass run), the plumbing ops of
-    each box, two or more, go into one box of kind ``plumbing`` inside it (:func:`plumbing_boxes`).
+    the calls were, one per region of a call that ran inside a higher-order op (kind ``region``,
+    labelled ``no_grad``, ``cond: true branch (taken)``, ...), around the ops and calls inside it,
+    and one per run of folded repeats (``graph.annotations["fold"]``) around its members. With
+    ``group_values``, also one box per container of inputs or outputs (:func:`value_boxes`). With
+    ``plumbing`` (and the ``plumbing`` pass run), the plumbing ops of each box, two or more, go
+    into one box of kind ``plumbing`` inside it (:func:`plumbing_boxes`).
 
     Parameters, buffers and constants sit in the box of their owner's first call, so that a
     collapsed ``Linear`` hides its weight and bias with it.
@@ -242,6 +247,14 @@ def module_boxes(graph: Graph, *, group_values: bool = False, tree: CallTree | N
     tree = tree if tree is not None else graph.calls
     groups: dict[str, Group] = {}
     node_group: dict[str, str | None] = {}
+    region_gid = {id(r): f"region:{r.id}@{r.call.id}" for r in tree.regions}
+
+    def place(call: Call | None, region: Region | None) -> str | None:
+        """The box a step of ``call`` (standing in ``region`` of it) is drawn in."""
+        if region is not None:
+            return region_gid[id(region)]
+        return call.id if call is not None and call.stack else None
+
     for call in tree.walk():  # parents first
         gid: str | None = None
         if call.stack:
@@ -252,14 +265,24 @@ def module_boxes(graph: Graph, *, group_values: bool = False, tree: CallTree | N
             label = f"{name} ({cls})" if cls else name
             if index > 0:
                 label += f" #{index + 1}"
-            parent = call.parent.id if call.parent is not None and call.parent.stack else None
-            groups[gid] = Group(gid, path, index, bounded(label), cls, parent, depth=path.count(".") + 1)
-            if parent is not None:
-                groups[parent].children.append(gid)
+            groups[gid] = Group(gid, path, index, bounded(label), cls, place(call.parent, call.region),
+                                depth=path.count(".") + 1)
+        for r in call.regions:  # outer regions first
+            rid = region_gid[id(r)]
+            groups[rid] = Group(rid, call.path, call.index, bounded(r.label), "", place(call, r.parent),
+                                depth=call.path.count(".") + 1 if call.stack else 1, kind="region")
         for name in call.ops:
-            node_group[name] = gid
+            node_group[name] = place(call, tree.region_of(name))
         for name in call.state:
             node_group[name] = gid
+    # children in the order of their first op (a region is made with its call, before the calls
+    # that run before it)
+    position = {n.name: i for i, n in enumerate(graph.nodes)}
+    first = {c.id: position.get(c.nodes[0], 0) for c in tree.walk() if c.stack and c.nodes}
+    first.update({region_gid[id(r)]: position.get(r.nodes[0], 0) for r in tree.regions if r.nodes})
+    for g in sorted(groups.values(), key=lambda g: first.get(g.id, 0)):
+        if g.parent is not None:
+            groups[g.parent].children.append(g.id)
     for n in graph.nodes:
         if n.kind in ("input", "output"):
             node_group[n.name] = None
@@ -269,7 +292,7 @@ def module_boxes(graph: Graph, *, group_values: bool = False, tree: CallTree | N
     members: dict[str, list[str]] = {}
     for run in graph.annotations.get("fold", ()):
         paths = set(run["paths"])
-        inside = [g for g in groups.values() if g.path in paths]
+        inside = [g for g in groups.values() if g.path in paths and g.kind == "module"]
         parents = {g.parent for g in inside}
         if len(inside) < 2 or len(parents) != 1:
             continue  # members under different boxes: no single place to fold them into
@@ -306,7 +329,8 @@ def module_boxes(graph: Graph, *, group_values: bool = False, tree: CallTree | N
             at = groups[at].parent
         for x in reversed(chain):
             ordered[x] = groups[x]
-    return ModuleBoxes(ordered, node_group, members)
+    return ModuleBoxes(ordered, node_group, members, {gid: r for r in tree.regions
+                                                      if (gid := region_gid[id(r)]) in groups})
 
 
 def plumbing_boxes(graph: Graph, groups: dict[str, Group], node_group: dict[str, str | None],
@@ -335,3 +359,4 @@ def plumbing_boxes(graph: Graph, groups: dict[str, Group], node_group: dict[str,
             around.children.append(pid)
         for name in names:
             node_group[name] = pid
+

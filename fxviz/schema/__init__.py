@@ -191,6 +191,7 @@ def _attempt(d: Any, k: int) -> dict[str, Any]:
         "error_type": _opt_text(d, "error_type", at),
         "message": _opt_text(d, "message", at),
         "source": _source(d.get("source"), lambda: f"{at()} 'source'"),
+        "skipped": _bool(d.get("skipped", False), lambda: f"{at()} 'skipped'"),
     }
 
 
@@ -199,10 +200,24 @@ def _assumption(d: Any, k: int) -> dict[str, Any]:
         return f"assumptions[{k}]"
 
     d = _object(d, at)
+    holds = d.get("holds")
+    if holds is not None:
+        _bool(holds, lambda: f"{at()} 'holds'")
+    kind = d.get("kind", "guard")
+    if kind not in ("guard", "assertion"):
+        _fail(f"{at()} 'kind'", "'guard' or 'assertion'", kind)
     return {
         "expr": _text(d.get("expr"), lambda: f"{at()} 'expr'"),
         "source": _source(d.get("source"), lambda: f"{at()} 'source'"),
+        "holds": holds,
+        "kind": kind,
     }
+
+
+def _bool(v: Any, where: Where) -> bool:
+    if not isinstance(v, bool):
+        _fail(where(), "true or false", v)
+    return v
 
 
 def _module(path: Any, d: Any) -> dict[str, str]:
@@ -261,6 +276,8 @@ def check(data: Any) -> dict[str, Any]:
         "assumptions": [
             _assumption(a, k) for k, a in enumerate(_array(data.get("assumptions", []), lambda: "'assumptions'"))
         ],
+        "notes": [_text(t, _item(lambda: "", "'notes'", k))
+                  for k, t in enumerate(_array(data.get("notes", []), lambda: "'notes'"))],
     }
 
 

@@ -17,6 +17,8 @@ import torch.fx
 from torch import nn
 
 from fxviz.ir import ModuleCall, Node, NodeKind, Ref, TensorMeta
+from fxviz.symbolic.hops import body_of, convert_hop, inferred_stack, is_hop, mark_checkpoints
+from fxviz.torchbridge.opnames import op_target
 from fxviz.torchbridge.source import source_from_trace
 from fxviz.torchbridge.values import json_safe, metas_from_val, output_node
 
@@ -29,8 +31,9 @@ def target_name(node: torch.fx.Node, modules: dict[str, nn.Module] | None = None
     if node.op == "call_module":
         mod = (modules or {}).get(str(t))
         return type(mod).__name__ if mod is not None else str(t)
-    if isinstance(t, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
-        return str(t)
+    op = op_target(t)
+    if op is not None:
+        return op
     if callable(t):
         try:
             name = torch.overrides.resolve_name(t)
@@ -42,6 +45,16 @@ def target_name(node: torch.fx.Node, modules: dict[str, nn.Module] | None = None
         qual = str(getattr(t, "__qualname__", None) or getattr(t, "__name__", None) or repr(t))
         return f"{owner}.{qual}" if owner and owner != "builtins" else qual
     return str(t)
+
+
+def _call_name(name: str, target: str) -> str:
+    """The torch-level call's name as the eager tracer spells it. Export names a call of a
+    dispatcher op by its Python class (``OpOverload.scaled_swish.default``), which drops the
+    namespace; when that op is the node's own, its target says it (``mylib::scaled_swish.default``)."""
+    kind, _, rest = name.partition(".")
+    if kind in ("OpOverload", "OpOverloadPacket") and rest and target.endswith(("::" + rest, "." + rest)):
+        return target
+    return name
 
 
 def argument_names(node: torch.fx.Node) -> list[str] | None:
@@ -82,6 +95,10 @@ def split_arguments(
     return tuple(inputs), attrs
 
 
+#: What strict export calls the model it traces, in the module stacks of higher-order ops' bodies.
+EXPORT_ROOT = "_export_root"
+
+
 def stack_from_meta(nn_module_stack: dict[str, Any] | None, strip: str) -> tuple[ModuleCall, ...]:
     """``nn_module_stack`` -> ((path, call index), ...) without the root model.
 
@@ -93,6 +110,10 @@ def stack_from_meta(nn_module_stack: dict[str, Any] | None, strip: str) -> tuple
     out: list[ModuleCall] = []
     for key, value in nn_module_stack.items():
         path = value[0] if isinstance(value, tuple) else str(value)
+        # strict export names the model it traces ``_export_root`` inside higher-order op bodies
+        if path == EXPORT_ROOT:
+            continue
+        path = path.removeprefix(EXPORT_ROOT + ".")
         if strip:
             if path == strip or path == "":
                 continue
@@ -117,20 +138,31 @@ class Placeholder:
 
 @dataclass
 class Converter:
-    """Builds IR nodes from one fx graph.
+    """Builds IR nodes from one fx graph, and from the bodies of its higher-order ops.
 
     ``placeholders`` maps fx placeholder names to what they are; ``strip`` is the wrapper prefix in
-    module paths; ``modules`` (fx only) resolves ``call_module`` targets.
+    module paths; ``modules`` resolves ``call_module`` targets (fx) and tells which modules are
+    containers that never run (when a body's module stack has to be inferred); ``taken`` holds,
+    per ``cond`` node, the branch the example inputs take (when they were run).
     """
 
     placeholders: dict[str, Placeholder]
     strip: str = ""
     modules: dict[str, nn.Module] = field(default_factory=dict)
+    taken: dict[torch.fx.Node, bool] = field(default_factory=dict)
     nodes: list[Node] = field(default_factory=list)
     refs: dict[torch.fx.Node, Ref] = field(default_factory=dict)
     used_names: set[str] = field(default_factory=set)
     by_name: dict[str, Node] = field(default_factory=dict)
     state_refs: dict[str, Ref] = field(default_factory=dict)
+    # higher-order ops (fxviz.symbolic.hops): the GraphModule a get_attr node names, what each
+    # output of a higher-order op is, the module calls a body inherits, the stack traces that
+    # pass through torch.utils.checkpoint, and a counter for region ids
+    bodies: dict[torch.fx.Node, torch.fx.GraphModule] = field(default_factory=dict)
+    multi: dict[torch.fx.Node, list[Ref | None]] = field(default_factory=dict)
+    inherit: list[tuple[ModuleCall, ...]] = field(default_factory=list)
+    traces: dict[str, str] = field(default_factory=dict)
+    regions: int = 0
 
     def unique(self, name: str) -> str:
         base, i = name, 1
@@ -165,7 +197,9 @@ class Converter:
         self.state_refs[state_name] = Ref(node.name)
         return self.state_refs[state_name]
 
-    def convert(self, graph: torch.fx.Graph) -> None:
+    def convert(self, graph: torch.fx.Graph, owner: torch.fx.GraphModule | None = None) -> None:
+        """Convert the top-level graph (``owner``: the GraphModule holding it, which resolves the
+        bodies of higher-order ops); then mark the ops that ran inside ``torch.utils.checkpoint``."""
         for n in graph.nodes:
             if n.op == "placeholder":
                 ph = self.placeholders.get(n.name) or Placeholder("input", n.name, n.name)
@@ -175,15 +209,43 @@ class Converter:
                     outputs=metas_from_val(n.meta.get("val")),
                 )
                 self.refs[n] = Ref(self.add(node).name)
-            elif n.op == "get_attr":
-                value = n.meta.get("val")
-                self.refs[n] = self.state_node("constant", self._strip_name(str(n.target)), value)
-            elif n.op == "call_function" and n.target is operator.getitem and self._is_multi(n):
-                src = self.refs.get(n.args[0])  # type: ignore[arg-type]
-                if src is not None:
-                    self.refs[n] = Ref(src.node, int(n.args[1]))  # type: ignore[arg-type]
-            elif n.op in ("call_function", "call_method", "call_module"):
-                self.refs[n] = Ref(self.add(self.op_node(n)).name)
+            elif n.op != "output":
+                self.convert_node(n, owner)
+        mark_checkpoints(self)
+
+    def convert_node(self, n: torch.fx.Node, owner: torch.fx.GraphModule | None) -> None:
+        """One node that is neither a placeholder nor the output: a body of a higher-order op, a
+        constant, an element of a multi-output op, a higher-order op or an op."""
+        if n.op == "get_attr":
+            body = body_of(owner, str(n.target))
+            if body is not None:
+                self.bodies[n] = body
+                return
+            value = n.meta.get("val")
+            self.refs[n] = self.state_node("constant", self._strip_name(str(n.target)), value)
+        elif n.op == "call_function" and n.target is operator.getitem and n.args[0] in self.multi:
+            items = self.multi[n.args[0]]  # type: ignore[index]
+            i = n.args[1]
+            ref = items[i] if isinstance(i, int) and 0 <= i < len(items) else None
+            if ref is not None:
+                self.refs[n] = ref
+        elif n.op == "call_function" and n.target is operator.getitem and self._is_multi(n):
+            src = self.refs.get(n.args[0])  # type: ignore[arg-type]
+            if src is not None:
+                self.refs[n] = Ref(src.node, int(n.args[1]))  # type: ignore[arg-type]
+        elif n.op == "call_function" and is_hop(self, n):
+            convert_hop(self, n)
+        elif n.op in ("call_function", "call_method", "call_module"):
+            self.refs[n] = Ref(self.add(self.op_node(n)).name)
+
+    def stack_of(self, n: torch.fx.Node, inputs: tuple[Ref, ...]) -> tuple[ModuleCall, ...]:
+        """The module calls ``n`` ran in. Inside a body of a higher-order op that export traced
+        without them (non-strict cond, while_loop, map): the calls around the op, and the owner of
+        a parameter ``n`` reads (:func:`~fxviz.symbolic.hops.inferred_stack`)."""
+        stack = stack_from_meta(n.meta.get("nn_module_stack"), self.strip)
+        if self.inherit and not stack:
+            return inferred_stack(self, inputs)
+        return stack
 
     def _is_multi(self, n: torch.fx.Node) -> bool:
         src = n.args[0]
@@ -196,7 +258,9 @@ class Converter:
 
     def op_node(self, n: torch.fx.Node) -> Node:
         inputs, attrs = split_arguments(n, self.ref_of)
-        stack = stack_from_meta(n.meta.get("nn_module_stack"), self.strip)
+        stack = self.stack_of(n, inputs)
+        if self.inherit and stack != self.inherit[-1] and not n.meta.get("nn_module_stack"):
+            attrs["stack_inferred"] = True
         if n.op == "call_module":
             path = str(n.target)
             mod = self.modules.get(path)
@@ -206,21 +270,26 @@ class Converter:
                     inputs += (self.state_node("parameter", f"{path}.{pname}", p),)
                 for bname, b in mod.named_buffers(recurse=True):
                     inputs += (self.state_node("buffer", f"{path}.{bname}", b),)
+        target = target_name(n, self.modules)
         torch_fn = n.meta.get("torch_fn")
         if torch_fn:
             # [call id, name]: the ATen ops of one torch-level call share the id, also after
             # run_decompositions, so a comparison can fold them back to the call
-            attrs["torch_fn"] = [str(torch_fn[0]), str(torch_fn[1])]
-        return Node(
+            attrs["torch_fn"] = [str(torch_fn[0]), _call_name(str(torch_fn[1]), target)]
+        trace = n.meta.get("stack_trace")
+        node = Node(
             self.unique(n.name),
             "op",
-            target=target_name(n, self.modules),
+            target=target,
             inputs=inputs,
             stack=stack,
             outputs=self._op_outputs(n),
-            source=source_from_trace(n.meta.get("stack_trace")),
+            source=source_from_trace(trace),
             attrs=attrs,
         )
+        if trace and "checkpoint" in trace:  # torch.utils.checkpoint, or a call of it: see hops
+            self.traces[node.name] = trace
+        return node
 
     @staticmethod
     def _op_outputs(n: torch.fx.Node) -> tuple[TensorMeta, ...]:

@@ -11,10 +11,13 @@ import torch
 import torch.fx
 from torch import nn
 from torch.export.graph_signature import InputKind, OutputKind
+from torch.utils import _pytree as pytree
 
 from fxviz.errors import TargetError
 from fxviz.ir import Assumption, Graph, NodeKind, SourceLoc
+from fxviz.symbolic.check import ProgramRun, has_checks, python_spelling, run_program, runtime_assertions
 from fxviz.symbolic.convert import Converter, Placeholder
+from fxviz.torchbridge.checks import RejectedInputs, confirm_forward, first_line, real_inputs
 from fxviz.torchbridge.normalize import FlatInputs, NormalizedModel, flatten_inputs
 from fxviz.torchbridge.source import is_user_file
 from fxviz.torchbridge.values import mark_tied, module_infos
@@ -36,10 +39,18 @@ def capture_export(
     strict: bool = False,
     dynamic_shapes: Any = None,
     decompose: bool = False,
+    validate: bool = True,
 ) -> Graph:
     """Capture with ``torch.export.export`` through :class:`NormalizedModel`; ``decompose=True``
     lowers the training IR (``aten.linear``) to core ATen (``aten.addmm``) with
-    ``ExportedProgram.run_decompositions()``."""
+    ``ExportedProgram.run_decompositions()``.
+
+    On real inputs (and ``validate``) the program is run once on them (:mod:`fxviz.symbolic.check`):
+    that records the branch each ``torch.cond`` takes and whether each runtime assertion holds,
+    and what the program raises is a :class:`~fxviz.torchbridge.checks.RejectedInputs` carrying the
+    graph, not a success. Non-strict export runs the model's own Python, so a check on tensor data
+    either stops it or stays in the graph as an assertion; Dynamo (``strict``) may drop one, so
+    there the model itself runs once (and the program too when it holds a ``cond`` or an assertion)."""
     flat = flatten_inputs(model, args, kwargs)
     box: dict[str, Any] = {}
     wrapper = NormalizedModel(model, flat, box)
@@ -49,7 +60,30 @@ def capture_export(
     if decompose:
         ep = ep.run_decompositions()
     method = ("export-strict" if strict else "export") + ("-decomposed" if decompose else "")
-    return graph_from_exported(ep, model, flat, box, method=method)
+    check = validate and real_inputs(flat.tensors)
+    run = run_program(ep, flat) if check and (not strict or has_checks(ep)) else None
+    graph = graph_from_exported(ep, model, flat, box, method=method, run=run)
+    if run is not None and run.error is not None:
+        raise _rejected(graph, run) from run.error
+    if check and strict:
+        # Dynamo may evaluate a check on tensor data while it traces and leave nothing of it in the
+        # graph (``torch._check(n == 2)`` after ``.item()``): only the model itself can say
+        confirm_forward(model, flat, graph)
+    return graph
+
+
+def _rejected(graph: Graph, run: ProgramRun) -> RejectedInputs:
+    """What to say when the exported program raised on the example inputs: the assertion that
+    failed, with its line, or the error and the op that raised it."""
+    assert run.error is not None
+    failed = next((a for a in graph.assumptions if a.holds is False), None)
+    if failed is not None:
+        at = f" ({failed.source.short()} `{failed.source.code}`)" if failed.source is not None else ""
+        return RejectedInputs(
+            f"the exported graph asserts {failed.expr}{at}, which is false for these inputs: the graph "
+            "does not hold for them", graph, failed)
+    where = f" at {run.failed.name}" if run.failed is not None else ""
+    return RejectedInputs(f"the exported graph does not run on these inputs{where}: {first_line(run.error)}", graph)
 
 
 def _flat_dynamic_shapes(dynamic_shapes: Any, flat: FlatInputs) -> Any:
@@ -78,13 +112,16 @@ def graph_from_exported(
     method: str,
     prefix: str = NormalizedModel.PREFIX,
     input_names: Sequence[str] = (),
+    run: ProgramRun | None = None,
 ) -> Graph:
     """The IR of an exported program. A live capture passes the model and its flattened inputs and
     exports through :class:`NormalizedModel` (whose ``prefix`` is stripped from module paths).
     A program exported elsewhere (a ``.pt2`` file, see :mod:`fxviz.symbolic.pt2`) has neither:
     ``model`` and ``flat`` are ``None``, ``prefix`` is ``""``, user inputs are named by
     ``input_names`` (else by their placeholders), outputs by ``box["outputs"]``, and the caller
-    fills in the graph's name and modules."""
+    fills in the graph's name and modules. ``run`` is what running the program on the example
+    inputs found (:func:`~fxviz.symbolic.check.run_program`): the branch each ``cond`` took and the
+    runtime assertions that held; every runtime assertion is listed in ``graph.assumptions``."""
     placeholders: dict[str, Placeholder] = {}
     user_inputs = iter(flat.names if flat is not None else input_names)
     for spec in ep.graph_signature.input_specs:
@@ -100,8 +137,9 @@ def graph_from_exported(
             target = target[len(prefix) + 1 :] if target.startswith(prefix + ".") else target
             placeholders[arg_name] = Placeholder(kind, target, target)
 
-    conv = Converter(placeholders, strip=prefix)
-    conv.convert(ep.graph)
+    conv = Converter(placeholders, strip=prefix, modules=dict(model.named_modules()) if model is not None else {},
+                     taken=run.taken if run is not None else {})
+    conv.convert(ep.graph, ep.graph_module)
 
     out_node = next(n for n in reversed(ep.graph.nodes) if n.op == "output")
     returned = list(out_node.args[0])
@@ -109,7 +147,9 @@ def graph_from_exported(
         r for r, s in zip(returned, ep.graph_signature.output_specs, strict=True)
         if s.kind == OutputKind.USER_OUTPUT
     ]
-    leaves = box.get("outputs") or [(f"output[{i}]", None) for i in range(len(user_outputs))]
+    # a forward traced by Dynamo (strict export) never ran NormalizedModel's Python, which fills the
+    # box: its outputs are named by the keys of the dict it returns, read from the program's spec
+    leaves = box.get("outputs") or [(name, None) for name in output_names(ep)]
     tensor_iter = iter(user_outputs)
     items = [(path, next(tensor_iter, None) if const is None else None, const) for path, const in leaves]
     for r, s in zip(returned, ep.graph_signature.output_specs, strict=True):
@@ -118,14 +158,48 @@ def graph_from_exported(
             target = target[len(prefix) + 1 :] if target.startswith(prefix + ".") else target
             items.append((f"{s.kind.name.lower()}:{target}", r, None))
     conv.add_outputs(items)  # type: ignore[arg-type]
+    asserted = [a for _, a in runtime_assertions(ep, run)]
     if model is None:
-        return Graph(nodes=conv.nodes, method=method)
+        return Graph(nodes=conv.nodes, method=method, assumptions=asserted)
     mark_tied(conv.nodes, model)
 
     return Graph(
         name=type(model).__name__, nodes=conv.nodes, method=method, modules=module_infos(model),
-        assumptions=assumptions_of(ep, flat) if flat is not None else [],
+        assumptions=(assumptions_of(ep, flat) if flat is not None else []) + asserted,
     )
+
+
+def output_names(ep: torch.export.ExportedProgram) -> list[str]:
+    """The user outputs as a live capture names them: ``output`` for one tensor, ``output[1]``
+    in a tuple, ``logits`` in a ``ModelOutput``. Positional names when the spec cannot be walked."""
+    n_user = len(ep.graph_signature.user_outputs)
+    paths = leaf_paths(ep.call_spec.out_spec)
+    if paths is None or len(paths) != n_user:
+        return [f"output[{i}]" for i in range(n_user)]
+    names = []
+    for path in paths:
+        name = "output"
+        for k in path:
+            key = getattr(k, "key", getattr(k, "name", None))
+            if isinstance(k, pytree.SequenceKey):
+                name += f"[{k.idx}]"
+            elif isinstance(key, str):
+                name = key if name == "output" else f"{name}.{key}"
+            else:
+                name += f"[{key!r}]"
+        names.append(name)
+    return names
+
+
+def leaf_paths(spec: pytree.TreeSpec | None) -> list[tuple[Any, ...]] | None:
+    """The key path of every leaf of ``spec`` (rebuilding the tree with integers as leaves)."""
+    if spec is None:
+        return None
+    try:
+        tree = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
+        return [tuple(path) for path, _ in pytree.tree_flatten_with_path(tree)[0]]
+    except Exception:  # a class whose unflatten wants real values: fall back to positions
+        return None
 
 
 # how export names an input size of NormalizedModel's forward(*tensors): L['tensors'][0].size()[1]
@@ -160,24 +234,11 @@ def assumptions_of(ep: torch.export.ExportedProgram, flat: FlatInputs) -> list[A
         frame = getattr(getattr(guard, "sloc", None), "framework_loc", None)
         if not isinstance(frame, traceback.FrameSummary) or not is_user_file(frame.filename):
             continue
-        expr = _SYMBOL.sub(lambda m: names.get(m[0], m[0]), _python_spelling(str(guard.expr)))
+        expr = _SYMBOL.sub(lambda m: names.get(m[0], m[0]), python_spelling(str(guard.expr)))
         a = Assumption(expr, SourceLoc(frame.filename, frame.lineno or 0, frame.name, (frame.line or "").strip()))
         if a not in out:
             out.append(a)
     return out
 
 
-def _python_spelling(expr: str) -> str:
-    """sympy's ``Eq(a, b)`` / ``Ne(a, b)`` at the top level as ``a == b`` / ``a != b``."""
-    for fn, op in (("Eq(", "=="), ("Ne(", "!=")):
-        if expr.startswith(fn) and expr.endswith(")"):
-            inner, depth = expr[len(fn) : -1], 0
-            for i, ch in enumerate(inner):
-                depth += ch == "("
-                depth -= ch == ")"
-                if ch == "," and depth == 0:
-                    return f"{inner[:i].strip()} {op} {inner[i + 1 :].strip()}"
-    return expr
-
-
-__all__ = ["assumptions_of", "capture_export", "graph_from_exported"]
+__all__ = ["assumptions_of", "capture_export", "graph_from_exported", "leaf_paths", "output_names"]

@@ -11,6 +11,7 @@ from torch import nn
 
 from fxviz.ir import Graph
 from fxviz.symbolic.convert import Converter, Placeholder
+from fxviz.torchbridge.checks import confirm_forward, real_inputs
 from fxviz.torchbridge.normalize import flatten_inputs, flatten_outputs
 from fxviz.torchbridge.values import mark_tied, module_infos
 
@@ -19,8 +20,10 @@ class _Tracer(torch.fx.Tracer):
     record_stack_traces = True
 
 
-def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Graph:
-    """Capture with ``torch.fx.symbolic_trace``; shapes come from fake-tensor propagation."""
+def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, validate: bool = True) -> Graph:
+    """Capture with ``torch.fx.symbolic_trace``; shapes come from fake-tensor propagation. On real
+    inputs (and ``validate``) the model runs once on them, and what it raises is a
+    :class:`~fxviz.torchbridge.checks.RejectedInputs`: fake tensors check less than real kernels."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
@@ -44,7 +47,9 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         if not n.users and _is_dataclass_call(n):
             gm.graph.erase_node(n)
 
-    names = dict(zip([p.name for p in placeholders], flat.names + [p.name for p in placeholders], strict=False))
+    # the tensors given name the first placeholders; a keyword input left at its default keeps its own
+    names = dict(zip([p.name for p in placeholders],
+                     flat.names + [p.name for p in placeholders[len(flat.names):]], strict=False))
     conv = Converter(
         {p.name: Placeholder("input", names[p.name], names[p.name]) for p in placeholders},
         modules=dict(model.named_modules()),
@@ -58,7 +63,10 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) 
             items.append((path, None, repr(value)))
     conv.add_outputs(items)
     mark_tied(conv.nodes, model)
-    return Graph(name=type(model).__name__, nodes=conv.nodes, method="fx", modules=module_infos(model))
+    g = Graph(name=type(model).__name__, nodes=conv.nodes, method="fx", modules=module_infos(model))
+    if validate and real_inputs(flat.tensors):
+        confirm_forward(model, flat, g)
+    return g
 
 
 def _unpack_dataclasses(v: Any) -> Any:

@@ -33,7 +33,8 @@ from torch.utils import _pytree as pytree
 
 from fxviz.errors import TargetError
 from fxviz.ir import Attempt, Graph, ModuleInfo
-from fxviz.symbolic.export import graph_from_exported
+from fxviz.symbolic.convert import EXPORT_ROOT
+from fxviz.symbolic.export import graph_from_exported, leaf_paths, output_names
 
 METHOD = "export (.pt2)"
 
@@ -96,13 +97,20 @@ def modules_of(ep: torch.export.ExportedProgram) -> dict[str, ModuleInfo]:
             continue
         for n in gm.graph.nodes:
             for value in (n.meta.get("nn_module_stack") or {}).values():
-                if not isinstance(value, tuple) or len(value) < 2 or value[0] in out:
+                if not isinstance(value, tuple) or len(value) < 2:
+                    continue
+                # strict export names the model ``_export_root`` inside bodies of higher-order ops
+                path = str(value[0])
+                if path == EXPORT_ROOT:
+                    continue
+                path = path.removeprefix(EXPORT_ROOT + ".")
+                if path in out:
                     continue
                 qualname = _qualname(value[1])
                 info = infos.get(qualname)
                 if info is None:
                     info = infos[qualname] = ModuleInfo(qualname.rpartition(".")[2], qualname)
-                out[str(value[0])] = info
+                out[path] = info
     return out
 
 
@@ -122,7 +130,7 @@ def input_names(ep: torch.export.ExportedProgram) -> list[str]:
     signature = ep.module_call_graph[0].signature if ep.module_call_graph else None
     arg_names = list(getattr(signature, "forward_arg_names", None) or [])
     n_user = sum(1 for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT)
-    paths = _leaf_paths(spec)
+    paths = leaf_paths(spec)
     if paths is None or len(paths) != n_user:
         return []
     names = []
@@ -137,39 +145,6 @@ def input_names(ep: torch.export.ExportedProgram) -> list[str]:
             base = str(getattr(first, "key", first))
         names.append(base + "".join(_key_str(k) for k in rest))
     return names
-
-
-def output_names(ep: torch.export.ExportedProgram) -> list[str]:
-    """The user outputs as a live capture names them: ``output`` for one tensor, ``output[1]``
-    in a tuple, ``logits`` in a ``ModelOutput``. Positional names when the spec cannot be walked."""
-    n_user = len(ep.graph_signature.user_outputs)
-    paths = _leaf_paths(ep.call_spec.out_spec)
-    if paths is None or len(paths) != n_user:
-        return [f"output[{i}]" for i in range(n_user)]
-    names = []
-    for path in paths:
-        name = "output"
-        for k in path:
-            key = getattr(k, "key", getattr(k, "name", None))
-            if isinstance(k, pytree.SequenceKey):
-                name += f"[{k.idx}]"
-            elif isinstance(key, str):
-                name = key if name == "output" else f"{name}.{key}"
-            else:
-                name += f"[{key!r}]"
-        names.append(name)
-    return names
-
-
-def _leaf_paths(spec: pytree.TreeSpec | None) -> list[tuple[Any, ...]] | None:
-    """The key path of every leaf of ``spec`` (rebuilding the tree with integers as leaves)."""
-    if spec is None:
-        return None
-    try:
-        tree = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
-        return [tuple(path) for path, _ in pytree.tree_flatten_with_path(tree)[0]]
-    except Exception:  # a class whose unflatten wants real values: fall back to positions
-        return None
 
 
 def _key_str(key: Any) -> str:

@@ -181,17 +181,18 @@ def _model_runs() -> Iterator[None]:
 
 
 def load_graph(
-    spec: TargetSpec, *, input_shapes: Sequence[str] = (), dtype: str = "float32", method: str = "auto"
+    spec: TargetSpec, *, input_shapes: Sequence[str] = (), dtype: str = "float32", method: str = "auto",
+    validate: bool = True,
 ) -> Graph:
     """The annotated graph of any target: a saved graph read, a ``.pt2`` file converted, or a
-    factory's model captured with ``method``."""
+    factory's model captured with ``method`` (``validate``: see :func:`fxviz.capture`)."""
     if spec.kind == "graph":
         return read_graph(spec.path)
     if spec.kind == "pt2":
         return run_passes(graph_from_pt2(spec.path), DEFAULT)
     t = load_factory(spec, input_shapes=input_shapes, dtype=dtype)
     with _model_runs():
-        return capture(t.model, t.args, t.kwargs, method=method)
+        return capture(t.model, t.args, t.kwargs, method=method, validate=validate)
 
 
 def compare_target(

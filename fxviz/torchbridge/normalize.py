@@ -150,11 +150,13 @@ def _holds_tensors(o: Any) -> bool:
 
 
 class NormalizedModel(nn.Module):
-    """Wraps a model so its forward takes and returns flat tuples of tensors.
+    """Wraps a model so its forward takes a flat tuple of tensors and returns a flat dict of them,
+    keyed by their paths.
 
     The wrapped model is the submodule ``model``; capture strips that prefix from module paths and
-    state-dict names. Output paths land in ``box["outputs"]`` when the forward runs in Python
-    (non-strict export, fx); Dynamo-traced forwards do not run it, so they get positional names.
+    state-dict names. Output paths, constant outputs included, land in ``box["outputs"]`` when the
+    forward runs in Python (non-strict export, fx); a Dynamo-traced forward (strict export) does not
+    run it, and its tensor outputs are named by the returned dict's keys.
     """
 
     PREFIX = "model"
@@ -165,11 +167,12 @@ class NormalizedModel(nn.Module):
         self._inputs = inputs
         self._box = box
 
-    def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(self, *tensors: torch.Tensor) -> dict[str, torch.Tensor]:
         args, kwargs = self._inputs.rebuild(tensors)
         leaves = flatten_outputs(self.model(*args, **kwargs))
         self._box["outputs"] = [(p, _describe(v)) for p, v in leaves]
-        return tuple(v for _, v in leaves if isinstance(v, torch.Tensor))
+        # keyed by path: a program's output spec keeps the names where the box stays empty
+        return {p: v for p, v in leaves if isinstance(v, torch.Tensor)}
 
 
 def _describe(v: Any) -> str | None:
