@@ -3,7 +3,7 @@
 import { action, grouped, h } from "./dom.js";
 import { formatValue } from "./overlay.js";
 import { sourceLink } from "./settings.js";
-import { ROOT } from "./model.js";
+import { MAX_DEPTH, ROOT } from "./model.js";
 import { clip, visible } from "./text.js";
 
 /** Header text and the banners: capture method, failed attempts, partial graph. */
@@ -50,11 +50,14 @@ function shapeText(m) {
   return m ? `${m[0]} ${m[1]}` : "unknown";
 }
 
+/** Every overlay's value of node or box i, under one row of their own. */
 function overlayRows(overlays, list, i) {
-  return (overlays || []).flatMap((ov) => {
+  const rows = (overlays || []).flatMap((ov) => {
     const v = (ov[list] || [])[i];
-    return v === null || v === undefined ? [] : row(ov.label || ov.name, h("span", { class: "fx-ov-value", "data-overlay": ov.name, text: formatValue(ov, v) }));
+    return v === null || v === undefined ? [] : [h("dt", { text: ov.label || ov.name, title: ov.description || "" }),
+      h("dd", { class: "fx-ov-value", "data-overlay": ov.name, text: formatValue(ov, v) })];
   });
+  return rows.length ? row("overlays", h("dl", { class: "fx-attrs fx-overlays" }, rows)) : [];
 }
 
 function sourceRow(model, n, pattern) {
@@ -133,7 +136,7 @@ export function groupDetails(model, c, go, opts = {}) {
       kids.length > 50 ? h("span", { class: "fx-muted", text: `… +${kids.length - 50}` }) : null));
   }
   const open = model.expanded.has(c);
-  const hint = !model.canExpand(c) && model.items(c).length ? "Nested too deep to open here: search for what is inside, or open it from the module tree." : open ? "Double-click the box to close it." : "Double-click the box to open it.";
+  const hint = !model.canExpand(c) && model.items(c).length ? `Boxes nest at most ${MAX_DEPTH} deep on screen: this one stays closed. The module tree lists what is inside, and search finds it.` : open ? "Double-click the box to close it." : "Double-click the box to open it.";
   return h("div", { class: "fx-details-body", "data-key": "g" + c },
     h("h2", {}, h("i", { class: "fx-swatch fx-swatch-box", style: { borderColor: g.c } }), (g.err ? "✗ " : "") + g.l),
     model.hasError(c) ? h("div", { class: "fx-node-error", text: "✗ The failing op is inside this box." }) : null,
