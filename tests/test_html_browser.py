@@ -301,9 +301,10 @@ def test_cache_outputs_are_one_box_and_long_fans_are_stubs(browser: Any, gpt2_48
     r.js("fxvizReport.viewer.go('g' + fxvizReport.model.groups.findIndex(g => g.run))")
     r.dblclick(".fx-box.fx-run")
     # 48 blocks open windowed: the first two, ⋯ 45 more, the last
-    assert r.page.locator('.fx-box[data-path^="transformer.h."]').count() == 3
+    blocks = '.fx-box.fx-k-module[data-path^="transformer.h."]'
+    assert r.page.locator(blocks).count() == 3
     r.dblclick(".fx-box.fx-k-more")
-    assert r.page.locator('.fx-box[data-path^="transformer.h."]').count() == 48
+    assert r.page.locator(blocks).count() == 48
     # the mask read by every block and the cache written by every block: stubs, not 48 long lines
     labels = r.page.eval_on_selector_all(".fx-stub-label", "els => els.map(e => e.textContent)")
     assert sum(t == "to past_key_values" for t in labels) > 40
@@ -311,7 +312,7 @@ def test_cache_outputs_are_one_box_and_long_fans_are_stubs(browser: Any, gpt2_48
     ARTIFACTS.mkdir(exist_ok=True)
     r.shot("gpt2-48-expanded")
     # a stub's label jumps to the other end, and expanding the box shows the outputs
-    r.page.locator(".fx-stub-label", has_text="to past_key_values").first.click()
+    r.page.locator(".fx-stub-label", has_text="to past_key_values").first.dispatch_event("click")
     r.settle()
     assert "96 outputs" in (r.page.text_content("[data-ref=details]") or "")
     r.dblclick('.fx-box.fx-values[data-path="past_key_values"]')
@@ -330,11 +331,12 @@ def llama_80(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_llama_70b_shape_opens_and_expands(browser: Any, llama_80: Path) -> None:
     r = ReportPage(browser, llama_80)
+    r.js("fxvizReport.viewer.go('g' + fxvizReport.model.groups.findIndex(g => g.run))")
     run = r.page.locator(".fx-box.fx-run")
     assert run.count() == 1 and "×80" in (run.text_content() or "")
     r.dblclick(".fx-box.fx-run")
     r.dblclick(".fx-box.fx-k-more")
-    assert r.page.locator('.fx-box[data-path^="model.layers."]').count() == 80
+    assert r.page.locator('.fx-box.fx-k-module[data-path^="model.layers."]').count() == 80
     r.dblclick('.fx-box[data-path="model.layers.40"]')
     assert r.page.locator('.fx-cluster[data-path="model.layers.40"]').count() == 1
     assert r.page.locator('.fx-box[data-path="model.layers.40.self_attn"]').count() == 1

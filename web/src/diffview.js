@@ -175,14 +175,14 @@ export class DiffPage {
   }
 
   onToggle(side, c, open) {
-    if (this.syncing) return;
+    if (this.opening) return;
     const partner = this.maps[side].boxes.get(c);
     if (partner === undefined) return;
     const v = this.viewers[this.other(side)];
-    this.syncing = true;
+    this.opening = true;
     const done = open ? v.setOpen([partner]) : v.setOpen([], [partner]);
     done.finally(() => {
-      this.syncing = false;
+      this.opening = false;
       this.follow(side);
     });
   }

@@ -49,8 +49,10 @@ export function layoutLevel(job) {
   dagre.layout(g);
 
   const gr = g.graph();
-  const gw = job.items.length || job.ports.in || job.ports.out ? gr.width || 0 : 0;
-  const gh = gr.height || 0;
+  // dagre gives an empty graph a height of -Infinity
+  const finite = (v) => (Number.isFinite(v) ? v : 0);
+  const gw = finite(gr.width);
+  const gh = finite(gr.height);
   const top = job.root ? MARGIN : TITLE_H + PAD;
   const side = job.root ? MARGIN : PAD;
   const w = Math.max(gw + 2 * side, job.title || 0);

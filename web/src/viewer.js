@@ -101,8 +101,8 @@ export class Viewer {
       if (!this.model.toggle(c)) return;
       await this.refresh();
       this.keep(key, at);
-      if (select) this.select(key, false);
       this.onToggle(this, c, this.model.expanded.has(c));
+      if (select) this.select(key, false);
       if (!quiet) {
         await new Promise((resolve) => afterPaint(resolve));
         performance.mark("fxviz:expand-end");

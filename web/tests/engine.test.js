@@ -131,3 +131,9 @@ test("stubs get room beside their item, so their labels overlap nothing", async 
     assert.ok(apart, `${a.k} and ${b.k} overlap`);
   }
 });
+
+test("an empty graph lays out as an empty drawing", async () => {
+  const [, e] = engine({ groups: [], nodes: [], metas: [], sources: [] });
+  await e.update();
+  assert.deepEqual(e.size(), [48, 48]);
+});
