@@ -46,24 +46,32 @@ export class Model {
   /** Each box's items (nodes and boxes directly inside it) in drawing order: the model's inputs
    * first, then graph order (a box where its first op is), the model's outputs last. */
   orderItems() {
-    const first = new Float64Array(this.groups.length).fill(Infinity);
-    this.nodes.forEach((n, i) => {
-      for (let g = n.g; g >= 0 && first[g] > i; g = this.gp[g]) first[g] = i;
-    });
-    const rank = (key) => {
-      if (key[0] === "g") return first[+key.slice(1)];
-      const i = +key.slice(1);
-      const k = this.nodes[i].k;
-      return k === "input" ? -1 : k === "output" ? Infinity : i;
-    };
-    this.itemsOf = new Map([[ROOT, []]]);
-    this.groups.forEach((_, j) => this.itemsOf.set(j, []));
-    this.groups.forEach((g, j) => this.itemsOf.get(g.p).push("g" + j));
-    this.nodes.forEach((n, i) => this.itemsOf.get(n.g).push("n" + i));
-    for (const list of this.itemsOf.values()) {
-      const r = new Map(list.map((k) => [k, rank(k)]));
-      list.sort((a, b) => r.get(a) - r.get(b) || (a[0] === b[0] ? +a.slice(1) - +b.slice(1) : a[0] === "n" ? -1 : 1));
+    const n = this.nodes.length;
+    const G = this.groups.length;
+    const first = new Float64Array(G).fill(Infinity);
+    for (let i = 0; i < n; i++) {
+      for (let g = this.nodes[i].g; g >= 0 && first[g] > i; g = this.gp[g]) first[g] = i;
     }
+    this.itemsOf = new Map([[ROOT, []]]);
+    for (let j = 0; j < G; j++) this.itemsOf.set(j, []);
+    // no sort: a box goes into its parent's list just before the first node it holds, and the
+    // nodes come in graph order (100,000 of them: this runs before the first view)
+    const startsAt = new Map();
+    const empty = [];
+    for (let j = 0; j < G; j++) {
+      if (first[j] === Infinity) empty.push(j);
+      else (startsAt.get(first[j]) || startsAt.set(first[j], []).get(first[j])).push(j);
+    }
+    const push = (c, key) => this.itemsOf.get(c).push(key);
+    for (let i = 0; i < n; i++) if (this.nodes[i].k === "input") push(this.nodes[i].g, "n" + i);
+    for (let i = 0; i < n; i++) {
+      const boxes = startsAt.get(i);
+      if (boxes) for (const j of boxes) push(this.groups[j].p, "g" + j);
+      const k = this.nodes[i].k;
+      if (k !== "input" && k !== "output") push(this.nodes[i].g, "n" + i);
+    }
+    for (const j of empty) push(this.groups[j].p, "g" + j);
+    for (let i = 0; i < n; i++) if (this.nodes[i].k === "output") push(this.nodes[i].g, "n" + i);
   }
 
   /** Apply window.js to every box, including the boxes it adds. */
@@ -72,8 +80,8 @@ export class Model {
     while (work.length) {
       const c = work.pop();
       const items = this.itemsOf.get(c);
-      const kind = c === ROOT ? "model" : this.kinds[c];
-      const plan = windowPlan(items, { isBox: (k) => k[0] === "g", kind });
+      const kind = c === ROOT ? "model" : this.kinds[c] === "more" && this.groups[c].syn === "state" ? "state" : this.kinds[c];
+      const plan = windowPlan(items, { isBox: (k) => k[0] === "g", isState: (k) => this.isState(k), kind });
       if (!plan) continue;
       const made = [];
       const list = plan.map((e) => this.materialize(e, c, made));
@@ -110,10 +118,23 @@ export class Model {
     g.n = items.length;
     const first = this.labelOf(items[0]);
     const last = this.labelOf(items[items.length - 1]);
-    g.l = entry.role === "more" ? `⋯ ${grouped(items.length)} more` : `${first} … ${last}`;
-    g.sub = entry.role === "more" ? `${first} … ${last}` : `${grouped(items.length)} items`;
+    if (entry.role === "state") {
+      const kinds = new Set(entry.more.map((k) => this.nodes[+k.slice(1)].k));
+      g.l = `${grouped(entry.more.length)} ${kinds.size === 1 ? [...kinds][0] + "s" : "parameters and constants"}`;
+      g.sub = `${first} … ${last}`;
+    } else {
+      g.l = entry.role === "more" ? `⋯ ${grouped(items.length)} more` : `${first} … ${last}`;
+      g.sub = entry.role === "more" ? `${first} … ${last}` : `${grouped(items.length)} items`;
+    }
     made.push(j);
     return "g" + j;
+  }
+
+  /** A parameter, buffer or constant that reads nothing: what windowing gathers when many. */
+  isState(key) {
+    if (key[0] !== "n") return false;
+    const n = this.nodes[+key.slice(1)];
+    return (n.k === "parameter" || n.k === "buffer" || n.k === "constant") && !(n.i && n.i.length);
   }
 
   setParent(key, parent) {

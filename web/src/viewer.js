@@ -170,18 +170,21 @@ export class Viewer {
   firstView(budget, extraOpen = []) {
     return this.schedule(async () => {
       const m = this.model;
+      // open every step, then close the last ones while the drawing does not fit: most models
+      // fit at once, and a step closed again finds its boxes' layouts in the cache
+      const steps = m.firstViewSteps(budget);
+      for (const step of steps) for (const g of step) m.expanded.add(g);
       await this.refresh();
-      for (const step of m.firstViewSteps(budget)) {
-        for (const g of step) m.expanded.add(g);
-        await this.refresh();
+      for (let s = steps.length - 1; s >= 0; s--) {
         const [w, h] = this.engine.size();
-        if (this.pz.fitScale(w, h) < this.minReadable()) {
-          for (const g of step) m.collapse(g);
-          break;
-        }
+        if (this.pz.fitScale(w, h) >= this.minReadable()) break;
+        for (const g of steps[s]) m.collapse(g);
+        await this.refresh();
       }
-      for (const g of extraOpen) m.open(m.ancestors(g).reverse());
-      await this.refresh();
+      if (extraOpen.length) {
+        for (const g of extraOpen) m.open(m.ancestors(g).reverse());
+        await this.refresh();
+      }
       this.readableFit();
     });
   }

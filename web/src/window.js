@@ -11,6 +11,9 @@ export const LEVEL_MAX = 120;
 export const RUN_WINDOW = 16;
 /** Plain nodes kept visible at each end of a windowed stretch. */
 export const EDGE = 2;
+/** More parameters, buffers or constants than this in one box are gathered into a box of their
+ * own (an ATen graph's lifted constants: 2,418 of them at the top of a 1,200-layer model). */
+export const STATE_MAX = 8;
 
 /**
  * How to show one box's `items` (keys, in drawing order): null to show them as they are, else a
@@ -18,15 +21,26 @@ export const EDGE = 2;
  *
  * `isBox(key)` tells a box from a plain node; `kind` is "run" for a run of folded repeats,
  * "more" for a box this windowing made (its items are only ever cut into parts), or anything
- * else for a module, the model, or any other box.
+ * else for a module, the model, or any other box. `isState(key)` tells a parameter, buffer or
+ * constant read from nowhere: more than STATE_MAX of them are gathered into one box first.
  */
-export function windowPlan(items, { isBox, kind, max = LEVEL_MAX, runWindow = RUN_WINDOW, edge = EDGE }) {
+export function windowPlan(items, { isBox, isState = () => false, kind, max = LEVEL_MAX, runWindow = RUN_WINDOW, edge = EDGE }) {
+  if (kind !== "more" && kind !== "state") {
+    const state = items.filter(isState);
+    if (state.length > STATE_MAX) {
+      const rest = items.filter((k) => !isState(k));
+      const at = items.indexOf(state[0]);
+      const before = items.slice(0, at).filter((k) => !isState(k)).length;
+      const gathered = [...rest.slice(0, before), { more: state, role: "state" }, ...rest.slice(before)];
+      return windowPlan(gathered, { isBox: (k) => typeof k !== "string" || isBox(k), kind, max, runWindow, edge }) || gathered;
+    }
+  }
   const n = items.length;
   if (kind === "run" && n > runWindow) {
     return [items[0], items[1], { more: items.slice(2, n - 1), role: "more" }, items[n - 1]];
   }
   if (n <= max) return null;
-  if (kind === "more") return parts(items, max);
+  if (kind === "more" || kind === "state") return parts(items, max);
   // long stretches of plain nodes between boxes keep their ends and fold their middle
   const out = [];
   for (let i = 0; i < n; ) {

@@ -164,3 +164,16 @@ test("nesting 5,000 deep: indexed without recursion, opened only MAX_DEPTH deep"
   assert.equal(m.canExpand(MAX_DEPTH), false);
   assert.equal(m.height(MAX_DEPTH), 5000 - MAX_DEPTH - 1);
 });
+
+test("many constants read from nowhere are gathered into one box", () => {
+  const nodes = [node("x", "input", -1, { out: [0], u: [] })];
+  for (let i = 0; i < 30; i++) nodes.push(node(`c${i}`, "constant", -1, { out: [0] }));
+  nodes.push(node("add", "op", -1, { i: [0, 1, 2], out: [0] }), node("out", "output", -1, { i: [31] }));
+  const m = new Model({ groups: [], nodes, metas: [], sources: [] });
+  const top = m.items(ROOT);
+  assert.equal(top.length, 4); // x, the box of 30 constants, add, out
+  const box = +top.find((k) => k[0] === "g").slice(1);
+  assert.equal(m.groups[box].l, "30 constants");
+  assert.equal(m.items(box).length, 30);
+  assert.equal(m.opensFirst(box), false);
+});
