@@ -4,7 +4,7 @@
 // keeps the open/closed state. Boxes are numbered as in the view-model; the boxes windowing adds
 // ("⋯ N more", parts) get the numbers after them. The model itself is the box -1.
 // No DOM: web/tests runs it under `node --test`.
-import { LEVEL_MAX, windowPlan } from "./window.js";
+import { LEVEL_MAX, PART_MAX, windowPlan } from "./window.js";
 import { grouped } from "./text.js";
 
 /** Boxes nested deeper than this stay closed, marked with how deep they go: a drawing of 5,000
@@ -36,12 +36,45 @@ export class Model {
     this.ng = Int32Array.from(this.nodes, (n) => n.g);
     this.gp = this.groups.map((g) => g.p);
     this.kinds = this.groups.map(groupKind);
+    this.edgeArrays();
     this.orderItems();
     this.window();
     this.index();
   }
 
   // ---- building ------------------------------------------------------------------------------
+
+  /** The data flow as flat arrays (inputs of node i: `inSrc`/`inOut` from `inOff[i]` to
+   * `inOff[i + 1]`; readers: `uDst` from `uOff[i]`): read once here, then every level of a
+   * 100,000-node graph walks numbers instead of 100,000 objects of many shapes. */
+  edgeArrays() {
+    const n = this.nodes.length;
+    this.inOff = new Int32Array(n + 1);
+    this.uOff = new Int32Array(n + 1);
+    for (let i = 0; i < n; i++) {
+      const nd = this.nodes[i];
+      this.inOff[i + 1] = this.inOff[i] + (nd.i ? nd.i.length : 0);
+      this.uOff[i + 1] = this.uOff[i] + (nd.u ? nd.u.length : 0);
+    }
+    this.inSrc = new Int32Array(this.inOff[n]);
+    this.inOut = new Int32Array(this.inOff[n]);
+    this.uDst = new Int32Array(this.uOff[n]);
+    for (let i = 0; i < n; i++) {
+      const nd = this.nodes[i];
+      if (nd.i) {
+        let at = this.inOff[i];
+        for (const r of nd.i) {
+          if (typeof r === "number") this.inSrc[at] = r;
+          else {
+            this.inSrc[at] = r[0];
+            this.inOut[at] = r[1];
+          }
+          at += 1;
+        }
+      }
+      if (nd.u) this.uDst.set(nd.u, this.uOff[i]);
+    }
+  }
 
   /** Each box's items (nodes and boxes directly inside it) in drawing order: the model's inputs
    * first, then graph order (a box where its first op is), the model's outputs last. */
@@ -87,7 +120,7 @@ export class Model {
       const list = plan.map((e) => this.materialize(e, c, made));
       this.itemsOf.set(c, list);
       work.push(...made);
-      if (list.length > LEVEL_MAX) work.push(c);
+      if (list.length > (kind === "more" || kind === "state" ? PART_MAX : LEVEL_MAX)) work.push(c);
     }
   }
 
@@ -215,6 +248,13 @@ export class Model {
 
   kind(g) {
     return this.kinds[g];
+  }
+
+  /** Node i's colour: its own, or its op family's from the view-model's table (a view-model
+   * may leave the per-node colour out: it is the family's). */
+  color(i) {
+    const n = this.nodes[i];
+    return n.c || (this.data.kinds && this.data.kinds[n.o]) || "#607d8b";
   }
 
   isRun(g) {

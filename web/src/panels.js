@@ -100,7 +100,7 @@ export function nodeDetails(model, i, go, opts = {}) {
   }
   const mark = n.e ? "✗ " : n.o === "data-dependent" ? "⚠ " : "";
   return h("div", { class: "fx-details-body", "data-key": "n" + i },
-    h("h2", {}, h("i", { class: "fx-swatch", style: { background: n.c } }), mark + n.l),
+    h("h2", {}, h("i", { class: "fx-swatch", style: { background: model.color(i) } }), mark + n.l),
     n.e ? h("div", { class: "fx-node-error", role: "alert" }, h("strong", { text: "✗ This op raised: " }), n.e) : null,
     n.o === "data-dependent" && !n.e ? h("div", { class: "fx-node-warn", text: "⚠ Data-dependent: the forward read a tensor's value here, which a symbolic capture cannot follow." }) : null,
     h("dl", {}, rows));
@@ -194,7 +194,7 @@ export function markInTree(el, model, c) {
 export function renderLegend(el, model, legend) {
   if (!legend) {
     const seen = new Map();
-    for (const n of model.nodes) if (!seen.has(n.o)) seen.set(n.o, n.c);
+    model.nodes.forEach((n, i) => { if (!seen.has(n.o)) seen.set(n.o, model.color(i)); });
     el.replaceChildren(
       h("span", { class: "fx-legend-title", text: "op kind" }),
       ...[...seen].map(([kind, color]) => h("span", { class: "fx-legend-item" }, h("i", { style: { background: color } }), kind)),

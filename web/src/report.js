@@ -29,8 +29,10 @@ export class Look {
   }
 
   node(i) {
-    const n = this.model.nodes[i];
-    if (!this.paint) return { fill: n.c, ink: inkFor(n.c) };
+    if (!this.paint) {
+      const c = this.model.color(i);
+      return { fill: c, ink: inkFor(c) };
+    }
     const col = this.paint.color((this.current.nodes || [])[i]);
     return col ? { fill: col, ink: inkFor(col) } : { fill: MISSING, ink: "#1f2937", none: true };
   }

@@ -51,7 +51,7 @@ export class Search {
     const out = [];
     m.nodes.forEach((n, i) => {
       const path = n.g >= 0 ? m.groups[n.g].path : "";
-      out.push({ key: "n" + i, order: i, title: n.l, sub: n.n, module: path, color: n.c, box: false,
+      out.push({ key: "n" + i, order: i, title: n.l, sub: n.n, module: path, color: m.color(i), box: false,
         words: [n.n, n.l, n.t || "", path], op: n.k === "op" ? [n.t || "", n.l, n.o] : [], kinds: [n.k, n.o] });
     });
     for (let c = 0; c < m.real; c++) {

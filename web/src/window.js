@@ -7,6 +7,9 @@
 
 /** Most items one box lays out side by side. */
 export const LEVEL_MAX = 120;
+/** Items in each part of a windowing box too big to show whole: a part opens in well under the
+ * 300 ms a toggle may take at 100,000 nodes (dagre and the browser's paint of 50 blocks). */
+export const PART_MAX = 50;
 /** A run with more members than this opens windowed. */
 export const RUN_WINDOW = 16;
 /** Plain nodes kept visible at each end of a windowed stretch. */
@@ -40,7 +43,7 @@ export function windowPlan(items, { isBox, isState = () => false, kind, max = LE
     return [items[0], items[1], { more: items.slice(2, n - 1), role: "more" }, items[n - 1]];
   }
   if (n <= max) return null;
-  if (kind === "more" || kind === "state") return parts(items, max);
+  if (kind === "more" || kind === "state") return parts(items, Math.min(max, PART_MAX));
   // long stretches of plain nodes between boxes keep their ends and fold their middle
   const out = [];
   for (let i = 0; i < n; ) {

@@ -177,3 +177,12 @@ test("many constants read from nowhere are gathered into one box", () => {
   assert.equal(m.items(box).length, 30);
   assert.equal(m.opensFirst(box), false);
 });
+
+test("a node's colour is its own, or its family's from the view-model's table", () => {
+  const data = sample();
+  data.kinds = { op: "#123456" };
+  delete data.nodes[2].c;
+  const m = new Model(data);
+  assert.equal(m.color(2), "#123456");
+  assert.equal(m.color(3), "#111");
+});
