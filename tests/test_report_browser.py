@@ -327,7 +327,11 @@ def test_5000_nested_calls_are_capped_with_a_marker(pages: Any) -> None:
     capped = r.page.locator(".fx-box.fx-selected")
     assert capped.count() == 1 and "levels deeper" in (capped.text_content() or "")
     assert r.page.locator(".fx-cluster").count() == 48
-    assert "nested too deep" in (r.page.text_content("[data-ref=details]") or "").lower()
+    # the details are those of the op asked for, and the page says where it is
+    assert r.details()["name"] == "ln_0"
+    assert "nested deeper than the drawing goes" in (r.page.text_content("[data-ref=status]") or "")
+    r.js(f"fxvizReport.viewer.go('{capped.get_attribute('data-key')}')")
+    assert "nest at most 48 deep" in (r.page.text_content("[data-ref=details]") or "")
     r.shot("deep-5000")
 
 

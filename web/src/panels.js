@@ -154,6 +154,8 @@ export function renderTree(el, model, go) {
     if (g.pl) label.append(h("span", { class: "fx-tree-params", text: ` ${g.pl}` }));
     const kids = model.items(c).filter((k) => k[0] === "g");
     if (!kids.length) return h("li", { class: "fx-tree-leaf" }, label);
+    // the page cannot lay out thousands of nested lists: the tree goes as deep as the drawing
+    if (model.depth[c] >= MAX_DEPTH) return h("li", { class: "fx-tree-leaf" }, label, h("span", { class: "fx-tree-params", text: ` ⋯ ${model.height(c)} levels deeper` }));
     const details = h("details", {}, h("summary", {}, label));
     details.addEventListener("toggle", () => {
       if (details.open && details.children.length === 1) details.append(h("ul", {}, kids.map(entry)));
@@ -170,7 +172,8 @@ export function renderTree(el, model, go) {
 export function markInTree(el, model, c) {
   for (const a of el.querySelectorAll(".fx-tree-current")) a.classList.remove("fx-tree-current");
   if (c === null) return;
-  const chain = model.ancestors(c).reverse();
+  const chain = model.ancestors(c).reverse().slice(0, MAX_DEPTH);
+  c = chain[chain.length - 1];
   let scope = el;
   for (const g of chain) {
     const a = scope.querySelector(`:scope > ul > li > details > summary > [data-key="g${g}"], :scope > ul > li > [data-key="g${g}"]`);

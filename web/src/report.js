@@ -157,6 +157,10 @@ export class Report {
 
   onSelect(key) {
     this.selected = key;
+    if (key && !this.viewer.drawn(key)) {
+      const m = this.model;
+      this.status(`${m.labelOf(key)} is nested deeper than the drawing goes: it is inside the marked box ${m.labelOf(m.repOf(key))}; its details are on the right.`);
+    } else if (this.r.status.textContent.includes("nested deeper")) this.status("");
     this.showDetails();
     markInTree(this.r.tree, this.model, key && key[0] === "g" ? +key.slice(1) : key ? this.model.ng[+key.slice(1)] : null);
     this.saveState();

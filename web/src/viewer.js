@@ -144,8 +144,13 @@ export class Viewer {
       const m = this.model;
       const changed = key[0] === "n" ? m.revealNode(+key.slice(1)) : m.revealGroup(+key.slice(1));
       if (changed) await this.refresh();
-      // a box nested too deep to open stands for what is inside it
-      this.select(this.drawn(key) ? key : m.repOf(key), center);
+      // a box nested too deep to open stands for what is inside it in the drawing; the details
+      // are still those of what was asked for
+      if (this.drawn(key)) this.select(key, center);
+      else {
+        this.select(m.repOf(key), center);
+        this.onSelect(this, key);
+      }
       if (mark) {
         await new Promise((resolve) => afterPaint(resolve));
         performance.mark("fxviz:go-end");
