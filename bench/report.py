@@ -18,6 +18,9 @@ layer's attention, behind the windowed run's ``⋯`` box). Heap: the page's ``JS
 after a garbage collection (the layout worker's own heap is not included).
 
 torchview and torchvista run in ``bench/.venv`` (``bash bench/setup.sh``) where it exists.
+``--model-explorer VENV`` also times Model Explorer loading the same models as ``.pt2``
+(``python -m venv VENV && VENV/bin/pip install ai-edge-model-explorer``; torch from the
+project's venv will do, e.g. through a .pth file; see bench/_model_explorer.py).
 Targets: first paint under 1.5 s, a toggle or search jump under 300 ms at 100,000 nodes; a
 toggle under 150 ms with 48 blocks open and expand-all of GPT-2 small under 2 s; heap under
 1 GB; file size linear in nodes.
@@ -166,6 +169,7 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(ALL))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-others", action="store_true", help="skip torchview and torchvista")
+    ap.add_argument("--model-explorer", type=Path, help="a venv with ai-edge-model-explorer installed")
     ap.add_argument("--out")
     opts = ap.parse_args()
     pin_threads(1)
@@ -192,6 +196,10 @@ def main() -> None:
         r.update({k: med(v) for k, v in browser_rounds(tmp / f"{name}.html", target, len(g.nodes), opts.reps).items()})
         if not opts.no_others and name in ("gpt2-12", "gpt2-48"):
             r["others"] = other_tools(name, tmp)
+        if opts.model_explorer and name == "gpt2-12":
+            from bench._model_explorer import load_time, save_pt2
+
+            r.setdefault("others", {})["model explorer"] = load_time(opts.model_explorer, save_pt2(name, tmp / f"{name}.pt2"))
         results[name] = r
         rows.append([name, f"{r['nodes']:,}", f"{size / 1e6:.2f} MB", f"{r['bytes_per_node']:.0f}", fmt_s(gen),
                      ms(r.get("first_paint_ms")), ms(r.get("toggle_run_ms")), ms(r.get("toggle_block_ms")),
@@ -205,7 +213,8 @@ def main() -> None:
     if others:
         print("\nother tools (time to write their report, file size):")
         for k, v in others.items():
-            cells = [f"{tool}: {res['error']}" if "error" in res else f"{tool}: {fmt_s(res['seconds'])}, {res['bytes'] / 1e6:.2f} MB"
+            cells = [f"{tool}: {res['error']}" if "error" in res
+                     else f"{tool}: {fmt_s(res['seconds'])}" + (f", {res['bytes'] / 1e6:.2f} MB" if "bytes" in res else "")
                      for tool, res in v.items()]
             print(f"  {k}: " + "; ".join(cells))
     print(f"\nmedians of {opts.reps} rounds, Chromium headless at 1600x1000; files in {tmp}")
