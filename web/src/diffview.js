@@ -50,6 +50,7 @@ export class DiffPage {
     this.viewer = this.viewers.a;
     renderHeader(this.r, { ...diff.a, name: this.data.name, attempts: [], error: null }, () => {});
     this.r.totals.textContent = this.summaryText();
+    this.r.method.textContent = `${diff.a.method || "?"} vs ${diff.b.method || "?"}`;
     renderLegend(this.r.legend, this.models.a, this.looks.a.paint && this.looks.a.paint.legend);
     this.renderDifferences();
     this.bindSearch();

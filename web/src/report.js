@@ -10,7 +10,8 @@ import { groupDetails, markInTree, nodeDetails, renderHeader, renderLegend, rend
 import { Search, bindSearch } from "./search.js";
 import { LINK_PATTERNS, loadSettings, resolvedTheme, saveSettings } from "./settings.js";
 import { boxNames, decodeState, encodeState } from "./state.js";
-import { Viewer } from "./viewer.js";
+import { grouped } from "./text.js";
+import { EXPAND_ALL_MAX, Viewer } from "./viewer.js";
 
 /** How a viewer colours its items: the op-family colours, or the current overlay's. */
 export class Look {
@@ -332,7 +333,7 @@ export class Report {
       fit: () => v.fit(),
       collapse: () => v.collapseAll().then(() => this.saveState()),
       expand: () => v.expandAll().then((left) => {
-        this.status(left ? `Opened boxes until ${Number(20000).toLocaleString("en-US")} items were drawn; ${left.toLocaleString("en-US")} boxes stay closed (open them one by one, or search).` : "");
+        this.status(left ? `Opened boxes until ${grouped(EXPAND_ALL_MAX)} items were drawn; ${grouped(left)} boxes stay closed (open them one by one, or search).` : "");
         this.saveState();
       }),
     };
