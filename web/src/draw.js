@@ -1,141 +1,173 @@
-// SVG drawing of a laid-out view: module boxes (expanded clusters and collapsed boxes), nodes,
-// edges with their shape labels. Every element carries data-* attributes naming what it shows,
-// which the click handlers and the browser tests read.
+// SVG drawing, one level at a time. Each open box is a <g> in the coordinates of its own top-left
+// corner, holding its frame, title, edges, closed items and the <g>s of the open boxes inside
+// it, placed by a transform. A level's <g> is kept as long as its layout key is (engine.js): a
+// toggle rebuilds the toggled box and the boxes around it, and moves the others as blocks.
+// Every element carries data-* attributes naming what it shows, which the click handlers and the
+// browser tests read.
 import { s } from "./dom.js";
-import { BOX_H, NODE_H, textWidth } from "./layout.js";
+import { MAX_DEPTH, ROOT } from "./model.js";
+import { FONTS, STUB, boxSubtitle, boxTitle, nodeText, stubText } from "./sizes.js";
+import { visible } from "./text.js";
 
-/** Size of the leaf `key` ("n12" a node, "g3" a collapsed box). */
-export function leafSize(model, key) {
-  if (key[0] === "n") {
-    const n = model.nodes[+key.slice(1)];
-    const small = n.k !== "op";
-    return { width: Math.max(textWidth(n.l, small) + (small ? 18 : 24), small ? 40 : 56), height: small ? 22 : NODE_H };
-  }
-  const g = model.groups[+key.slice(1)];
-  return { width: Math.max(textWidth(g.l, false, true) + 40, textWidth(boxSubtitle(g), true) + 24, 90), height: BOX_H };
-}
-
-export function boxSubtitle(g) {
-  const parts = [];
-  if (g.io) parts.push(`${g.n} ${g.io}s`);
-  if (g.run && g.cls) parts.push(g.cls);
-  if (g.ops) parts.push(`${g.ops} ops`);
-  if (g.pl) parts.push(`${g.pl} params`);
-  return parts.join(" · ");
-}
-
-/** Smooth path through dagre's points: straight segments joined by quadratic corners. */
-function edgePath(pts) {
-  if (pts.length < 3) return `M${pts[0].x},${pts[0].y}L${pts[pts.length - 1].x},${pts[pts.length - 1].y}`;
-  let d = `M${pts[0].x},${pts[0].y}`;
-  for (let i = 1; i < pts.length - 1; i++) {
-    const mx = (pts[i].x + pts[i + 1].x) / 2;
-    const my = (pts[i].y + pts[i + 1].y) / 2;
-    d += i === pts.length - 2 ? `Q${pts[i].x},${pts[i].y} ${pts[i + 1].x},${pts[i + 1].y}` : `Q${pts[i].x},${pts[i].y} ${mx},${my}`;
+/** Smooth path through flat points [x0, y0, x1, y1, ...]: straight segments joined by
+ * quadratic corners. */
+export function edgePath(p) {
+  const n = p.length / 2;
+  if (n < 3) return `M${p[0]},${p[1]}L${p[2 * n - 2]},${p[2 * n - 1]}`;
+  let d = `M${p[0]},${p[1]}`;
+  for (let i = 1; i < n - 1; i++) {
+    const [x, y, nx, ny] = [p[2 * i], p[2 * i + 1], p[2 * i + 2], p[2 * i + 3]];
+    d += i === n - 2 ? `Q${x},${y} ${nx},${ny}` : `Q${x},${y} ${(x + nx) / 2},${(y + ny) / 2}`;
   }
   return d;
 }
 
-/** Replace the contents of `root` with the drawing of `view` at positions `lay`. */
-export function draw(root, model, view, lay, selected) {
-  const clusters = s("g", { class: "fx-clusters" });
-  const edges = s("g", { class: "fx-edges" });
-  const labels = s("g", { class: "fx-edge-labels" });
-  const leaves = s("g", { class: "fx-leaves" });
+const r1 = (x) => Math.round(x * 10) / 10;
 
-  // outer clusters first so inner ones paint above them
-  const order = view.clusters.slice().sort((a, b) => model.chain[a].length - model.chain[b].length);
-  for (const c of order) {
-    const g = model.groups[c];
-    const p = lay.pos.get("g" + c);
-    const x = p.x - p.width / 2;
-    const y = p.y - p.height / 2;
-    const cls = ["fx-cluster", g.run ? "fx-run" : "", g.io ? "fx-values" : "", model.hasError(c) ? "fx-has-error" : "", selected === "g" + c ? "fx-selected" : ""];
-    clusters.append(
-      s("g", { class: cls.join(" "), "data-key": "g" + c, "data-path": g.path, "data-gid": c },
-        s("rect", { x, y, width: p.width, height: p.height, rx: 8, style: `--box:${g.c}` }),
-        s("text", { x: x + 10, y: y + 4, class: "fx-cluster-label" },
-          s("tspan", { class: "fx-toggle", text: "−" }), " ", g.l),
-      ),
+export class Scene {
+  /** `look`: `{ node(i) -> {fill, ink, none}, box(c) -> {fill, none} | null }` (overlay.js). */
+  constructor(viewport, model, engine, look) {
+    this.viewport = viewport;
+    this.m = model;
+    this.e = engine;
+    this.look = look;
+    this.els = new Map();
+    this.selected = null;
+    this.built = 0;
+  }
+
+  /** Draw what the engine laid out; rebuild only levels whose layout changed. */
+  draw() {
+    this.built = 0;
+    const el = this.level(ROOT);
+    if (this.viewport.firstChild !== el) this.viewport.replaceChildren(el);
+    for (const c of [...this.els.keys()]) if (c !== ROOT && !this.m.expanded.has(c)) this.els.delete(c);
+  }
+
+  /** Forget every level's drawing (the colours changed). */
+  invalidate() {
+    this.els.clear();
+  }
+
+  level(c) {
+    const key = this.e.key(c);
+    const old = this.els.get(c);
+    if (old && old.key === key) return old.el;
+    const el = this.build(c);
+    this.els.set(c, { key, el });
+    this.built += 1;
+    return el;
+  }
+
+  build(c) {
+    const m = this.m;
+    const lv = this.e.level(c);
+    const r = this.e.result(c);
+    const el = s("g", { class: "fx-level" });
+    if (c !== ROOT) this.frame(el, c, r);
+    const kids = s("g", { class: "fx-kids" });
+    const edges = s("g", { class: "fx-edges" });
+    const labels = s("g", { class: "fx-edge-labels" });
+    const leaves = s("g", { class: "fx-leaves" });
+    lv.drawn.forEach((e, j) => {
+      const title = e.count > 1 ? `${e.shape} (${e.count} values)` : e.shape;
+      edges.append(s("path", { d: edgePath(r.edges[j]), class: "fx-edge", "data-from": e.from, "data-to": e.to, "marker-end": "url(#fx-arrow)" },
+        title ? s("title", { text: title }) : null));
+      const at = r.labels[j];
+      if (at) labels.append(s("text", { x: r1(at[0]), y: r1(at[1] + 4), class: "fx-edge-label", "data-from": e.from, "data-to": e.to, text: e.count > 1 ? `${e.label} +${e.count - 1}` : e.label }));
+    });
+    lv.items.forEach((key) => {
+      const slot = this.e.slot(c, key);
+      const open = key[0] === "g" && m.expanded.has(+key.slice(1));
+      if (open) {
+        const child = this.level(+key.slice(1));
+        child.setAttribute("transform", `translate(${r1(slot.x)},${r1(slot.y)})`);
+        kids.append(child);
+      } else leaves.append(key[0] === "n" ? this.node(+key.slice(1), slot) : this.box(+key.slice(1), slot));
+      const st = lv.stubs.get(key);
+      if (st) {
+        if (st.in.length) leaves.append(this.stub(key, st.in, true, slot, open));
+        if (st.out.length) leaves.append(this.stub(key, st.out, false, slot, open));
+      }
+    });
+    el.append(kids, edges, labels, leaves);
+    return el;
+  }
+
+  /** The frame and title of open box c. */
+  frame(el, c, r) {
+    const m = this.m;
+    const g = m.groups[c];
+    const kind = m.kind(c);
+    const look = this.look.box(c);
+    el.setAttribute("class", ["fx-level", "fx-cluster", `fx-k-${kind}`, g.err ? "fx-has-error" : "", this.selected === "g" + c ? "fx-selected" : "", look && look.none ? "fx-novalue" : ""].join(" ").trim());
+    el.setAttribute("data-key", "g" + c);
+    el.setAttribute("data-path", g.path);
+    el.setAttribute("data-gid", c);
+    el.setAttribute("style", `--box:${look ? look.fill : g.c}`);
+    el.append(
+      s("rect", { x: 0, y: 0, width: r1(r.w), height: r1(r.h), rx: 8, class: "fx-frame" }),
+      s("text", { x: 10, y: 16, class: "fx-cluster-label" }, s("tspan", { class: "fx-toggle", text: "−" }), " ", boxTitle(m, c)),
     );
   }
 
-  const stubsAt = new Map();
-  view.edges.forEach((e, j) => {
-    if (e.stub) {
-      const at = e.stub === "in" ? e.to : e.from;
-      const k = stubsAt.get(at) || 0;
-      stubsAt.set(at, k + 1);
-      edges.append(stub(model, e, lay.pos.get(at), k));
-      return;
-    }
-    const pts = lay.edgePts[j];
-    const title = e.count > 1 ? `${e.label} (${e.count} values)` : e.label;
-    edges.append(
-      s("path", { d: edgePath(pts.points), class: "fx-edge", "data-from": e.from, "data-to": e.to, "marker-end": "url(#fx-arrow)" },
-        s("title", { text: title })),
-    );
-    if (e.label) {
-      labels.append(s("text", { x: pts.x, y: pts.y + 3, class: "fx-edge-label", "data-from": e.from, "data-to": e.to, text: e.count > 1 ? `${e.label} +${e.count - 1}` : e.label }));
-    }
-  });
-
-  for (const key of view.leaves) {
-    const p = lay.pos.get(key);
-    const x = p.x - p.width / 2;
-    const y = p.y - p.height / 2;
-    if (key[0] === "n") {
-      const i = +key.slice(1);
-      const n = model.nodes[i];
-      const op = n.k === "op";
-      const cls = ["fx-node", `fx-kind-${n.k}`, n.e ? "fx-error" : "", selected === key ? "fx-selected" : ""];
-      leaves.append(
-        s("g", { class: cls.join(" "), "data-key": key, "data-name": n.n, style: `--c:${n.c}` },
-          s("rect", { x, y, width: p.width, height: p.height, rx: op ? 5 : p.height / 2 }),
-          s("text", { x: p.x, y: p.y + 4, text: n.l }),
-          s("title", { text: n.t ? `${n.n}: ${n.t}` : n.n }),
-        ),
-      );
-    } else {
-      const c = +key.slice(1);
-      const g = model.groups[c];
-      const cls = ["fx-box", g.run ? "fx-run" : "", g.io ? "fx-values" : "", model.hasError(c) ? "fx-has-error" : "", selected === key ? "fx-selected" : ""];
-      const box = s("g", { class: cls.join(" "), "data-key": key, "data-path": g.path, "data-gid": c, style: `--box:${g.c}` });
-      if (g.run) box.append(s("rect", { x: x + 6, y: y - 6, width: p.width, height: p.height, rx: 7, class: "fx-stack" }));
-      box.append(
-        s("rect", { x, y, width: p.width, height: p.height, rx: g.io ? 14 : 7, class: "fx-box-body" }),
-        s("text", { x: x + 10, y: y + 16, class: "fx-box-label" }, s("tspan", { class: "fx-toggle", text: "+" }), " ", g.l),
-        s("text", { x: x + 10, y: y + 31, class: "fx-box-sub", text: boxSubtitle(g) }),
-        s("title", { text: `${g.path}${g.cls ? ` (${g.cls})` : ""}${g.io ? ` (${g.n} ${g.io}s)` : ""}: double-click to expand` }),
-      );
-      leaves.append(box);
-    }
+  node(i, p) {
+    const n = this.m.nodes[i];
+    const op = n.k === "op";
+    const look = this.look.node(i);
+    const key = "n" + i;
+    const cls = ["fx-node", "fx-leaf", `fx-kind-${n.k}`, n.e ? "fx-error" : "", n.o === "data-dependent" ? "fx-dd" : "", this.selected === key ? "fx-selected" : "", look.none ? "fx-novalue" : ""];
+    return s("g", { class: cls.join(" ").trim(), "data-key": key, "data-name": n.n, style: `--c:${look.fill};--t:${look.ink}` },
+      s("rect", { x: r1(p.x), y: r1(p.y), width: r1(p.w), height: r1(p.h), rx: op ? 5 : p.h / 2 }),
+      s("text", { x: r1(p.x + p.w / 2), y: r1(p.y + p.h / 2 + 4), text: nodeText(n) }),
+      s("title", { text: n.t ? `${n.n}: ${n.t}` : n.n }));
   }
 
-  root.replaceChildren(clusters, edges, labels, leaves);
-}
+  box(c, p) {
+    const m = this.m;
+    const g = m.groups[c];
+    const kind = m.kind(c);
+    const key = "g" + c;
+    const look = this.look.box(c);
+    const deep = m.depth[c] > MAX_DEPTH;
+    const cls = ["fx-box", "fx-leaf", `fx-k-${kind}`, g.run ? "fx-run" : "", g.io ? "fx-values" : "", g.err ? "fx-has-error" : "", this.selected === key ? "fx-selected" : "", look && look.none ? "fx-novalue" : ""];
+    const el = s("g", { class: cls.join(" ").replace(/\s+/g, " ").trim(), "data-key": key, "data-path": g.path, "data-gid": c, style: `--box:${look ? look.fill : g.c}` });
+    if (g.run || g.syn) el.append(s("rect", { x: r1(p.x + 5), y: r1(p.y - 5), width: r1(p.w), height: r1(p.h), rx: 7, class: "fx-stack" }));
+    const what = g.io ? ` (${g.n} ${g.io}s)` : g.cls ? ` (${g.cls})` : "";
+    el.append(
+      s("rect", { x: r1(p.x), y: r1(p.y), width: r1(p.w), height: r1(p.h), rx: g.io ? 14 : 7, class: "fx-box-body" }),
+      s("text", { x: r1(p.x + 10), y: r1(p.y + 16), class: "fx-box-label" }, s("tspan", { class: "fx-toggle", text: deep ? "⋯" : "+" }), " ", boxTitle(m, c)),
+      s("text", { x: r1(p.x + 10), y: r1(p.y + 31), class: "fx-box-sub", text: boxSubtitle(m, c) }),
+      s("title", { text: `${g.path}${what}: ${deep ? "nested too deep to open here" : "double-click to open"}` }),
+    );
+    return el;
+  }
 
-const STUB = 16;
+  /** The stubs on one side of an item (see levels.js): a short arrow into its left side ("in",
+   * from the far ends named by its label) or out of its right side ("out"), drawn in the room
+   * the layout kept for them. Clicking the label goes to the first far end. */
+  stub(key, fars, into, p, open) {
+    const cy = open ? p.y + 14 : p.y + p.h / 2;
+    const x0 = into ? p.x - STUB : p.x + p.w;
+    const text = stubText(this.m, into, fars);
+    const names = fars.map((f) => visible(this.m.labelOf(f))).join(", ");
+    return s("g", { class: "fx-stub", "data-at": key, "data-side": into ? "in" : "out" },
+      s("path", { d: `M${r1(x0)},${r1(cy)}L${r1(x0 + STUB)},${r1(cy)}`, class: "fx-edge", "marker-end": "url(#fx-arrow)" }),
+      s("text", { x: r1(into ? x0 - 4 : x0 + STUB + 4), y: r1(cy + FONTS.stub / 3), class: "fx-stub-label", "text-anchor": into ? "end" : "start", "data-go": fars[0], text }),
+      s("title", { text: `${into ? "from" : "to"} ${names}` }));
+  }
 
-/** Name of what leaf `key` shows: a node's label or a box's. */
-function leafName(model, key) {
-  return key[0] === "n" ? model.nodes[+key.slice(1)].l : model.groups[+key.slice(1)].l;
-}
-
-/** A stub edge (see Model.visibleGraph): a short arrow into the top of its target ("in") or out
- * of the bottom of its source ("out"), labelled with the other end; `k` counts the stubs already
- * drawn at this leaf, so that they stand side by side. Clicking the label jumps to the other end. */
-function stub(model, e, p, k) {
-  const into = e.stub === "in";
-  const other = into ? e.from : e.to;
-  const x = into ? p.x - p.width / 2 + 12 + 14 * k : p.x + p.width / 2 - 12 - 14 * k;
-  const y0 = into ? p.y - p.height / 2 - STUB : p.y + p.height / 2;
-  const name = leafName(model, other);
-  const title = `${into ? "from" : "to"} ${name}: ${e.label}${e.count > 1 ? ` (${e.count} values)` : ""}`;
-  return s("g", { class: "fx-stub", "data-from": e.from, "data-to": e.to },
-    s("path", { d: `M${x},${y0}L${x},${y0 + STUB}`, class: "fx-edge", "data-from": e.from, "data-to": e.to, "marker-end": "url(#fx-arrow)" }),
-    s("text", { x: into ? x - 4 : x + 4, y: into ? y0 + 6 : y0 + STUB, class: "fx-stub-label", "text-anchor": into ? "end" : "start", "data-go": other, text: `${into ? "from" : "to"} ${name}` }),
-    s("title", { text: title }));
+  /** Mark `key` as selected (and unmark the previous selection) without redrawing. */
+  select(key) {
+    for (const el of this.viewport.querySelectorAll(".fx-selected")) el.classList.remove("fx-selected");
+    for (const el of this.viewport.querySelectorAll(".fx-linked")) el.classList.remove("fx-linked");
+    this.selected = key;
+    if (!key) return null;
+    const el = this.viewport.querySelector(`[data-key="${key}"]`);
+    if (el) el.classList.add("fx-selected");
+    for (const e of this.viewport.querySelectorAll(`[data-from="${key}"], [data-to="${key}"]`)) e.classList.add("fx-linked");
+    return el;
+  }
 }
 
 /** The arrow marker, defined once per SVG. */

@@ -1,7 +1,16 @@
-// The graph as the report sees it: the view-model from Python, indexed, plus which module boxes
-// are expanded. `visibleGraph()` turns that state into the boxes, nodes and edges to lay out.
-// Every fact about the graph (labels, readers, boundaries, counts) comes from Python; this module
-// only indexes it and decides what is visible. No DOM: web/tests runs it under `node --test`.
+// The graph as the report sees it: the view-model from Python, indexed, plus which boxes are open.
+// Every fact about the graph (labels, readers, boundaries, counts, kinds) comes from Python; this
+// module indexes it, orders each box's items, windows boxes too big to draw (window.js) and
+// keeps the open/closed state. Boxes are numbered as in the view-model; the boxes windowing adds
+// ("⋯ N more", parts) get the numbers after them. The model itself is the box -1.
+// No DOM: web/tests runs it under `node --test`.
+import { LEVEL_MAX, PART_MAX, windowPlan } from "./window.js";
+import { grouped } from "./text.js";
+
+/** Boxes nested deeper than this stay closed, marked with how deep they go: a drawing of 5,000
+ * nested boxes would be 5,000 frames around one op. */
+export const MAX_DEPTH = 48;
+export const ROOT = -1;
 
 /** A value reference as the view-model writes it (a node index, or [node, output] for an output
  * other than the first) as [node, output]. */
@@ -9,29 +18,206 @@ export function valueRefs(list) {
   return (list || []).map((r) => (Array.isArray(r) ? r : [r, 0]));
 }
 
+/** The kind of box g: "module", "run", "values", "region", "plumbing", or "more" (windowing). */
+export function groupKind(g) {
+  return g.k || (g.syn ? "more" : g.run ? "run" : g.io ? "values" : "module");
+}
+
 export class Model {
   constructor(data) {
     this.data = data;
     this.nodes = data.nodes;
-    this.groups = data.groups;
-    this.metas = data.metas;
-    this.sources = data.sources;
+    this.metas = data.metas || [];
+    this.sources = data.sources || [];
+    this.groups = data.groups.slice();
+    this.real = data.groups.length;
     this.expanded = new Set();
     this.byName = new Map(this.nodes.map((n, i) => [n.n, i]));
-
-    // children of each box (boxes and nodes), and each box's chain of boxes, outermost first
-    this.childGroups = this.groups.map(() => []);
-    this.childNodes = this.groups.map(() => []);
-    this.rootGroups = [];
-    this.rootNodes = [];
-    this.groups.forEach((g, i) => (g.p < 0 ? this.rootGroups : this.childGroups[g.p]).push(i));
-    this.nodes.forEach((n, i) => (n.g < 0 ? this.rootNodes : this.childNodes[n.g]).push(i));
-    this.chain = this.groups.map((g, i) => {
-      const out = [];
-      for (let j = i; j >= 0; j = this.groups[j].p) out.unshift(j);
-      return out;
-    });
+    this.ng = Int32Array.from(this.nodes, (n) => n.g);
+    this.gp = this.groups.map((g) => g.p);
+    this.kinds = this.groups.map(groupKind);
+    this.edgeArrays();
+    this.orderItems();
+    this.window();
+    this.index();
   }
+
+  // ---- building ------------------------------------------------------------------------------
+
+  /** The data flow as flat arrays (inputs of node i: `inSrc`/`inOut` from `inOff[i]` to
+   * `inOff[i + 1]`; readers: `uDst` from `uOff[i]`): read once here, then every level of a
+   * 100,000-node graph walks numbers instead of 100,000 objects of many shapes. */
+  edgeArrays() {
+    const n = this.nodes.length;
+    this.inOff = new Int32Array(n + 1);
+    this.uOff = new Int32Array(n + 1);
+    for (let i = 0; i < n; i++) {
+      const nd = this.nodes[i];
+      this.inOff[i + 1] = this.inOff[i] + (nd.i ? nd.i.length : 0);
+      this.uOff[i + 1] = this.uOff[i] + (nd.u ? nd.u.length : 0);
+    }
+    this.inSrc = new Int32Array(this.inOff[n]);
+    this.inOut = new Int32Array(this.inOff[n]);
+    this.uDst = new Int32Array(this.uOff[n]);
+    for (let i = 0; i < n; i++) {
+      const nd = this.nodes[i];
+      if (nd.i) {
+        let at = this.inOff[i];
+        for (const r of nd.i) {
+          if (typeof r === "number") this.inSrc[at] = r;
+          else {
+            this.inSrc[at] = r[0];
+            this.inOut[at] = r[1];
+          }
+          at += 1;
+        }
+      }
+      if (nd.u) this.uDst.set(nd.u, this.uOff[i]);
+    }
+  }
+
+  /** Each box's items (nodes and boxes directly inside it) in drawing order: the model's inputs
+   * first, then graph order (a box where its first op is), the model's outputs last. */
+  orderItems() {
+    const n = this.nodes.length;
+    const G = this.groups.length;
+    const first = new Float64Array(G).fill(Infinity);
+    for (let i = 0; i < n; i++) {
+      for (let g = this.nodes[i].g; g >= 0 && first[g] > i; g = this.gp[g]) first[g] = i;
+    }
+    this.itemsOf = new Map([[ROOT, []]]);
+    for (let j = 0; j < G; j++) this.itemsOf.set(j, []);
+    // no sort: a box goes into its parent's list just before the first node it holds, and the
+    // nodes come in graph order (100,000 of them: this runs before the first view)
+    const startsAt = new Map();
+    const empty = [];
+    for (let j = 0; j < G; j++) {
+      if (first[j] === Infinity) empty.push(j);
+      else (startsAt.get(first[j]) || startsAt.set(first[j], []).get(first[j])).push(j);
+    }
+    const push = (c, key) => this.itemsOf.get(c).push(key);
+    for (let i = 0; i < n; i++) if (this.nodes[i].k === "input") push(this.nodes[i].g, "n" + i);
+    for (let i = 0; i < n; i++) {
+      const boxes = startsAt.get(i);
+      if (boxes) for (const j of boxes) push(this.groups[j].p, "g" + j);
+      const k = this.nodes[i].k;
+      if (k !== "input" && k !== "output") push(this.nodes[i].g, "n" + i);
+    }
+    for (const j of empty) push(this.groups[j].p, "g" + j);
+    for (let i = 0; i < n; i++) if (this.nodes[i].k === "output") push(this.nodes[i].g, "n" + i);
+  }
+
+  /** Apply window.js to every box, including the boxes it adds. */
+  window() {
+    const work = [...this.itemsOf.keys()];
+    while (work.length) {
+      const c = work.pop();
+      const items = this.itemsOf.get(c);
+      const kind = c === ROOT ? "model" : this.kinds[c] === "more" && this.groups[c].syn === "state" ? "state" : this.kinds[c];
+      const plan = windowPlan(items, { isBox: (k) => k[0] === "g", isState: (k) => this.isState(k), kind });
+      if (!plan) continue;
+      const made = [];
+      const list = plan.map((e) => this.materialize(e, c, made));
+      this.itemsOf.set(c, list);
+      work.push(...made);
+      if (list.length > (kind === "more" || kind === "state" ? PART_MAX : LEVEL_MAX)) work.push(c);
+    }
+  }
+
+  /** Turn a placeholder of windowPlan into a box (and its nested placeholders into boxes). */
+  materialize(entry, parent, made) {
+    if (typeof entry === "string") {
+      this.setParent(entry, parent);
+      return entry;
+    }
+    const j = this.groups.length;
+    const pg = parent >= 0 ? this.groups[parent] : null;
+    const g = { p: parent, l: "", path: pg ? pg.path : "", cls: "", call: 0, d: pg ? pg.d : 1, run: 0, params: 0,
+      pl: "", ops: 0, c: "#8a94a6", syn: entry.role, k: "more" };
+    this.groups.push(g);
+    this.gp.push(parent);
+    this.kinds.push("more");
+    this.itemsOf.set(j, []);
+    const items = entry.more.map((e) => this.materialize(e, j, made));
+    this.itemsOf.set(j, items);
+    let nodes = 0;
+    let ops = 0;
+    for (const k of items) {
+      if (k[0] === "n") { nodes += 1; ops += this.nodes[+k.slice(1)].k === "op" ? 1 : 0; }
+      else { const x = this.groups[+k.slice(1)]; ops += x.ops || 0; if (x.err) g.err = 1; }
+      if (k[0] === "n" && this.nodes[+k.slice(1)].e) g.err = 1;
+    }
+    g.ops = ops;
+    g.n = items.length;
+    const first = this.labelOf(items[0]);
+    const last = this.labelOf(items[items.length - 1]);
+    if (entry.role === "state") {
+      const kinds = new Set(entry.more.map((k) => this.nodes[+k.slice(1)].k));
+      g.l = `${grouped(entry.more.length)} ${kinds.size === 1 ? [...kinds][0] + "s" : "parameters and constants"}`;
+      g.sub = `${first} … ${last}`;
+    } else {
+      g.l = entry.role === "more" ? `⋯ ${grouped(items.length)} more` : `${first} … ${last}`;
+      g.sub = entry.role === "more" ? `${first} … ${last}` : `${grouped(items.length)} items`;
+    }
+    made.push(j);
+    return "g" + j;
+  }
+
+  /** A parameter, buffer or constant that reads nothing: what windowing gathers when many. */
+  isState(key) {
+    if (key[0] !== "n") return false;
+    const n = this.nodes[+key.slice(1)];
+    return (n.k === "parameter" || n.k === "buffer" || n.k === "constant") && !(n.i && n.i.length);
+  }
+
+  setParent(key, parent) {
+    if (key[0] === "n") this.ng[+key.slice(1)] = parent;
+    else this.gp[+key.slice(1)] = parent;
+  }
+
+  /** Depths, a pre-order numbering of boxes (so "inside" is a range test), and the nodes of each
+   * box's subtree as one slice of `this.order`. No recursion: boxes can nest thousands deep. */
+  index() {
+    const G = this.groups.length;
+    this.depth = new Int32Array(G);
+    this.tin = new Int32Array(G);
+    this.tout = new Int32Array(G);
+    let t = 1; // the model is 0
+    const stack = [[ROOT, 0]];
+    const post = [];
+    while (stack.length) {
+      const top = stack[stack.length - 1];
+      const [c, k] = top;
+      const items = this.itemsOf.get(c);
+      let pushed = false;
+      for (let x = k; x < items.length; x++) {
+        if (items[x][0] !== "g") continue;
+        const j = +items[x].slice(1);
+        top[1] = x + 1;
+        this.depth[j] = c === ROOT ? 1 : this.depth[c] + 1;
+        this.tin[j] = t++;
+        stack.push([j, 0]);
+        pushed = true;
+        break;
+      }
+      if (pushed) continue;
+      stack.pop();
+      if (c !== ROOT) this.tout[c] = t - 1;
+      post.push(c);
+    }
+    this.boxCount = t;
+    // nodes ordered by their box's number: a box's subtree is one slice
+    const count = new Int32Array(t + 1);
+    const tinOf = (c) => (c === ROOT ? 0 : this.tin[c]);
+    for (let i = 0; i < this.nodes.length; i++) count[tinOf(this.ng[i]) + 1]++;
+    for (let x = 1; x <= t; x++) count[x] += count[x - 1];
+    this.start = count.slice(); // start[tin] = first position of nodes in a box numbered tin
+    this.order = new Int32Array(this.nodes.length);
+    const fill = count.slice();
+    for (let i = 0; i < this.nodes.length; i++) this.order[fill[tinOf(this.ng[i])]++] = i;
+  }
+
+  // ---- facts from the view-model -------------------------------------------------------------
 
   /** [[producer index, output index], ...] of node i. */
   inputs(i) {
@@ -60,180 +246,183 @@ export class Model {
     return out && k < out.length ? this.metas[out[k]] : null;
   }
 
+  kind(g) {
+    return this.kinds[g];
+  }
+
+  /** Node i's colour: its own, or its op family's from the view-model's table (a view-model
+   * may leave the per-node colour out: it is the family's). */
+  color(i) {
+    const n = this.nodes[i];
+    return n.c || (this.data.kinds && this.data.kinds[n.o]) || "#607d8b";
+  }
+
   isRun(g) {
-    return this.groups[g].run > 0;
+    return this.kinds[g] === "run";
   }
 
-  /** True for a box of the model's inputs or outputs (a cache's 96 tensors), not a module. */
   isValues(g) {
-    return Boolean(this.groups[g].io);
+    return this.kinds[g] === "values";
   }
 
-  /** The outermost collapsed box hiding box g (or node i's box), or -1 when it is visible. */
-  hidingGroup(g) {
-    if (g < 0) return -1;
-    for (const j of this.chain[g]) if (!this.expanded.has(j)) return j;
-    return -1;
+  labelOf(key) {
+    return key[0] === "n" ? this.nodes[+key.slice(1)].l : this.groups[+key.slice(1)].l;
+  }
+
+  // ---- structure -----------------------------------------------------------------------------
+
+  /** The box directly holding item `key` ("n12", "g3"); ROOT for the model. */
+  parentOf(key) {
+    return key[0] === "n" ? this.ng[+key.slice(1)] : this.gp[+key.slice(1)];
+  }
+
+  items(c) {
+    return this.itemsOf.get(c);
+  }
+
+  /** True when box c is `anc` or lies inside it (ROOT holds everything). */
+  inside(c, anc) {
+    if (anc === ROOT) return true;
+    if (c === ROOT) return false;
+    return this.tin[anc] <= this.tin[c] && this.tin[c] <= this.tout[anc];
+  }
+
+  /** The nodes inside box c, at any depth (a view into one array: do not modify). */
+  subtreeNodes(c) {
+    const a = c === ROOT ? 0 : this.tin[c];
+    const b = c === ROOT ? this.boxCount - 1 : this.tout[c];
+    return this.order.subarray(this.start[a], this.start[b + 1]);
+  }
+
+  /** Key of box c's item that holds node i (i itself, or the child box around it). */
+  itemAt(c, i) {
+    let g = this.ng[i];
+    if (g === c) return "n" + i;
+    while (this.gp[g] !== c) g = this.gp[g];
+    return "g" + g;
+  }
+
+  /** Box c and the boxes around it, innermost first (ROOT not included). */
+  ancestors(c) {
+    const out = [];
+    for (let g = c; g >= 0; g = this.gp[g]) out.push(g);
+    return out;
+  }
+
+  /** Whether box g may be opened: it holds something and is not nested too deep. */
+  canExpand(g) {
+    return this.depth[g] <= MAX_DEPTH && this.itemsOf.get(g).length > 0;
+  }
+
+  /** Levels of boxes below box g (0 for a box of nodes only); for the marker on a box too deep
+   * to open. */
+  height(g) {
+    let best = 0;
+    const stack = [[g, 0]];
+    while (stack.length) {
+      const [c, d] = stack.pop();
+      best = Math.max(best, d);
+      for (const k of this.itemsOf.get(c)) if (k[0] === "g") stack.push([+k.slice(1), d + 1]);
+    }
+    return best;
+  }
+
+  // ---- open and closed -----------------------------------------------------------------------
+
+  isOpen(c) {
+    return c === ROOT || this.expanded.has(c);
+  }
+
+  /** The outermost closed box hiding box c (or c itself when closed), or -1 when c is drawn open. */
+  hidingGroup(c) {
+    let hid = -1;
+    for (let g = c; g >= 0; g = this.gp[g]) if (!this.expanded.has(g)) hid = g;
+    return hid;
   }
 
   /** Key of what stands for node i in the drawing: the node itself or the box that hides it. */
   repOfNode(i) {
-    const g = this.hidingGroup(this.nodes[i].g);
+    const g = this.hidingGroup(this.ng[i]);
     return g < 0 ? "n" + i : "g" + g;
   }
 
-  /** True when box g (a descendant box) lies inside box anc. */
-  within(g, anc) {
-    return g >= 0 && this.chain[g].includes(anc);
+  /** Key of what stands for `key` (a node or a box) in the drawing. */
+  repOf(key) {
+    if (key[0] === "n") return this.repOfNode(+key.slice(1));
+    const g = this.hidingGroup(this.gp[+key.slice(1)]);
+    return g < 0 ? key : "g" + g;
   }
 
-  /** Expand every box around node i (or box g) so that it is drawn. Returns true if anything changed. */
+  /** Open every box around node i so that it is drawn (as deep as MAX_DEPTH allows). Returns
+   * true if anything changed. */
   revealNode(i) {
-    const g = this.nodes[i].g;
-    return g >= 0 ? this.revealGroupContents(this.chain[g]) : false;
+    return this.open(this.ancestors(this.ng[i]));
   }
 
+  /** Open every box around box g so that g itself is drawn. */
   revealGroup(g) {
-    return this.revealGroupContents(this.chain[g].slice(0, -1));
+    return this.open(this.ancestors(this.gp[g]));
   }
 
-  revealGroupContents(list) {
+  open(list) {
     let changed = false;
-    for (const j of list) if (!this.expanded.has(j)) { this.expanded.add(j); changed = true; }
+    for (const j of list) {
+      if (!this.expanded.has(j) && this.canExpand(j)) {
+        this.expanded.add(j);
+        changed = true;
+      }
+    }
     return changed;
   }
 
-  /** Collapse box g and everything inside it, so that expanding it again shows one level. */
+  /** Close box g and everything inside it, so that opening it again shows one level. */
   collapse(g) {
-    for (const j of [...this.expanded]) if (this.within(j, g)) this.expanded.delete(j);
+    for (const j of [...this.expanded]) if (this.inside(j, g)) this.expanded.delete(j);
   }
 
-  /** The first view: expand boxes breadth-first, outermost first, while the number of drawn
-   * items stays within the budget. Runs of folded repeats and boxes of inputs or outputs stay
-   * folded: they are the summary. */
-  expandToBudget(budget) {
-    let count = this.rootGroups.length + this.rootNodes.length;
-    const top = this.rootGroups.filter((g) => !this.isValues(g));
-    let frontier = top;
+  /** Open box g if it may be opened; close it if open. Returns true when it changed. */
+  toggle(g) {
+    if (this.expanded.has(g)) {
+      this.collapse(g);
+      return true;
+    }
+    return this.open([g]);
+  }
+
+  /** Boxes the first view may open: modules and regions that hold other boxes. Runs of repeats,
+   * boxes of inputs or outputs, plumbing and windowing boxes stay closed: they are the summary,
+   * and a module of ops only is already said by its closed box. */
+  opensFirst(g) {
+    const k = this.kinds[g];
+    return (k === "module" || k === "region") && this.canExpand(g) && this.itemsOf.get(g).some((x) => x[0] === "g");
+  }
+
+  /** The first view's candidates, breadth-first: step s opens the boxes of level s that
+   * `opensFirst`, while the drawn items stay within `budget` (a view of at most three boxes at
+   * the top is a wrapper: its boxes open whatever the budget). Returns the list of steps; the
+   * viewer opens them in turn and stops at the last one that fits on screen. */
+  firstViewSteps(budget) {
+    const steps = [];
+    let count = this.itemsOf.get(ROOT).length;
+    const topBoxes = this.itemsOf.get(ROOT).filter((k) => k[0] === "g").map((k) => +k.slice(1));
+    let frontier = topBoxes;
+    let wrapper = topBoxes.filter((g) => !this.isValues(g)).length <= 3;
     while (frontier.length) {
+      const step = [];
       const next = [];
       for (const g of frontier) {
-        if (this.isRun(g)) continue;
-        const extra = this.childGroups[g].length + this.childNodes[g].length - 1;
-        // a view of one or two boxes (a model wrapping its backbone) says nothing: open them
-        // even past the budget
-        const few = frontier === top && top.length <= 3;
-        if (count + extra > budget && !few) continue;
-        this.expanded.add(g);
+        if (!this.opensFirst(g)) continue;
+        const extra = this.itemsOf.get(g).length - 1;
+        if (count + extra > budget && !wrapper) continue;
+        step.push(g);
         count += extra;
-        next.push(...this.childGroups[g]);
+        for (const k of this.itemsOf.get(g)) if (k[0] === "g") next.push(+k.slice(1));
       }
+      if (!step.length) break;
+      steps.push(step);
+      wrapper = wrapper && step.length <= 3 && next.filter((g) => this.opensFirst(g)).length <= 3;
       frontier = next;
     }
+    return steps;
   }
-
-  /** What to draw now: leaves (nodes and collapsed boxes), clusters (expanded boxes) and the
-   * edges between leaves, merged when several values flow between the same two leaves. */
-  visibleGraph() {
-    const leaves = [];
-    const clusters = [];
-    const visit = (groupsList, nodesList) => {
-      for (const g of groupsList) {
-        if (this.expanded.has(g)) {
-          clusters.push(g);
-          visit(this.childGroups[g], this.childNodes[g]);
-        } else leaves.push("g" + g);
-      }
-      for (const i of nodesList) leaves.push("n" + i);
-    };
-    visit(this.rootGroups, this.rootNodes);
-
-    const edges = new Map();
-    this.nodes.forEach((n, dst) => {
-      const to = this.repOfNode(dst);
-      this.inputs(dst).forEach(([src, k]) => {
-        const from = this.repOfNode(src);
-        if (from === to) return;
-        const key = from + ">" + to;
-        const e = edges.get(key);
-        // count values, not uses: one tensor read twice inside a box is still one value
-        if (e) e.values.add(src + ":" + k);
-        else {
-          const m = this.meta(src, k);
-          edges.set(key, { from, to, label: m ? m[2] : "", src, dst, values: new Set([src + ":" + k]) });
-        }
-      });
-    });
-    for (const e of edges.values()) e.count = e.values.size;
-    const list = [...edges.values()];
-    markStubs(leaves, list);
-    return { leaves, clusters, edges: list };
-  }
-}
-
-/** An end shared by at least FAN other leaves makes a fan; its edges that skip more than SPAN
- * ranks are drawn as stubs. */
-export const FAN = 6;
-export const SPAN = 4;
-
-/** Mark the long edges of fans as stubs (`e.stub = "in"`: drawn as a short arrow into its
- * target, naming the source; `"out"`: a short arrow out of its source, naming the target).
- *
- * An attention mask read by each of 48 blocks, or 48 blocks writing one cache box, would thread
- * 48 lines down the whole drawing: the layout grows wide and slow (dagre routes a long edge
- * through a dummy node on every rank it skips), and the lines say nothing an arrow naming the
- * other end does not. The nearest edge of each fan stays a real edge, so the shared end is
- * still placed next to its first reader (or last writer). Ranks are longest paths over the
- * leaves; a cycle is broken where it is met. */
-export function markStubs(leaves, edges) {
-  const rank = longestPathRanks(leaves, edges);
-  const span = (e) => rank.get(e.to) - rank.get(e.from);
-  const byEnd = (end) => {
-    const m = new Map();
-    for (const e of edges) if (!e.stub) (m.get(e[end]) || m.set(e[end], []).get(e[end])).push(e);
-    return m;
-  };
-  for (const fan of byEnd("from").values()) {
-    if (fan.length < FAN) continue;
-    fan.sort((a, b) => span(a) - span(b));
-    for (const e of fan.slice(1)) if (span(e) > SPAN) e.stub = "in";
-  }
-  for (const fan of byEnd("to").values()) {
-    if (fan.length < FAN) continue;
-    fan.sort((a, b) => span(a) - span(b));
-    for (const e of fan.slice(1)) if (span(e) > SPAN) e.stub = "out";
-  }
-}
-
-/** Rank of each leaf: the length of the longest path of edges reaching it (Kahn's order). A
- * cycle (two collapsed boxes feeding each other) is broken at its first leaf in drawing order. */
-export function longestPathRanks(leaves, edges) {
-  const indeg = new Map(leaves.map((k) => [k, 0]));
-  const out = new Map(leaves.map((k) => [k, []]));
-  for (const e of edges) {
-    indeg.set(e.to, indeg.get(e.to) + 1);
-    out.get(e.from).push(e.to);
-  }
-  const rank = new Map(leaves.map((k) => [k, 0]));
-  const queue = leaves.filter((k) => indeg.get(k) === 0);
-  const queued = new Set(queue);
-  let next = 0; // leaves before this index are queued, when a cycle needs breaking
-  for (let i = 0; queued.size < leaves.length || i < queue.length; i++) {
-    if (i === queue.length) {
-      while (queued.has(leaves[next])) next++;
-      queue.push(leaves[next]);
-      queued.add(leaves[next]);
-    }
-    const k = queue[i];
-    for (const t of out.get(k)) {
-      if (queued.has(t)) continue; // a back edge of a broken cycle
-      rank.set(t, Math.max(rank.get(t), rank.get(k) + 1));
-      indeg.set(t, indeg.get(t) - 1);
-      if (indeg.get(t) === 0) {
-        queue.push(t);
-        queued.add(t);
-      }
-    }
-  }
-  return rank;
 }

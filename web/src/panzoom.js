@@ -1,6 +1,7 @@
 // Pan and zoom of one SVG <g> by a transform: drag, wheel (trackpad scroll pans, ctrl/cmd+wheel
-// and pinch zoom), keyboard. The graph is never re-laid out for a view change.
-
+// and pinch zoom), keyboard. The graph is never re-laid out for a view change. `moved` tells
+// whether the user has moved the view since the last fit (a notebook's frame that gets its size
+// late refits only if not).
 const MIN_SCALE = 0.05;
 const MAX_SCALE = 4;
 
@@ -12,13 +13,21 @@ export class PanZoom {
     this.x = 0;
     this.y = 0;
     this.k = 1;
+    this.min = MIN_SCALE;
     this.dragged = false;
+    this.moved = false;
     this.bind();
   }
 
-  apply() {
+  apply(byUser = false) {
+    if (byUser) this.moved = true;
     this.viewport.setAttribute("transform", `translate(${this.x},${this.y}) scale(${this.k})`);
-    this.onChange(this);
+    this.onChange(this, byUser);
+  }
+
+  size() {
+    const r = this.svg.getBoundingClientRect();
+    return [r.width, r.height];
   }
 
   /** Screen point (relative to the SVG) of graph point (gx, gy). */
@@ -26,42 +35,53 @@ export class PanZoom {
     return [this.x + gx * this.k, this.y + gy * this.k];
   }
 
-  zoomAt(factor, sx, sy) {
-    const k = Math.min(MAX_SCALE, Math.max(MIN_SCALE, this.k * factor));
-    this.x = sx - ((sx - this.x) * k) / this.k;
-    this.y = sy - ((sy - this.y) * k) / this.k;
+  /** Graph point under screen point (sx, sy). */
+  toGraph(sx, sy) {
+    return [(sx - this.x) / this.k, (sy - this.y) / this.k];
+  }
+
+  set(x, y, k, byUser = false) {
+    this.x = x;
+    this.y = y;
     this.k = k;
-    this.apply();
+    this.apply(byUser);
+  }
+
+  zoomAt(factor, sx, sy, byUser = true) {
+    const k = Math.min(MAX_SCALE, Math.max(this.min, this.k * factor));
+    this.set(sx - ((sx - this.x) * k) / this.k, sy - ((sy - this.y) * k) / this.k, k, byUser);
   }
 
   zoomCenter(factor) {
-    const r = this.svg.getBoundingClientRect();
-    this.zoomAt(factor, r.width / 2, r.height / 2);
+    const [w, h] = this.size();
+    this.zoomAt(factor, w / 2, h / 2);
   }
 
-  panBy(dx, dy) {
-    this.x += dx;
-    this.y += dy;
-    this.apply();
+  panBy(dx, dy, byUser = true) {
+    this.set(this.x + dx, this.y + dy, this.k, byUser);
   }
 
-  /** Show the rectangle (graph coordinates) whole, never magnified past 1.25. */
-  fit(bx, by, bw, bh, pad = 24) {
-    const r = this.svg.getBoundingClientRect();
-    const k = Math.min(1.25, (r.width - 2 * pad) / Math.max(bw, 1), (r.height - 2 * pad) / Math.max(bh, 1));
-    this.k = Math.max(MIN_SCALE, k);
-    this.x = (r.width - bw * this.k) / 2 - bx * this.k;
-    this.y = Math.max(pad, (r.height - bh * this.k) / 2) - by * this.k;
-    this.apply();
+  /** The scale at which the rectangle (graph coordinates) fits the view, never above `max`. */
+  fitScale(bw, bh, pad = 24, max = 1.25) {
+    const [w, h] = this.size();
+    return Math.min(max, (w - 2 * pad) / Math.max(bw, 1), (h - 2 * pad) / Math.max(bh, 1));
+  }
+
+  /** Show the rectangle whole, however small that makes it (Fit always fits: the zoom floor
+   * follows), centred, or from its top when it is taller than the view at scale `k`. */
+  fit(bx, by, bw, bh, { pad = 24, k = null } = {}) {
+    const [w, h] = this.size();
+    const scale = k !== null ? k : Math.max(1e-4, this.fitScale(bw, bh, pad));
+    this.min = Math.min(MIN_SCALE, scale);
+    this.moved = false;
+    this.set((w - bw * scale) / 2 - bx * scale, Math.max(pad, (h - bh * scale) / 2) - by * scale, scale);
   }
 
   /** Put graph point (gx, gy) at the centre of the view, at scale at least minK. */
   centerOn(gx, gy, minK = 0.8) {
-    const r = this.svg.getBoundingClientRect();
-    this.k = Math.max(this.k, minK);
-    this.x = r.width / 2 - gx * this.k;
-    this.y = r.height / 2 - gy * this.k;
-    this.apply();
+    const [w, h] = this.size();
+    const k = Math.max(this.k, minK);
+    this.set(w / 2 - gx * k, h / 2 - gy * k, k);
   }
 
   bind() {
@@ -80,9 +100,7 @@ export class PanZoom {
       if (!this.dragged) svg.setPointerCapture(ev.pointerId);
       this.dragged = true;
       svg.classList.add("fx-dragging");
-      this.x = start.tx + dx;
-      this.y = start.ty + dy;
-      this.apply();
+      this.set(start.tx + dx, start.ty + dy, this.k, true);
     });
     const end = () => {
       start = null;
@@ -97,11 +115,8 @@ export class PanZoom {
         const r = svg.getBoundingClientRect();
         // a line-mode wheel (a mouse) reports lines, not pixels
         const unit = ev.deltaMode === 1 ? 16 : ev.deltaMode === 2 ? r.height : 1;
-        if (ev.ctrlKey || ev.metaKey) {
-          this.zoomAt(Math.exp((-ev.deltaY * unit) / 300), ev.clientX - r.left, ev.clientY - r.top);
-        } else {
-          this.panBy(-ev.deltaX * unit, -ev.deltaY * unit);
-        }
+        if (ev.ctrlKey || ev.metaKey) this.zoomAt(Math.exp((-ev.deltaY * unit) / 300), ev.clientX - r.left, ev.clientY - r.top);
+        else this.panBy(-ev.deltaX * unit, -ev.deltaY * unit);
       },
       { passive: false },
     );

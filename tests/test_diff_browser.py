@@ -1,0 +1,145 @@
+"""The diff page in headless Chromium: both graphs drawn side by side in the same viewer, kept in
+step (opening a box opens its pair, selecting a node selects its pair, panning one side moves
+the other), and the list of differences, in words, linking each to both sides. The data follows
+WAVE2.md §3 (``{"v": 3, "diff": {...}}``), built here from two captures of one model and pairs
+by node name; a data-dependent model's diff shows the eager ops and the failure site."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import fxviz
+from fxviz import examples
+from fxviz.ir import Graph
+from fxviz.render.html import view_model
+from tests.fallback_models import DataDependentIf
+from tests.report_browser import ARGS, ReportPage, page_from_data
+
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("bundle")]
+
+
+@pytest.fixture(scope="module")
+def browser(chromium: Path, playwright: ModuleType) -> Iterator[Any]:
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(chromium), args=ARGS)
+        yield b
+        b.close()
+
+
+def status_overlay(vm: dict[str, Any], status: list[str]) -> None:
+    """The `diff` category overlay each side carries (WAVE2.md §3)."""
+    colours = {"matched": "#009e73", "differs": "#d55e00", "only in export": "#e69f00", "only in eager": "#cc79a7"}
+    vm["overlays"] = [{"name": "diff", "label": "diff status", "kind": "category", "unit": "", "scale": "linear",
+                       "min": None, "max": None, "description": "",
+                       "categories": {k: {"label": k, "color": c} for k, c in colours.items()},
+                       "nodes": status, "groups": [None] * len(vm["groups"])}]
+    vm["overlay"] = "diff"
+
+
+def diff_data(a: Graph, b: Graph, differences: list[dict[str, Any]]) -> dict[str, Any]:
+    va, vb = view_model(a), view_model(b)
+    ia = {n["n"]: i for i, n in enumerate(va["nodes"])}
+    ib = {n["n"]: i for i, n in enumerate(vb["nodes"])}
+    pairs = [[ia[name], ib[name]] for name in ia if name in ib]
+    ga = {(g["path"], g["call"], g["run"]): i for i, g in enumerate(va["groups"])}
+    gb = {(g["path"], g["call"], g["run"]): i for i, g in enumerate(vb["groups"])}
+    group_pairs = [[ga[k], gb[k]] for k in ga if k in gb]
+    hit_a = {i for d in differences for i in d["a"]}
+    hit_b = {i for d in differences for i in d["b"]}
+    status_overlay(va, ["differs" if i in hit_a else "matched" if n["n"] in ib else "only in export" for i, n in enumerate(va["nodes"])])
+    status_overlay(vb, ["differs" if i in hit_b else "matched" if n["n"] in ia else "only in eager" for i, n in enumerate(vb["nodes"])])
+    return {"v": 3, "diff": {"labels": ["export", "eager"], "a": va, "b": vb, "pairs": pairs, "groupPairs": group_pairs,
+                             "differences": differences, "summary": {"significant": 1, "informational": len(differences) - 1}}}
+
+
+@pytest.fixture(scope="module")
+def cnn_pair() -> tuple[Graph, Graph]:
+    m, a = examples.cnn()
+    return fxviz.capture(m, a, method="export"), fxviz.capture(m, a, method="eager")
+
+
+def selected(page: Any, side: str) -> str | None:
+    el = page.locator(f'.fx-pane[data-side="{side}"] .fx-selected')
+    return el.first.get_attribute("data-key") if el.count() else None
+
+
+def test_the_diff_view_links_each_difference_to_both_sides(browser: Any, cnn_pair: tuple[Graph, Graph], tmp_path: Path) -> None:
+    a, b = cnn_pair
+    ia = {n.name: i for i, n in enumerate(a.nodes)}
+    ib = {n.name: i for i, n in enumerate(b.nodes)}
+    differences = [
+        {"id": "d1", "kind": "decomposed", "words": "decomposed", "message": "conv2d_2 is decomposed in eager",
+         "a": [ia["conv2d_2"]], "b": [ib["conv2d_2"]], "source": ["/x/examples.py", 30, "forward", "x = self.secondary_conv(x)"]},
+        {"id": "d2", "kind": "only_in_a", "words": "only in export", "message": "view", "a": [ia["view"]], "b": [],
+         "source": None, "informational": True},
+    ]
+    path = page_from_data(a, tmp_path / "diff.html", data=diff_data(a, b, differences))
+    r = ReportPage(browser, path, width=1600, height=1000)
+    page = r.page
+    assert page.locator(".fx-pane").count() == 2
+    assert [t.strip() for t in page.eval_on_selector_all(".fx-pane-title", "els => els.map(e => e.textContent)")] == ["export", "eager"]
+    items = page.locator(".fx-diff-item")
+    assert items.count() == 2
+    # statuses in words, never raw codes
+    assert [page.text_content(".fx-diff-item:nth-child(1) .fx-diff-words"), page.text_content(".fx-diff-item:nth-child(2) .fx-diff-words")] == ["decomposed", "only in export"]
+    assert "only_in_a" not in (page.text_content(".fx-diff-list") or "")
+    assert "1 significant difference · 1 informational" in (page.text_content(".fx-totals") or "")
+    # the page opens on the first significant difference, shown on both sides
+    assert selected(page, "a") == f"n{ia['conv2d_2']}" and selected(page, "b") == f"n{ib['conv2d_2']}"
+    r.shot("diff-first")
+    # each side's link goes to that side's node (and the other side follows to its pair)
+    r.js("fxvizReport.viewers.a.collapseAll().then(() => fxvizReport.viewers.b.collapseAll())")
+    page.locator('.fx-diff-item[data-diff="d1"] .fx-diff-link[data-side="b"]').click()
+    r.settle()
+    assert selected(page, "b") == f"n{ib['conv2d_2']}"
+    assert page.locator(f'.fx-pane[data-side="b"] [data-key="n{ib["conv2d_2"]}"].fx-diff-hit').count() == 1
+    page.locator('.fx-diff-item[data-diff="d2"] .fx-diff-link[data-side="a"]').click()
+    r.settle()
+    assert selected(page, "a") == f"n{ia['view']}"
+    assert "not in eager" in (page.text_content('.fx-diff-item[data-diff="d2"]') or "")
+    # opening a box opens its pair
+    r.js("fxvizReport.viewers.a.collapseAll().then(() => fxvizReport.viewers.b.collapseAll())")
+    page.locator('.fx-pane[data-side="a"] .fx-box[data-path="fully_connected1"]').dispatch_event("dblclick")
+    r.settle()
+    assert page.locator('.fx-pane[data-side="b"] .fx-cluster[data-path="fully_connected1"]').count() == 1
+    # panning one side moves the other, keeping paired items level
+    before = page.evaluate("fxvizReport.viewers.b.pz.y")
+    page.evaluate("fxvizReport.viewers.a.pz.panBy(0, -120)")
+    page.wait_for_function(f"fxvizReport.viewers.b.pz.y !== {before}")
+    ya, yb = page.evaluate("""(() => {
+      const [a, b] = ['a', 'b'].map(s => document.querySelector(`.fx-pane[data-side="${s}"] .fx-cluster[data-path="fully_connected1"] > rect`).getBoundingClientRect().y);
+      return [a, b];
+    })()""")
+    assert abs(ya - yb) < 2
+    r.shot("diff-synced")
+    r.close()
+
+
+def test_a_data_dependent_diff_shows_the_eager_ops_and_the_failure_site(browser: Any, tmp_path: Path) -> None:
+    import torch
+
+    eager = fxviz.capture(DataDependentIf().eval(), (torch.randn(2, 8),))
+    assert eager.method == "eager"
+    failed = Graph(name="DataDependentIf", method="export")
+    site = next(i for i, n in enumerate(eager.nodes) if n.kind == "op" and n.target.endswith("__bool__"))
+    differences = [{"id": "f", "kind": "export_failed", "words": "export failed here",
+                    "message": "GuardOnDataDependentSymNode: Could not guard on data-dependent expression",
+                    "a": [], "b": [site], "source": ["fallback_models.py", 31, "forward", "if y.sum() > 0:"]}]
+    path = page_from_data(eager, tmp_path / "diff-dd.html", data=diff_data(failed, eager, differences))
+    r = ReportPage(browser, path, width=1600, height=1000)
+    page = r.page
+    # the eager side draws its ops and selects the failure site, marked data-dependent
+    ops = page.eval_on_selector_all('.fx-pane[data-side="b"] .fx-node', "els => els.map(e => e.dataset.name)")
+    assert {"linear", "sum", "gt", "__bool__"} <= set(ops) or len(ops) >= 4
+    site_el = page.locator(f'.fx-pane[data-side="b"] [data-key="n{site}"]')
+    assert "fx-selected" in (site_el.get_attribute("class") or "") and "fx-dd" in (site_el.get_attribute("class") or "")
+    assert "⚠" in (site_el.text_content() or "")
+    assert "export failed here" in (page.text_content(".fx-diff-list") or "")
+    assert "not in export" in (page.text_content(".fx-diff-list") or "")
+    r.shot("diff-data-dependent")
+    r.close()

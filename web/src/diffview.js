@@ -1,0 +1,286 @@
+// The diff page (`fxviz diff --html`): both graphs in the same viewer, side by side, kept in step.
+// Opening or closing a box opens or closes its pair; selecting a node selects its pair; panning
+// or zooming one side moves the other so that the pair of the item nearest the centre stays
+// level with it. The list of differences links each one to both sides. Data: WAVE2.md §3.
+import { action, h, refs } from "./dom.js";
+import { Model } from "./model.js";
+import { groupDetails, nodeDetails, renderHeader, renderLegend } from "./panels.js";
+import { boxPairs, pairMaps, partnerKey } from "./pairs.js";
+import { Look, bindCommon } from "./report.js";
+import { Search, bindSearch } from "./search.js";
+import { sourceLink } from "./settings.js";
+import { clip, grouped } from "./text.js";
+import { Viewer } from "./viewer.js";
+
+const SIDES = ["a", "b"];
+
+export class DiffPage {
+  constructor(root, diff, run) {
+    this.root = root;
+    this.diff = diff;
+    this.data = { name: `${diff.a.name || "model"}: ${diff.labels[0]} vs ${diff.labels[1]}` };
+    root.classList.add("fx-diff-page");
+    this.r = refs(root);
+    this.buildPanes();
+    this.r = refs(root);
+    this.models = { a: new Model(diff.a), b: new Model(diff.b) };
+    const nodes = pairMaps(diff.pairs);
+    const boxes = boxPairs(this.models.a, this.models.b, diff.groupPairs);
+    this.maps = { a: { nodes: nodes.ab, boxes: boxes.ab }, b: { nodes: nodes.ba, boxes: boxes.ba } };
+    this.looks = {};
+    this.viewers = {};
+    this.minimaps = [];
+    this.selected = null;
+    this.syncing = false;
+    for (const side of SIDES) {
+      const model = this.models[side];
+      const look = (this.looks[side] = new Look(model, diff[side].overlays));
+      look.use(diff[side].overlay || "diff");
+      const pane = this.r[`pane_${side}`];
+      const v = (this.viewers[side] = new Viewer({
+        root, svg: pane.querySelector("svg"), viewport: pane.querySelector("svg > g"), model, look, run,
+        onSelect: (viewer, key) => this.onSelect(side, key),
+        onView: (viewer, byUser) => byUser && this.follow(side),
+        onToggle: (viewer, c, open) => this.onToggle(side, c, open),
+        onError: (err) => this.fail(err),
+      }));
+      v.side = side;
+      this.bindCanvas(side);
+    }
+    this.viewer = this.viewers.a;
+    renderHeader(this.r, { ...diff.a, name: this.data.name, attempts: [], error: null }, () => {});
+    this.r.totals.textContent = this.summaryText();
+    this.r.method.textContent = `${diff.a.method || "?"} vs ${diff.b.method || "?"}`;
+    renderLegend(this.r.legend, this.models.a, this.looks.a.paint && this.looks.a.paint.legend);
+    this.renderDifferences();
+    this.bindSearch();
+    bindCommon(this, root);
+    for (const b of root.querySelectorAll("[data-action]")) b.addEventListener("click", () => this.tool(b.dataset.action));
+  }
+
+  buildPanes() {
+    const canvas = this.r.canvas;
+    const pane = (side, label) => h("div", { class: "fx-pane", "data-ref": `pane_${side}`, "data-side": side },
+      h("div", { class: "fx-pane-title", "data-ref": `title_${side}`, text: label }),
+      (() => {
+        const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+        svg.append(document.createElementNS("http://www.w3.org/2000/svg", "g"));
+        return svg;
+      })());
+    canvas.replaceChildren(h("div", { class: "fx-panes" }, pane("a", this.diff.labels[0]), pane("b", this.diff.labels[1])));
+    this.r.tree.replaceChildren();
+    this.r.tree.setAttribute("data-ref", "differences");
+    this.r.tree.previousElementSibling.textContent = "Differences";
+  }
+
+  summaryText() {
+    const s = this.diff.summary || {};
+    const n = this.diff.differences.length;
+    const sig = s.significant !== undefined ? s.significant : n;
+    const info = s.informational || 0;
+    return `${grouped(sig)} significant difference${sig === 1 ? "" : "s"}${info ? ` · ${grouped(info)} informational` : ""}`;
+  }
+
+  async start() {
+    await Promise.all(SIDES.map((s) => this.viewers[s].firstView(this.diff[s].budget || 60)));
+    const first = this.diff.differences.find((d) => !d.informational) || this.diff.differences[0];
+    if (first) await this.showDifference(first);
+  }
+
+  fail(err) {
+    console.error(err); // eslint-disable-line no-console
+    this.status(`Something went wrong drawing the graphs: ${err && err.message ? err.message : err}`);
+  }
+
+  status(text) {
+    this.r.status.textContent = text;
+    this.r.status.hidden = !text;
+  }
+
+  // ---- the list of differences ---------------------------------------------------------------
+
+  renderDifferences() {
+    const list = this.diff.differences.map((d, k) => {
+      const link = (side) => {
+        const ids = d[side] || [];
+        const label = this.diff.labels[side === "a" ? 0 : 1];
+        if (!ids.length) return h("span", { class: "fx-diff-none", text: `not in ${label}` });
+        const n = this.models[side].nodes[ids[0]];
+        return action(`${label}: ${clip(n.l, 40)}${ids.length > 1 ? ` +${ids.length - 1}` : ""}`, () => this.goSide(side, d), { class: "fx-diff-link", "data-side": side, title: n.n });
+      };
+      let src = null;
+      if (d.source) {
+        const [file, line] = d.source;
+        const text = `${String(file).split("/").pop()}:${line}`;
+        const url = sourceLink(this.settings ? this.settings.link : "", file, line);
+        src = url ? h("a", { class: "fx-src", href: url, target: "_blank", rel: "noopener", text }) : h("code", { class: "fx-src", text });
+      }
+      return h("li", { class: `fx-diff-item${d.informational ? " fx-diff-info" : ""}`, "data-diff": d.id !== undefined ? d.id : k, "data-kind": d.kind },
+        action(d.words || d.kind, () => this.showDifference(d), { class: "fx-diff-words" }), " ",
+        h("span", { class: "fx-diff-message", text: clip(d.message || "", 300) }),
+        h("div", { class: "fx-diff-links" }, link("a"), " ", link("b"), src ? " " : null, src));
+    });
+    this.r.differences.replaceChildren(list.length ? h("ol", { class: "fx-diff-list" }, list) : h("p", { class: "fx-muted", text: "No differences: the graphs agree." }));
+  }
+
+  /** Show difference d on both sides: its first node on each, the others marked. */
+  async showDifference(d) {
+    for (const li of this.r.differences.querySelectorAll(".fx-diff-current")) li.classList.remove("fx-diff-current");
+    const li = this.r.differences.querySelector(`[data-diff="${CSS.escape(String(d.id))}"]`);
+    if (li) li.classList.add("fx-diff-current");
+    this.syncing = true;
+    try {
+      await Promise.all(SIDES.filter((s) => (d[s] || []).length).map((s) => this.viewers[s].go("n" + d[s][0], { mark: false })));
+    } finally {
+      this.syncing = false;
+    }
+    this.mark(d);
+  }
+
+  async goSide(side, d) {
+    this.syncing = true;
+    try {
+      await this.viewers[side].go("n" + d[side][0], { mark: false });
+    } finally {
+      this.syncing = false;
+    }
+    this.mark(d);
+  }
+
+  /** Mark every node of difference d on both sides. */
+  mark(d) {
+    for (const side of SIDES) {
+      const vp = this.viewers[side].scene.viewport;
+      for (const el of vp.querySelectorAll(".fx-diff-hit")) el.classList.remove("fx-diff-hit");
+      for (const i of d[side] || []) {
+        const el = vp.querySelector(`[data-key="${this.models[side].repOfNode(i)}"]`);
+        if (el) el.classList.add("fx-diff-hit");
+      }
+    }
+  }
+
+  // ---- keeping the sides in step ---------------------------------------------------------------
+
+  other(side) {
+    return side === "a" ? "b" : "a";
+  }
+
+  onSelect(side, key) {
+    this.selected = { side, key };
+    this.showDetails();
+    if (this.syncing || !key) return;
+    const partner = partnerKey(key, this.maps[side].nodes, this.maps[side].boxes);
+    if (!partner) return;
+    this.syncing = true;
+    this.viewers[this.other(side)].go(partner, { mark: false }).finally(() => { this.syncing = false; });
+  }
+
+  onToggle(side, c, open) {
+    if (this.opening) return;
+    const partner = this.maps[side].boxes.get(c);
+    if (partner === undefined) return;
+    const v = this.viewers[this.other(side)];
+    this.opening = true;
+    const done = open ? v.setOpen([partner]) : v.setOpen([], [partner]);
+    done.finally(() => {
+      this.opening = false;
+      this.follow(side);
+    });
+  }
+
+  /** Move the other side so that the pair of the item nearest this side's centre is level
+   * with it, at the same zoom. */
+  follow(side) {
+    if (this.syncing || this.following) return;
+    this.following = true;
+    requestAnimationFrame(() => {
+      this.following = false;
+      const v = this.viewers[side];
+      const w = this.viewers[this.other(side)];
+      const [vw, vh] = v.pz.size();
+      const [cx, cy] = v.pz.toGraph(vw / 2, vh / 2);
+      let best = null;
+      for (const r of v.drawnRects()) {
+        if (r.open) continue;
+        const partner = partnerKey(r.key, this.maps[side].nodes, this.maps[side].boxes);
+        const shown = partner && w.model.repOf(partner);
+        if (!shown || !w.drawn(shown)) continue;
+        const d = Math.hypot(r.x + r.w / 2 - cx, r.y + r.h / 2 - cy);
+        if (!best || d < best.d) best = { d, r, shown };
+      }
+      if (!best) {
+        w.pz.set(v.pz.x, v.pz.y, v.pz.k);
+        return;
+      }
+      const [sx, sy] = v.pz.toScreen(best.r.x + best.r.w / 2, best.r.y + best.r.h / 2);
+      const o = w.engine.rect(best.shown);
+      const k = v.pz.k;
+      w.pz.set(sx - (o.x + o.w / 2) * k, sy - (o.y + o.h / 2) * k, k);
+    });
+  }
+
+  // ---- panels and tools ----------------------------------------------------------------------
+
+  showDetails() {
+    if (!this.selected || !this.selected.key) return;
+    const { side, key } = this.selected;
+    const model = this.models[side];
+    const go = (k) => this.viewers[side].go(k);
+    const opts = { overlays: this.diff[side].overlays, linkPattern: this.settings ? this.settings.link : "" };
+    const body = key[0] === "n" ? nodeDetails(model, +key.slice(1), go, opts) : groupDetails(model, +key.slice(1), go, opts);
+    body.prepend(h("p", { class: "fx-diff-side", text: `in ${this.diff.labels[side === "a" ? 0 : 1]}` }));
+    this.r.details.replaceChildren(body);
+  }
+
+  bindSearch() {
+    const searches = { a: new Search(this.models.a), b: new Search(this.models.b) };
+    const both = {
+      find: (q, re) => {
+        const ra = searches.a.find(q, re);
+        const rb = searches.b.find(q, re);
+        const tag = (side) => (e) => ({ ...e, key: `${side}:${e.key}`, module: `${this.diff.labels[side === "a" ? 0 : 1]} · ${e.box ? "modules" : e.module || "(model)"}`, box: false });
+        return { hits: [...ra.hits.map(tag("a")), ...rb.hits.map(tag("b"))], error: ra.error || rb.error };
+      },
+    };
+    bindSearch({ input: this.r.search, list: this.r.results, count: this.r.count, regex: this.r.regex }, both, (key) => {
+      const [side, k] = key.split(":");
+      this.viewers[side].go(k);
+    });
+  }
+
+  bindCanvas(side) {
+    const v = this.viewers[side];
+    const svg = v.svg;
+    const keyOf = (t) => {
+      const el = t.closest && t.closest("[data-key]");
+      return el && svg.contains(el) ? el.dataset.key : null;
+    };
+    svg.addEventListener("click", (ev) => {
+      if (v.pz.dragged) return;
+      const far = ev.target.closest && ev.target.closest("[data-go]");
+      if (far) return v.go(far.dataset.go);
+      const key = keyOf(ev.target);
+      if (!key) return;
+      if (key[0] === "g" && ev.target.classList.contains("fx-toggle")) v.toggle(+key.slice(1));
+      else v.select(key, false);
+    });
+    svg.addEventListener("dblclick", (ev) => {
+      const key = keyOf(ev.target);
+      if (key && key[0] === "g") v.toggle(+key.slice(1));
+      ev.preventDefault();
+    });
+  }
+
+  tool(name) {
+    const all = (fn) => SIDES.forEach((s) => fn(this.viewers[s]));
+    const actions = {
+      "zoom-in": () => { this.viewers.a.pz.zoomCenter(1.25); this.follow("a"); },
+      "zoom-out": () => { this.viewers.a.pz.zoomCenter(0.8); this.follow("a"); },
+      fit: () => all((v) => v.fit()),
+      collapse: () => all((v) => v.collapseAll()),
+      expand: () => all((v) => v.expandAll()),
+    };
+    if (actions[name]) actions[name]();
+  }
+}
+

@@ -1,0 +1,168 @@
+// Hierarchical layout: each open box is laid out on its own (levels.js, layout.js) with its open
+// boxes inside as blocks of their own size, and the result is cached by the box and the state of
+// everything inside it. Opening or closing a box lays out that box (once) and the boxes around
+// it, each only with its own items; every other open box keeps its layout, and what lies inside
+// it keeps its place relative to it. A toggle therefore costs the same however many other boxes
+// are open. No DOM here (the text measuring function is passed in): web/tests runs it with a
+// stand-in measure and layout.js directly.
+import { levelGraph } from "./levels.js";
+import { ROOT } from "./model.js";
+
+/**
+ * `measure`: `{ leaf(key) -> {w, h}, room(stubs) -> [left, right], title(c) -> w,
+ * edgeLabel(label) -> [w, h] }`; `run(jobs) -> Promise<results>` runs layout.js's layoutBatch,
+ * in a worker or not.
+ */
+export class Engine {
+  constructor(model, measure, run) {
+    this.model = model;
+    this.measure = measure;
+    this.run = run;
+    this.levels = new Map();
+    this.cache = new Map();
+    this.ids = new Map();
+    this.keyOf = new Map();
+    this.leafSizes = new Map();
+    this.last = { jobs: 0, items: 0 };
+    this.total = { jobs: 0, items: 0 };
+  }
+
+  /** The level of box c, its jobs' fixed part, and each item's room for stubs (computed once). */
+  level(c) {
+    let lv = this.levels.get(c);
+    if (lv) return lv;
+    lv = levelGraph(this.model, c);
+    const index = new Map(lv.items.map((k, i) => [k, i]));
+    const at = (k) => (k === "in" ? -1 : k === "out" ? -2 : index.get(k));
+    lv.index = index;
+    lv.drawn = lv.edges.filter((e) => !e.stub);
+    lv.jobEdges = lv.drawn.map((e) => [at(e.from), at(e.to), ...this.measure.edgeLabel(e.label)]);
+    lv.room = lv.items.map((k) => this.measure.room(lv.stubs.get(k)));
+    lv.title = c === ROOT ? 0 : this.measure.title(c);
+    this.levels.set(c, lv);
+    return lv;
+  }
+
+  leaf(key) {
+    let v = this.leafSizes.get(key);
+    if (!v) this.leafSizes.set(key, (v = this.measure.leaf(key)));
+    return v;
+  }
+
+  /** The open boxes, each after the open boxes inside it (ROOT last). No recursion. */
+  openPostOrder() {
+    const m = this.model;
+    const out = [];
+    const stack = [[ROOT, false]];
+    while (stack.length) {
+      const [c, done] = stack.pop();
+      if (done) {
+        out.push(c);
+        continue;
+      }
+      stack.push([c, true]);
+      for (const k of m.items(c)) if (k[0] === "g" && m.expanded.has(+k.slice(1))) stack.push([+k.slice(1), false]);
+    }
+    return out;
+  }
+
+  /** Lay out what is open now: only boxes whose state is new are laid out. Resolves to the list
+   * of open boxes whose layout changed since the last update (their drawing must be rebuilt). */
+  async update() {
+    const m = this.model;
+    const order = this.openPostOrder();
+    const keys = new Map();
+    const jobs = [];
+    const jobOf = new Map();
+    for (const c of order) {
+      const lv = this.level(c);
+      const kids = [];
+      for (const k of lv.items) if (k[0] === "g" && m.expanded.has(+k.slice(1))) kids.push(keys.get(+k.slice(1)));
+      const text = c + "|" + kids.join(",");
+      let id = this.ids.get(text);
+      if (id === undefined) this.ids.set(text, (id = this.ids.size));
+      keys.set(c, id);
+      if (this.cache.has(id)) continue;
+      jobOf.set(c, jobs.length);
+      jobs.push({ c, id, job: this.job(c, lv, keys, jobOf) });
+    }
+    // what the page did itself (levels, sizes) before handing the jobs to dagre
+    if (typeof performance !== "undefined" && performance.mark) performance.mark("fxviz:prepared");
+    this.last = { jobs: jobs.length, items: jobs.reduce((a, j) => a + j.job.items.length, 0) };
+    this.total.jobs += this.last.jobs;
+    this.total.items += this.last.items;
+    if (jobs.length) {
+      const results = await this.run(jobs.map((j) => j.job));
+      jobs.forEach((j, i) => this.cache.set(j.id, results[i]));
+    }
+    const changed = order.filter((c) => this.keyOf.get(c) !== keys.get(c));
+    this.keyOf = keys;
+    return changed;
+  }
+
+  job(c, lv, keys, jobOf) {
+    const m = this.model;
+    const items = lv.items.map((k, i) => {
+      const [rl, rr] = lv.room[i];
+      const off = (rl - rr) / 2;
+      if (k[0] === "g" && m.expanded.has(+k.slice(1))) {
+        const g = +k.slice(1);
+        if (jobOf.has(g)) return { ref: jobOf.get(g), rl, rr };
+        const r = this.cache.get(keys.get(g));
+        return { w: r.w + rl + rr, h: r.h, ai: off + r.inX - r.w / 2, ao: off + r.outX - r.w / 2 };
+      }
+      const s = this.leaf(k);
+      return { w: s.w + rl + rr, h: s.h, ai: off, ao: off };
+    });
+    return { root: c === ROOT, title: lv.title, items, edges: lv.jobEdges, ports: lv.ports };
+  }
+
+  /** The layout of open box c as of the last update. */
+  result(c) {
+    return this.cache.get(this.keyOf.get(c));
+  }
+
+  /** The layout key of open box c (same key: same drawing). */
+  key(c) {
+    return this.keyOf.get(c);
+  }
+
+  /** Where item `key` of box c is drawn, relative to c's top-left: its layout slot's centre and
+   * size, and the drawn shape's rectangle (the slot less the room kept for stubs). */
+  slot(c, key) {
+    const lv = this.level(c);
+    const r = this.result(c);
+    const i = lv.index.get(key);
+    const [rl, rr] = lv.room[i];
+    const g = key[0] === "g" && this.model.expanded.has(+key.slice(1)) ? this.result(+key.slice(1)) : null;
+    const s = g ? { w: g.w, h: g.h } : this.leaf(key);
+    const cx = r.x[i] + (rl - rr) / 2;
+    return { x: cx - s.w / 2, y: r.y[i] - s.h / 2, w: s.w, h: s.h, slotW: s.w + rl + rr };
+  }
+
+  /** Top-left of open box c in the coordinates of the whole drawing. */
+  origin(c) {
+    let x = 0;
+    let y = 0;
+    for (let g = c; g !== ROOT; g = this.model.gp[g]) {
+      const s = this.slot(this.model.gp[g], "g" + g);
+      x += s.x;
+      y += s.y;
+    }
+    return [x, y];
+  }
+
+  /** The rectangle of a drawn item (a leaf or an open box) in drawing coordinates. */
+  rect(key) {
+    const c = this.model.parentOf(key);
+    const s = this.slot(c, key);
+    const [x, y] = this.origin(c);
+    return { x: x + s.x, y: y + s.y, w: s.w, h: s.h };
+  }
+
+  /** Size of the whole drawing. */
+  size() {
+    const r = this.result(ROOT);
+    return r ? [r.w, r.h] : [0, 0];
+  }
+}
