@@ -106,10 +106,14 @@ class ReportPage:
         return self.page.eval_on_selector("[data-ref=viewport]", RECTS)  # type: ignore[no-any-return]
 
     def details(self) -> dict[str, str]:
-        """The details panel as {row title: row text}."""
+        """The details panel as {row title: row text}; a title met twice (an overlay's row under
+        ``overlays`` named like a row of the panel's own, ``parameters``) keeps the panel's own."""
         rows = self.page.eval_on_selector_all(
             "[data-ref=details] dt", "els => els.map(e => [e.textContent, e.nextElementSibling.textContent])")
-        return dict(rows)
+        out: dict[str, str] = {}
+        for title, text in rows:
+            out.setdefault(title, text)
+        return out
 
     def dblclick(self, selector: str) -> None:
         self.page.locator(selector).first.dispatch_event("dblclick")

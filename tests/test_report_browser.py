@@ -155,7 +155,11 @@ def test_a_toggle_moves_nothing_inside_other_open_boxes(pages: Any, gpt2: Graph)
     for _ in range(2):  # open, then close again
         r.dblclick(box_of)
         after = r.page.evaluate(RELATIVE, toggled)
-        assert {k: v for k, v in after.items() if k in before} == before
+        # each item's place relative to its box, to a pixel's fraction (a box that moved by a
+        # fraction of a pixel rounds its items' relative places either way)
+        moved = {k: (before[k], v) for k, v in after.items() if k in before
+                 and any(abs(a - b) > 0.25 for a, b in zip(before[k], v, strict=True))}
+        assert not moved and before.keys() <= after.keys(), moved
         now = r.page.evaluate(corner)
         assert abs(now[0] - at[0]) < 0.3 and abs(now[1] - at[1]) < 0.3, (now, at)
         assert r.page.evaluate(order, f"g{path['h.1']}") == order_before
