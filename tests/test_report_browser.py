@@ -369,3 +369,35 @@ def test_the_notebook_frame_refits_when_it_gets_its_size(browser: Any, cnn: Grap
     page.screenshot(path=str(ARTIFACTS / "report-notebook-frame.png"))
     page.close()
     assert errors == []
+
+
+def test_an_analysis_panel_lists_its_findings_and_a_row_selects_its_node(pages: Any, cnn: Graph) -> None:
+    """A panel (fxviz.passes.panels) is a table in the sidebar: its title, columns, cells and note
+    as Python wrote them, a row's level as its colour, and a click on a row selects the node or
+    box it points at."""
+    from fxviz.passes.panels import row, set_panel
+
+    g = Graph.from_json(cnn.to_json())
+    op = g.ops[3]
+    call = next(c for c in g.calls.walk() if c.stack)
+    set_panel(g, "breaks", title="graph breaks", columns=["where", "reason", "count"], rows=[
+        row("model.py:12", "Tensor.item()", 3, node=op.name, level="error"),
+        row("model.py:40", "print", 1, module=call.id, level="warn"),
+        row("total", "", 4),
+    ], note="2 causes")
+    r = pages(g, "cnn-findings", width=1600, height=1000)
+    panel = r.page.locator("[data-ref=findings] [data-panel=breaks]")
+    assert panel.locator("h2").text_content() == "graph breaks"
+    assert panel.locator("th").all_text_contents() == ["where", "reason", "count"]
+    cells = panel.locator("tbody tr").evaluate_all("rows => rows.map(r => [...r.cells].map(c => c.textContent))")
+    assert cells == [["model.py:12", "Tensor.item()", "3"], ["model.py:40", "print", "1"], ["total", "", "4"]]
+    assert "2 causes" in (panel.text_content() or "")
+    error_row = panel.locator("tbody tr").nth(0)
+    assert "fx-lv-error" in (error_row.get_attribute("class") or "")
+    assert panel.locator("tbody tr").nth(2).get_attribute("tabindex") is None  # points nowhere
+    error_row.click()
+    r.settle()
+    assert r.details()["name"] == op.name
+    panel.locator("tbody tr").nth(1).click()
+    r.settle()
+    assert r.details()["module"] == call.path

@@ -7,6 +7,7 @@ import { Minimap } from "./minimap.js";
 import { Model, ROOT } from "./model.js";
 import { MISSING, inkFor, painter } from "./overlay.js";
 import { groupDetails, markInTree, nodeDetails, renderHeader, renderLegend, renderTree } from "./panels.js";
+import { renderFindings } from "./findings.js";
 import { Search, bindSearch } from "./search.js";
 import { LINK_PATTERNS, loadSettings, resolvedTheme, saveSettings } from "./settings.js";
 import { boxNames, decodeState, encodeState } from "./state.js";
@@ -107,6 +108,7 @@ export class Report {
     this.minimaps = [new Minimap(this.r.minimap, this.viewer)];
     renderHeader(this.r, data, () => this.showErrors());
     renderTree(this.r.tree, this.model, (key) => this.viewer.go(key));
+    if (this.r.findings) renderFindings(this.r.findings, data.panels, (key) => this.viewer.go(key));
     this.search = bindSearch({ input: this.r.search, list: this.r.results, count: this.r.count, regex: this.r.regex },
       new Search(this.model), (key) => this.viewer.go(key), (q) => { this.query = q; this.saveState(); });
     bindCommon(this, root);
