@@ -29,10 +29,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from fxviz.calls import CallTree, ModuleCall, Scope, build_scopes, call_tree
+from fxviz.calls import CallTree, ModuleCall, call_tree
 from fxviz.errors import GraphFormatError, RenderError
 from fxviz.schema import NODE_KINDS as NODE_KINDS  # re-exported: the IR's node kinds
 from fxviz.schema import SCHEMA_VERSION, check, parse
+from fxviz.scopes import Scope, build_scopes
 
 NodeKind = Literal["input", "parameter", "buffer", "constant", "op", "output", "call"]
 

@@ -171,6 +171,10 @@ def graphs(draw: st.DrawFn) -> Graph:
         elif kind == "output":
             target = name
             outputs = ()
+        elif kind == "call":  # a module call that ran no op: a stack, nothing in or out
+            stack = draw(stacks().filter(bool))
+            target = draw(st.sampled_from(("Dropout", "Identity")))
+            outputs = ()
         nodes.append(Node(
             name, kind, target=target, inputs=inputs, stack=stack, outputs=outputs,
             source=draw(sources) if kind == "op" else None, attrs=draw(attrs),

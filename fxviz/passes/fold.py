@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fxviz.calls import CallTree, Scope, build_scopes
+from fxviz.calls import CallTree
 from fxviz.ir import Graph
+from fxviz.scopes import Scope, build_scopes
 
 
 def _relative(path: str, base: str) -> str:

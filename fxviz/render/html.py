@@ -24,7 +24,7 @@ from typing import Any
 
 import jinja2
 
-from fxviz.calls import STATE_KINDS, Call, build_scopes
+from fxviz.calls import STATE_KINDS, Call
 from fxviz.errors import RenderError
 from fxviz.ir import Graph, Node, Ref, Scope, SourceLoc, TensorMeta, module_class
 from fxviz.render.files import write_text
@@ -46,6 +46,7 @@ from fxviz.render.view import (
     stable_color,
     text_color,
 )
+from fxviz.scopes import build_scopes
 
 __all__ = ["BUNDLE_DIR", "VIEW_MODEL_VERSION", "headline", "json_for_script", "repr_html", "to_html", "view_model"]
 

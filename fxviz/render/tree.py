@@ -24,87 +24,31 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
-from rich.text import Text
 from rich.tree import Tree
 
 from fxviz.calls import Call, CallTree
 from fxviz.errors import RenderError
-from fxviz.ir import Graph, Node, TensorMeta, module_class
+from fxviz.ir import Graph, Node, module_class
 from fxviz.passes.overlays import overlays, reduce_values
 from fxviz.passes.plumbing import plumbing_of, plumbing_summary
 from fxviz.passes.structure import Block, Op, Parallel, Step, step_nodes, structure
 from fxviz.render.overlays import format_value
 from fxviz.render.panels import panel_tables
-from fxviz.render.view import bounded, format_count, node_color, node_label, value_boxes
-from fxviz.text import clean, one_line
+from fxviz.render.treelabel import MAX_LEVELS, VALUE_STYLE, levels_for, meta_text
+from fxviz.render.treelabel import Label as _Label
+from fxviz.render.treelabel import Plumbing as _Plumbing
+from fxviz.render.treelabel import fold_plumbing as _fold_plumbing
+from fxviz.render.treelabel import shape_pieces as _shape_pieces
+from fxviz.render.treelabel import shown as _c
+from fxviz.render.view import format_count, node_color, node_label, value_boxes
+from fxviz.text import one_line
 
 _DIM = "dim"
 _SHAPE = "cyan"
 _MODULE = "bold"
 _ERR = "bold red"
-_VALUE = "bold cyan"
-
-#: Levels of nesting drawn when the width is not known; rich gives each level 4 columns.
-MAX_LEVELS = 24
-#: Below this many columns for a label, breaking it by hand helps nobody: rich wraps it.
-_MIN_WRAP = 24
-
-
-def levels_for(width: int) -> int:
-    """How many levels of nesting fit in ``width`` columns with 30 left for the labels: past that,
-    rich would squeeze labels to a few letters and then drop whole levels without a word."""
-    return max(4, (width - 30) // 4)
-
-
-def _c(text: object) -> str:
-    """Text from the model or a file, safe for a terminal, on one line, and no longer than a label
-    may be (a 100,000-character class name is cut; the JSON and the report's details keep it)."""
-    return bounded(clean(str(text), newlines=False))
-
-
-def meta_text(meta: TensorMeta | None) -> str:
-    return _c(meta.shape_str()) if meta is not None else "?"
-
-
-class _Label:
-    """One entry of the tree, built from pieces; it breaks only before a piece marked ``brk``
-    (between fields, between the shapes of a list, before an arrow), never inside one."""
-
-    __slots__ = ("pieces",)
-
-    def __init__(self, text: str = "", style: str = "") -> None:
-        self.pieces: list[tuple[str, str, bool]] = []
-        if text:
-            self.add(text, style)
-
-    def add(self, text: str, style: str = "", *, brk: bool = False) -> _Label:
-        self.pieces.append((text, style, brk))
-        return self
-
-    def render(self, avail: int | None, value: str = "") -> Text:
-        """The label as rich text for ``avail`` columns (``None``: one line, rich wraps it), with
-        ``value`` right-aligned at the end of its last line."""
-        t = Text()
-        col = 0
-        for text, style, brk in self.pieces:
-            width = cell_len(text)
-            if avail is not None and avail >= _MIN_WRAP and brk and col and col + width > avail:
-                t.append("\n")
-                text = "  " + text.lstrip()
-                width = cell_len(text)
-                col = 0
-            t.append(text, style)
-            col += width
-        if value:
-            gap = (avail - col - cell_len(value)) if avail is not None and avail >= _MIN_WRAP else 2
-            if gap < 2:
-                t.append("\n")
-                gap = max(2, (avail or 0) - cell_len(value))
-            t.append(" " * gap + value, _VALUE)
-        return t
-
+_VALUE = VALUE_STYLE
 
 @dataclass
 class _Ctx:
@@ -130,13 +74,6 @@ class _Ctx:
         # a zero (no parameters, no FLOPs) says nothing a blank does not
         shown = format_value(self.overlay, value) if self.overlay is not None and value not in (None, 0) else ""
         return parent.add(label.render(self.avail(nesting), _c(shown)))
-
-
-@dataclass(eq=False)
-class _Plumbing:
-    """The line that stands for a call's plumbing ops."""
-
-    names: list[str]
 
 
 #: A piece of drawing work: it adds lines and yields the nested pieces to draw next, which
@@ -184,7 +121,7 @@ def to_tree(graph: Graph, *, depth: int | None = None, unfold: bool = False,
     for note in graph.notes:
         ctx.add(tree, _Label(f"ℹ {one_line(note, limit=1000)}", _DIM), 1)
     _values(tree, graph, "input", ctx)
-    _draw(_steps(tree, _fold_plumbing(structure(graph, calls).steps, calls.root, ctx), ctx, level=1, nesting=1))
+    _draw(_steps(tree, _fold_plumbing(structure(graph, calls).steps, calls.root, ctx.plumbing), ctx, level=1, nesting=1))
     _values(tree, graph, "output", ctx)
     if graph.error:
         ctx.add(tree, _Label(f"✗ the model raised: {one_line(graph.error)}", _ERR), 1)
@@ -247,19 +184,6 @@ def _header(graph: Graph, ctx: _Ctx) -> _Label:
     return t
 
 
-def _shape_pieces(label: _Label, metas: Sequence[TensorMeta | None], style: str, limit: int = 2,
-                  prefix: str = "", brk: bool = False) -> None:
-    """``[1, 7, 32], [1, 2, 7, 16], +3``: each shape a piece, so a line breaks between shapes;
-    ``prefix`` (``" → "``) goes with the first shape, and a break before it is allowed with ``brk``."""
-    tensors = [m for m in metas if m is None or m.is_tensor] or list(metas)
-    items = [meta_text(m) for m in tensors[:limit]]
-    if len(tensors) > limit:
-        items.append(f"+{len(tensors) - limit}")
-    for k, item in enumerate(items):
-        text = (prefix if k == 0 else " ") + item + ("," if k < len(items) - 1 else "")
-        label.add(text, style, brk=k > 0 or brk)
-
-
 def _values(tree: Tree, graph: Graph, kind: str, ctx: _Ctx) -> None:
     """The model's inputs or outputs: one line each, and one line per container of three or more
     (``past_key_values``: 96 tensors of a 48-layer cache are one line, as in the report)."""
@@ -314,53 +238,6 @@ def _call_value(calls: Sequence[Call], ctx: _Ctx) -> Any:
         else:
             values.append(reduce_values(spec, (nodes.get(x) for x in [*c.nodes, *c.state])))
     return values[0] if len(values) == 1 else reduce_values(spec, values)
-
-
-# ---- plumbing ------------------------------------------------------------------------------------
-
-
-def _fold_plumbing(steps: list[Step], call: Call, ctx: _Ctx) -> list[Step | _Plumbing]:
-    """``steps`` of ``call`` with its plumbing ops (two or more) taken out of the series and out of
-    parallel branches, and one :class:`_Plumbing` line where the first of them stood. A parallel
-    group left with one branch becomes a series again; one left with none goes."""
-    mine = [x for x in call.ops if x in ctx.plumbing]
-    if len(mine) < 2:
-        return list(steps)
-    hidden = set(mine)
-    out: list[Step | _Plumbing] = []
-    placed = False
-    for s in steps:
-        kept = _without(s, hidden)
-        if not placed and kept != [s]:
-            out.append(_Plumbing(mine))
-            placed = True
-        out.extend(kept)
-    if not placed:
-        out.insert(0, _Plumbing(mine))
-    return out
-
-
-def _without(step: Step, hidden: set[str]) -> list[Step]:
-    """``step`` without the ops in ``hidden``: ``[step]`` when none is inside it. Parallel groups
-    nest at most :data:`fxviz.passes.structure.MAX_NESTING` deep, so this recursion is bounded."""
-    if isinstance(step, Op):
-        return [] if step.node in hidden else [step]
-    if isinstance(step, Block):
-        return [step]
-    branches = []
-    changed = False
-    for b in step.branches:
-        kept = [x for s in b for x in _without(s, hidden)]
-        changed = changed or len(kept) != len(b) or any(x is not y for x, y in zip(kept, b, strict=False))
-        if kept:
-            branches.append(kept)
-    if not changed:
-        return [step]
-    if not branches:
-        return []
-    if len(branches) == 1 and not step.residual:
-        return branches[0]
-    return [Parallel(branches, residual=step.residual)]
 
 
 # ---- steps ---------------------------------------------------------------------------------------
@@ -469,7 +346,7 @@ def _call(parent: Tree, call: Block, ctx: _Ctx, level: int, nesting: int, fold: 
         return
     branch = ctx.add(parent, label, nesting, value)
     ctx.base.append(call.path)
-    yield _steps(branch, _fold_plumbing(call.steps, call.call, ctx), ctx, level + 1, nesting + 1)
+    yield _steps(branch, _fold_plumbing(call.steps, call.call, ctx.plumbing), ctx, level + 1, nesting + 1)
     ctx.base.pop()
 
 

@@ -9,10 +9,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from fxviz.calls import Call, CallTree, Region, Scope
+from fxviz.calls import Call, CallTree, Region
 from fxviz.ir import Graph, Node, TensorMeta, module_class
 from fxviz.ops import op_family, short_name
 from fxviz.passes.plumbing import plumbing_of, plumbing_summary
+from fxviz.scopes import Scope
 
 # op family (fxviz.ops.FAMILIES) -> colour. Red is kept for errors alone (ERROR_COLOR): an output
 # is purple, a data-dependent exit amber; conv (blue) and pool (cyan), and the greys of shape,

@@ -1,0 +1,109 @@
+"""The module hierarchy: the model's attribute tree (``h`` holds ``h.0`` holds ``h.0.attn``), each
+module with the calls made to it (:mod:`fxviz.calls`) and the nodes directly in it. No torch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from fxviz.calls import CallTree, call_tree
+
+if TYPE_CHECKING:
+    from fxviz.ir import ModuleInfo, Node
+
+
+@dataclass(slots=True, eq=False)
+class Scope:
+    """One module in the scope tree (the model's attribute hierarchy), with the calls made to it.
+
+    ``nodes`` are the nodes directly in this module (not in a child), in graph order. ``calls`` is
+    how many times the module was called (0 for a container such as ``ModuleList`` that is never
+    called itself). Compared by identity and shown without its children: a generated ``==`` or
+    ``repr`` would recurse through a tree that can be thousands of levels deep.
+    """
+
+    path: str
+    cls: str
+    calls: int = 0
+    children: dict[str, Scope] = field(default_factory=dict)
+    nodes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit(".", 1)[-1] if self.path else ""
+
+    def __repr__(self) -> str:
+        return f"Scope({self.path or '<root>'!r}, {self.cls!r}, {len(self.children)} children, {len(self.nodes)} nodes)"
+
+    def walk(self) -> Iterator[Scope]:
+        """This scope and every scope below it, parents first (no recursion)."""
+        todo = [self]
+        while todo:
+            s = todo.pop()
+            yield s
+            todo.extend(reversed(s.children.values()))
+
+
+def build_scopes(
+    nodes: Sequence[Node], modules: Mapping[str, ModuleInfo], name: str, tree: CallTree | None = None
+) -> Scope:
+    """The module scope tree of ``nodes``, from their call tree.
+
+    Containers that are never called (``h`` holding ``h.0`` … ``h.11``) still appear, with
+    ``calls == 0``, so the tree mirrors the model's attribute hierarchy. Children are in the order
+    they first run; modules that only hold state (never called) come after. Export lists every
+    parameter before the first op, so ordering by first appearance would follow the order of
+    ``__init__`` instead of execution, and make unrelated siblings look consecutive.
+    """
+    tree = tree if tree is not None else call_tree(nodes)
+
+    def cls_of(path: str) -> str:
+        info = modules.get(path)
+        return info.cls if info else ""
+
+    root = Scope("", name or cls_of(""), calls=1)
+    scopes: dict[str, Scope] = {"": root}
+
+    def get(path: str) -> Scope:
+        s = scopes.get(path)
+        if s is not None:
+            return s
+        missing = [path]
+        parent_path = path.rpartition(".")[0]
+        while parent_path and parent_path not in scopes:
+            missing.append(parent_path)
+            parent_path = parent_path.rpartition(".")[0]
+        parent = scopes[parent_path]
+        for p in reversed(missing):
+            s = Scope(p, cls_of(p))
+            parent.children[p] = s
+            scopes[p] = s
+            parent = s
+        return parent
+
+    for c in tree.walk():
+        if c.stack:
+            get(c.path)
+    for path, calls in tree.by_path.items():
+        scopes[path].calls = len({c.index for c in calls})
+    for n in nodes:
+        get(n.stack[-1][0] if n.stack else "").nodes.append(n.name)
+    return root
+
+
+def prefixes(path: str) -> list[str]:
+    """``"a.b.c"`` -> ``["", "a", "a.b", "a.b.c"]``: the module and every module around it."""
+    out = [""]
+    start = 0
+    while path:
+        i = path.find(".", start)
+        if i < 0:
+            out.append(path)
+            break
+        out.append(path[:i])
+        start = i + 1
+    return out
+
+
+__all__ = ["Scope", "build_scopes", "prefixes"]
