@@ -1,0 +1,20 @@
+"""The torch.compile coverage map: which ops of a forward ran inside a compiled graph, where and why
+Dynamo broke the graph, and what recompiled.
+
+``record`` runs the model under ``torch.compile`` with a recording backend (needs torch), ``match``
+lays the Dynamo graphs over the eager tracer's graph, ``result`` is the :class:`CompileMap` (plain
+data, JSON), ``overlay`` writes it on the eager graph as overlays and panels, ``run`` chains them:
+
+    >>> import fxviz
+    >>> cm = fxviz.compile_map(model, (x,), backend="aot_eager")
+    >>> print(cm.header())
+    2 graphs, 1 break (1 cause), 88% of ops compiled (14/16)  ·  backend aot_eager
+    >>> cm.graph.tree(overlay="coverage")      # the module tree with each call's share compiled
+"""
+
+from __future__ import annotations
+
+from fxviz.analyze.compilemap.result import BreakGroup, CompiledGraph, CompileMap, ModuleCoverage, Recompile
+from fxviz.analyze.compilemap.run import compile_map
+
+__all__ = ["BreakGroup", "CompileMap", "CompiledGraph", "ModuleCoverage", "Recompile", "compile_map"]
