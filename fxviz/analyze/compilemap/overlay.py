@@ -65,23 +65,30 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
     categories[BREAK] = {"label": "graph break", "color": "#b30000"}
     set_overlay(graph, "compiled", label="compiled by", kind="category", nodes=node_values, modules=module_values,
                 categories=categories, description=f"torch.compile ({cmap.backend}): {cmap.header()}")
-    set_overlay(graph, "coverage", label="compiled", kind="number", unit="%", modules=share, reduce="min",
-                description="share of each module call's ops that ran inside a compiled graph")
-    set_panel(graph, "breaks", title="graph breaks", columns=["line", "category", "reason", "count", "hint"],
-              rows=[_break_row(b) for b in cmap.breaks],
-              note=f"{cmap.break_count} breaks, {len(cmap.breaks)} causes" if cmap.breaks else "no graph break")
+    ops_share = {n: (0 if g == EAGER else 100) for n, g in cmap.assigned.items()}
+    set_overlay(graph, "coverage", label="compiled", kind="number", unit="%", nodes=ops_share, modules=share,
+                reduce="mean", description="share of each module call's ops that ran inside a compiled graph "
+                "(an op: 100 inside a graph, 0 eager)")
+    panels = graph.annotations.get("panels") or {}
+    for stale in ("breaks", "modules", "recompiles"):
+        panels.pop(stale, None)
+    if cmap.breaks:
+        set_panel(graph, "breaks", title="graph breaks", columns=["line", "category", "reason", "count", "hint"],
+                  rows=[_break_row(b) for b in cmap.breaks],
+                  note=_plural(cmap.break_count, "break") + ", " + _plural(len(cmap.breaks), "cause"))
     ranked = cmap.ranking()
-    set_panel(graph, "modules", title="modules by ops outside graphs",
-              columns=["module", "class", "eager ops", "ops", "compiled"],
-              rows=[row(m.path, m.cls, m.eager, m.ops, percent(m.share), module=m.call,
-                        level="error" if m.compiled == 0 else "warn") for m in ranked[:limit]],
-              note=(f"{len(ranked)} module calls with ops outside graphs" if ranked else "every module compiled whole")
-              + (f"; the first {limit} shown" if len(ranked) > limit else ""))
-    if cmap.recompiles or cmap.input_sets > 1:
+    if ranked:
+        set_panel(graph, "modules", title="modules by ops outside graphs",
+                  columns=["module", "class", "eager ops", "ops", "compiled"],
+                  rows=[row(m.path, m.cls, m.eager, m.ops, percent(m.share), module=m.call,
+                            level="error" if m.compiled == 0 else "warn") for m in ranked[:limit]],
+                  note=f"{_plural(len(ranked), 'module call')} with ops outside graphs"
+                  + (f"; the first {limit} shown" if len(ranked) > limit else ""))
+    if cmap.recompiles:
         set_panel(graph, "recompiles", title="recompiles", columns=["input set", "function", "guard failed"],
                   rows=[row(r.input_set, f"{r.func} ({r.file.rsplit('/', 1)[-1]}:{r.line})", one_line(r.reason, limit=200),
                             level="warn") for r in cmap.recompiles],
-                  note=f"{cmap.input_sets} input sets, {len(cmap.recompiles)} recompiles")
+                  note=f"{_plural(cmap.input_sets, 'input set')}, {_plural(len(cmap.recompiles), 'recompile')}")
     return graph
 
 
@@ -90,17 +97,19 @@ def _break_row(b: BreakGroup) -> dict[str, Any]:
                b.hint or None, node=b.node, module=b.module or None, level="error")
 
 
+def _plural(k: int, word: str) -> str:
+    return f"{k} {word}{'' if k == 1 else 's'}"
+
+
 def break_lines(breaks: Sequence[BreakGroup]) -> list[str]:
-    """The break list as text lines (the CLI prints them under the tree)."""
+    """Each break's source line and where to read more (the ``breaks`` panel has the rest)."""
     out = []
     for b in breaks:
-        times = f" ×{b.count}" if b.count > 1 else ""
-        out.append(f"✗ {b.line_text()}{times}  {CATEGORIES.get(b.category, b.category)}: {one_line(b.reason, limit=160)}")
         w = b.where
-        if w is not None and w.code:
-            out.append(f"    {one_line(w.code, limit=120)}")
-        if b.hint:
-            out.append(f"    hint: {b.hint}  ({b.link})")
+        code = f"  {one_line(w.code, limit=120)}" if w is not None and w.code else ""
+        out.append(f"✗ {b.line_text()}{code}")
+        if b.link:
+            out.append(f"    see {b.link}")
     return out
 
 

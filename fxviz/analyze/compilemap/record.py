@@ -186,7 +186,7 @@ class Recorder:
 
     def guard_fail(self, fail: Any) -> None:
         code = getattr(fail, "orig_code", None)
-        reason = re.sub(r"^\d+/\d+: ", "", str(getattr(fail, "reason", fail)).split("\n", 1)[0])
+        reason = in_words(re.sub(r"^\d+/\d+: ", "", str(getattr(fail, "reason", fail)).split("\n", 1)[0]))
         self.rec.guard_fails.append(GuardFailRecord(
             self.rec.input_set, getattr(code, "co_name", "?"), getattr(code, "co_filename", ""),
             getattr(code, "co_firstlineno", 0), reason))
@@ -217,6 +217,30 @@ class Recorder:
             yield
         finally:
             InstructionTranslatorBase.log_graph_break = original  # type: ignore[method-assign]
+
+
+_GUARD_WORDS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"tensor '(.+)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)"),
+     r"\1: size of dim \2 is \4, the graph was compiled for \3"),
+    (re.compile(r"tensor '(.+)' stride mismatch at index (\d+)\. expected (\d+), actual (\d+)"),
+     r"\1: stride of dim \2 is \4, the graph was compiled for \3"),
+    (re.compile(r"tensor '(.+)' dtype mismatch\. expected (\S+), actual (\S+)"),
+     r"\1: dtype is \3, the graph was compiled for \2"),
+    (re.compile(r"tensor '(.+)' requires_grad mismatch\. expected requires_grad=(\d)"),
+     r"\1: requires_grad changed (the graph was compiled for requires_grad=\2)"),
+    (re.compile(r"tensor '(.+)' rank mismatch\. expected (\d+), actual (\d+)"),
+     r"\1: has \3 dims, the graph was compiled for \2"),
+]
+
+
+def in_words(reason: str) -> str:
+    """A failed guard as a user reads it: ``x: size of dim 0 is 3, the graph was compiled for 2``
+    for Dynamo's ``tensor 'x' size mismatch at index 0. expected 2, actual 3``; other guards as
+    Dynamo words them."""
+    for pattern, words in _GUARD_WORDS:
+        if pattern.search(reason):
+            return pattern.sub(words, reason)
+    return reason
 
 
 def _frame_code(gm: torch.fx.GraphModule) -> tuple[str, str, int]:

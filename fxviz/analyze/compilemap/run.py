@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -82,7 +83,8 @@ def compile_map(
 
     t1 = time.perf_counter()
     recorder = Recorder(backend, mode, dynamic, module_paths(model))
-    with dynamo_state(), _model_state(model), recorder.breaks_logged(), quiet_torch():
+    with dynamo_state(), _model_state(model), recorder.breaks_logged(), quiet_torch(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Dynamo warns of some breaks too: they are in the map
         compiled = recorder.compile(model)
         grad_mode = contextlib.nullcontext() if grad else torch.no_grad()
         with grad_mode:
