@@ -39,7 +39,7 @@ class ItemBreak(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.relu(self.inp(x))
-        x = self.scale(x)
+        x = self.scale(x)  # BREAK:nested
         return self.out(x).tanh()
 
 
@@ -108,6 +108,35 @@ class Clean(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.l2(torch.relu(self.l1(x)))
+
+
+class Block(nn.Module):
+    """A block that reads a Python number from its data."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.lin(x)
+        s = x.abs().mean().item()  # BREAK:block-item
+        return x / (1 + s)
+
+
+class LoopOfBreaks(nn.Module):
+    """Three blocks called in a loop, each breaking on ``.item()``: Dynamo cannot resume inside the
+    loop, so the whole outer ``forward`` runs eagerly and only the blocks' own code compiles (the
+    pattern of a real model with 137 breaks from ``.item()``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Block() for _ in range(3))
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)  # BREAK:loop
+        return self.head(x + 1).tanh()
 
 
 def _lines() -> dict[str, int]:

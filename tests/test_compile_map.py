@@ -39,8 +39,8 @@ def test_item_break_splits_the_forward_into_four_graphs() -> None:
     # before the call of scale (Dynamo breaks the outer frame at the call), scale's own frame up to
     # .item(), scale's resume after it, the outer frame's resume after scale
     assert [g.id for g in cmap.graphs] == ["g0", "g1", "g2", "g3"]
-    assert [g.func for g in cmap.graphs] == ["forward", "forward", "torch_dynamo_resume_in_forward_at_27",
-                                            "torch_dynamo_resume_in_forward_at_42"]
+    assert [g.func for g in cmap.graphs] == ["forward", "forward", f"torch_dynamo_resume_in_forward_at_{cm.LINES['item']}",
+                                            f"torch_dynamo_resume_in_forward_at_{cm.LINES['nested']}"]
     assert cmap.break_count == 1 and len(cmap.breaks) == 1
     b = cmap.breaks[0]
     assert (b.category, b.where.file, b.where.line) == ("item", HERE, cm.LINES["item"])  # type: ignore[union-attr]
@@ -100,6 +100,27 @@ def test_c_extension_call() -> None:
     assert (b.category, b.where.line) == ("unsupported", cm.LINES["extension"])  # type: ignore[union-attr]
     assert "zlib.crc32" in b.reason and "custom_op" in b.hint
     assert cmap.assigned == {"linear": "g0", "sigmoid": "g0", "add": "g1"}
+
+
+def test_breaks_in_a_loop_leave_the_outer_forward_eager() -> None:
+    torch.manual_seed(0)
+    cmap = run(cm.LoopOfBreaks().eval(), cm.x())
+    skip, item = cmap.breaks
+    # the loop's frame cannot resume after a break: Dynamo skips it whole and compiles each block
+    assert (skip.category, skip.where.line, skip.count) == ("skip", cm.LINES["loop"], 1)  # type: ignore[union-attr]
+    assert (item.category, item.where.line, item.count, item.node) == ("item", cm.LINES["block-item"], 3, "item")  # type: ignore[union-attr]
+    assert [(g.func, g.runs) for g in cmap.graphs] == [
+        ("forward", 3), (f"torch_dynamo_resume_in_forward_at_{cm.LINES['block-item']}", 1),
+        (f"torch_dynamo_resume_in_forward_at_{cm.LINES['block-item']}", 2)]
+    # one compiled block graph ran for all three blocks; the outer forward's own ops ran eagerly
+    assert [cmap.assigned[n] for n in ("linear", "linear_1", "linear_2")] == ["g0", "g0", "g0"]
+    assert [cmap.assigned[n] for n in ("add", "linear_3", "tanh")] == ["eager"] * 3
+    assert cover(cmap, "blocks.1#0") == (4, 5) and cover(cmap, "head#0") == (0, 1)
+    assert [m.call for m in cmap.ranking()] == ["blocks.0#0", "blocks.1#0", "blocks.2#0", "head#0"]
+    # the resumed code was specialised on the float from .item(): the second block recompiles it
+    (r,) = cmap.recompiles
+    assert r.input_set == 0 and r.reason.startswith("___stack0 is no longer ")
+    assert r.reason.endswith("the value the graph was specialised on (return x / (1 + s))")
 
 
 def test_clean_model_is_one_graph() -> None:

@@ -5,8 +5,9 @@ order. Dynamo's graphs are laid end to end in the order they *ran* (a graph that
 is laid three times), and each of their ops is matched to the next eager op, from where the last
 match stopped, with the same name (:func:`fxviz.ops.op_name`: ``torch._C._nn.linear`` and
 ``torch.nn.functional.linear`` are both ``linear``) and the same user source line, in the same
-module when Dynamo names one (``nn_module_stack``: a graph compiled for a submodule's own
-``forward`` gives paths relative to it, so an empty path matches any module). A match is looked for
+module when Dynamo names one (``nn_module_stack``, up to list indices: a graph compiled for
+``blocks.0``'s own ``forward`` is reused for ``blocks.1`` with its first paths; an empty path, an op
+of the compiled function's own ``self``, matches any module). A match is looked for
 within ``WINDOW`` eager ops, so an op Dynamo made that the tracer never saw cannot pull the cursor
 far ahead.
 
@@ -24,6 +25,7 @@ on one line with one name in one module are told apart by order only.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Protocol
@@ -69,13 +71,22 @@ def assign(ops: Sequence[Node], runs: Sequence[Run]) -> dict[str, tuple[str, int
             j = bisect_left(cands, cursor)
             while j < len(cands) and cands[j] < cursor + WINDOW:
                 i = cands[j]
-                if hit[i] is None and (not d.module or ops[i].module == d.module):
+                if hit[i] is None and (not d.module or _same_module(ops[i].module, d.module)):
                     hit[i] = (gid, r)
                     cursor = i + 1
                     break
                 j += 1
     _fill(ops, hit)
     return {ops[i].name: h for i, h in enumerate(hit) if h is not None}
+
+
+_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
+
+
+def _same_module(eager: str, dynamo: str) -> bool:
+    """Paths equal up to the indices of list entries: a graph compiled for ``blocks.0``'s own
+    ``forward`` runs again for ``blocks.1`` and keeps the paths of its first compile."""
+    return eager == dynamo or _INDEX.sub("#", eager) == _INDEX.sub("#", dynamo)
 
 
 def _fill(ops: Sequence[Node], hit: list[tuple[str, int] | None]) -> None:

@@ -165,12 +165,18 @@ class Recorder:
         self.dynamic = dynamic
         self.paths = paths
         self.rec = Recording()
+        self.from_log = True  # breaks from Dynamo's break log; else from each graph's compile reason
 
     def backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         rec, index = self.rec, len(self.rec.graphs)
         code = _frame_code(gm)
         g = GraphRecord(f"g{index}", code[0], code[1], code[2], rec.input_set, op_records(gm, self.paths))
         rec.graphs.append(g)
+        why = getattr(gm, "compile_subgraph_reason", None)
+        if not self.from_log and why is not None and getattr(why, "graph_break", False):
+            text = str(getattr(why, "reason", ""))
+            frames = [(f.filename, f.lineno or 0, f.name, (f.line or "").strip()) for f in why.user_stack or ()]
+            rec.breaks.append(BreakRecord(text.split("\n", 1)[0], text, frames, rec.input_set))
         t0 = time.perf_counter()
         compiled = self.real(gm, example_inputs)
         g.compile_s = time.perf_counter() - t0
@@ -199,18 +205,24 @@ class Recorder:
         """Record each graph break Dynamo logs (type, reason, user stack) while the model runs."""
         from torch._dynamo.symbolic_convert import InstructionTranslatorBase
 
-        original = InstructionTranslatorBase.log_graph_break
+        original = getattr(InstructionTranslatorBase, "log_graph_break", None)
         rec = self.rec
+        if original is None:  # another torch: breaks come from the graphs' compile reasons instead
+            self.from_log = False
+            yield
+            return
 
-        def log_graph_break(tx: Any, code_options: Any, reason: str, exc: Any) -> None:
-            if not getattr(exc, "logged", False):
+        def log_graph_break(tx: Any, *args: Any, **kwargs: Any) -> None:
+            given = dict(zip(("code_options", "reason", "exc"), args, strict=False)) | kwargs
+            reason, exc = given.get("reason", ""), given.get("exc")
+            if exc is not None and not getattr(exc, "logged", False):
                 stack = getattr(exc, "real_stack", None)
                 if stack is None:
                     stack = torch._guards.TracingContext.extract_stack()
                 frames = [(f.filename, f.lineno or 0, f.name, (f.line or "").strip()) for f in stack]
                 rec.breaks.append(BreakRecord(str(getattr(exc, "gb_type", "") or type(exc).__name__),
                                               str(reason), frames, rec.input_set))
-            original(tx, code_options, reason, exc)
+            original(tx, *args, **kwargs)
 
         InstructionTranslatorBase.log_graph_break = log_graph_break  # type: ignore[method-assign,assignment]
         try:
@@ -228,6 +240,8 @@ _GUARD_WORDS: list[tuple[re.Pattern[str], str]] = [
      r"\1: dtype is \3, the graph was compiled for \2"),
     (re.compile(r"tensor '(.+)' requires_grad mismatch\. expected requires_grad=(\d)"),
      r"\1: requires_grad changed (the graph was compiled for requires_grad=\2)"),
+    (re.compile(r"^(\S+) == ([^\s#]+)\s+#\s*(.+?)\s+#\s.*$"),
+     r"\1 is no longer \2, the value the graph was specialised on (\3)"),
     (re.compile(r"tensor '(.+)' rank mismatch\. expected (\d+), actual (\d+)"),
      r"\1: has \3 dims, the graph was compiled for \2"),
 ]

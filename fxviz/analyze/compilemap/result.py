@@ -75,10 +75,11 @@ class BreakGroup:
     module: str | None = None
     input_set: int = 0
     explained: str = ""  # Dynamo's own page for this break type, when its message names one
+    frame: int = -1  # which frame of ``stack`` is the break's line: the innermost, or the skipped function's
 
     @property
     def where(self) -> Frame | None:
-        return self.stack[-1] if self.stack else None
+        return self.stack[self.frame] if self.stack else None
 
     @property
     def hint(self) -> str:

@@ -171,7 +171,9 @@ def group_breaks(breaks: Sequence[BreakRecord], graph: Graph, tree: CallTree, as
     groups: dict[tuple[str, str, int], BreakGroup] = {}
     for b in breaks:
         frames = _frames(b.stack)
-        where = frames[-1] if frames else None
+        cat = category(b.gb_type, b.reason)
+        at = 0 if cat == "skip" else -1  # a skipped function is the break's place, not the break inside it
+        where = frames[at] if frames else None
         key = (b.gb_type, where.file if where else "", where.line if where else 0)
         if key in groups:
             continue
@@ -180,12 +182,11 @@ def group_breaks(breaks: Sequence[BreakRecord], graph: Graph, tree: CallTree, as
         node = next((n for n in eager_names if n in data_dependent), None) or next(iter(eager_names or names), None)
         link = _LINK.search(b.reason)
         detail = b.reason.split("\n  Developer debug context", 1)[0].strip()
-        cat = category(b.gb_type, b.reason)
         passes = sum(1 for n in eager_names if n in data_dependent)
         count = max(passes, resumed.get((where.func, where.line), 0) if where else 0, 1)
         groups[key] = BreakGroup(cat, _short_reason(b.gb_type, b.reason), detail, frames, count, node,
                                  tree.of(node).id if node is not None else None, b.input_set,
-                                 link.group(1) if link else "")
+                                 link.group(1) if link else "", at)
     return list(groups.values())
 
 
