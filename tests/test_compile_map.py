@@ -261,6 +261,12 @@ def test_cli_json_to_stdout_and_inputs() -> None:
     assert d["input_sets"] == 3 and [r["input_set"] for r in d["recompiles"]] == [1]
 
 
+def test_cli_json_stdout_stays_json_when_the_model_prints() -> None:
+    code, out, err = invoke("compile", f"{TARGET}:PrintBreak", "-i", "2,8", "-b", "eager", "--json", "-")
+    assert code == 0 and json.loads(out)["summary"]["breaks"] == 2
+    assert "shape (2, 8)" in err
+
+
 def test_cli_refuses_a_saved_graph(tmp_path: Path) -> None:
     g = tmp_path / "g.json"
     g.write_text(run(*cm.clean()[:1], cm.x()).graph.to_json())
