@@ -5,6 +5,8 @@ and ``fxviz compile``. Backend ``eager`` (Dynamo only) for speed; ``aot_eager`` 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -198,6 +200,21 @@ def test_aot_eager_gives_the_same_map() -> None:
     a = run(model, x, backend="aot_eager")
     assert a.assigned["mul"] == "g2" and a.assigned["item"] == "eager" and len(a.graphs) == 4
     assert a.backend == "aot_eager"
+
+
+@pytest.mark.slow
+def test_a_saved_map_renders_without_torch(tmp_path: Path) -> None:
+    model, (x,) = cm.item_break()
+    saved = tmp_path / "map.json"
+    saved.write_text(run(model, x).to_json())
+    code = ("import sys, io; from rich.console import Console; "
+            "from fxviz.analyze.compilemap.result import CompileMap; "
+            f"m = CompileMap.from_json(open({str(saved)!r}).read()); c = Console(file=io.StringIO(), width=200); "
+            "c.print(m.graph.tree(overlay='coverage')); print(m.header()); "
+            "print('torch' in sys.modules, 'scale (Scale)' in c.file.getvalue())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout.splitlines()
+    assert out[-2].startswith("4 graphs, 1 break (1 cause)") and out[-1] == "False True"
 
 
 @pytest.mark.slow

@@ -10,11 +10,27 @@ data, JSON), ``overlay`` writes it on the eager graph as overlays and panels, ``
     >>> print(cm.header())
     2 graphs, 1 break (1 cause), 88% of ops compiled (14/16)  ·  backend aot_eager
     >>> cm.graph.tree(overlay="coverage")      # the module tree with each call's share compiled
+
+
+A saved map (``CompileMap.to_json``) reads back and renders without torch: ``compile_map`` (which
+runs the model) is imported on first use.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from fxviz.analyze.compilemap.result import BreakGroup, CompiledGraph, CompileMap, ModuleCoverage, Recompile
-from fxviz.analyze.compilemap.run import compile_map
+
+if TYPE_CHECKING:
+    from fxviz.analyze.compilemap.run import compile_map
+
+
+def __getattr__(name: str) -> Any:
+    if name == "compile_map":
+        from fxviz.analyze.compilemap.run import compile_map
+
+        return compile_map
+    raise AttributeError(f"module 'fxviz.analyze.compilemap' has no attribute {name!r}")
 
 __all__ = ["BreakGroup", "CompileMap", "CompiledGraph", "ModuleCoverage", "Recompile", "compile_map"]

@@ -30,7 +30,7 @@ from fxviz.errors import InputError
 from fxviz.fallback.trace import trace_eager
 from fxviz.ir import Attempt, Graph
 from fxviz.passes import run_passes
-from fxviz.torchbridge.run import normalize_args, quiet_torch
+from fxviz.torchbridge.run import gc_paused, normalize_args, quiet_torch
 
 InputSet = tuple[tuple[Any, ...], dict[str, Any]]
 _RESUME = re.compile(r"torch_dynamo_resume_in_(.+)_at_(\d+)")
@@ -94,8 +94,9 @@ def compile_map(
     compile_s = time.perf_counter() - t1
 
     t2 = time.perf_counter()
-    cmap = build(graph, recorder.rec, backend=backend if isinstance(backend, str) else getattr(backend, "__name__", "custom"),
-                 mode=mode, dynamic=dynamic, input_sets=len(sets), notes=notes)
+    name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
+    with gc_paused():  # a few objects per op: no full collections over what compiling left behind
+        cmap = build(graph, recorder.rec, backend=name, mode=mode, dynamic=dynamic, input_sets=len(sets), notes=notes)
     cmap.timings = {"trace_s": trace_s, "compile_s": compile_s, "analysis_s": time.perf_counter() - t2}
     return cmap
 
