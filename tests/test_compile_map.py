@@ -20,6 +20,7 @@ from fxviz.analyze.compilemap import CompileMap, compile_map
 from fxviz.analyze.compilemap.record import in_words
 from fxviz.analyze.compilemap.run import category
 from fxviz.cli import cli
+from fxviz.errors import ModelError
 from fxviz.passes.overlays import overlays
 from fxviz.passes.panels import panels
 
@@ -180,6 +181,21 @@ def test_torch_is_left_as_found() -> None:
     assert InstructionTranslatorBase.log_graph_break is hook
     assert all(m.training for m in model.modules())
     assert torch.equal(users(torch.ones(3)), torch.ones(3).sin() + 1)  # compiles again, works
+
+
+def test_a_failing_backend_is_a_model_error_and_leaves_torch_as_found() -> None:
+    from torch._dynamo.symbolic_convert import InstructionTranslatorBase
+
+    hook = InstructionTranslatorBase.log_graph_break
+
+    def broken(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> None:
+        raise RuntimeError("no kernels today")
+
+    model, (x,) = cm.clean()
+    with pytest.raises(ModelError, match=r"torch.compile\(backend='broken'\) on input set 0: .*no kernels today") as e:
+        compile_map(model, (x,), backend=broken)
+    assert isinstance(e.value.__cause__, Exception) and e.value.graph is None
+    assert InstructionTranslatorBase.log_graph_break is hook
 
 
 def test_categories_from_dynamo_text() -> None:

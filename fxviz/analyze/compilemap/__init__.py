@@ -8,7 +8,7 @@ data, JSON), ``overlay`` writes it on the eager graph as overlays and panels, ``
     >>> import fxviz
     >>> cm = fxviz.compile_map(model, (x,), backend="aot_eager")
     >>> print(cm.header())
-    2 graphs, 1 break (1 cause), 88% of ops compiled (14/16)  ·  backend aot_eager
+    4 graphs, 1 break (1 cause), 89% of ops compiled (8/9)  ·  backend aot_eager
     >>> cm.graph.tree(overlay="coverage")      # the module tree with each call's share compiled
 
 

@@ -26,10 +26,11 @@ from fxviz.analyze.compilemap.record import (
 from fxviz.analyze.compilemap.result import BreakGroup, CompiledGraph, CompileMap, Frame, Recompile
 from fxviz.analyze.flops import CAPTURE_PASSES
 from fxviz.calls import CallTree
-from fxviz.errors import InputError
+from fxviz.errors import InputError, ModelError
 from fxviz.fallback.trace import trace_eager
 from fxviz.ir import Attempt, Graph
 from fxviz.passes import run_passes
+from fxviz.text import one_line
 from fxviz.torchbridge.run import gc_paused, normalize_args, quiet_torch
 
 InputSet = tuple[tuple[Any, ...], dict[str, Any]]
@@ -60,11 +61,14 @@ def compile_map(
     user's other compiled functions compile again on their next call), its config and counters
     restored, and the model's buffers and training flags restored.
 
-        >>> cm = compile_map(model, (x,), backend="aot_eager")
+        >>> cm = compile_map(model, (x,), backend="aot_eager")   # tests/compile_models.py:item_break
         >>> cm.header()
-        '2 graphs, 1 break (1 cause), 88% of ops compiled (14/16)  ·  backend aot_eager'
-        >>> cm.assigned["linear"], cm.breaks[0].line_text(), cm.breaks[0].category
-        ('g0', 'model.py:12', 'item')
+        '4 graphs, 1 break (1 cause), 89% of ops compiled (8/9)  ·  backend aot_eager'
+        >>> cm.assigned["linear"], cm.assigned["item"], cm.breaks[0].line_text(), cm.breaks[0].category
+        ('g0', 'eager', 'compile_models.py:27', 'item')
+
+    A model that raises under torch.compile (but not eagerly) is a
+    :class:`~fxviz.errors.ModelError` that chains torch's exception.
     """
     notes: list[str] = []
     orig = getattr(model, "_orig_mod", None)
@@ -90,15 +94,24 @@ def compile_map(
         with grad_mode:
             for k, (a, kw) in enumerate(sets):
                 recorder.rec.input_set = k
-                compiled(*a, **kw)
+                try:
+                    compiled(*a, **kw)
+                except Exception as e:  # the eager forward ran: this is torch.compile's failure on it
+                    raise ModelError(
+                        f"the model raised under torch.compile(backend={_name(backend)!r}) on input set {k}: "
+                        f"{type(e).__name__}: {one_line(str(e), limit=300)} (--backend eager tells Dynamo's "
+                        "failures from the backend's)") from e
     compile_s = time.perf_counter() - t1
 
     t2 = time.perf_counter()
-    name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
     with gc_paused():  # a few objects per op: no full collections over what compiling left behind
-        cmap = build(graph, recorder.rec, backend=name, mode=mode, dynamic=dynamic, input_sets=len(sets), notes=notes)
+        cmap = build(graph, recorder.rec, backend=_name(backend), mode=mode, dynamic=dynamic, input_sets=len(sets), notes=notes)
     cmap.timings = {"trace_s": trace_s, "compile_s": compile_s, "analysis_s": time.perf_counter() - t2}
     return cmap
+
+
+def _name(backend: str | Callable[..., Any]) -> str:
+    return backend if isinstance(backend, str) else str(getattr(backend, "__name__", "custom"))
 
 
 def build(graph: Graph, rec: Recording, *, backend: str, mode: str | None, dynamic: bool | None,
