@@ -6,7 +6,9 @@ graph on, and wraps the compiled callable to log each run, so the order in which
 known (a graph after a break inside a loop runs many times). Graph breaks come from Dynamo's own
 break log (``InstructionTranslatorBase.log_graph_break``: it has the break type, the reason and the
 user's stack; patched for the run and restored); recompiles from the public ``guard_fail_fn``
-hook of ``torch._dynamo.optimize`` (the failed guard, in Dynamo's words).
+hook of ``torch._dynamo.optimize`` (the failed guard, put in words by :func:`in_words`). The guards
+of each graph are not kept: ``guard_export_fn`` hands over empty guard sets on torch 2.13 (guards
+live in Dynamo's C++ guard managers), so the map has the guards that failed, not every guard.
 
 Dynamo's caches are per code object and cannot be saved: :func:`dynamo_state` resets them before
 the run (a cached graph would skip the recording backend) and after it (so nothing recorded stays),
