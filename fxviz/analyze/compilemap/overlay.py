@@ -57,7 +57,9 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
             module_values[m.call] = m.graphs[0]
         else:
             module_values[m.call] = MIXED
-        share[m.call] = round(100 * m.compiled / m.ops, 1)
+        # 1 eager op in 2000 is not 100%, and 1 compiled op is not 0%
+        share[m.call] = min(max(round(100 * m.compiled / m.ops, 1), 0.1 if m.compiled else 0.0),
+                            99.9 if m.eager else 100.0)
     categories = {g.id: {"label": f"graph {g.id} ({g.func})", "color": _PALETTE[i % len(_PALETTE)]}
                   for i, g in enumerate(cmap.graphs)}
     categories[MIXED] = {"label": "several graphs, or graphs and eager", "color": "#bab0ac"}
