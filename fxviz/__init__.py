@@ -44,6 +44,7 @@ from fxviz.passes import DEFAULT as DEFAULT_PASSES
 from fxviz.passes import run_passes
 
 if TYPE_CHECKING:  # imported on first use (see _LAZY); type checkers see them as they are
+    from fxviz.analyze.compilemap import CompileMap, compile_map
     from fxviz.graphdiff import Diff, Difference, diff
 
 #: Public names imported from their module on first use: those that need torch, and those that
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # imported on first use (see _LAZY); type checkers see them a
 #: package metadata behind ``__version__``).
 _LAZY = {
     "capture": "fxviz.api", "compare": "fxviz.api", "METHODS": "fxviz.api",
+    "compile_map": "fxviz.analyze.compilemap", "CompileMap": "fxviz.analyze.compilemap",
     "Diff": "fxviz.graphdiff", "Difference": "fxviz.graphdiff", "diff": "fxviz.graphdiff",
 }
 
@@ -84,6 +86,7 @@ __all__ = [
     "METHODS",
     "Attempt",
     "CaptureError",
+    "CompileMap",
     "Diff",
     "Difference",
     "Edge",
@@ -104,6 +107,7 @@ __all__ = [
     "TensorMeta",
     "capture",
     "compare",
+    "compile_map",
     "diff",
     "run_passes",
 ]

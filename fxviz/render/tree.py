@@ -71,8 +71,10 @@ class _Ctx:
         return None if self.width is None else self.width - 4 * nesting
 
     def add(self, parent: Tree, label: _Label, nesting: int, value: Any = None) -> Tree:
-        # a zero (no parameters, no FLOPs) says nothing a blank does not
-        shown = format_value(self.overlay, value) if self.overlay is not None and value not in (None, 0) else ""
+        # on a log scale (parameters, FLOPs, bytes) a zero says nothing a blank does not; on a
+        # linear one it may be the news (0% of a module compiled)
+        shown = "" if self.overlay is None or value is None or (value == 0 and self.overlay.get("scale") == "log") \
+            else format_value(self.overlay, value)
         return parent.add(label.render(self.avail(nesting), _c(shown)))
 
 

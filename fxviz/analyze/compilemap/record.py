@@ -1,0 +1,297 @@
+"""Run a model under torch.compile with a recording backend, and leave Dynamo as it was found.
+
+The recording backend wraps the real one (``inductor``, ``aot_eager``, ``eager``, or any callable):
+for each Dynamo graph it keeps the ops (name, module path, user source line) before handing the
+graph on, and wraps the compiled callable to log each run, so the order in which graphs ran is
+known (a graph after a break inside a loop runs many times). Graph breaks come from Dynamo's own
+break log (``InstructionTranslatorBase.log_graph_break``: it has the break type, the reason and the
+user's stack; patched for the run and restored); recompiles from the public ``guard_fail_fn``
+hook of ``torch._dynamo.optimize`` (the failed guard, put in words by :func:`in_words`). The guards
+of each graph are not kept: ``guard_export_fn`` hands over empty guard sets on torch 2.13 (guards
+live in Dynamo's C++ guard managers), so the map has the guards that failed, not every guard.
+
+Dynamo's caches are per code object and cannot be saved: :func:`dynamo_state` resets them before
+the run (a cached graph would skip the recording backend) and after it (so nothing recorded stays),
+and restores Dynamo's config and counters. A reset also drops the compiled code of the user's other
+``torch.compile``d functions: they compile again on their next call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch._dynamo as dynamo
+from torch import nn
+
+from fxviz.errors import TargetError
+from fxviz.ops import op_name
+
+BACKENDS: tuple[str, ...] = ("inductor", "aot_eager", "eager")
+
+_TORCH_DIR = torch.__file__.rsplit("/", 1)[0] + "/"
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_PATH_PART = re.compile(r"\._modules\['([^']*)'\]|\['([^']*)'\]|\[(\d+)\]")
+
+
+@dataclass(slots=True)
+class OpRecord:
+    """One op of a Dynamo graph: its name (as :func:`fxviz.ops.op_name` spells it), module path
+    (``""`` when Dynamo gave none) and the user's line that made it."""
+
+    name: str
+    module: str
+    file: str
+    line: int
+
+
+@dataclass(slots=True)
+class GraphRecord:
+    id: str
+    func: str
+    file: str
+    line: int
+    input_set: int
+    ops: list[OpRecord]
+    compile_s: float = 0.0
+    runs: int = 0
+
+
+@dataclass(slots=True)
+class BreakRecord:
+    gb_type: str
+    reason: str
+    stack: list[tuple[str, int, str, str]]
+    input_set: int
+
+
+@dataclass(slots=True)
+class GuardFailRecord:
+    input_set: int
+    func: str
+    file: str
+    line: int
+    reason: str
+
+
+@dataclass
+class Recording:
+    graphs: list[GraphRecord] = field(default_factory=list)
+    runs: list[tuple[int, int]] = field(default_factory=list)  # (graph index, input set), in run order
+    breaks: list[BreakRecord] = field(default_factory=list)
+    guard_fails: list[GuardFailRecord] = field(default_factory=list)
+    input_set: int = 0
+
+
+def real_backend(backend: str | Callable[..., Any], mode: str | None, dynamic: bool | None) -> Callable[..., Any]:
+    """The backend torch.compile would use for ``backend`` and ``mode``."""
+    if callable(backend):
+        return backend
+    if backend == "inductor":
+        # what torch.compile(backend="inductor", mode=...) builds: the mode's Inductor config
+        return torch._TorchCompileInductorWrapper(mode, None, dynamic)  # type: ignore[attr-defined,no-untyped-call]
+    if mode is not None:
+        raise TargetError(f"mode {mode!r} applies to the inductor backend only, not {backend!r}: leave --mode out")
+    try:
+        return dynamo.lookup_backend(backend)  # type: ignore[no-any-return]
+    except Exception as e:  # noqa: BLE001 - Dynamo's own error says which backends exist
+        raise TargetError(f"unknown torch.compile backend {backend!r}: use one of {', '.join(BACKENDS)}") from e
+
+
+def module_paths(model: nn.Module) -> dict[int, str]:
+    """``id(module)`` -> its path in ``model`` (Dynamo keys ``nn_module_stack`` by the id)."""
+    out: dict[int, str] = {}
+    for path, m in model.named_modules(remove_duplicate=False):
+        out.setdefault(id(m), path)
+    return out
+
+
+def _dynamo_path(key: str, value: Any, paths: dict[int, str]) -> str:
+    """The module path of one ``nn_module_stack`` entry: by the module's id in the key
+    (``"140109678211920"``, ``"…@1"`` for a repeated call), else from the source text
+    (``L['self'].h[0].attn`` -> ``h.0.attn``)."""
+    head = key.split("@", 1)[0]
+    if head.isdigit() and int(head) in paths:
+        return paths[int(head)]
+    text = value[0] if isinstance(value, tuple) else str(value)
+    text = re.sub(r"^L\['self'\]\.?", "", text)
+    text = _PATH_PART.sub(lambda m: "." + next(g for g in m.groups() if g is not None), text)
+    return text.strip(".")
+
+
+def _user_frame(stack_trace: str) -> tuple[str, int]:
+    """The innermost frame of a node's ``stack_trace`` outside torch (the line the user wrote)."""
+    frames = _FRAME.findall(stack_trace or "")
+    for file, line, _ in reversed(frames):
+        if not file.startswith(_TORCH_DIR):
+            return file, int(line)
+    return ("", 0) if not frames else (frames[-1][0], int(frames[-1][1]))
+
+
+def op_records(gm: torch.fx.GraphModule, paths: dict[int, str]) -> list[OpRecord]:
+    """The ops of a Dynamo graph, in order (placeholders, attributes and the output left out)."""
+    out = []
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            t = n.target
+            target = f"{getattr(t, '__module__', None) or ''}.{getattr(t, '__name__', str(t))}"
+        elif n.op == "call_method":
+            target = f"Tensor.{n.target}"
+        elif n.op == "call_module":
+            target = type(gm.get_submodule(str(n.target))).__name__
+        else:
+            continue
+        stack = n.meta.get("nn_module_stack") or {}
+        module = ""
+        if stack:
+            key, value = list(stack.items())[-1]
+            module = _dynamo_path(str(key), value, paths)
+        file, line = _user_frame(n.meta.get("stack_trace") or "")
+        out.append(OpRecord(op_name(target), module, file, line))
+    return out
+
+
+class Recorder:
+    """The recording backend and the hooks of one compile-map run."""
+
+    def __init__(self, backend: str | Callable[..., Any], mode: str | None, dynamic: bool | None,
+                 paths: dict[int, str]) -> None:
+        self.real = real_backend(backend, mode, dynamic)
+        self.dynamic = dynamic
+        self.paths = paths
+        self.rec = Recording()
+        self.from_log = True  # breaks from Dynamo's break log; else from each graph's compile reason
+
+    def backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        rec, index = self.rec, len(self.rec.graphs)
+        code = _frame_code(gm)
+        g = GraphRecord(f"g{index}", code[0], code[1], code[2], rec.input_set, op_records(gm, self.paths))
+        rec.graphs.append(g)
+        why = getattr(gm, "compile_subgraph_reason", None)
+        if not self.from_log and why is not None and getattr(why, "graph_break", False):
+            text = str(getattr(why, "reason", ""))
+            frames = [(f.filename, f.lineno or 0, f.name, (f.line or "").strip()) for f in why.user_stack or ()]
+            rec.breaks.append(BreakRecord(text.split("\n", 1)[0], text, frames, rec.input_set))
+        t0 = time.perf_counter()
+        compiled = self.real(gm, example_inputs)
+        g.compile_s = time.perf_counter() - t0
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            g.runs += 1
+            rec.runs.append((index, rec.input_set))
+            return compiled(*args, **kwargs)
+
+        if getattr(compiled, "_boxed_call", False):  # the caller passes one list it may clear: keep that
+            run._boxed_call = True  # type: ignore[attr-defined]
+        return run
+
+    def guard_fail(self, fail: Any) -> None:
+        code = getattr(fail, "orig_code", None)
+        reason = in_words(re.sub(r"^\d+/\d+: ", "", str(getattr(fail, "reason", fail)).split("\n", 1)[0]))
+        self.rec.guard_fails.append(GuardFailRecord(
+            self.rec.input_set, getattr(code, "co_name", "?"), getattr(code, "co_filename", ""),
+            getattr(code, "co_firstlineno", 0), reason))
+
+    def compile(self, model: nn.Module) -> Callable[..., Any]:
+        return dynamo.optimize(self.backend, guard_fail_fn=self.guard_fail, dynamic=self.dynamic)(model)  # type: ignore[no-any-return]
+
+    @contextlib.contextmanager
+    def breaks_logged(self) -> Iterator[None]:
+        """Record each graph break Dynamo logs (type, reason, user stack) while the model runs."""
+        from torch._dynamo.symbolic_convert import InstructionTranslatorBase
+
+        original = getattr(InstructionTranslatorBase, "log_graph_break", None)
+        rec = self.rec
+        if original is None:  # another torch: breaks come from the graphs' compile reasons instead
+            self.from_log = False
+            yield
+            return
+
+        def log_graph_break(tx: Any, *args: Any, **kwargs: Any) -> None:
+            given = dict(zip(("code_options", "reason", "exc"), args, strict=False)) | kwargs
+            reason, exc = given.get("reason", ""), given.get("exc")
+            if exc is not None and not getattr(exc, "logged", False):
+                stack = getattr(exc, "real_stack", None)
+                if stack is None:
+                    stack = torch._guards.TracingContext.extract_stack()
+                frames = [(f.filename, f.lineno or 0, f.name, (f.line or "").strip()) for f in stack]
+                rec.breaks.append(BreakRecord(str(getattr(exc, "gb_type", "") or type(exc).__name__),
+                                              str(reason), frames, rec.input_set))
+            original(tx, *args, **kwargs)
+
+        InstructionTranslatorBase.log_graph_break = log_graph_break  # type: ignore[method-assign,assignment]
+        try:
+            yield
+        finally:
+            InstructionTranslatorBase.log_graph_break = original  # type: ignore[method-assign]
+
+
+_GUARD_WORDS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"tensor '(.+)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)"),
+     r"\1: size of dim \2 is \4, the graph was compiled for \3"),
+    (re.compile(r"tensor '(.+)' stride mismatch at index (\d+)\. expected (\d+), actual (\d+)"),
+     r"\1: stride of dim \2 is \4, the graph was compiled for \3"),
+    (re.compile(r"tensor '(.+)' dtype mismatch\. expected (\S+), actual (\S+)"),
+     r"\1: dtype is \3, the graph was compiled for \2"),
+    (re.compile(r"tensor '(.+)' requires_grad mismatch\. expected requires_grad=(\d)"),
+     r"\1: requires_grad changed (the graph was compiled for requires_grad=\2)"),
+    (re.compile(r"^(\S+) == ([^\s#]+)\s+#\s*(.+?)\s+#\s.*$"),
+     r"\1 is no longer \2, the value the graph was specialised on (\3)"),
+    (re.compile(r"tensor '(.+)' rank mismatch\. expected (\d+), actual (\d+)"),
+     r"\1: has \3 dims, the graph was compiled for \2"),
+]
+
+
+def in_words(reason: str) -> str:
+    """A failed guard as a user reads it: ``x: size of dim 0 is 3, the graph was compiled for 2``
+    for Dynamo's ``tensor 'x' size mismatch at index 0. expected 2, actual 3``; other guards as
+    Dynamo words them."""
+    for pattern, words in _GUARD_WORDS:
+        if pattern.search(reason):
+            return pattern.sub(words, reason)
+    return reason
+
+
+def _frame_code(gm: torch.fx.GraphModule) -> tuple[str, str, int]:
+    """The function a Dynamo graph was traced from: the outermost frame of its ops' stack traces
+    (a resume function after a break is named ``torch_dynamo_resume_in_forward_at_12``)."""
+    for n in gm.graph.nodes:
+        frames = _FRAME.findall(n.meta.get("stack_trace") or "")
+        if frames:
+            file, line, func = frames[0]
+            return func, file, int(line)
+    return "?", "", 0
+
+
+@contextlib.contextmanager
+def dynamo_state() -> Iterator[None]:
+    """Reset Dynamo's caches before and after; restore its config and counters afterwards."""
+    from torch._dynamo.utils import counters
+
+    saved_counters = {k: Counter(v) for k, v in counters.items()}
+    saved_config = dynamo.config.get_config_copy()
+    dynamo.reset()
+    try:
+        yield
+    finally:
+        dynamo.reset()
+        now = dynamo.config.get_config_copy()
+        with warnings.catch_warnings():  # setting a deprecated key back warns that it is deprecated
+            warnings.simplefilter("ignore")
+            for key, value in saved_config.items():
+                if key in now and now[key] != value:
+                    setattr(dynamo.config, key, value)
+        counters.clear()
+        for k, v in saved_counters.items():
+            counters[k].update(v)
+
+
+__all__ = ["BACKENDS", "BreakRecord", "GraphRecord", "GuardFailRecord", "OpRecord", "Recorder", "Recording",
+           "dynamo_state", "module_paths", "real_backend"]

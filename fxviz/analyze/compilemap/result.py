@@ -1,0 +1,249 @@
+"""The compile map as plain data: what torch.compile did to one forward, laid over its eager graph.
+No torch: a saved map (``CompileMap.to_json``) reads back and renders on a machine without torch.
+
+A :class:`CompileMap` holds the eager graph (the tracer's, with the overlays and panels
+:mod:`fxviz.analyze.compilemap.overlay` writes on it), the Dynamo graphs that ran, the graph
+breaks grouped by cause and line, and the recompiles with the guard that failed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from fxviz.ir import Graph
+
+#: Break categories, in the order the break list shows them, with a label.
+CATEGORIES: dict[str, str] = {
+    "item": "data-dependent .item()",
+    "branch": "data-dependent branch",
+    "print": "print / logging",
+    "unsupported": "unsupported call",
+    "subclass": "tensor subclass",
+    "skip": "function skipped",
+    "other": "other",
+}
+
+_DOCS = "https://docs.pytorch.org/docs/stable"
+_TROUBLE = f"{_DOCS}/torch.compiler_troubleshooting.html"
+#: One-line remedies by category, with the PyTorch page that explains them; none where none is known.
+HINTS: dict[str, tuple[str, str]] = {
+    "item": ("set torch._dynamo.config.capture_scalar_outputs = True, or keep the value a tensor "
+             "(torch._check to state its range)",
+             _TROUBLE),
+    "branch": ("express the branch with torch.cond, or make it branchless (torch.where)",
+               f"{_DOCS}/cond.html"),
+    "print": ("move the call out of the forward, or list the function in torch._dynamo.config."
+              "reorderable_logging_functions (print) or ignore_logging_functions (logging)",
+              _TROUBLE),
+    "unsupported": ("wrap the call in a custom op (torch.library.custom_op) or move it out of the forward",
+                    f"{_DOCS}/library.html#torch.library.custom_op"),
+    "skip": ("Dynamo ran this whole function eagerly (a break inside a loop or a resume it could not "
+             "build): fix the break inside it",
+             _TROUBLE),
+}
+
+
+@dataclass(slots=True)
+class Frame:
+    """One frame of the user's stack at a break."""
+
+    file: str
+    line: int
+    func: str = ""
+    code: str = ""
+
+    def short(self) -> str:
+        return f"{self.file.rsplit('/', 1)[-1]}:{self.line}"
+
+
+@dataclass(slots=True)
+class BreakGroup:
+    """Every graph break of one cause at one source line (tlparse lists each; they are one fix).
+
+    ``count`` is how many times the forward passed it (a break in a block called 12 times counts
+    12); ``node`` is the eager op at the line (the
+    ``.item()`` itself when there is one) and ``module`` its module call id."""
+
+    category: str
+    reason: str
+    detail: str
+    stack: list[Frame]
+    count: int = 1
+    node: str | None = None
+    module: str | None = None
+    input_set: int = 0
+    explained: str = ""  # Dynamo's own page for this break type, when its message names one
+    frame: int = -1  # which frame of ``stack`` is the break's line: the innermost, or the skipped function's
+
+    @property
+    def where(self) -> Frame | None:
+        return self.stack[self.frame] if self.stack else None
+
+    @property
+    def hint(self) -> str:
+        return HINTS.get(self.category, ("", ""))[0]
+
+    @property
+    def link(self) -> str:
+        """The PyTorch page for the category's remedy, else Dynamo's page for the break type."""
+        return HINTS.get(self.category, ("", ""))[1] or self.explained
+
+    def line_text(self) -> str:
+        w = self.where
+        return w.short() if w is not None else "?"
+
+
+@dataclass(slots=True)
+class CompiledGraph:
+    """One Dynamo graph: ``id`` (``g0``, ``g1``, … in compile order), the function it came from,
+    the input set that compiled it, how many ops it holds and how often it ran."""
+
+    id: str
+    func: str
+    file: str
+    line: int
+    input_set: int
+    ops: int
+    runs: int = 0
+    compile_s: float = 0.0
+    modules: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Recompile:
+    """A function compiled again: which input set caused it and the guard that failed, in words."""
+
+    input_set: int
+    func: str
+    file: str
+    line: int
+    reason: str
+
+
+@dataclass(slots=True)
+class ModuleCoverage:
+    """One module call: its ops, how many ran inside a compiled graph, and which graphs."""
+
+    call: str
+    path: str
+    cls: str
+    ops: int
+    compiled: int
+    graphs: list[str] = field(default_factory=list)
+
+    @property
+    def eager(self) -> int:
+        return self.ops - self.compiled
+
+    @property
+    def share(self) -> float | None:
+        return self.compiled / self.ops if self.ops else None
+
+
+@dataclass(slots=True)
+class CompileMap:
+    """What torch.compile did to one forward. ``graph`` is the eager graph with the overlays
+    ``compiled`` and ``coverage`` and the panels ``breaks``, ``modules`` and ``recompiles``;
+    ``assigned`` maps each op (node name) to the id of the compiled graph that ran it, or
+    ``"eager"``."""
+
+    graph: Graph
+    backend: str
+    mode: str | None
+    dynamic: bool | None
+    graphs: list[CompiledGraph]
+    breaks: list[BreakGroup]
+    recompiles: list[Recompile]
+    assigned: dict[str, str]
+    modules: list[ModuleCoverage]
+    input_sets: int = 1
+    notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def break_count(self) -> int:
+        return sum(b.count for b in self.breaks)
+
+    @property
+    def ops(self) -> int:
+        return len(self.assigned)
+
+    @property
+    def compiled_ops(self) -> int:
+        return sum(1 for g in self.assigned.values() if g != "eager")
+
+    @property
+    def share(self) -> float:
+        """The share of the eager graph's ops that ran inside a compiled graph (1.0 for none)."""
+        return self.compiled_ops / self.ops if self.ops else 1.0
+
+    def ranking(self) -> list[ModuleCoverage]:
+        """Module calls by ops left outside graphs (their own ops and their children's), most first;
+        calls with none left out are not listed."""
+        return sorted((m for m in self.modules if m.eager and m.call), key=lambda m: (-m.eager, m.call))
+
+    def header(self) -> str:
+        """``3 graphs, 2 breaks (1 cause), 1 recompile, 91% of ops compiled (aot_eager)``."""
+        def n(k: int, word: str) -> str:
+            return f"{k} {word}{'' if k == 1 else 's'}"
+
+        causes = f" ({n(len(self.breaks), 'cause')})" if self.breaks else ""
+        parts = [n(len(self.graphs), "graph"), n(self.break_count, "break") + causes]
+        if self.recompiles or self.input_sets > 1:
+            parts.append(n(len(self.recompiles), "recompile"))
+        parts.append(f"{_percent(self.share)} of ops compiled ({self.compiled_ops}/{self.ops})")
+        return ", ".join(parts) + f"  ·  backend {self.backend}" + (f", mode {self.mode}" if self.mode else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": "fxviz.compile_map/1",
+            "backend": self.backend, "mode": self.mode, "dynamic": self.dynamic, "input_sets": self.input_sets,
+            "summary": {"graphs": len(self.graphs), "breaks": self.break_count, "causes": len(self.breaks),
+                        "recompiles": len(self.recompiles), "ops": self.ops, "compiled_ops": self.compiled_ops,
+                        "share": self.share},
+            "graphs": [asdict(g) for g in self.graphs],
+            "breaks": [{**asdict(b), "hint": b.hint, "link": b.link} for b in self.breaks],
+            "recompiles": [asdict(r) for r in self.recompiles],
+            "modules": [asdict(m) for m in self.modules],
+            "assigned": self.assigned, "notes": self.notes, "timings": self.timings,
+            "graph": json.loads(self.graph.to_json()),
+        }
+
+    def to_json(self, *, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> CompileMap:
+        d = json.loads(text)
+        breaks = []
+        for b in d["breaks"]:
+            b = {k: v for k, v in b.items() if k not in ("hint", "link")}
+            b["stack"] = [Frame(**f) for f in b["stack"]]
+            breaks.append(BreakGroup(**b))
+        return cls(
+            graph=Graph.from_json(json.dumps(d["graph"])), backend=d["backend"], mode=d["mode"],
+            dynamic=d["dynamic"], graphs=[CompiledGraph(**g) for g in d["graphs"]], breaks=breaks,
+            recompiles=[Recompile(**r) for r in d["recompiles"]], assigned=d["assigned"],
+            modules=[ModuleCoverage(**m) for m in d["modules"]], input_sets=d["input_sets"],
+            notes=d["notes"], timings=d["timings"],
+        )
+
+
+def _percent(share: float) -> str:
+    """``91%``; never rounds a partial coverage up to 100% or down to 0%."""
+    p = share * 100
+    if 99 < p < 100:
+        return f"{p:.1f}%"
+    if 0 < p < 1:
+        return f"{p:.1f}%"
+    return f"{p:.0f}%"
+
+
+def percent(share: float | None) -> str:
+    return "" if share is None else _percent(share)
+
+
+__all__ = ["CATEGORIES", "HINTS", "BreakGroup", "CompileMap", "CompiledGraph", "Frame", "ModuleCoverage",
+           "Recompile", "percent"]

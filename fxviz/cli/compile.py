@@ -1,0 +1,123 @@
+"""``fxviz compile``: the torch.compile coverage map of a factory's model (a thin shell over
+:func:`fxviz.analyze.compilemap.compile_map`)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from fxviz.cli.base import cli, out_console, verbose_option, with_torch
+from fxviz.errors import TargetError
+from fxviz.targets.parse import recognise
+from fxviz.text import one_line
+
+if TYPE_CHECKING:
+    from fxviz.analyze.compilemap.result import CompileMap
+
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+@contextlib.contextmanager
+def _spinner(text: str) -> Iterator[None]:
+    """A spinner on stderr while the model compiles, when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(text):
+        yield
+
+
+def _input_sets(text: str) -> list[Any]:
+    """The input sets a ``pkg.module:factory`` (or ``file.py:factory``) returns: a list of input
+    tuples (or ``(args, kwargs)`` pairs)."""
+    spec = recognise(text)
+    if not spec.captures:
+        raise TargetError(f"--inputs {text!r} is {spec.what}: give package.module:factory returning a list of input tuples")
+    factory = with_torch(spec)
+    module = factory._load_module(spec)
+    fn = getattr(module, spec.attr, None)
+    if not callable(fn):
+        raise TargetError(f"--inputs {text!r}: {spec.attr!r} is not a function of {spec.module or spec.path!r}")
+    try:
+        sets = fn()
+    except Exception as e:  # noqa: BLE001 - the factory is the user's code: report it
+        raise TargetError(f"--inputs {text!r} raised {type(e).__name__}: {one_line(str(e))}") from e
+    if not isinstance(sets, list | tuple) or not sets:
+        raise TargetError(f"--inputs {text!r} returned {type(sets).__name__}: return a non-empty list of input tuples")
+    return list(sets)
+
+
+@cli.command(name="compile")
+@click.argument("target")
+@click.option("--backend", "-b", type=click.Choice(["inductor", "aot_eager", "eager"]), default="inductor",
+              show_default=True, help="The torch.compile backend the recording backend hands each graph to.")
+@click.option("--mode", type=click.Choice(MODES), default=None, help="torch.compile mode (inductor only).")
+@click.option("--dynamic/--no-dynamic", default=None, help="torch.compile dynamic= (default: Dynamo decides).")
+@click.option("--inputs", "inputs_factory", default=None, metavar="pkg.module:factory",
+              help="Further input sets (a factory returning a list of input tuples): each runs the compiled "
+                   "model and the recompiles it causes are listed.")
+@click.option("--input-shape", "-i", "input_shapes", multiple=True, metavar="1,3,32,32",
+              help="Shape of a random input tensor (repeat for several inputs).")
+@click.option("--dtype", default="float32", show_default=True, help="dtype of the --input-shape tensors.")
+@click.option("--depth", "-d", type=click.IntRange(min=0), default=None, help="Levels of modules to show.")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
+              help="Write the report here, coloured by compiled graph.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Write the compile map as JSON here ('-': stdout, instead of the tree).")
+@click.option("--fail-on-break", is_flag=True, help="Exit 1 when any graph break occurs (after writing outputs).")
+@verbose_option
+def compile_cmd(target: str, backend: str, mode: str | None, dynamic: bool | None, inputs_factory: str | None,
+                input_shapes: tuple[str, ...], dtype: str, depth: int | None, html_out: str | None,
+                json_out: str | None, fail_on_break: bool) -> None:
+    """Show which parts of TARGET's forward torch.compile runs compiled: each op and module
+    coloured by the Dynamo graph that ran it or marked eager, the share compiled per module, every
+    graph break grouped by cause and line with a hint, and the recompiles --inputs cause.
+
+    Dynamo's caches are reset before and after (the analysis runs in its own process here).
+    """
+    ctx = click.get_current_context()
+    spec = recognise(target)
+    if not spec.captures:
+        raise TargetError(f"{target!r} is {spec.what}: fxviz compile runs a model, so give a factory "
+                          "(model.py:build or package.module:build)")
+    factory = with_torch(spec)
+    t = factory.load_factory(spec, input_shapes=input_shapes, dtype=dtype)
+    sets = _input_sets(inputs_factory) if inputs_factory else None
+    from fxviz.analyze.compilemap import compile_map
+
+    # with --json -, stdout is the JSON: what the model prints goes to stderr
+    model_out = contextlib.redirect_stdout(sys.stderr) if json_out == "-" else contextlib.nullcontext()
+    with _spinner(f"compiling with {backend} …"), model_out:
+        cmap = compile_map(t.model, t.args, t.kwargs, backend=backend, mode=mode, dynamic=dynamic, inputs=sets)
+    _write(cmap, depth=depth, html_out=html_out, json_out=json_out)
+    if fail_on_break and cmap.break_count:
+        ctx.exit(1)
+
+
+def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_out: str | None) -> None:
+    from fxviz.analyze.compilemap.overlay import break_lines
+
+    if json_out is not None:
+        if json_out == "-":
+            click.echo(cmap.to_json(indent=1))
+        else:
+            from fxviz.render.files import write_text
+
+            write_text(json_out, cmap.to_json(indent=1), what="compile map JSON")
+    if json_out != "-":
+        console = out_console()
+        console.print(f"{one_line(cmap.graph.name)}  torch.compile: {cmap.header()}", markup=False)
+        for note in cmap.notes:
+            console.print(f"note: {one_line(note)}", markup=False)
+        console.print(cmap.graph.tree(depth=depth, overlay="coverage"))
+        for line in break_lines(cmap.breaks):
+            console.print(line, markup=False)
+    if html_out is not None:
+        cmap.graph.to_html(html_out, overlay="compiled")
+        click.echo(f"wrote {html_out}", err=json_out == "-")

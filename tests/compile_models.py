@@ -1,0 +1,175 @@
+"""Models for the compile map: each breaks torch.compile's graph in one known way, at a line the
+tests name (``LINES``, found by the marker comment at the end of each line, so edits above do not
+break the tests)."""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+log = logging.getLogger("fxviz.tests.compile_models")
+
+
+class Scale(nn.Module):
+    """Scales by a Python float read from the data: ``.item()`` breaks the graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.proj(x)
+        s = x.abs().mean().item()  # BREAK:item
+        return x * s
+
+
+class ItemBreak(nn.Module):
+    """One ``.item()`` break inside ``scale``: two graphs (before and after)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(8, 8)
+        self.scale = Scale()
+        self.out = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.inp(x))
+        x = self.scale(x)  # BREAK:nested
+        return self.out(x).tanh()
+
+
+class PrintBreak(nn.Module):
+    """``print`` and a logging call in the forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.a(x)
+        print("shape", tuple(x.shape))  # BREAK:print
+        x = x.relu()
+        log.info("after relu")  # BREAK:log
+        return self.b(x)
+
+
+class BranchBreak(nn.Module):
+    """``if tensor:`` on a value computed in the forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.pos = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.lin(x)
+        if x.sum() > -1e9:  # BREAK:branch
+            x = self.pos(x)
+        return x * 2
+
+
+class ExtensionBreak(nn.Module):
+    """A call into a C extension (zlib) Dynamo cannot trace."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.lin(x).sigmoid()
+        salt = zlib.crc32(b"fxviz") % 7  # BREAK:extension
+        return x + salt
+
+
+class BatchSized(nn.Module):
+    """Uses its batch size as a Python number: a new batch size recompiles (static shapes first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) / x.shape[0]
+
+
+class Clean(nn.Module):
+    """No break: one graph, every op compiled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1 = nn.Linear(8, 16)
+        self.l2 = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(torch.relu(self.l1(x)))
+
+
+class Block(nn.Module):
+    """A block that reads a Python number from its data."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.lin(x)
+        s = x.abs().mean().item()  # BREAK:block-item
+        return x / (1 + s)
+
+
+class LoopOfBreaks(nn.Module):
+    """Three blocks called in a loop, each breaking on ``.item()``: Dynamo cannot resume inside the
+    loop, so the whole outer ``forward`` runs eagerly and only the blocks' own code compiles (the
+    pattern of a real model with 137 breaks from ``.item()``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Block() for _ in range(3))
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)  # BREAK:loop
+        return self.head(x + 1).tanh()
+
+
+def _lines() -> dict[str, int]:
+    out = {}
+    for i, line in enumerate(Path(__file__).read_text().splitlines(), 1):
+        if "# BREAK:" in line and "def " not in line and "out[" not in line:
+            out[line.rsplit("# BREAK:", 1)[1].strip()] = i
+    return out
+
+
+#: Marker -> line number in this file.
+LINES = _lines()
+
+
+def x(batch: int = 2) -> torch.Tensor:
+    return torch.randn(batch, 8, generator=torch.Generator().manual_seed(batch))
+
+
+def item_break() -> tuple[nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    return ItemBreak().eval(), (x(),)
+
+
+def clean() -> tuple[nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    return Clean().eval(), (x(),)
+
+
+def batch_sized() -> tuple[nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    return BatchSized().eval(), (x(2),)
+
+
+def more_batches() -> list[tuple[torch.Tensor]]:
+    """Input sets for ``--inputs``: batch sizes 3 and 4 (after the factory's 2)."""
+    return [(x(3),), (x(4),)]
