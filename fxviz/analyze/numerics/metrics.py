@@ -21,8 +21,8 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 
 
 def compare(eager: torch.Tensor, other: torch.Tensor, rtol: float, atol: float) -> Error:
-    """The error of ``other`` against ``eager`` (see :class:`Error`). Computed in float64 on one
-    value at a time: the temporaries are a few copies of one op's output."""
+    """The error of ``other`` against ``eager`` (see :class:`Error`), in eager's precision (float64
+    where float32 would overflow), one value at a time."""
     if eager.shape != other.shape:
         return Error(comparable=False, note=f"shapes differ: {tuple(eager.shape)} vs {tuple(other.shape)}")
     if eager.is_complex() or other.is_complex():
@@ -34,22 +34,27 @@ def compare(eager: torch.Tensor, other: torch.Tensor, rtol: float, atol: float) 
         return Error(max_abs=float(wrong), max_rel=wrong / eager.numel(), rel_rms=wrong / eager.numel(),
                      snr_db=math.inf if not wrong else -10 * math.log10(wrong / eager.numel()),
                      cosine=1.0 if not wrong else math.nan, exceeds=wrong > 0)
-    a = eager.detach().to(torch.float64)
-    b = other.detach().to(device=a.device, dtype=torch.float64)
+    a = eager.detach()
+    a = a if a.dtype in (torch.float32, torch.float64) else a.float()
+    b = other.detach().to(device=a.device, dtype=a.dtype)
     if a.numel() == 0:
         return Error()
-    finite = torch.isfinite(a) & torch.isfinite(b)
     bad = 0
-    if not bool(finite.all()):
+    # dot products and one sync. A NaN or inf on either side (or a square past float32's range)
+    # shows in the sums: only then is the slow path taken
+    stats = _stats(a, b, atol)
+    if not all(math.isfinite(x) for x in stats):
+        finite = torch.isfinite(a) & torch.isfinite(b)
         same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+        if other.is_floating_point() and other.dtype.itemsize < a.dtype.itemsize:
+            # a value beyond the other dtype's range (a mask's finfo(float32).min) becomes inf
+            # there: saturation, not an error
+            same |= torch.isinf(b) & (a.abs() >= torch.finfo(other.dtype).max) & (a.sign() == b.sign())
         bad = int((~finite & ~same).sum())
-        a, b = torch.where(finite, a, 0.0), torch.where(finite, b, 0.0)
-    d = a - b
-    ad = d.abs()
-    max_abs = float(ad.max())
-    max_rel = float((ad / (a.abs() + atol)).max())
-    ss_a, ss_b, ss_d, dot = float((a * a).sum()), float((b * b).sum()), float((d * d).sum()), float((a * b).sum())
-    del a, b, d, ad
+        # in float64: float32 squares overflow past 1.8e19 (attention masks hold finfo.min)
+        stats = _stats(torch.where(finite, a, 0.0).double(), torch.where(finite, b, 0.0).double(), atol)
+    ss_a, ss_b, ss_d, dot, max_abs, max_rel = stats
+    del a, b
     norm = math.sqrt(ss_a)
     if ss_d == 0:
         rel, snr = 0.0, math.inf
@@ -62,6 +67,19 @@ def compare(eager: torch.Tensor, other: torch.Tensor, rtol: float, atol: float) 
     if bad:
         max_abs, max_rel, rel, snr = math.inf, math.inf, math.inf, -math.inf
     return Error(max_abs, max_rel, cosine, snr, rel, exceeds)
+
+
+def _stats(a: torch.Tensor, b: torch.Tensor, atol: float) -> list[float]:
+    """Sums of squares of ``a``, ``b`` and ``a − b``, ``a·b``, max ``|a − b|`` and max
+    ``|a − b| / (|a| + atol)``; dot products, and ``a − b`` reused in place, keep the temporaries
+    to two copies of the value (peak memory stays near one forward's)."""
+    a, b = a.reshape(-1), b.reshape(-1)
+    d = a - b
+    sums = [torch.dot(a, a), torch.dot(b, b), torch.dot(d, d), torch.dot(a, b)]
+    d.abs_()
+    max_abs = d.max()
+    max_rel = d.div_(a.abs().add_(atol)).max()
+    return [float(x) for x in torch.stack([*sums, max_abs, max_rel]).tolist()]
 
 
 __all__ = ["TOLERANCES", "compare"]

@@ -14,6 +14,7 @@ from fxviz.ir import Graph
 from fxviz.passes.overlays import set_overlay
 from fxviz.passes.panels import row, set_panel
 
+_FLOATS = ("max_abs", "max_rel", "cosine", "snr_db", "rel_rms")
 #: How many modules the ``divergence`` panel lists after the first divergence.
 WORST = 10
 
@@ -41,7 +42,7 @@ class Error:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for k in ("max_abs", "max_rel", "snr_db", "rel_rms"):
+        for k in _FLOATS:
             if not math.isfinite(d[k]):
                 d[k] = None if d[k] != d[k] else ("inf" if d[k] > 0 else "-inf")
         if not d["note"]:
@@ -51,7 +52,7 @@ class Error:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Error:
         v = dict(d)
-        for k in ("max_abs", "max_rel", "snr_db", "rel_rms"):
+        for k in _FLOATS:
             if isinstance(v.get(k), str):
                 v[k] = float(v[k])
             elif v.get(k) is None and k in v:

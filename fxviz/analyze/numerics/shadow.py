@@ -2,8 +2,8 @@
 a second time on the shadows of its inputs (the float32 tensors cast to bfloat16/float16, or as
 they are under autocast), found through a weak identity map, so the shadow dies with its float32
 tensor. The two results are compared at once and only the shadow is kept: memory is one forward
-plus the shadows alive at the same time. The model is never copied or cast: parameters get their
-shadow on first use.
+plus the shadows alive at the same time. The model is never copied or cast: a parameter is cast
+when an op reads it, and the cast dropped after.
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ class ShadowWatcher(Watcher):
         s = self.shadows.get(t)
         if s is None:
             s = t.to(self.dtype) if t.is_floating_point() and not self.autocast else t
-            if s is not t:  # parameters and inputs: cast once, kept while the tensor lives
+            # an input or a buffer: its cast is kept while the tensor lives; a parameter's is made
+            # on each use and dropped, so a copy of the weights never exists (GPT-2 reads each once)
+            if s is not t and not isinstance(t, torch.nn.Parameter):
                 self.shadows[t] = s
         return s
 
