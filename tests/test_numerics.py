@@ -108,6 +108,18 @@ def test_results_are_written_on_the_eager_graph() -> None:
     assert "error vs dtype:bfloat16" in _text(r.tree())
 
 
+def test_report_carries_overlay_panel_and_metrics(tmp_path: Path) -> None:
+    model, args = nm.gelu_net()
+    r = numerics(model, args, against="decompose", decompositions={torch.ops.aten.gelu.default: nm.wrong_gelu})
+    path = tmp_path / "r.html"
+    r.to_html(str(path))
+    page = path.read_text()
+    assert '"divergence"' in page and '"error"' in page and "first divergence" in page
+    assert r.nodes["gelu"].text() in page  # the details panel's attrs["numerics"]
+    panel = r.graph.annotations["panels"]["divergence"]
+    assert panel["rows"][0]["node"] == "gelu" and panel["rows"][0]["level"] == "error"
+
+
 def test_compile_compares_outputs() -> None:
     model, args = nm.deterministic()
     r = numerics(model, args, against="compile:aot_eager")

@@ -16,6 +16,7 @@ from torch import nn
 
 from fxviz.analyze.flops import CAPTURE_PASSES
 from fxviz.errors import ModelError
+from fxviz.fallback.classify import Action, kind_of
 from fxviz.fallback.modes import module_hooks, recording
 from fxviz.fallback.recorder import Recorder, TracerFault
 from fxviz.ir import Graph, Node
@@ -45,11 +46,19 @@ class _Recorder(Recorder):
         self.watcher = watcher
 
     def observe(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        state = self.watcher.before(func, args, kwargs)
+        if kind_of(func, "function").action is Action.SKIP:  # a metadata query: nothing to compare
+            return super().observe(func, args, kwargs)
+        try:
+            state = self.watcher.before(func, args, kwargs)
+        except Exception as e:  # numerics' own failure: never reported as the model's
+            raise TracerFault(f"numerics failed before {func}") from e
         n = len(self.nodes)
         out = super().observe(func, args, kwargs)
         node = self.nodes[-1] if len(self.nodes) > n and self.nodes[-1].kind == "op" else None
-        self.watcher.after(node, func, args, kwargs, out, state)
+        try:
+            self.watcher.after(node, func, args, kwargs, out, state)
+        except Exception as e:
+            raise TracerFault(f"numerics failed after {func}") from e
         return out
 
 
