@@ -36,7 +36,7 @@ def compare(eager: torch.Tensor, other: torch.Tensor, rtol: float, atol: float) 
                      cosine=1.0 if not wrong else math.nan, exceeds=wrong > 0)
     a = eager.detach()
     a = a if a.dtype in (torch.float32, torch.float64) else a.float()
-    b = other.detach().to(device=a.device, dtype=a.dtype)
+    b = other.detach().to(device=a.device)
     if a.numel() == 0:
         return Error()
     bad = 0
@@ -52,7 +52,7 @@ def compare(eager: torch.Tensor, other: torch.Tensor, rtol: float, atol: float) 
             same |= torch.isinf(b) & (a.abs() >= torch.finfo(other.dtype).max) & (a.sign() == b.sign())
         bad = int((~finite & ~same).sum())
         # in float64: float32 squares overflow past 1.8e19 (attention masks hold finfo.min)
-        stats = _stats(torch.where(finite, a, 0.0).double(), torch.where(finite, b, 0.0).double(), atol)
+        stats = _stats(torch.where(finite, a, 0.0).double(), torch.where(finite, b.to(a.dtype), 0.0), atol)
     ss_a, ss_b, ss_d, dot, max_abs, max_rel = stats
     del a, b
     norm = math.sqrt(ss_a)
@@ -69,17 +69,26 @@ def compare(eager: torch.Tensor, other: torch.Tensor, rtol: float, atol: float) 
     return Error(max_abs, max_rel, cosine, snr, rel, exceeds)
 
 
+#: Elements compared at a time: the temporaries of a comparison are a few chunks, not a few copies
+#: of the value (the logits of a language model are the largest activation by far).
+CHUNK = 1 << 20
+
+
 def _stats(a: torch.Tensor, b: torch.Tensor, atol: float) -> list[float]:
     """Sums of squares of ``a``, ``b`` and ``a − b``, ``a·b``, max ``|a − b|`` and max
-    ``|a − b| / (|a| + atol)``; dot products, and ``a − b`` reused in place, keep the temporaries
-    to two copies of the value (peak memory stays near one forward's)."""
+    ``|a − b| / (|a| + atol)``, chunk by chunk (``b`` is cast to ``a``'s dtype a chunk at a time),
+    with one synchronisation at the end."""
     a, b = a.reshape(-1), b.reshape(-1)
-    d = a - b
-    sums = [torch.dot(a, a), torch.dot(b, b), torch.dot(d, d), torch.dot(a, b)]
-    d.abs_()
-    max_abs = d.max()
-    max_rel = d.div_(a.abs().add_(atol)).max()
-    return [float(x) for x in torch.stack([*sums, max_abs, max_rel]).tolist()]
+    parts = []
+    for i in range(0, a.numel(), CHUNK):
+        x, y = a[i : i + CHUNK], b[i : i + CHUNK].to(a.dtype)
+        d = x - y
+        sums = [torch.dot(x, x), torch.dot(y, y), torch.dot(d, d), torch.dot(x, y)]
+        d.abs_()
+        parts.append(torch.stack([*sums, d.max(), d.div_(x.abs().add_(atol)).max()]))
+    p = torch.stack(parts)
+    out = torch.cat([p[:, :4].sum(0), p[:, 4:].amax(0)])
+    return [float(x) for x in out.tolist()]
 
 
 __all__ = ["TOLERANCES", "compare"]
