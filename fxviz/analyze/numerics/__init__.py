@@ -63,10 +63,12 @@ def numerics(
     torch's default table for ``against="decompose"``. Inputs must be real tensors: on ``meta``
     or fake there are no numbers to compare (:class:`~fxviz.errors.InputError`).
 
-        >>> r = fxviz.numerics(model, (ids,), against="dtype:bfloat16")
-        >>> r.first, r.where(r.first)
-        ('linear_2', 'linear_2 (torch.nn.functional.linear) in h.0.attn.c_attn at model.py:40')
-        >>> print(r.tree(depth=2))
+        >>> r = fxviz.numerics(gpt2, (ids,), against="dtype:bfloat16")
+        >>> r.where(r.first)
+        'addmm (torch.addmm) in transformer.h.0.attn.c_attn at pytorch_utils.py:119'
+        >>> r.worst_snr()   # dB, the module call whose output drifted most
+        42.2
+        >>> print(r.tree(depth=2))   # the module tree with an error column, the divergence panel
     """
     args, kwargs = normalize_args(model, args, kwargs)
     side, _, detail = against.partition(":")
