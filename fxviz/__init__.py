@@ -45,6 +45,7 @@ from fxviz.passes import run_passes
 
 if TYPE_CHECKING:  # imported on first use (see _LAZY); type checkers see them as they are
     from fxviz.analyze.compilemap import CompileMap, compile_map
+    from fxviz.analyze.numerics import Numerics, numerics
     from fxviz.graphdiff import Diff, Difference, diff
 
 #: Public names imported from their module on first use: those that need torch, and those that
@@ -54,6 +55,7 @@ _LAZY = {
     "capture": "fxviz.api", "compare": "fxviz.api", "METHODS": "fxviz.api",
     "compile_map": "fxviz.analyze.compilemap", "CompileMap": "fxviz.analyze.compilemap",
     "Diff": "fxviz.graphdiff", "Difference": "fxviz.graphdiff", "diff": "fxviz.graphdiff",
+    "numerics": "fxviz.analyze.numerics", "Numerics": "fxviz.analyze.numerics",
 }
 
 
@@ -97,6 +99,7 @@ __all__ = [
     "ModelError",
     "ModuleInfo",
     "Node",
+    "Numerics",
     "PassError",
     "Ref",
     "RenderError",
@@ -109,5 +112,6 @@ __all__ = [
     "compare",
     "compile_map",
     "diff",
+    "numerics",
     "run_passes",
 ]

@@ -1,0 +1,144 @@
+"""Numerics: where another way of running a model changes its numbers, per op and per module call,
+against eager float32.
+
+:func:`numerics` runs the model eagerly once under the eager tracer's recorder (the results land on
+the graph ``fxviz.capture(method="eager")`` draws) and, in the same run, the other side:
+
+- ``dtype:bfloat16`` / ``dtype:float16`` / ``autocast:bfloat16`` by shadow execution
+  (:mod:`~fxviz.analyze.numerics.shadow`): each op again on low-precision shadows of its inputs;
+- ``export`` / ``decompose`` by stepping the ExportedProgram's graph in step with the eager run
+  (:mod:`~fxviz.analyze.numerics.program`), aligned per module call and per op by
+  :func:`fxviz.graphdiff.diff`;
+- ``compile[:backend]`` by comparing the compiled model's outputs (:mod:`~fxviz.analyze.numerics.compiled`).
+
+Every value is reduced to an :class:`Error` (max abs, max rel, cosine, SNR; :mod:`.metrics`) as
+soon as both sides have it, so memory stays near one forward. The result (:class:`Numerics`,
+:mod:`.result`, torch-free) names the first divergence, where the error is born (:mod:`.find`),
+and writes the ``error`` overlay and the ``divergence`` panel on the eager graph.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from fxviz.analyze.numerics.compiled import compiled_errors
+from fxviz.analyze.numerics.find import births, module_errors
+from fxviz.analyze.numerics.metrics import TOLERANCES
+from fxviz.analyze.numerics.program import ProgramWatcher, aligned, export_program
+from fxviz.analyze.numerics.result import Error, Numerics, annotate
+from fxviz.analyze.numerics.run import Watcher, run_eager
+from fxviz.analyze.numerics.shadow import ShadowWatcher
+from fxviz.errors import InputError, TargetError
+from fxviz.fallback.trace import uses_meta
+from fxviz.torchbridge.normalize import flatten_inputs
+from fxviz.torchbridge.run import normalize_args, quiet_torch
+
+#: The sides :func:`numerics` compares against (``compile`` takes ``:backend``).
+SIDES = ("export", "decompose", "compile", "dtype:bfloat16", "dtype:float16", "autocast:bfloat16")
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def numerics(
+    model: nn.Module,
+    args: Any = (),
+    kwargs: dict[str, Any] | None = None,
+    *,
+    against: str = "export",
+    rtol: float | None = None,
+    atol: float | None = None,
+    seed: int | None = 0,
+    decompositions: Mapping[Any, Any] | None = None,
+) -> Numerics:
+    """Compare ``model(*args, **kwargs)`` run eagerly in float32 with the same model run another
+    way (``against``, one of :data:`SIDES`), op by op and module call by module call.
+
+    ``rtol``/``atol`` override the tolerance of the side's dtype (:data:`TOLERANCES`): a value is
+    beyond it when ``‖other − eager‖₂ > atol·√n + rtol·‖eager‖₂``. ``seed`` seeds torch's RNG
+    before the run (``None``: leave it). ``decompositions`` (op overload -> function) are added to
+    torch's default table for ``against="decompose"``. Inputs must be real tensors: on ``meta``
+    or fake there are no numbers to compare (:class:`~fxviz.errors.InputError`).
+
+        >>> r = fxviz.numerics(gpt2, (ids,), against="dtype:bfloat16")
+        >>> r.where(r.first)
+        'addmm (torch.addmm) in transformer.h.0.attn.c_attn at pytorch_utils.py:119'
+        >>> r.worst_snr()   # dB, the module call whose output drifted most
+        42.2
+        >>> print(r.tree(depth=2))   # the module tree with an error column, the divergence panel
+    """
+    args, kwargs = normalize_args(model, args, kwargs)
+    side, _, detail = against.partition(":")
+    if side not in ("export", "decompose", "compile", "dtype", "autocast", "stage"):
+        raise TargetError(f"--against {against!r} is not one of {', '.join(SIDES)} (compile takes :backend)")
+    _check_real(model, args, kwargs)
+    t0 = time.perf_counter()
+    notes: list[str] = []
+    with quiet_torch():
+        if side in ("dtype", "autocast"):
+            dtype = _DTYPES.get(detail)
+            if dtype is None or (side == "autocast" and detail != "bfloat16"):
+                raise TargetError(f"{against!r}: give dtype:bfloat16, dtype:float16 or autocast:bfloat16")
+            r_default, a_default = TOLERANCES[detail]
+            rtol, atol = (rtol if rtol is not None else r_default), (atol if atol is not None else a_default)
+            shadow = ShadowWatcher(dtype, autocast=side == "autocast", rtol=rtol, atol=atol)
+            graph, _ = run_eager(model, args, kwargs, shadow, seed=seed)
+            errors, random = shadow.errors, shadow.random
+            seconds = {"run": time.perf_counter() - t0}
+        elif side in ("export", "decompose"):
+            if detail:
+                raise TargetError(f"{against!r}: {side} takes no ':' part")
+            rtol, atol = (rtol if rtol is not None else TOLERANCES["float32"][0]), \
+                (atol if atol is not None else TOLERANCES["float32"][1])
+            ep, program_graph, inputs = export_program(model, args, kwargs, decompose=side == "decompose",
+                                                       decompositions=decompositions)
+            t1 = time.perf_counter()
+            first, _ = run_eager(model, args, kwargs, Watcher(), seed=seed)
+            pairs = aligned(program_graph, first)
+            t2 = time.perf_counter()
+            watcher = ProgramWatcher(ep.graph_module, inputs, pairs, rtol=rtol, atol=atol)
+            graph, _ = run_eager(model, args, kwargs, watcher, seed=seed)
+            if [n.name for n in graph.nodes] != [n.name for n in first.nodes]:
+                notes.append("the model ran differently the second time: the alignment may be off")
+            errors, random = watcher.errors, watcher.not_comparable
+            unaligned = sum(1 for n in graph.ops if n.name not in pairs)
+            if unaligned:
+                notes.append(f"{unaligned} eager op(s) have no counterpart in the program (views and "
+                             "in-place ops export rewrites, or ops it folded away): not compared")
+            seconds = {"export": t1 - t0, "align": t2 - t1, "run": time.perf_counter() - t2}
+        elif side == "compile":
+            rtol, atol = (rtol if rtol is not None else TOLERANCES["float32"][0]), \
+                (atol if atol is not None else TOLERANCES["float32"][1])
+            graph, errors, note = compiled_errors(model, args, kwargs, backend=detail or "inductor",
+                                                  rtol=rtol, atol=atol, seed=seed)
+            random = []
+            notes.append(note)
+            seconds = {"run": time.perf_counter() - t0}
+        else:
+            raise TargetError(f"{against!r}: stage:N needs the pass pipeline (issue 11), not available yet")
+    flat = {k: w for k, v in errors.items() if (w := Error.worst(v)) is not None}
+    result = Numerics(against=against, rtol=rtol, atol=atol, graph=graph, nodes=flat,
+                      modules=module_errors(graph, errors), not_comparable=list(random), notes=notes,
+                      seconds=seconds)
+    result.births = births(graph, flat)
+    result.first = result.births[0] if result.births else None
+    annotate(result)
+    return result
+
+
+def _check_real(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    fake = any(isinstance(t, FakeTensor) for t in flatten_inputs(model, args, kwargs).tensors) or \
+        any(isinstance(p, FakeTensor) for p in model.parameters())
+    if fake or uses_meta(model, args, kwargs):
+        raise InputError(
+            f"numerics need real inputs and weights: {type(model).__name__} or its inputs are on "
+            f"{'fake tensors' if fake else 'meta'}, which hold no numbers; build the model on cpu or "
+            "cuda and pass real tensors (fxviz.capture works on meta)")
+
+
+__all__ = ["SIDES", "TOLERANCES", "Error", "Numerics", "numerics"]

@@ -1,0 +1,219 @@
+"""What a numerics run found, as plain data: :class:`Error` per value compared, and the
+:class:`Numerics` result with its JSON and its marks on the eager graph (the ``error`` overlay, the
+``divergence`` panel, the metrics in each node's attrs). No torch: a saved result renders anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from fxviz.ir import Graph
+from fxviz.passes.overlays import set_overlay
+from fxviz.passes.panels import row, set_panel
+
+_FLOATS = ("max_abs", "max_rel", "cosine", "snr_db", "rel_rms")
+#: How many modules the ``divergence`` panel lists after the first divergence.
+WORST = 10
+
+
+@dataclass(slots=True)
+class Error:
+    """How far one value of the other side is from eager float32.
+
+    ``rel_rms`` is ``‖other − eager‖₂ / ‖eager‖₂`` (0 when equal; the overlay's value, bigger is
+    worse), ``snr_db`` ``−20·log10(rel_rms)`` (``inf`` when equal), ``max_rel`` the largest
+    ``|other − eager| / (|eager| + atol)``. ``exceeds`` says the value is beyond tolerance:
+    ``‖other − eager‖₂ > atol·√n + rtol·‖eager‖₂`` (the RMS form of ``allclose``, so one element
+    that cancels to nearly zero does not count as a divergence), or NaN/inf where eager has none, or
+    integers that differ. ``note`` says why a value was not compared (``comparable`` False).
+    """
+
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    cosine: float = 1.0
+    snr_db: float = math.inf
+    rel_rms: float = 0.0
+    exceeds: bool = False
+    comparable: bool = True
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in _FLOATS:
+            if not math.isfinite(d[k]):
+                d[k] = None if d[k] != d[k] else ("inf" if d[k] > 0 else "-inf")
+        if not d["note"]:
+            del d["note"]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Error:
+        v = dict(d)
+        for k in _FLOATS:
+            if isinstance(v.get(k), str):
+                v[k] = float(v[k])
+            elif v.get(k) is None and k in v:
+                v[k] = math.nan
+        return cls(**v)
+
+    def text(self) -> str:
+        """One line for the details panel and the terminal."""
+        if not self.comparable:
+            return f"not comparable: {self.note}" if self.note else "not comparable"
+        snr = "exact" if self.rel_rms == 0 else f"SNR {self.snr_db:.1f} dB"
+        return (f"{snr} · max abs {self.max_abs:.3g} · max rel {self.max_rel:.3g} · cos {self.cosine:.6f}"
+                + (" · beyond tolerance" if self.exceeds else ""))
+
+    @staticmethod
+    def worst(errors: list[Error]) -> Error | None:
+        compared = [e for e in errors if e.comparable]
+        if not compared:
+            return errors[0] if errors else None
+        return max(compared, key=lambda e: (e.exceeds, e.rel_rms if e.rel_rms == e.rel_rms else math.inf))
+
+
+@dataclass
+class Numerics:
+    """The result of :func:`fxviz.numerics`: per node and per module call :class:`Error` s against
+    eager float32, the first divergence, and the eager graph they are written on.
+
+    ``first`` is the first node, in execution order, whose value is beyond tolerance while every
+    value it reads is within: where the error is born (``None`` when none is). ``births`` lists
+    every such node. ``not_comparable`` lists the random ops (the other side is given eager's value
+    there, so what follows stays comparable). ``graph`` is the eager graph with the ``error`` overlay,
+    the ``divergence`` panel and each node's metrics in ``attrs["numerics"]``.
+    """
+
+    against: str
+    rtol: float
+    atol: float
+    graph: Graph
+    nodes: dict[str, Error] = field(default_factory=dict)
+    modules: dict[str, Error] = field(default_factory=dict)
+    first: str | None = None
+    births: list[str] = field(default_factory=list)
+    not_comparable: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    # ---- reading ---------------------------------------------------------------------------------
+
+    def module_snr(self) -> dict[str, float]:
+        """SNR in dB of each module call's output (call id -> dB), the model's own as ``""``."""
+        return {k: e.snr_db for k, e in self.modules.items() if e.comparable}
+
+    def worst_snr(self) -> float:
+        """The lowest SNR of any module call (``inf`` when every one is exact)."""
+        return min(self.module_snr().values(), default=math.inf)
+
+    def where(self, name: str) -> str:
+        """``node in module path at file:line`` for a node of the graph."""
+        n = self.graph.node(name)
+        path = n.stack[-1][0] if n.stack else ""
+        src = f" at {n.source.short()}" if n.source is not None else ""
+        return f"{n.name} ({n.target}) in {path or 'the model itself'}{src}"
+
+    def headline(self) -> str:
+        compared = sum(1 for e in self.nodes.values() if e.comparable)
+        beyond = sum(1 for e in self.nodes.values() if e.comparable and e.exceeds)
+        snr = self.worst_snr()
+        worst = "every module exact" if snr == math.inf else f"worst module SNR {snr:.1f} dB"
+        return (f"{self.graph.name} against {self.against}: {compared} values compared, {beyond} beyond "
+                f"tolerance (rtol {self.rtol:g}, atol {self.atol:g}), {worst}")
+
+    # ---- JSON ------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "against": self.against, "rtol": self.rtol, "atol": self.atol, "first": self.first,
+            "first_where": self.where(self.first) if self.first else None,
+            "births": self.births, "not_comparable": self.not_comparable, "notes": self.notes,
+            "seconds": self.seconds,
+            "nodes": {k: e.to_dict() for k, e in self.nodes.items()},
+            "modules": {k: e.to_dict() for k, e in self.modules.items()},
+            "graph": json.loads(self.graph.to_json()),
+        }
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> Numerics:
+        d = json.loads(text)
+        return cls(
+            against=d["against"], rtol=d["rtol"], atol=d["atol"], graph=Graph.from_json(json.dumps(d["graph"])),
+            nodes={k: Error.from_dict(v) for k, v in d["nodes"].items()},
+            modules={k: Error.from_dict(v) for k, v in d["modules"].items()},
+            first=d.get("first"), births=list(d.get("births", [])),
+            not_comparable=list(d.get("not_comparable", [])), notes=list(d.get("notes", [])),
+            seconds=dict(d.get("seconds", {})),
+        )
+
+    # ---- rendering -------------------------------------------------------------------------------
+
+    def tree(self, *, depth: int | None = None, unfold: bool = False) -> Any:
+        """The eager graph's tree with the error column (``rel_rms`` per module call) and the
+        ``divergence`` panel under it."""
+        return self.graph.tree(depth=depth, unfold=unfold, overlay="error")
+
+    def to_html(self, path: str) -> None:
+        self.graph.to_html(path, overlay="error")
+
+    def __rich__(self) -> Any:
+        return self.tree()
+
+
+# ---- writing the result on the graph ---------------------------------------------------------------
+
+
+def annotate(result: Numerics) -> None:
+    """Write ``result`` on its graph: the ``error`` overlay (relative RMS error, log scale, per node
+    and module call), the ``divergence`` panel (the first divergence, then the modules with the
+    lowest SNR) and each compared node's metrics as text in ``attrs["numerics"]``."""
+    g = result.graph
+    for name, e in result.nodes.items():
+        g.node(name).attrs["numerics"] = e.text()
+    set_overlay(
+        g, "error", label=f"error vs {result.against}", kind="number", unit="rel RMS", scale="log", reduce="max",
+        nodes={k: e.rel_rms for k, e in result.nodes.items() if e.comparable and math.isfinite(e.rel_rms)},
+        modules={k: e.rel_rms for k, e in result.modules.items() if k and e.comparable and math.isfinite(e.rel_rms)},
+        description=f"‖{result.against} − eager‖ / ‖eager‖ of each op's output and each module call's output "
+                    "(eager float32 is the reference; 0: identical)",
+    )
+    rows = []
+    tree = g.calls
+    if result.first is not None:
+        n = g.node(result.first)
+        e = result.nodes[result.first]
+        rows.append(row("first divergence", _module_of(g, result.first), _snr(e), f"{e.max_rel:.3g}",
+                        n.source.short() if n.source is not None else "", node=n.name,
+                        module=tree.of(n.name).id or None, level="error"))
+    calls = [(cid, e) for cid, e in result.modules.items() if cid and e.comparable and e.rel_rms > 0]
+    calls.sort(key=lambda x: -x[1].rel_rms)
+    by_id = {c.id: c for c in tree.walk() if c.stack}
+    for cid, e in calls[:WORST]:
+        c = by_id.get(cid)
+        label = f"{c.path} ({g.modules[c.path].cls})" if c is not None and c.path in g.modules else cid
+        rows.append(row("module", label, _snr(e), f"{e.max_rel:.3g}", "", module=cid,
+                        level="error" if e.exceeds else "warn"))
+    note = ("no value is beyond tolerance" if result.first is None else
+            f"the error is born at {result.where(result.first)}")
+    if result.not_comparable:
+        note += f"; {len(result.not_comparable)} random op(s) not comparable"
+    set_panel(g, "divergence", title=f"numerics against {result.against}",
+              columns=["what", "where", "SNR dB", "max rel", "line"], rows=rows, note=note)
+
+
+def _snr(e: Error) -> str:
+    return "exact" if e.rel_rms == 0 else f"{e.snr_db:.1f}"
+
+
+def _module_of(g: Graph, name: str) -> str:
+    n = g.node(name)
+    return f"{n.stack[-1][0]} · {n.name}" if n.stack else n.name
+
+
+__all__ = ["WORST", "Error", "Numerics", "annotate"]

@@ -1,0 +1,99 @@
+"""The eager float32 run that numerics compare against: the eager tracer's own recorder
+(:class:`~fxviz.fallback.recorder.Recorder`, function level), so the results land on the nodes of
+the graph ``fxviz.capture(method="eager")`` draws, with a :class:`Watcher` told about each op
+before it runs and after its node is recorded, while its values are alive.
+
+This is :func:`fxviz.fallback.trace.trace_eager`'s loop with the recorder subclassed, built on the
+tracer's public pieces (its modes and hooks), not a change to the tracer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from fxviz.analyze.flops import CAPTURE_PASSES
+from fxviz.errors import ModelError
+from fxviz.fallback.classify import Action, kind_of
+from fxviz.fallback.modes import module_hooks, recording
+from fxviz.fallback.recorder import Recorder, TracerFault
+from fxviz.ir import Graph, Node
+from fxviz.passes import run_passes
+from fxviz.torchbridge.normalize import _describe, flatten_inputs, flatten_outputs
+from fxviz.torchbridge.run import gc_paused
+from fxviz.torchbridge.values import module_infos, output_node
+
+
+class Watcher:
+    """What a numerics side does around each torch-function call of the eager run. ``before``
+    returns what ``after`` needs (a side that shadows the call resolves its arguments there, before
+    an in-place call changes them); ``node`` is the op's node, ``None`` when the tracer recorded
+    nothing for the call (a metadata query)."""
+
+    def before(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return None
+
+    def after(self, node: Node | None, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+              out: Any, state: Any) -> None:
+        return None
+
+
+class _Recorder(Recorder):
+    def __init__(self, model: nn.Module, watcher: Watcher, named: list[tuple[str, nn.Module]]) -> None:
+        super().__init__(model, "function", snapshot_buffers=True, named=named)
+        self.watcher = watcher
+
+    def observe(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if kind_of(func, "function").action is Action.SKIP:  # a metadata query: nothing to compare
+            return super().observe(func, args, kwargs)
+        try:
+            state = self.watcher.before(func, args, kwargs)
+        except Exception as e:  # numerics' own failure: never reported as the model's
+            raise TracerFault(f"numerics failed before {func}") from e
+        n = len(self.nodes)
+        out = super().observe(func, args, kwargs)
+        node = self.nodes[-1] if len(self.nodes) > n and self.nodes[-1].kind == "op" else None
+        try:
+            self.watcher.after(node, func, args, kwargs, out, state)
+        except Exception as e:
+            raise TracerFault(f"numerics failed after {func}") from e
+        return out
+
+
+def run_eager(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], watcher: Watcher,
+              *, seed: int | None) -> tuple[Graph, Any]:
+    """Run ``model`` once under ``torch.no_grad()`` with ``watcher`` on every call; the eager
+    graph (capture passes run) and the model's output. The model is left as found (buffers a
+    forward updates are restored). A model that raises is a :class:`ModelError`."""
+    named = list(model.named_modules(remove_duplicate=False))
+    rec = _Recorder(model, watcher, named)
+    flat = flatten_inputs(model, args, kwargs)
+    for name, t in zip(flat.names, flat.tensors, strict=True):
+        rec.add_input(name, t)
+    graph = Graph(name=type(model).__name__, method="eager", modules=module_infos(model, named))
+    if seed is not None:
+        torch.manual_seed(seed)
+    try:
+        with module_hooks(rec), gc_paused(), torch.no_grad(), recording(rec):
+            out = model(*args, **kwargs)
+        rec.finish()
+        for path, v in flatten_outputs(out):
+            if isinstance(v, torch.Tensor):
+                rec.nodes.append(output_node(rec.names.unique(path), path, rec.read(v), None))
+            else:
+                rec.nodes.append(output_node(rec.names.unique(path), path, None, _describe(v)))
+    except TracerFault as e:
+        raise (e.__cause__ or e) from None
+    except (ModelError, KeyboardInterrupt):
+        raise
+    except Exception as e:
+        raise ModelError(f"the model raised during the numerics run: {type(e).__name__}: {e}") from e
+    finally:
+        rec.state.restore()
+    graph.nodes = rec.nodes
+    return run_passes(graph, CAPTURE_PASSES), out
+
+
+__all__ = ["Watcher", "run_eager"]

@@ -1,0 +1,122 @@
+"""Sides that run in lower precision, by *shadow execution*: each op of the eager float32 run is run
+a second time on the shadows of its inputs (the float32 tensors cast to bfloat16/float16, or as
+they are under autocast), found through a weak identity map, so the shadow dies with its float32
+tensor. The two results are compared at once and only the shadow is kept: memory is one forward
+plus the shadows alive at the same time. The model is never copied or cast: a parameter is cast
+when an op reads it, and the cast dropped after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+from torch.utils.weak import WeakIdKeyDictionary
+
+from fxviz.analyze.numerics.metrics import compare
+from fxviz.analyze.numerics.result import Error
+from fxviz.analyze.numerics.run import Watcher
+from fxviz.ir import Node
+from fxviz.ops import DROPOUTS, RANDOM, op_name
+
+
+def _inplace(func: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether a torch-function call may write its arguments (then a shadow that *is* its float32
+    tensor, an integer index or an autocast input, is copied first, so eager's value is not written
+    twice)."""
+    name = getattr(func, "__name__", "")
+    return (name.endswith("_") and not name.endswith("__")) or name.startswith("__i") or name == "__setitem__" \
+        or bool(kwargs.get("inplace")) or "out" in kwargs
+
+
+class ShadowWatcher(Watcher):
+    """Runs each op again in ``dtype`` (``autocast=False``: the model as if cast with
+    ``model.to(dtype)``, inputs included) or under ``torch.autocast`` (``autocast=True``) and
+    records the :class:`Error` of every tensor it outputs (``errors``: node name -> one per output).
+    Random ops are not comparable: the shadow takes eager's value there (cast), so what follows
+    compares the same random draw."""
+
+    def __init__(self, dtype: torch.dtype, *, autocast: bool, rtol: float, atol: float) -> None:
+        self.dtype, self.autocast, self.rtol, self.atol = dtype, autocast, rtol, atol
+        self.shadows: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self.errors: dict[str, list[Error]] = {}
+        self.random: list[str] = []
+
+    def shadow(self, t: torch.Tensor) -> torch.Tensor:
+        s = self.shadows.get(t)
+        if s is None:
+            s = t.to(self.dtype) if t.is_floating_point() and not self.autocast else t
+            # an input or a buffer: its cast is kept while the tensor lives; a parameter's is made
+            # on each use and dropped, so a copy of the weights never exists (GPT-2 reads each once)
+            if s is not t and not isinstance(t, torch.nn.Parameter):
+                self.shadows[t] = s
+        return s
+
+    def before(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        if not any(isinstance(x, torch.Tensor) for x in leaves):
+            return (args, kwargs)
+        copy = _inplace(func, kwargs)
+        out = []
+        for x in leaves:
+            if isinstance(x, torch.Tensor):
+                s = self.shadow(x)
+                out.append(s.clone() if copy and s is x else s)
+            else:
+                out.append(x)
+        return pytree.tree_unflatten(out, spec)
+
+    def after(self, node: Node | None, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+              out: Any, state: Any) -> None:
+        if node is None:
+            return
+        eager_out = pytree.tree_leaves(out)
+        if is_random(node):
+            self.random.append(node.name)
+            for o in eager_out:
+                if isinstance(o, torch.Tensor):
+                    self.shadows[o] = o.to(self.dtype) if o.is_floating_point() and not self.autocast else o
+            self.errors[node.name] = [Error(comparable=False, note="random op: the other side takes eager's draw")]
+            return
+        s_args, s_kwargs = state
+        ctx = torch.autocast(device_type=_device(eager_out), dtype=self.dtype) if self.autocast \
+            else contextlib.nullcontext()
+        try:
+            with ctx:
+                s_out = func(*s_args, **s_kwargs)
+        except Exception as e:  # noqa: BLE001 - an op without a kernel for this dtype is a finding, not a crash
+            self.errors[node.name] = [Error(comparable=False, note=f"{type(e).__name__} in {self.dtype}: {e}"[:200])]
+            return
+        shadow_out = pytree.tree_leaves(s_out)
+        if len(shadow_out) != len(eager_out):
+            self.errors[node.name] = [Error(comparable=False, note="outputs differ in structure")]
+            return
+        errs = []
+        for o, s in zip(eager_out, shadow_out, strict=True):
+            if isinstance(o, torch.Tensor) and isinstance(s, torch.Tensor):
+                if s is not o:
+                    self.shadows[o] = s
+                errs.append(compare(o, s, self.rtol, self.atol))
+        if errs:
+            self.errors[node.name] = errs
+
+
+def is_random(node: Node) -> bool:
+    """Whether an op's value depends on the random number generator: a sampling op, or dropout
+    that is active (training, ``p`` > 0)."""
+    name = op_name(node.target)
+    if name in RANDOM:
+        return True
+    if name not in DROPOUTS:
+        return False
+    a = node.attrs
+    return bool(a.get("training", a.get("train", a.get("arg2", True)))) and a.get("p", a.get("arg1", 0.5)) != 0
+
+
+def _device(values: list[Any]) -> str:
+    return next((v.device.type for v in values if isinstance(v, torch.Tensor)), "cpu")
+
+
+__all__ = ["ShadowWatcher", "is_random"]

@@ -1,0 +1,95 @@
+"""``fxviz numerics``: where another way of running a model (export, decomposition, compile, lower
+precision) changes its numbers, per module and per op, against eager float32."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+from typing import Any
+
+import click
+
+from fxviz.cli.base import cli, out_console, verbose_option, with_torch
+from fxviz.errors import TargetError
+from fxviz.targets.parse import recognise
+from fxviz.text import one_line
+
+_SIDES = "export, decompose, compile[:backend], dtype:bfloat16, dtype:float16, autocast:bfloat16"
+
+
+@cli.command(name="numerics")
+@click.argument("target")
+@verbose_option
+@click.option("--against", "-a", default="export", show_default=True, metavar="SIDE",
+              help=f"What to compare eager float32 with: {_SIDES}.")
+@click.option("--rtol", type=float, default=None, help="Relative tolerance (default: by the side's dtype).")
+@click.option("--atol", type=float, default=None, help="Absolute tolerance (default: 1e-5).")
+@click.option("--depth", "-d", type=click.IntRange(min=0), default=None, help="Levels of modules to show.")
+@click.option("--unfold", is_flag=True, help="Show every block of a folded run (h.0-11 ×12): each has its own error.")
+@click.option("--input-shape", "-i", "input_shapes", multiple=True, metavar="1,3,32,32",
+              help="Shape of a random input tensor (repeat for several inputs).")
+@click.option("--dtype", default="float32", show_default=True, help="dtype of the --input-shape tensors.")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
+              help="Write the report here, coloured by the error.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Write the result as JSON here ('-': stdout, instead of the tree).")
+@click.option("--fail-above", "fail_above", type=float, default=None, metavar="DB",
+              help="Exit 1 when any module's SNR falls below DB decibels (a CI gate), after writing outputs.")
+def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | None, depth: int | None, unfold: bool,
+                 input_shapes: tuple[str, ...], dtype: str, html_out: str | None, json_out: str | None,
+                 fail_above: float | None) -> None:
+    """Compare TARGET's eager float32 forward with the same model run another way (--against),
+    op by op and module by module: max abs and rel error, cosine similarity, SNR, and the first
+    divergence (the op where the error is born). TARGET is a factory: the model must run.
+
+    Exits 0 whatever the errors, unless --fail-above is given.
+    """
+    ctx = click.get_current_context()
+    spec = recognise(target)
+    if not spec.captures:
+        raise TargetError(f"{target!r} is {spec.what}: numerics run the model, give a factory (model.py:build)")
+    factory = with_torch(spec)
+    t = factory.load_factory(spec, input_shapes=input_shapes, dtype=dtype)
+    from fxviz.analyze.numerics import numerics
+
+    with _spinner(f"running {type(t.model).__name__} eagerly and against {against}"):
+        result = numerics(t.model, t.args, t.kwargs, against=against, rtol=rtol, atol=atol)
+    if json_out is not None:
+        if json_out == "-":
+            click.echo(result.to_json(indent=1))
+        else:
+            from fxviz.render.files import write_text
+
+            write_text(json_out, result.to_json(indent=1), what="numerics JSON")
+    if json_out != "-":
+        console = out_console()
+        console.print(one_line(result.headline(), limit=400))
+        if result.first is not None:
+            console.print(f"first divergence: {one_line(result.where(result.first), limit=400)}  "
+                          f"[{result.nodes[result.first].text()}]")
+        for note in result.notes:
+            console.print(f"note: {one_line(note, limit=400)}")
+        console.print(result.tree(depth=depth, unfold=unfold))
+    if html_out is not None:
+        result.to_html(html_out)
+        click.echo(f"wrote {html_out}", err=json_out == "-")
+    if fail_above is not None:
+        worst = result.worst_snr()
+        if worst < fail_above:
+            click.echo(f"a module's SNR is {worst:.1f} dB, below --fail-above {fail_above:g} dB", err=True)
+            ctx.exit(1)
+        if math.isnan(worst):
+            ctx.exit(1)
+
+
+@contextlib.contextmanager
+def _spinner(text: str) -> Any:
+    """A spinner on stderr while the model runs, when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(text):
+        yield

@@ -1,0 +1,207 @@
+"""fxviz.numerics and `fxviz numerics`: per-op and per-module error against eager float32, the
+first divergence, random ops, real inputs only, the overlay and panel on the eager graph, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import fxviz
+from fxviz.analyze.numerics import Numerics, numerics
+from fxviz.cli import cli
+from fxviz.errors import InputError, TargetError
+from tests import numerics_models as nm
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_export_of_a_deterministic_model_is_exact() -> None:
+    model, args = nm.deterministic()
+    r = numerics(model, args, against="export")
+    ops = [n.name for n in r.graph.ops]
+    assert set(r.nodes) == set(ops)  # every op compared: export spells each the same way
+    for name, e in r.nodes.items():
+        assert e.comparable and e.max_abs == 0.0 and e.rel_rms == 0.0 and e.snr_db == math.inf, name
+        assert e.cosine == pytest.approx(1.0) and not e.exceeds
+    assert r.first is None and r.births == []
+    assert {c.path for c in r.graph.calls.walk() if c.id in r.modules} >= {"embed", "blocks.0", "blocks.1", "head"}
+    assert all(e.rel_rms == 0.0 for e in r.modules.values())
+    assert r.worst_snr() == math.inf
+
+
+def test_decompose_of_a_deterministic_model_is_within_tolerance() -> None:
+    model, args = nm.deterministic()
+    r = numerics(model, args, against="decompose")
+    assert r.first is None
+    assert len(r.nodes) >= 14 and all(not e.exceeds for e in r.nodes.values())
+
+
+def test_wrong_decomposition_is_the_first_divergence() -> None:
+    model, args = nm.gelu_net()
+    r = numerics(model, args, against="decompose", decompositions={torch.ops.aten.gelu.default: nm.wrong_gelu})
+    assert r.first == "gelu"
+    node = r.graph.node("gelu")
+    assert node.stack[-1][0] == "act" and node.source is not None and node.source.line > 0
+    assert r.nodes["linear"].rel_rms == 0.0  # before it: exact
+    assert r.nodes["gelu"].exceeds and r.nodes["gelu"].snr_db < 20
+    assert r.nodes["linear_1"].exceeds  # after it: carried, not born
+    assert r.births == ["gelu"]
+    assert "in act at" in r.where("gelu")
+
+
+@pytest.mark.parametrize("against", ["export", "decompose", "dtype:bfloat16", "autocast:bfloat16"])
+def test_dropout_in_train_mode_is_not_comparable(against: str) -> None:
+    model, args = nm.dropped()
+    assert model.training
+    r = numerics(model, args, against=against)
+    assert r.not_comparable == ["dropout"]
+    assert not r.nodes["dropout"].comparable and "random" in r.nodes["dropout"].note
+    assert r.first is None  # the other side was given eager's draw: no false divergence after it
+    assert r.nodes["linear_1"].comparable and not r.nodes["linear_1"].exceeds
+    assert model.training  # left as found
+
+
+def test_meta_inputs_are_refused() -> None:
+    with torch.device("meta"):
+        model = nm.GeluNet()
+    with pytest.raises(InputError, match="numerics need real inputs"):
+        numerics(model, (torch.randn(3, 8, device="meta"),), against="dtype:bfloat16")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    real, _ = nm.gelu_net()
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(torch.randn(3, 8))
+    with pytest.raises(InputError, match="fake tensors"):
+        numerics(real, (fake,), against="export")
+
+
+def test_unknown_side_is_refused() -> None:
+    model, args = nm.gelu_net()
+    with pytest.raises(TargetError, match="is not one of"):
+        numerics(model, args, against="onnx")
+    with pytest.raises(TargetError, match="dtype:bfloat16"):
+        numerics(model, args, against="dtype:int8")
+
+
+def test_results_are_written_on_the_eager_graph() -> None:
+    model, args = nm.gelu_net()
+    r = numerics(model, args, against="dtype:bfloat16")
+    g = r.graph
+    assert g.method == "eager"
+    overlay = g.annotations["overlays"]["error"]
+    assert overlay["scale"] == "log" and overlay["reduce"] == "max"
+    assert overlay["nodes"]["linear"] == pytest.approx(r.nodes["linear"].rel_rms) and overlay["nodes"]["linear"] > 0
+    fc2 = next(c for c in g.calls.walk() if c.path == "fc2")
+    assert overlay["modules"][fc2.id] == pytest.approx(r.modules[fc2.id].rel_rms)
+    assert g.node("linear").attrs["numerics"].startswith("SNR ")
+    panel = g.annotations["panels"]["divergence"]
+    assert panel["columns"][0] == "what" and panel["rows"] and panel["rows"][0]["module"] in {c.id for c in g.calls.walk()}
+    back = Numerics.from_json(r.to_json())
+    assert back.nodes == r.nodes and back.modules == r.modules and back.first == r.first
+    assert back.graph.annotations["overlays"]["error"] == overlay
+    assert "error vs dtype:bfloat16" in _text(r.tree())
+
+
+def test_report_carries_overlay_panel_and_metrics(tmp_path: Path) -> None:
+    model, args = nm.gelu_net()
+    r = numerics(model, args, against="decompose", decompositions={torch.ops.aten.gelu.default: nm.wrong_gelu})
+    path = tmp_path / "r.html"
+    r.to_html(str(path))
+    page = path.read_text()
+    assert '"divergence"' in page and '"error"' in page and "first divergence" in page
+    assert r.nodes["gelu"].text() in page  # the details panel's attrs["numerics"]
+    panel = r.graph.annotations["panels"]["divergence"]
+    assert panel["rows"][0]["node"] == "gelu" and panel["rows"][0]["level"] == "error"
+
+
+def test_compile_compares_outputs() -> None:
+    model, args = nm.deterministic()
+    r = numerics(model, args, against="compile:aot_eager")
+    out = r.graph.node(next(n for n in r.graph.nodes if n.kind == "output").inputs[0].node)
+    assert set(r.nodes) == {out.name}
+    assert r.nodes[out.name].max_abs <= 1e-6 and r.first is None
+    assert "per model output" in r.notes[0]
+
+
+def test_lazy_public_names() -> None:
+    assert fxviz.numerics is numerics and fxviz.Numerics is Numerics
+
+
+@pytest.mark.slow
+def test_bfloat16_gpt2_error_is_born_in_the_first_block_and_grows() -> None:
+    from tests.transformers_zoo import gpt2
+
+    model, args, kwargs = gpt2(4)
+    r = numerics(model, args, kwargs, against="dtype:bfloat16", seed=0)
+    blocks = {c.path: r.modules[c.id] for c in r.graph.calls.walk() if c.path.count(".") == 2
+              and c.path.startswith("transformer.h.")}
+    assert sorted(blocks) == [f"transformer.h.{i}" for i in range(4)]
+    assert all(e.rel_rms > 0 and math.isfinite(e.snr_db) for e in blocks.values())  # errors in every block
+    assert r.first is not None
+    assert r.graph.node(r.first).stack[1][0] == "transformer.h.0"
+    snr = [blocks[f"transformer.h.{i}"].snr_db for i in range(4)]
+    assert snr[0] > snr[-1] + 2  # the error grows from the first block to the last (fixed seed)
+    assert all(e.snr_db > 30 for e in blocks.values())  # but bfloat16 stays bfloat16, not noise
+
+
+# ---- CLI ----------------------------------------------------------------------------------------------
+
+
+def _text(renderable: object) -> str:
+    from rich.console import Console
+
+    console = Console(width=160, color_system=None, record=True)
+    console.print(renderable)
+    return console.export_text()
+
+
+@pytest.fixture
+def models_py(tmp_path: Path) -> str:
+    path = tmp_path / "numerics_models.py"
+    shutil.copy(HERE / "numerics_models.py", path)
+    return str(path)
+
+
+def test_cli_export_exact(models_py: str, tmp_path: Path) -> None:
+    out = tmp_path / "n.json"
+    res = CliRunner().invoke(cli, ["numerics", f"{models_py}:deterministic", "--against", "export",
+                                   "--json", str(out), "--fail-above", "200"])
+    assert res.exit_code == 0, res.output
+    assert "against export" in res.output and "0 beyond tolerance" in res.output and "every module exact" in res.output
+    data = json.loads(out.read_text())
+    assert data["first"] is None and data["against"] == "export"
+    assert all(e["rel_rms"] == 0 and e["snr_db"] == "inf" for e in data["nodes"].values())
+
+
+def test_cli_first_divergence_and_fail_above(models_py: str, tmp_path: Path) -> None:
+    html = tmp_path / "r.html"
+    res = CliRunner().invoke(cli, ["numerics", f"{models_py}:deterministic", "--against", "dtype:bfloat16",
+                                   "--rtol", "1e-4", "--html", str(html), "--fail-above", "200"])
+    assert res.exit_code == 1, res.output
+    assert "first divergence: linear (torch.nn.functional.linear) in embed" in res.output
+    assert "below --fail-above 200 dB" in res.output
+    assert html.exists() and html.stat().st_size > 10_000  # written before the exit
+
+
+def test_cli_json_to_stdout(models_py: str) -> None:
+    res = CliRunner().invoke(cli, ["numerics", f"{models_py}:gelu_net", "-a", "dtype:float16", "--json", "-"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["against"] == "dtype:float16" and data["rtol"] == 2.0**-11
+    assert set(data["nodes"]) == {"linear", "gelu", "linear_1"}
+
+
+def test_cli_refuses_bad_side_and_saved_graph(models_py: str, tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["numerics", f"{models_py}:gelu_net", "--against", "tflite"])
+    assert res.exit_code == TargetError.exit_code and "is not one of" in res.output
+    g = tmp_path / "g.json"
+    model, args = nm.gelu_net()
+    g.write_text(fxviz.capture(model, args).to_json())
+    res = CliRunner().invoke(cli, ["numerics", str(g)])
+    assert res.exit_code == TargetError.exit_code and "give a factory" in res.output
