@@ -44,6 +44,7 @@ from fxviz.passes import DEFAULT as DEFAULT_PASSES
 from fxviz.passes import run_passes
 
 if TYPE_CHECKING:  # imported on first use (see _LAZY); type checkers see them as they are
+    from fxviz.analyze.pipeline import pipeline
     from fxviz.graphdiff import Diff, Difference, diff
 
 #: Public names imported from their module on first use: those that need torch, and those that
@@ -52,6 +53,7 @@ if TYPE_CHECKING:  # imported on first use (see _LAZY); type checkers see them a
 _LAZY = {
     "capture": "fxviz.api", "compare": "fxviz.api", "METHODS": "fxviz.api",
     "Diff": "fxviz.graphdiff", "Difference": "fxviz.graphdiff", "diff": "fxviz.graphdiff",
+    "pipeline": "fxviz.analyze.pipeline",
 }
 
 
@@ -105,5 +107,6 @@ __all__ = [
     "capture",
     "compare",
     "diff",
+    "pipeline",
     "run_passes",
 ]

@@ -7,6 +7,7 @@ share; each verb module registers its commands on it. Importing this package reg
 from __future__ import annotations
 
 import fxviz.cli.graphs  # noqa: F401  (registers tree, json, html, render, diff, demo)
+import fxviz.cli.passes  # noqa: F401  (registers passes)
 from fxviz.cli.base import EXIT_BROKEN_PIPE, EXIT_BUG, EXIT_CODES, EXIT_INTERRUPTED, cli, main, read_graph
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_BUG", "EXIT_CODES", "EXIT_INTERRUPTED", "cli", "main", "read_graph"]
