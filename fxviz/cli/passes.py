@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from fxviz.cli.base import cli, out_console, refuse_capture_options, verbose_option
-from fxviz.errors import TargetError
+from fxviz.errors import PassError, TargetError
 from fxviz.targets.parse import recognise
 from fxviz.text import clean, one_line
 
@@ -109,7 +109,8 @@ def passes(target: str, input_shapes: tuple[str, ...], dtype: str, passes: tuple
            decompose_table: str | None, from_stage: int, to_stage: int | None, stage_index: int | None,
            show_all: bool, json_out: str | None, html_out: str | None, numbers: bool) -> None:
     """Run compiler passes on TARGET's exported program and show the graph after each: a stage table
-    (pass, time, ops before -> after, nodes added and removed, max error against eager)."""
+    (pass, time, ops before -> after, nodes added and removed, max error against eager). A pass that
+    raises ends the pipeline: the stages before it are shown, and the exit code is 4."""
     ctx = click.get_current_context()
     spec = recognise(target)
     refuse_capture_options(ctx, spec)
@@ -148,6 +149,8 @@ def passes(target: str, input_shapes: tuple[str, ...], dtype: str, passes: tuple
             from fxviz.render.files import write_text
 
             write_text(json_out, text, what="pipeline JSON")
+    if p.failed is not None:  # what ran is written; the exit says a pass failed
+        ctx.exit(PassError.exit_code)
 
 
 def _run(spec: Any, pass_list: list[Any] | None, table: Any, numbers: bool, input_shapes: tuple[str, ...],
