@@ -34,7 +34,7 @@ from fxviz.symbolic.pt2 import _load as _load_pt2  # the one .pt2 loader: clear 
 from fxviz.symbolic.pt2 import graph_from_program, output_names
 from fxviz.text import one_line
 from fxviz.torchbridge.normalize import NormalizedModel, flatten_inputs
-from fxviz.torchbridge.run import normalize_args, quiet_torch
+from fxviz.torchbridge.run import gc_paused, normalize_args, quiet_torch
 from fxviz.torchbridge.source import error_location
 
 #: What ``fxviz.pipeline`` runs after export when no passes are given: core ATen.
@@ -86,11 +86,17 @@ def pipeline(
         [('export', 0), ('decompose', 2)]
     """
     steps = steps_of(DEFAULT_PASSES if passes is None else passes, decompose_table=decompose_table)
+    with gc_paused():  # as a capture does: the collector's full sweeps cost tracing up to half its time
+        return _pipeline(model_or_program, args, kwargs, steps, numbers)
+
+
+def _pipeline(model_or_program: nn.Module | ExportedProgram, args: Any, kwargs: dict[str, Any] | None,
+              steps: list[Step], numbers: bool) -> Pipeline:
     if isinstance(model_or_program, ExportedProgram):
         run, ep, name = _from_program(model_or_program, args, kwargs), model_or_program, "program"
         t_start = 0.0
     else:
-        run, ep, t_start = _from_model(model_or_program, args, kwargs)
+        run, ep, t_start = _from_model(model_or_program, args, kwargs, numbers)
         name = "export"
     title = type(run.model).__name__ if run.model is not None else ""
     result = Pipeline(title)
@@ -123,7 +129,8 @@ def load_program(path: str | os.PathLike[str]) -> ExportedProgram:
     return _load_pt2(name)
 
 
-def _from_model(model: nn.Module, args: Any, kwargs: dict[str, Any] | None) -> tuple[_Run, ExportedProgram, float]:
+def _from_model(model: nn.Module, args: Any, kwargs: dict[str, Any] | None,
+                numbers: bool) -> tuple[_Run, ExportedProgram, float]:
     args, kwargs = normalize_args(model, args, kwargs)
     flat = flatten_inputs(model, args, kwargs)
     run = _Run(model, flat, user=list(flat.tensors))
@@ -138,7 +145,7 @@ def _from_model(model: nn.Module, args: Any, kwargs: dict[str, Any] | None) -> t
     seconds = time.perf_counter() - t0
     run.out_names = [p for p, const in run.box.get("outputs", []) if const is None]
     run.note = num.no_numbers([*flat.tensors, *model.parameters(), *model.buffers()])
-    if not run.note:
+    if numbers and not run.note:  # eager's outputs: the reference every stage is compared with
         with torch.no_grad():
             run.want = list(wrapper(*flat.tensors))
     return run, ep, seconds
