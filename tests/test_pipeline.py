@@ -141,6 +141,17 @@ def test_the_first_divergence_names_the_pass_and_the_node() -> None:
     assert div.max_abs > swap.numbers.max_abs
 
 
+def test_a_pass_that_edits_a_constant_changes_the_node() -> None:
+    model, args = cnn()
+    p = pipeline(model, args, passes=[pp.divide_by_four])
+    edit = p.stages[1]
+    assert edit.changed and edit.replaced == ["div"] and edit.removed == ["div"] and edit.added == []
+    assert edit.links == {"div": [("div", EXACT)]}
+    assert edit.graph.node("div").attrs["other"] == 4
+    div = p.first_divergence
+    assert div is not None and (div.stage, div.node) == (1, "div")
+
+
 def test_a_pass_manager_is_one_stage_per_pass() -> None:
     model, args = cnn()
     p = pipeline(model, args, passes=[pp.three_passes()])
@@ -209,6 +220,8 @@ def test_the_change_overlay_and_the_stage_panel() -> None:
     assert panel["rows"][1]["node"] == "linear_relu_default"
     assert panel["rows"][1]["cells"][3:6] == ["15 → 14", "+1", "-2"]
     assert "1 stage without changes hidden" in panel["note"]
+    assert g.node("linear_relu_default").attrs["provenance"] == (
+        "stage 2 linear_relu_default <- stage 1 linear (inferred), relu_3 (inferred) <- stage 0 linear, relu_3")
 
 
 def test_unknown_pass_kinds_are_refused() -> None:
@@ -299,6 +312,12 @@ def test_cli_json_to_stdout_html_and_stage_range(tmp_path: Path) -> None:
     assert len(rows) == 1 and "decompose" in rows[0]
     text = html.read_text()
     assert OVERLAY in text and "pass pipeline" in text
+    side = tmp_path / "side.html"
+    r = CliRunner().invoke(cli, ["passes", CNN, "--before-after", str(side), "--no-numbers"])
+    assert r.exit_code == 0, r.output
+    assert "stage 0 (export)" in side.read_text() and "stage 1 (decompose)" in side.read_text()
+    r = CliRunner().invoke(cli, ["passes", CNN, "--before-after", str(side), "--stage", "0", "--no-numbers"])
+    assert r.exit_code == fxviz.TargetError.exit_code and "stage 0 has no stage before it" in r.output
 
 
 def test_cli_runs_on_a_pt2_file_and_refuses_bad_passes(tmp_path: Path) -> None:

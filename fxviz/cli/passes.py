@@ -103,11 +103,14 @@ def _summary(p: Pipeline, show_unchanged: bool) -> list[str]:
               help="Write the whole pipeline as JSON ('-': stdout).")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
               help="Write the selected stage's report (default: the last), changes coloured.")
+@click.option("--before-after", "before_after", type=click.Path(dir_okay=False), default=None,
+              help="Write the selected stage (default: the last) and the one before it side by side (HTML).")
 @click.option("--numbers/--no-numbers", default=True, show_default=True,
               help="Run each stage on the inputs and compare its outputs with eager PyTorch.")
 def passes(target: str, input_shapes: tuple[str, ...], dtype: str, passes: tuple[str, ...],
            decompose_table: str | None, from_stage: int, to_stage: int | None, stage_index: int | None,
-           show_all: bool, json_out: str | None, html_out: str | None, numbers: bool) -> None:
+           show_all: bool, json_out: str | None, html_out: str | None, before_after: str | None,
+           numbers: bool) -> None:
     """Run compiler passes on TARGET's exported program and show the graph after each: a stage table
     (pass, time, ops before -> after, nodes added and removed, max error against eager). A pass that
     raises ends the pipeline: the stages before it are shown, and the exit code is 4."""
@@ -141,6 +144,9 @@ def passes(target: str, input_shapes: tuple[str, ...], dtype: str, passes: tuple
         g = annotate(p, last if stage_index is None else stage_index, show_unchanged=show_all, stages=shown)
         g.to_html(html_out, overlay="pass_change")
         click.echo(f"wrote {html_out}", err=not to_stdout)
+    if before_after is not None:
+        _write_before_after(p, last if stage_index is None else stage_index, before_after)
+        click.echo(f"wrote {before_after}", err=not to_stdout)
     if json_out is not None:
         text = p.to_json(indent=1)
         if json_out == "-":
@@ -151,6 +157,17 @@ def passes(target: str, input_shapes: tuple[str, ...], dtype: str, passes: tuple
             write_text(json_out, text, what="pipeline JSON")
     if p.failed is not None:  # what ran is written; the exit says a pass failed
         ctx.exit(PassError.exit_code)
+
+
+def _write_before_after(p: Pipeline, index: int, path: str) -> None:
+    """The diff page (as ``fxviz diff --html`` writes it) of stage ``index`` against the one before."""
+    from fxviz.graphdiff import diff
+
+    if index == 0:
+        raise TargetError("--before-after: stage 0 has no stage before it; pick a later one with --stage")
+    before, after = p.stage(index - 1), p.stage(index)
+    diff(before.graph, after.graph, labels=(f"stage {before.index} ({before.name})",
+                                            f"stage {after.index} ({after.name})")).to_html(path)
 
 
 def _run(spec: Any, pass_list: list[Any] | None, table: Any, numbers: bool, input_shapes: tuple[str, ...],

@@ -3,7 +3,7 @@
 Exact where torch recorded it: ``run_decompositions`` gives every node it makes
 ``meta["from_node"]``, a chain of ``NodeSource`` entries; the entry whose ``graph_id`` is the
 earlier graph's names the node (the entries of other graphs, some copied along with meta, are
-ignored). A node that keeps its name and op is its own origin. Inferred otherwise: a pass that
+ignored). A node that keeps its name, op and constant arguments is its own origin (kept). Inferred otherwise: a pass that
 builds nodes without meta (most hand-written ones) leaves a new node that takes a removed node's
 place; it is tied to the removed nodes whose users it now feeds, else whose inputs it reads, else
 to what the new nodes it reads come from.
@@ -35,13 +35,13 @@ def _ops(graph: torch.fx.Graph) -> dict[str, torch.fx.Node]:
     return {n.name: n for n in graph.nodes if n.op in _OPS}
 
 
-def _recorded(node: torch.fx.Node, graph_id: int) -> list[str]:
-    """Names in ``node``'s ``from_node`` chain that belong to the graph ``graph_id``."""
+def _recorded(node: torch.fx.Node, graph_ids: set[int]) -> list[str]:
+    """Names in ``node``'s ``from_node`` chain that belong to one of the graphs ``graph_ids``."""
     found: list[str] = []
     todo = list(node.meta.get("from_node") or [])
     while todo:
         src = todo.pop(0)
-        if getattr(src, "graph_id", None) == graph_id:
+        if getattr(src, "graph_id", None) in graph_ids:
             if src.name not in found:
                 found.append(src.name)
             continue
@@ -49,16 +49,29 @@ def _recorded(node: torch.fx.Node, graph_id: int) -> list[str]:
     return found
 
 
-def link(before: torch.fx.Graph, after: torch.fx.Graph) -> tuple[Links, list[str], list[str]]:
+def _constants(n: torch.fx.Node) -> str:
+    """``n``'s arguments with every node read left out: what a pass changes when it edits a constant
+    (a node whose inputs were replaced upstream is still the same op)."""
+    return repr(torch.fx.node.map_arg((n.args, n.kwargs), lambda _: None))
+
+
+def _same_op(a: torch.fx.Node, b: torch.fx.Node) -> bool:
+    return a.target == b.target and _constants(a) == _constants(b)
+
+
+def link(before: torch.fx.Graph, after: torch.fx.Graph,
+         given: torch.fx.Graph | None = None) -> tuple[Links, list[str], list[str]]:
     """(links of every new or changed op node of ``after``, those node names, the op nodes of
-    ``before`` that are gone). Kept nodes (same name, same op) are left out of ``links``."""
+    ``before`` that are gone). Kept nodes (same name, same op) are left out of ``links``.
+    ``given`` is the copy of ``before`` the pass ran on, if it ran on one (same node names)."""
+    ids = {id(before)} | ({id(given)} if given is not None else set())
     old, new = _ops(before), _ops(after)
     links: Links = {}
     kept: set[str] = set()
     fresh: list[torch.fx.Node] = []
     for name, n in new.items():
-        recorded = [x for x in _recorded(n, id(before)) if x in old]
-        same = name in old and old[name].target == n.target
+        recorded = [x for x in _recorded(n, ids) if x in old]
+        same = name in old and _same_op(old[name], n)
         if same and recorded in ([], [name]):
             kept.add(name)
             continue

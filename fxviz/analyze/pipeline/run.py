@@ -24,7 +24,7 @@ from torch.utils import _pytree as pytree
 
 import fxviz.analyze.pipeline.links as linking
 import fxviz.analyze.pipeline.numbers as num
-from fxviz.analyze.pipeline.result import Divergence, Pipeline, Stage, StageError
+from fxviz.analyze.pipeline.result import Divergence, Numbers, Pipeline, Stage, StageError
 from fxviz.analyze.pipeline.steps import Step, steps_of
 from fxviz.errors import CaptureError, TargetError
 from fxviz.ir import Graph
@@ -106,7 +106,7 @@ def _pipeline(model_or_program: nn.Module | ExportedProgram, args: Any, kwargs: 
     if numbers and not run.note:
         if run.want is None:  # a program given: its own outputs are the reference
             run.want = num.run_program(ep, run.user)
-        first.numbers = num.check(ep, run.user, run.want, run.out_names)
+        first.numbers = _check(ep, run)
     result.stages.append(first)
     for step in steps:
         stage = _stage(run, result.stages[-1], step, len(result.stages), numbers and not run.note)
@@ -173,14 +173,14 @@ def _stage(run: _Run, prev: Stage, step: Step, index: int, numbers: bool) -> Sta
     t0 = time.perf_counter()
     try:
         with quiet_torch():
-            after, modified = step.run(before)
+            after, modified, given = step.run(before)
     except Exception as e:  # the pass's own bug: keep what ran, show where it raised
         stage = Stage(index, step.name, prev.graph, time.perf_counter() - t0, kind=step.kind,
                       ops_before=prev.ops_after, ops_after=prev.ops_after, changed=False,
                       error=StageError(type(e).__name__, one_line(str(e), limit=500), error_location(e)))
         return stage
     seconds = time.perf_counter() - t0
-    fx_links, fresh, gone = linking.link(before.graph, after.graph)
+    fx_links, fresh, gone = linking.link(before.graph, after.graph, given=given)
     linking.fill_meta(after.graph, before.graph, fx_links)
     graph = run.graph(after, f"export + {step.name}")
     new_names = linking.ir_names(after.graph, graph)
@@ -190,7 +190,8 @@ def _stage(run: _Run, prev: Stage, step: Step, index: int, numbers: bool) -> Sta
     gone_ir = set(removed)
     fresh_ir = linking.names(fresh, new_names)
     replaced = [n for n in fresh_ir if any(s in gone_ir for s, _ in links.get(n, ()))]
-    added = [n for n in fresh_ir if n not in set(replaced)]
+    replaced_set = set(replaced)
+    added = [n for n in fresh_ir if n not in replaced_set]
     stage = Stage(index, step.name, graph, seconds, kind=step.kind, ops_before=prev.ops_after, ops_after=_ops(graph),
                   added=added, removed=removed, replaced=replaced, links=links,
                   changed=bool(fresh or gone) if modified is None else bool(modified and (fresh or gone)),
@@ -198,8 +199,16 @@ def _stage(run: _Run, prev: Stage, step: Step, index: int, numbers: bool) -> Sta
     stage.changes = _changes(stage, prev.graph)
     run.fx_links[index] = fx_links
     if numbers:
-        stage.numbers = num.check(after, run.user, run.want or [], run.out_names)
+        stage.numbers = _check(after, run)
     return stage
+
+
+def _check(ep: ExportedProgram, run: _Run) -> Numbers:
+    """The stage's numbers; a program that does not run says why in the note (no outputs compared)."""
+    try:
+        return num.check(ep, run.user, run.want or [], run.out_names)
+    except Exception as e:  # a pass can leave a program that no longer runs: that is a finding
+        return Numbers(note=f"the program does not run: {type(e).__name__}: {one_line(str(e), limit=300)}")
 
 
 def _changes(stage: Stage, before: Graph) -> dict[str, dict[str, list[str]]]:
@@ -222,7 +231,11 @@ def _divergence(run: _Run, p: Pipeline) -> Divergence | None:
             div.note = "the first stage already differs from eager"
             return div
         prev = p.stages[s.index - 1]
-        found = num.first_differing_node(prev.program, s.program, run.fx_links.get(s.index, {}), run.user)
+        try:
+            found = num.first_differing_node(prev.program, s.program, run.fx_links.get(s.index, {}), run.user)
+        except Exception as e:  # the stages ran whole, yet not node by node: name the stage only
+            div.note = f"its nodes could not be compared one by one: {type(e).__name__}: {one_line(str(e), limit=200)}"
+            return div
         if found is None:
             div.note = "no single node differs from the stage before: the difference builds up"
             return div

@@ -34,12 +34,13 @@ from fxviz.errors import TargetError
 @dataclass
 class Step:
     """One stage's pass: its name, what kind of pass it is, and how to run it on a program.
-    ``run`` returns the new program and whether the pass says it changed anything (``None``: it
-    does not say; the pipeline compares the graphs)."""
+    ``run`` returns the new program, whether the pass says it changed anything (``None``: it
+    does not say; the pipeline compares the graphs), and the graph the pass was given (the
+    program's own, or the copy it ran on: the ``from_node`` records torch leaves point at it)."""
 
     name: str
     kind: str
-    run: Callable[[ExportedProgram], tuple[ExportedProgram, bool | None]]
+    run: Callable[[ExportedProgram], tuple[ExportedProgram, bool | None, torch.fx.Graph]]
 
 
 def on_program(fn: Callable[[ExportedProgram], ExportedProgram]) -> Callable[[ExportedProgram], ExportedProgram]:
@@ -79,8 +80,8 @@ def steps_of(passes: Sequence[Any], *, decompose_table: Any = None) -> list[Step
 
 
 def decompose_step(table: Any = None) -> Step:
-    def run(ep: ExportedProgram) -> tuple[ExportedProgram, bool | None]:
-        return (ep.run_decompositions(table) if table is not None else ep.run_decompositions()), None
+    def run(ep: ExportedProgram) -> tuple[ExportedProgram, bool | None, torch.fx.Graph]:
+        return (ep.run_decompositions(table) if table is not None else ep.run_decompositions()), None, ep.graph
 
     return Step("decompose", "decompose", run)
 
@@ -101,18 +102,20 @@ def _is_program_pass(p: Any) -> bool:
     return hint is ExportedProgram or "ExportedProgram" in str(hint)
 
 
-def _program_run(fn: Callable[[ExportedProgram], Any]) -> Callable[[ExportedProgram], tuple[ExportedProgram, bool | None]]:
-    def run(ep: ExportedProgram) -> tuple[ExportedProgram, bool | None]:
-        out = fn(ep)
+def _program_run(fn: Callable[[ExportedProgram], Any]) -> Callable[[ExportedProgram], tuple[ExportedProgram, bool | None, torch.fx.Graph]]:
+    def run(ep: ExportedProgram) -> tuple[ExportedProgram, bool | None, torch.fx.Graph]:
+        # on a copy of the graph: a pass that changes the program in place leaves the stage before whole
+        given = ep._update(copy_graph_module(ep.graph_module), ep.graph_signature)
+        out = fn(given)
         if not isinstance(out, ExportedProgram):
             raise TypeError(f"a pass on an ExportedProgram must return one, got {type(out).__name__}")
-        return out, None
+        return out, None, given.graph
 
     return run
 
 
-def _graph_module_run(fn: Callable[[torch.fx.GraphModule], Any]) -> Callable[[ExportedProgram], tuple[ExportedProgram, bool | None]]:
-    def run(ep: ExportedProgram) -> tuple[ExportedProgram, bool | None]:
+def _graph_module_run(fn: Callable[[torch.fx.GraphModule], Any]) -> Callable[[ExportedProgram], tuple[ExportedProgram, bool | None, torch.fx.Graph]]:
+    def run(ep: ExportedProgram) -> tuple[ExportedProgram, bool | None, torch.fx.Graph]:
         gm = copy_graph_module(ep.graph_module)
         out = fn(gm)
         modified: bool | None = None
@@ -124,7 +127,7 @@ def _graph_module_run(fn: Callable[[torch.fx.GraphModule], Any]) -> Callable[[Ex
             raise TypeError(
                 f"a pass on a GraphModule must return None, a GraphModule or a PassResult, got {type(out).__name__}")
         fill_values(out.graph)
-        return ep._update(out, updated_signature(ep.graph_signature, out)), modified
+        return ep._update(out, updated_signature(ep.graph_signature, out)), modified, gm.graph
 
     return run
 

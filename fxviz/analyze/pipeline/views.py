@@ -3,7 +3,8 @@
 :func:`annotate` writes on one stage's graph the ``pass_change`` overlay (each node: ``added``,
 ``replaced`` or ``kept`` against the stage before; boxes take the strongest change inside) and the
 ``pipeline`` panel (the stage table: pass, time, ops before -> after, +added -removed, max error;
-each row points at the first node the pass changed). The tree, the HTML report and JSON then draw
+each row points at the first node the pass changed), and gives each changed node a ``provenance``
+attribute (its origin stage by stage, which the report's details show). The tree, the HTML report and JSON then draw
 them with no renderer change.
 """
 
@@ -70,12 +71,21 @@ def categories(stage: Stage) -> dict[str, str]:
     return out
 
 
+def provenance_text(p: Pipeline, index: int, node: str) -> str:
+    """``stage 2 linear_relu <- stage 1 linear_relu_default <- stage 0 linear, relu_3 (inferred)``."""
+    parts = []
+    for k, items in enumerate(p.trace(index, node)):
+        names = ", ".join(n + ("" if kind == "exact" else " (inferred)") for n, kind in items) or "(none)"
+        parts.append(f"stage {index - k} {names}")
+    return " <- ".join(parts)
+
+
 def annotate(p: Pipeline, index: int, *, show_unchanged: bool = False,
              stages: range | None = None) -> Graph:
     """Stage ``index``'s graph with the change overlay and the stage-table panel written on it."""
     stage = p.stage(index)
     graph = stage.graph
-    nodes = categories(stage) if index > 0 else {}
+    nodes = categories(stage)  # stage 0: every op kept (the start)
     tree = graph.calls
     modules: dict[str, str] = {}
     for name, cat in nodes.items():
@@ -84,6 +94,9 @@ def annotate(p: Pipeline, index: int, *, show_unchanged: bool = False,
             modules[cid] = cat
         elif cid:
             modules.setdefault(cid, cat)
+    for name in nodes:
+        if name in stage.links:  # the details of a changed node say where it comes from, stage by stage
+            graph.node(name).attrs["provenance"] = provenance_text(p, index, name)
     set_overlay(graph, OVERLAY, label=f"change in stage {index} ({stage.name})", kind="category", nodes=nodes,
                 modules=modules, categories=CATEGORIES,
                 description="what this stage's pass did to each node: added, replaced (stands for nodes it "
@@ -107,4 +120,5 @@ def annotate(p: Pipeline, index: int, *, show_unchanged: bool = False,
     return graph
 
 
-__all__ = ["CATEGORIES", "COLUMNS", "OVERLAY", "PANEL", "annotate", "categories", "fmt_seconds", "stage_cells"]
+__all__ = ["CATEGORIES", "COLUMNS", "OVERLAY", "PANEL", "annotate", "categories", "fmt_seconds", "provenance_text",
+           "stage_cells"]
