@@ -3,6 +3,7 @@ tree with what its pass changed; the whole pipeline as JSON; one stage's HTML re
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 from typing import TYPE_CHECKING, Any
@@ -125,7 +126,8 @@ def passes(target: str, input_shapes: tuple[str, ...], dtype: str, passes: tuple
     table = import_object(decompose_table, "--decompose-table") if decompose_table else None
     if table is not None and "decompose" not in (pass_list or ["decompose"]):
         pass_list = [*(pass_list or []), "decompose"]
-    p = _run(spec, pass_list, table, numbers, input_shapes, dtype)
+    with _spinner(f"running {len(pass_list or ['decompose']) + 1} stages on {one_line(target)}"):
+        p = _run(spec, pass_list, table, numbers, input_shapes, dtype)
     last = len(p.stages) - 1
     shown = range(from_stage, (last if to_stage is None else min(to_stage, last)) + 1)
     console = out_console()
@@ -157,6 +159,15 @@ def passes(target: str, input_shapes: tuple[str, ...], dtype: str, passes: tuple
             write_text(json_out, text, what="pipeline JSON")
     if p.failed is not None:  # what ran is written; the exit says a pass failed
         ctx.exit(PassError.exit_code)
+
+
+def _spinner(text: str) -> contextlib.AbstractContextManager[Any]:
+    """A spinner on stderr while the passes run (seconds on a real model), when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    from rich.console import Console
+
+    return Console(stderr=True).status(text)
 
 
 def _write_before_after(p: Pipeline, index: int, path: str) -> None:
