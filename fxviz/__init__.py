@@ -46,6 +46,7 @@ from fxviz.passes import run_passes
 if TYPE_CHECKING:  # imported on first use (see _LAZY); type checkers see them as they are
     from fxviz.analyze.compilemap import CompileMap, compile_map
     from fxviz.analyze.numerics import Numerics, numerics
+    from fxviz.analyze.pipeline import Pipeline, pipeline
     from fxviz.graphdiff import Diff, Difference, diff
 
 #: Public names imported from their module on first use: those that need torch, and those that
@@ -56,6 +57,7 @@ _LAZY = {
     "compile_map": "fxviz.analyze.compilemap", "CompileMap": "fxviz.analyze.compilemap",
     "Diff": "fxviz.graphdiff", "Difference": "fxviz.graphdiff", "diff": "fxviz.graphdiff",
     "numerics": "fxviz.analyze.numerics", "Numerics": "fxviz.analyze.numerics",
+    "pipeline": "fxviz.analyze.pipeline", "Pipeline": "fxviz.analyze.pipeline",
 }
 
 
@@ -101,6 +103,7 @@ __all__ = [
     "Node",
     "Numerics",
     "PassError",
+    "Pipeline",
     "Ref",
     "RenderError",
     "ReplayError",
@@ -113,5 +116,6 @@ __all__ = [
     "compile_map",
     "diff",
     "numerics",
+    "pipeline",
     "run_passes",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fxviz.cli.compile  # noqa: F401  (registers compile)
 import fxviz.cli.graphs  # noqa: F401  (registers tree, json, html, render, diff, demo)
 import fxviz.cli.numerics  # noqa: F401  (registers numerics)
+import fxviz.cli.passes  # noqa: F401  (registers passes)
 from fxviz.cli.base import EXIT_BROKEN_PIPE, EXIT_BUG, EXIT_CODES, EXIT_INTERRUPTED, cli, main, read_graph
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_BUG", "EXIT_CODES", "EXIT_INTERRUPTED", "cli", "main", "read_graph"]

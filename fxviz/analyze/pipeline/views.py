@@ -1,0 +1,124 @@
+"""A pipeline drawn with what every renderer already shows: an overlay and a panel. No torch.
+
+:func:`annotate` writes on one stage's graph the ``pass_change`` overlay (each node: ``added``,
+``replaced`` or ``kept`` against the stage before; boxes take the strongest change inside) and the
+``pipeline`` panel (the stage table: pass, time, ops before -> after, +added -removed, max error;
+each row points at the first node the pass changed), and gives each changed node a ``provenance``
+attribute (its origin stage by stage, which the report's details show). The tree, the HTML report and JSON then draw
+them with no renderer change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fxviz.analyze.pipeline.result import Pipeline, Stage
+from fxviz.ir import Graph
+from fxviz.passes.overlays import set_overlay
+from fxviz.passes.panels import row, set_panel
+
+OVERLAY = "pass_change"
+PANEL = "pipeline"
+COLUMNS = ["#", "pass", "time", "ops", "+added", "-removed", "max error"]
+CATEGORIES = {
+    "added": {"label": "added", "color": "#2ca02c"},
+    "replaced": {"label": "replaced", "color": "#ff7f0e"},
+    "kept": {"label": "kept", "color": "#c7c7c7"},
+}
+_RANK = {"kept": 0, "added": 1, "replaced": 2}
+
+
+def fmt_seconds(s: float) -> str:
+    return f"{s * 1e3:.3g} ms" if s < 1 else f"{s:.3g} s"
+
+
+def max_error(stage: Stage) -> str:
+    n = stage.numbers
+    if n is None:
+        return "-"
+    if not n.checked:
+        return "skipped"
+    return f"{n.max_abs:.3g}" + ("" if n.ok else " ✗")
+
+
+def stage_cells(stage: Stage) -> list[Any]:
+    """The stage table's cells for one stage (shared by the terminal table and the panel)."""
+    before, after = sum(stage.ops_before.values()), sum(stage.ops_after.values())
+    name = stage.name + (" (failed)" if stage.failed else "" if stage.changed else " (no change)")
+    ops = str(after) if stage.index == 0 else f"{before} → {after}"
+    return [stage.index, name, fmt_seconds(stage.seconds), ops,
+            f"+{len(stage.added) + len(stage.replaced)}", f"-{len(stage.removed)}", max_error(stage)]
+
+
+def stage_level(p: Pipeline, stage: Stage) -> str:
+    if stage.failed:
+        return "error"
+    div = p.first_divergence
+    if div is not None and div.stage == stage.index:
+        return "error"
+    if stage.numbers is not None and stage.numbers.checked and not stage.numbers.ok:
+        return "warn"
+    return "ok" if stage.changed else "info"
+
+
+def categories(stage: Stage) -> dict[str, str]:
+    """Each op node of the stage: ``added``, ``replaced`` or ``kept``."""
+    replaced, added = set(stage.replaced), set(stage.added)
+    out: dict[str, str] = {}
+    for n in stage.graph.nodes:
+        if n.kind == "op":
+            out[n.name] = "replaced" if n.name in replaced else "added" if n.name in added else "kept"
+    return out
+
+
+def provenance_text(p: Pipeline, index: int, node: str) -> str:
+    """``stage 2 linear_relu <- stage 1 linear_relu_default <- stage 0 linear, relu_3 (inferred)``."""
+    parts = []
+    for k, items in enumerate(p.trace(index, node)):
+        names = ", ".join(n + ("" if kind == "exact" else " (inferred)") for n, kind in items) or "(none)"
+        parts.append(f"stage {index - k} {names}")
+    return " <- ".join(parts)
+
+
+def annotate(p: Pipeline, index: int, *, show_unchanged: bool = False,
+             stages: range | None = None) -> Graph:
+    """Stage ``index``'s graph with the change overlay and the stage-table panel written on it."""
+    stage = p.stage(index)
+    graph = stage.graph
+    nodes = categories(stage)  # stage 0: every op kept (the start)
+    tree = graph.calls
+    modules: dict[str, str] = {}
+    for name, cat in nodes.items():
+        cid = tree.of(name).id
+        if cid and _RANK[cat] > _RANK.get(modules.get(cid, "kept"), 0):
+            modules[cid] = cat
+        elif cid:
+            modules.setdefault(cid, cat)
+    for name in nodes:
+        if name in stage.links:  # the details of a changed node say where it comes from, stage by stage
+            graph.node(name).attrs["provenance"] = provenance_text(p, index, name)
+    set_overlay(graph, OVERLAY, label=f"change in stage {index} ({stage.name})", kind="category", nodes=nodes,
+                modules=modules, categories=CATEGORIES,
+                description="what this stage's pass did to each node: added, replaced (stands for nodes it "
+                            "removed) or kept")
+    rows = []
+    for s in p.visible(show_unchanged=show_unchanged):
+        if stages is not None and s.index not in stages:
+            continue
+        first = next(iter([*s.replaced, *s.added]), None) if s.index == index else None
+        rows.append(row(*stage_cells(s), node=first, level=stage_level(p, s)))
+    hidden = len(p.stages) - len(p.visible(show_unchanged=show_unchanged))
+    note = [f"showing stage {index} ({stage.name})"]
+    if hidden:
+        note.append(f"{hidden} stage{'s' if hidden > 1 else ''} without changes hidden")
+    if p.first_divergence is not None:
+        note.append(f"numbers first diverge at {p.first_divergence}")
+    failed = p.failed
+    if failed is not None and failed.error is not None:
+        note.append(f"stage {failed.index} ({failed.name}) failed: {failed.error}")
+    set_panel(graph, PANEL, title="pass pipeline", columns=COLUMNS, rows=rows, note="; ".join(note))
+    return graph
+
+
+__all__ = ["CATEGORIES", "COLUMNS", "OVERLAY", "PANEL", "annotate", "categories", "fmt_seconds", "provenance_text",
+           "stage_cells"]
