@@ -57,6 +57,9 @@ def test_the_tree_prints_every_panel_under_the_tree() -> None:
     ({"columns": ["a"], "rows": [{"cells": [1], "level": "fatal"}]}, "'level': expected 'error'"),
     ({"columns": [3]}, r"'columns'\[0\]"),
     ({"rows": {}}, "'rows': expected a list"),
+    ({"columns": ["a"], "rows": [{"cells": [1], "href": "javascript:alert(1)"}]}, "'href': expected the name of a sibling"),
+    ({"columns": ["a"], "rows": [{"cells": [1], "href": "../up.html"}]}, "'href': expected the name of a sibling"),
+    ({"columns": ["a"], "rows": [{"cells": [1], "href": "https://x.org/a.html"}]}, "'href'"),
 ])
 def test_a_saved_graph_with_a_malformed_panel_is_refused_naming_it(spec: dict[str, Any], message: str) -> None:
     d = json.loads(stack_graph().to_json())
@@ -68,3 +71,11 @@ def test_a_saved_graph_with_a_malformed_panel_is_refused_naming_it(spec: dict[st
 def test_set_panel_checks_what_it_writes() -> None:
     with pytest.raises(GraphFormatError, match="cells"):
         set_panel(stack_graph(), "p", title="t", columns=["a", "b"], rows=[row(1)])
+
+
+def test_a_row_links_to_a_page_beside_the_report() -> None:
+    g = stack_graph(layers=2)
+    set_panel(g, "stages", title="pass pipeline", columns=["stage"], rows=[row("0 export", href="r.stage-0.html"),
+                                                                              row("1 decompose")])
+    rows = view_model(Graph.from_json(g.to_json()))["panels"][0]["rows"]
+    assert rows[0]["h"] == "r.stage-0.html" and "h" not in rows[1]

@@ -333,3 +333,21 @@ def test_cli_runs_on_a_pt2_file_and_refuses_bad_passes(tmp_path: Path) -> None:
     assert "has no attribute 'nope'" in r.output
     r = CliRunner().invoke(cli, ["passes", str(path), "--input-shape", "1,3,32,32"])
     assert r.exit_code == fxviz.TargetError.exit_code
+
+
+def test_cli_html_writes_every_stage_and_the_stage_table_links_them(tmp_path: Path) -> None:
+    import re
+
+    out = tmp_path / "r.html"
+    r = CliRunner().invoke(cli, ["passes", CNN, "--pass", "tests.pipeline_passes:fuse_linear_relu",
+                                 "--pass", "tests.pipeline_passes:swap_add_for_sub", "--html", str(out), "--no-numbers"])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html", "r.stage-0.html", "r.stage-1.html"]
+    for page, me in (("r.html", 2), ("r.stage-0.html", 0), ("r.stage-1.html", 1)):
+        data = json.loads(re.search(r'<script type="application/json" id="fxviz-data">(.*?)</script>',
+                                    (tmp_path / page).read_text(), re.S).group(1))  # type: ignore[union-attr]
+        (panel,) = data["panels"]
+        links = [row.get("h") for row in panel["rows"]]
+        want = {0: "r.stage-0.html", 1: "r.stage-1.html", 2: "r.html"}
+        assert links == [None if i == me else want[i] for i in range(3)], page
+        assert data["overlay"] == "pass_change"

@@ -383,7 +383,7 @@ def test_an_analysis_panel_lists_its_findings_and_a_row_selects_its_node(pages: 
     set_panel(g, "breaks", title="graph breaks", columns=["where", "reason", "count"], rows=[
         row("model.py:12", "Tensor.item()", 3, node=op.name, level="error"),
         row("model.py:40", "print", 1, module=call.id, level="warn"),
-        row("total", "", 4),
+        row("total", "", 4, href="other-stage.html"),
     ], note="2 causes")
     r = pages(g, "cnn-findings", width=1600, height=1000)
     panel = r.page.locator("[data-ref=findings] [data-panel=breaks]")
@@ -394,7 +394,9 @@ def test_an_analysis_panel_lists_its_findings_and_a_row_selects_its_node(pages: 
     assert "2 causes" in (panel.text_content() or "")
     error_row = panel.locator("tbody tr").nth(0)
     assert "fx-lv-error" in (error_row.get_attribute("class") or "")
-    assert panel.locator("tbody tr").nth(2).get_attribute("tabindex") is None  # points nowhere
+    assert panel.locator("tbody tr").nth(2).get_attribute("tabindex") is None  # points at no node
+    link = panel.locator("tbody tr").nth(2).locator("a")
+    assert (link.get_attribute("href"), link.text_content()) == ("other-stage.html", "total")
     error_row.click()
     r.settle()
     assert r.details()["name"] == op.name

@@ -143,9 +143,8 @@ def passes(target: str, input_shapes: tuple[str, ...], dtype: str, passes: tuple
         for line in _summary(p, show_all):
             console.print(line, markup=False, soft_wrap=True)
     if html_out is not None:
-        g = annotate(p, last if stage_index is None else stage_index, show_unchanged=show_all, stages=shown)
-        g.to_html(html_out, overlay="pass_change")
-        click.echo(f"wrote {html_out}", err=not to_stdout)
+        for path in _write_reports(p, html_out, last if stage_index is None else stage_index, show_all, shown):
+            click.echo(f"wrote {path}", err=not to_stdout)
     if before_after is not None:
         _write_before_after(p, last if stage_index is None else stage_index, before_after)
         click.echo(f"wrote {before_after}", err=not to_stdout)
@@ -190,3 +189,25 @@ def _run(spec: Any, pass_list: list[Any] | None, table: Any, numbers: bool, inpu
         return pipeline(load_program(spec.path), passes=pass_list, decompose_table=table, numbers=numbers)
     t = factory.load_factory(spec, input_shapes=input_shapes, dtype=dtype)
     return pipeline(t.model, t.args, t.kwargs, passes=pass_list, decompose_table=table, numbers=numbers)
+
+
+def _write_reports(p: Any, html_out: str, selected: int, show_all: bool, shown: range) -> list[str]:
+    """The selected stage's report at ``html_out`` and every other shown stage's beside it
+    (``report.stage-2.html``), each with the stage table whose rows open the others: the pass list
+    of the report."""
+    from pathlib import Path
+
+    from fxviz.analyze.pipeline.views import annotate
+
+    out = Path(html_out)
+    visible = [s.index for s in p.visible(show_unchanged=show_all) if s.index in shown and s.graph is not None]
+    if selected not in visible:
+        visible.append(selected)
+    pages = {i: out.name if i == selected else f"{out.stem}.stage-{i}{out.suffix or '.html'}" for i in visible}
+    written = []
+    for i in sorted(visible, key=lambda i: i != selected):  # the selected stage's file first
+        g = annotate(p, i, show_unchanged=show_all, stages=shown, pages=pages)
+        path = out.with_name(pages[i])
+        g.to_html(str(path), overlay="pass_change")
+        written.append(str(path))
+    return written

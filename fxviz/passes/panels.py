@@ -24,8 +24,10 @@ from fxviz.ir import Graph
 from fxviz.schema.annotations import check_panel
 
 
-def row(*cells: Any, node: str | None = None, module: str | None = None, level: str | None = None) -> dict[str, Any]:
-    """One row: its cells, and what it points at."""
+def row(*cells: Any, node: str | None = None, module: str | None = None, level: str | None = None,
+        href: str | None = None) -> dict[str, Any]:
+    """One row: its cells, what it points at, and a page beside the report it links to (``href``, a
+    bare ``.html`` file name: a pipeline's other stages)."""
     out: dict[str, Any] = {"cells": list(cells)}
     if node is not None:
         out["node"] = node
@@ -33,6 +35,8 @@ def row(*cells: Any, node: str | None = None, module: str | None = None, level: 
         out["module"] = module
     if level is not None:
         out["level"] = level
+    if href is not None:
+        out["href"] = href
     return out
 
 

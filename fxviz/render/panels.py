@@ -51,7 +51,7 @@ def panel_tables(graph: Graph) -> list[Table]:
 
 def panel_view(graph: Graph, nindex: Mapping[str, int], gindex: Mapping[str, int]) -> list[dict[str, Any]]:
     """The view-model's ``panels``: each ``{"name", "title", "note", "columns", "rows": [{"c":
-    cells as text, "n": node index, "g": box index, "lv": level}]}``; a row's node or module that
+    cells as text, "n": node index, "g": box index, "lv": level, "h": a sibling page}]}``; a row's node or module that
     the graph does not have is dropped from the row, not an error (a panel outlives a refold)."""
     out = []
     for name, spec in panels(graph).items():
@@ -64,6 +64,8 @@ def panel_view(graph: Graph, nindex: Mapping[str, int], gindex: Mapping[str, int
                 entry["g"] = gindex[r["module"]]
             if r.get("level"):
                 entry["lv"] = r["level"]
+            if r.get("href"):
+                entry["h"] = r["href"]
             rows.append(entry)
         out.append({"name": name, "title": bounded(str(spec.get("title", "")), 120),
                     "note": bounded(str(spec.get("note", "")), 400),

@@ -163,13 +163,18 @@ def _const(text: str) -> Where:
     return lambda: text
 
 
+#: A row may link to another page written beside the report (a pipeline's other stages): a bare
+#: file name, so a saved graph cannot point a reader's browser anywhere else.
+_SIBLING = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,200}\.html")
+
 PANEL_LEVELS = ("error", "warn", "ok", "info")
 
 
 def check_panel(name: Any, spec: Any, where: str) -> dict[str, Any]:
     """One panel (:mod:`fxviz.passes.panels`): text ``title`` and ``note``; ``columns``, a list of
     text; ``rows``, each ``{"cells": [text | number | null, ...] (one per column), "node": a node
-    name or null, "module": a call id or null, "level": one of PANEL_LEVELS or null}``."""
+    name or null, "module": a call id or null, "level": one of PANEL_LEVELS or null, "href": a
+    sibling .html file or null}``."""
     at = f"{where}[{show(_text(name, _const(f'{where} (a name)'), empty=False))}]"
     d = _object(spec, lambda: at)
     for key in ("title", "note"):
@@ -194,6 +199,9 @@ def check_panel(name: Any, spec: Any, where: str) -> dict[str, Any]:
         for key in ("node", "module"):
             if row.get(key) is not None:
                 _text(row[key], _const(f"{rat} {show(key)}"))
+        href = row.get("href")
+        if href is not None and not (isinstance(href, str) and _SIBLING.fullmatch(href)):
+            _fail(f"{rat} 'href'", "the name of a sibling .html file (letters, digits, '.', '_', '-')", href)
         if row.get("level") not in (None, *PANEL_LEVELS):
             _fail(f"{rat} 'level'", " or ".join(repr(c) for c in PANEL_LEVELS) + " or null", row.get("level"))
     return d

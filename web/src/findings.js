@@ -3,6 +3,9 @@
 // only draws them and moves the view to the node or box a row points at when it is clicked.
 import { h } from "./dom.js";
 
+/** The only links a row may carry: a bare .html file name beside the report (Python checks it too). */
+const SIBLING = /^[A-Za-z0-9_][A-Za-z0-9._-]{0,200}\.html$/;
+
 /** Draw `panels` into `el`; `go(key)` selects "n<i>" or "g<i>". Returns how many were drawn. */
 export function renderFindings(el, panels, go) {
   el.replaceChildren();
@@ -10,8 +13,12 @@ export function renderFindings(el, panels, go) {
     const head = h("tr", {}, ...p.columns.map((c) => h("th", { scope: "col", text: c })));
     const body = p.rows.map((r) => {
       const key = r.n != null ? `n${r.n}` : r.g != null ? `g${r.g}` : null;
-      const tr = h("tr", { class: `fx-finding${r.lv ? ` fx-lv-${r.lv}` : ""}${key ? " fx-linked" : ""}` },
-        ...r.c.map((c) => h("td", { text: c })));
+      const cells = r.c.map((c) => h("td", { text: c }));
+      if (r.h && SIBLING.test(r.h) && cells.length) {  // another page beside this one: a stage of a pipeline
+        const first = cells[0];
+        first.replaceChildren(h("a", { href: r.h, class: "fx-panel-link", title: `Open ${r.h}`, text: first.textContent }));
+      }
+      const tr = h("tr", { class: `fx-finding${r.lv ? ` fx-lv-${r.lv}` : ""}${key ? " fx-linked" : ""}` }, ...cells);
       if (key) {
         tr.tabIndex = 0;
         tr.title = "Show it in the graph";

@@ -81,8 +81,9 @@ def provenance_text(p: Pipeline, index: int, node: str) -> str:
 
 
 def annotate(p: Pipeline, index: int, *, show_unchanged: bool = False,
-             stages: range | None = None) -> Graph:
-    """Stage ``index``'s graph with the change overlay and the stage-table panel written on it."""
+             stages: range | None = None, pages: dict[int, str] | None = None) -> Graph:
+    """Stage ``index``'s graph with the change overlay and the stage-table panel written on it;
+    ``pages`` (stage index -> a sibling .html file) links each other stage's row to its report."""
     stage = p.stage(index)
     graph = stage.graph
     nodes = categories(stage)  # stage 0: every op kept (the start)
@@ -106,7 +107,8 @@ def annotate(p: Pipeline, index: int, *, show_unchanged: bool = False,
         if stages is not None and s.index not in stages:
             continue
         first = next(iter([*s.replaced, *s.added]), None) if s.index == index else None
-        rows.append(row(*stage_cells(s), node=first, level=stage_level(p, s)))
+        href = (pages or {}).get(s.index) if s.index != index else None
+        rows.append(row(*stage_cells(s), node=first, level=stage_level(p, s), href=href))
     hidden = len(p.stages) - len(p.visible(show_unchanged=show_unchanged))
     note = [f"showing stage {index} ({stage.name})"]
     if hidden:
