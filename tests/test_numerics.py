@@ -205,3 +205,33 @@ def test_cli_refuses_bad_side_and_saved_graph(models_py: str, tmp_path: Path) ->
     g.write_text(fxviz.capture(model, args).to_json())
     res = CliRunner().invoke(cli, ["numerics", str(g)])
     assert res.exit_code == TargetError.exit_code and "give a factory" in res.output
+
+
+def test_a_stage_of_the_pass_pipeline_is_a_side() -> None:
+    """stage:N runs stage N of fxviz.pipeline: stage 0 (the export) is exact; a pass that swaps
+    add for sub is the first divergence at the add, with what it reads exact."""
+    from fxviz.examples import EXAMPLES
+    from tests.pipeline_passes import swap_add_for_sub
+
+    model, args = EXAMPLES["cnn"]()
+    r0 = numerics(model, args, against="stage:0", passes=[swap_add_for_sub])
+    assert r0.first is None and all(e.max_abs == 0.0 for e in r0.nodes.values())
+    r1 = numerics(model, args, against="stage:1", passes=[swap_add_for_sub])
+    assert r1.first == "add" and r1.births == ["add"]
+    assert r1.nodes["add"].exceeds and all(r1.nodes[x.node].max_abs == 0.0 for x in r1.graph.node("add").inputs
+                                           if x.node in r1.nodes)
+    assert any("swap_add_for_sub" in n for n in r1.notes)
+    with pytest.raises(TargetError, match="stages 0 to 1"):
+        numerics(model, args, against="stage:5", passes=[swap_add_for_sub])
+    with pytest.raises(TargetError, match="give stage:N"):
+        numerics(model, args, against="stage:last")
+
+
+def test_cli_stage_side_takes_the_passes() -> None:
+    r = CliRunner().invoke(cli, ["numerics", "fxviz.examples:cnn", "--against", "stage:1",
+                                 "--pass", "tests.pipeline_passes:swap_add_for_sub", "--fail-above", "200"])
+    assert r.exit_code == 1, r.output  # the swapped add drifts: its SNR is far below 200 dB
+    assert r.output.splitlines()[1].startswith("first divergence: add (Tensor.add) in the model itself at examples.py:")
+    assert "note: stage 1 of the pass pipeline: swap_add_for_sub" in r.output
+    r = CliRunner().invoke(cli, ["numerics", "fxviz.examples:cnn", "--pass", "tests.pipeline_passes:swap_add_for_sub"])
+    assert r.exit_code == 2 and "--pass applies to --against stage:N" in r.output

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from fxviz.cli.base import cli, out_console, verbose_option, with_torch
+from fxviz.cli.passes import load_pass
 from fxviz.errors import TargetError
 from fxviz.targets.parse import recognise
 from fxviz.text import one_line
@@ -36,9 +37,12 @@ _SIDES = "export, decompose, compile[:backend], dtype:bfloat16, dtype:float16, a
               help="Write the result as JSON here ('-': stdout, instead of the tree).")
 @click.option("--fail-above", "fail_above", type=float, default=None, metavar="DB",
               help="Exit 1 when any module's SNR falls below DB decibels (a CI gate), after writing outputs.")
+@click.option("--pass", "passes", multiple=True, metavar="pkg.module:fn",
+              help="With --against stage:N: the passes of the pipeline, in order (as fxviz passes takes them; "
+                   "default: decompose).")
 def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | None, depth: int | None, unfold: bool,
                  input_shapes: tuple[str, ...], dtype: str, html_out: str | None, json_out: str | None,
-                 fail_above: float | None) -> None:
+                 fail_above: float | None, passes: tuple[str, ...]) -> None:
     """Compare TARGET's eager float32 forward with the same model run another way (--against),
     op by op and module by module: max abs and rel error, cosine similarity, SNR, and the first
     divergence (the op where the error is born). TARGET is a factory: the model must run.
@@ -53,8 +57,11 @@ def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | No
     t = factory.load_factory(spec, input_shapes=input_shapes, dtype=dtype)
     from fxviz.analyze.numerics import numerics
 
+    if passes and not against.startswith("stage:"):
+        raise TargetError("--pass applies to --against stage:N (a stage of the pass pipeline)")
+    pass_list = [load_pass(p) for p in passes] or None
     with _spinner(f"running {type(t.model).__name__} eagerly and against {against}"):
-        result = numerics(t.model, t.args, t.kwargs, against=against, rtol=rtol, atol=atol)
+        result = numerics(t.model, t.args, t.kwargs, against=against, rtol=rtol, atol=atol, passes=pass_list)
     if json_out is not None:
         if json_out == "-":
             click.echo(result.to_json(indent=1))

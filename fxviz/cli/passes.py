@@ -39,7 +39,9 @@ def import_object(text: str, what: str) -> Any:
     return obj
 
 
-def _pass(text: str) -> Any:
+def load_pass(text: str) -> Any:
+    """A pass named on the command line: ``decompose``, or ``pkg.module:fn`` (a factory without
+    arguments, such as one that builds a PassManager, is called)."""
     if text == "decompose":
         return text
     obj = import_object(text, "--pass")
@@ -122,7 +124,7 @@ def passes(target: str, input_shapes: tuple[str, ...], dtype: str, passes: tuple
         raise TargetError(f"{target!r} is a saved graph: passes run on a program; give a factory or a .pt2 file")
     from fxviz.analyze.pipeline.views import annotate
 
-    pass_list: list[Any] | None = [_pass(p) for p in passes] or None
+    pass_list: list[Any] | None = [load_pass(p) for p in passes] or None
     table = import_object(decompose_table, "--decompose-table") if decompose_table else None
     if table is not None and "decompose" not in (pass_list or ["decompose"]):
         pass_list = [*(pass_list or []), "decompose"]

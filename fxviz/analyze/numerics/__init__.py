@@ -20,7 +20,7 @@ and writes the ``error`` overlay and the ``divergence`` panel on the eager graph
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -29,7 +29,7 @@ from torch import nn
 from fxviz.analyze.numerics.compiled import compiled_errors
 from fxviz.analyze.numerics.find import births, module_errors
 from fxviz.analyze.numerics.metrics import TOLERANCES
-from fxviz.analyze.numerics.program import ProgramWatcher, aligned, export_program
+from fxviz.analyze.numerics.program import ProgramWatcher, aligned, export_program, stage_program
 from fxviz.analyze.numerics.result import Error, Numerics, annotate
 from fxviz.analyze.numerics.run import Watcher, run_eager
 from fxviz.analyze.numerics.shadow import ShadowWatcher
@@ -39,7 +39,7 @@ from fxviz.torchbridge.normalize import flatten_inputs
 from fxviz.torchbridge.run import normalize_args, quiet_torch
 
 #: The sides :func:`numerics` compares against (``compile`` takes ``:backend``).
-SIDES = ("export", "decompose", "compile", "dtype:bfloat16", "dtype:float16", "autocast:bfloat16")
+SIDES = ("export", "decompose", "compile", "dtype:bfloat16", "dtype:float16", "autocast:bfloat16", "stage:N")
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -53,6 +53,7 @@ def numerics(
     atol: float | None = None,
     seed: int | None = 0,
     decompositions: Mapping[Any, Any] | None = None,
+    passes: Sequence[Any] | None = None,
 ) -> Numerics:
     """Compare ``model(*args, **kwargs)`` run eagerly in float32 with the same model run another
     way (``against``, one of :data:`SIDES`), op by op and module call by module call.
@@ -60,7 +61,9 @@ def numerics(
     ``rtol``/``atol`` override the tolerance of the side's dtype (:data:`TOLERANCES`): a value is
     beyond it when ``‖other − eager‖₂ > atol·√n + rtol·‖eager‖₂``. ``seed`` seeds torch's RNG
     before the run (``None``: leave it). ``decompositions`` (op overload -> function) are added to
-    torch's default table for ``against="decompose"``. Inputs must be real tensors: on ``meta``
+    torch's default table for ``against="decompose"``. ``against="stage:N"`` compares stage N of
+    the pass pipeline (:func:`fxviz.pipeline`: export, then ``passes``, by default ``["decompose"]``;
+    stage 0 is the export). Inputs must be real tensors: on ``meta``
     or fake there are no numbers to compare (:class:`~fxviz.errors.InputError`).
 
         >>> r = fxviz.numerics(gpt2, (ids,), against="dtype:bfloat16")
@@ -88,13 +91,19 @@ def numerics(
             graph, _ = run_eager(model, args, kwargs, shadow, seed=seed)
             errors, random = shadow.errors, shadow.random
             seconds = {"run": time.perf_counter() - t0}
-        elif side in ("export", "decompose"):
-            if detail:
+        elif side in ("export", "decompose", "stage"):
+            if detail and side != "stage":
                 raise TargetError(f"{against!r}: {side} takes no ':' part")
+            if side == "stage" and not detail.isdigit():
+                raise TargetError(f"{against!r}: give stage:N, N a stage of the pass pipeline (0: the export)")
             rtol, atol = (rtol if rtol is not None else TOLERANCES["float32"][0]), \
                 (atol if atol is not None else TOLERANCES["float32"][1])
-            ep, program_graph, inputs = export_program(model, args, kwargs, decompose=side == "decompose",
-                                                       decompositions=decompositions)
+            if side == "stage":
+                ep, program_graph, inputs, name = stage_program(model, args, kwargs, int(detail), passes)
+                notes.append(f"stage {detail} of the pass pipeline: {name}")
+            else:
+                ep, program_graph, inputs = export_program(model, args, kwargs, decompose=side == "decompose",
+                                                           decompositions=decompositions)
             t1 = time.perf_counter()
             first, _ = run_eager(model, args, kwargs, Watcher(), seed=seed)
             pairs = aligned(program_graph, first)
@@ -117,8 +126,8 @@ def numerics(
             random = []
             notes.append(note)
             seconds = {"run": time.perf_counter() - t0}
-        else:
-            raise TargetError(f"{against!r}: stage:N needs the pass pipeline (issue 11), not available yet")
+        else:  # pragma: no cover - every side is handled above
+            raise TargetError(f"--against {against!r} is not one of {', '.join(SIDES)}")
     flat = {k: w for k, v in errors.items() if (w := Error.worst(v)) is not None}
     result = Numerics(against=against, rtol=rtol, atol=atol, graph=graph, nodes=flat,
                       modules=module_errors(graph, errors), not_comparable=list(random), notes=notes,

@@ -8,7 +8,7 @@ op of the program is given eager's value, so what follows compares the same draw
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -21,6 +21,7 @@ from fxviz.analyze.numerics.metrics import compare
 from fxviz.analyze.numerics.result import Error
 from fxviz.analyze.numerics.run import Watcher
 from fxviz.analyze.numerics.shadow import is_random
+from fxviz.errors import PassError, TargetError
 from fxviz.graphdiff import diff
 from fxviz.ir import Graph, Node
 from fxviz.ops import DROPOUTS, RANDOM, op_name
@@ -44,7 +45,13 @@ def export_program(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
         table.update(dict(decompositions or {}))
         ep = ep.run_decompositions(table)
     graph = graph_from_exported(ep, model, flat, box, method="export-decomposed" if decompose else "export")
-    user = iter(flat.tensors)
+    return ep, graph, program_inputs(ep, flat.tensors)
+
+
+def program_inputs(ep: torch.export.ExportedProgram, user_inputs: Sequence[Any]) -> list[Any]:
+    """The inputs of ``ep.graph_module`` in placeholder order: lifted parameters, buffers (copied:
+    the eager run may update them) and constants around the user's flat inputs."""
+    user = iter(user_inputs)
     inputs: list[Any] = []
     for spec in ep.graph_signature.input_specs:
         target = spec.target or ""
@@ -57,7 +64,25 @@ def export_program(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
             inputs.append(b.clone())
         else:
             inputs.append(ep.constants.get(target))
-    return ep, graph, inputs
+    return inputs
+
+
+def stage_program(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], index: int,
+                  passes: Sequence[Any] | None) -> tuple[torch.export.ExportedProgram, Graph, list[Any], str]:
+    """Stage ``index`` of the pass pipeline (:func:`fxviz.analyze.pipeline.pipeline`: export, then
+    ``passes``, by default ``decompose``): its program, graph and inputs, and its name."""
+    from fxviz.analyze.pipeline import pipeline
+
+    p = pipeline(model, args, kwargs, passes=passes, numbers=False)
+    last = len(p.stages) - 1
+    if not 0 <= index <= last:
+        raise TargetError(f"stage:{index}: the pipeline has stages 0 to {last} "
+                          f"({', '.join(f'{s.index} {s.name}' for s in p.stages)})")
+    stage = p.stage(index)
+    if stage.error is not None or stage.program is None:
+        raise PassError(f"stage:{index} ({stage.name}) did not run: {stage.error}")
+    flat = flatten_inputs(model, args, kwargs)
+    return stage.program, stage.graph, program_inputs(stage.program, flat.tensors), stage.name
 
 
 def aligned(program: Graph, eager: Graph) -> dict[str, str]:
