@@ -41,7 +41,8 @@ _PARTIAL = "fxviz.partial"  # key in ctx.meta: how the running command writes a 
 
 EXIT_CODES: list[tuple[int, str]] = [
     (0, "done (fxviz diff: whether or not the graphs differ)"),
-    (ModelError.exit_code, "the model raised (the partial graph is shown), or --fail-on-diff found a difference"),
+    (ModelError.exit_code, "the model raised (the partial graph is shown), or a CI gate failed: --fail-on-diff, "
+                           "--fail-on-break, --fail-above"),
     (TargetError.exit_code, "the target, an option or a saved graph is unusable (click's usage errors too)"),
     (CaptureError.exit_code, "no capture method produced a graph"),
     (PassError.exit_code, "an analysis pass failed"),
