@@ -137,3 +137,42 @@ def test_quickstart_partial_graph_shows_the_error(quickstart: dict[str, Any]) ->
     assert "✗ RuntimeError: shape '[-1, 3]' is invalid" in text
     frame = html.unescape(html_of(quickstart["partial-report"]))
     assert "shape '[-1, 3]' is invalid for input of size 32" in frame  # the error banner's data
+
+
+@pytest.fixture(scope="module")
+def compilers(notebook_kernel: str, bundle: Path) -> dict[str, Any]:
+    import nbclient
+    import nbformat
+
+    path = next(p for p in NOTEBOOKS if p.name == "compilers.ipynb")
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(nb, kernel_name=notebook_kernel, timeout=300,
+                                     resources={"metadata": {"path": str(path.parent)}})
+    client.execute()
+    return by_tag(nb)
+
+
+@pytest.mark.notebook
+def test_compilers_pipeline_names_the_pass_and_node_that_diverge(compilers: dict[str, Any]) -> None:
+    lines = text_of(compilers["pipeline"]).splitlines()
+    assert [ln.split()[1] for ln in lines[:3]] == ["export", "decompose", "swap_add_for_sub"]
+    assert float(lines[1].split()[-1]) == 0.0 and float(lines[2].split()[-1]) > 0.01  # decompose exact, swap not
+    assert lines[3] == "first divergence: stage 2 (swap_add_for_sub) at node 'add': max abs error 5.31"
+
+
+@pytest.mark.notebook
+def test_compilers_compile_map_finds_the_item_break(compilers: dict[str, Any]) -> None:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text_of(compilers["compile"]))
+    assert text.startswith("2 graphs, 1 break (1 cause), 86% of ops compiled (6/7)")
+    item = next(ln for ln in text.splitlines() if "item" in ln and "data-dependent" in ln)
+    assert item.rstrip().endswith("0 %")  # the op behind the break ran eagerly
+    assert "Tensor.item()" in text or ".item()" in text  # the breaks panel under the tree
+
+
+@pytest.mark.notebook
+def test_compilers_numerics_names_where_bfloat16_error_is_born(compilers: dict[str, Any]) -> None:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text_of(compilers["numerics"]))
+    assert re.match(r"\w+ \(torch\.\w+\) in .* at examples\.py:\d+", text.splitlines()[0])
+    assert "error vs dtype:bfloat16" in text and "rel RMS" in text
+    page = html.unescape(html_of(compilers["numerics-report"]))
+    assert '"name": "error"' in page or '"name":"error"' in page  # the report carries the error overlay
