@@ -19,6 +19,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import types
 import warnings
 from collections.abc import Iterator
@@ -279,12 +280,28 @@ class Session:
     def attempt(self) -> Iterator[Held]:
         """One attempt: torch's noise held, and afterwards, however it ends, the model, the inputs
         and the process put back as the session found them, and a Ctrl-C that arrived raised."""
+        before = set(threading.enumerate())
         try:
             with quiet_torch() as held:
                 yield held
         finally:
+            _join_started(before)
             self.snapshot.restore()
             _INTERRUPTS.check()
+
+
+#: How long an attempt waits for the threads the model's forward started and left running (a
+#: forward that raised before it joined its worker): they may still write into the model.
+THREAD_WAIT_S = 5.0
+
+
+def _join_started(before: set[threading.Thread]) -> None:
+    """Wait (bounded) for the non-daemon threads started during an attempt to finish, so that the
+    model is restored after they stopped touching it, not while they still run."""
+    deadline = time.monotonic() + THREAD_WAIT_S
+    for t in threading.enumerate():
+        if t not in before and not t.daemon and t is not threading.current_thread():
+            t.join(max(0.0, deadline - time.monotonic()))
 
 
 @contextlib.contextmanager
