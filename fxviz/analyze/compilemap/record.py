@@ -62,6 +62,7 @@ class GraphRecord:
     ops: list[OpRecord]
     compile_s: float = 0.0
     runs: int = 0
+    guards: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -172,7 +173,8 @@ class Recorder:
     def backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         rec, index = self.rec, len(self.rec.graphs)
         code = _frame_code(gm)
-        g = GraphRecord(f"g{index}", code[0], code[1], code[2], rec.input_set, op_records(gm, self.paths))
+        g = GraphRecord(f"g{index}", code[0], code[1], code[2], rec.input_set, op_records(gm, self.paths),
+                        guards=graph_guards())
         rec.graphs.append(g)
         why = getattr(gm, "compile_subgraph_reason", None)
         if not self.from_log and why is not None and getattr(why, "graph_break", False):
@@ -247,6 +249,34 @@ _GUARD_WORDS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"tensor '(.+)' rank mismatch\. expected (\d+), actual (\d+)"),
      r"\1: has \3 dims, the graph was compiled for \2"),
 ]
+
+
+#: Guards on global state (grad mode, default device, ...) hold for every graph: not listed.
+_GLOBAL_GUARDS = ("SHAPE_ENV", "DETERMINISTIC_ALGORITHMS", "GRAD_MODE", "DEFAULT_DEVICE", "GLOBAL_STATE",
+                  "TORCH_FUNCTION_STATE")
+#: At most this many guards are kept per graph (a large model has thousands, one per parameter).
+MAX_GUARDS = 200
+
+
+def graph_guards() -> list[str]:
+    """The guards Dynamo is installing for the graph being compiled, as ``source: check``
+    (``L['x']: TENSOR_MATCH``), read from the tracing context the backend is called in: what must
+    stay true for the graph to be reused. Empty where torch does not expose them."""
+    from torch._guards import TracingContext
+
+    ctx = TracingContext.try_get()
+    guards = getattr(getattr(ctx, "guards_context", None), "dynamo_guards", None)
+    if not guards:
+        return []
+    out = set()
+    for g in guards:
+        try:
+            name, check = str(g.name), str(g.create_fn_name())
+        except Exception:  # a guard kind this torch version spells differently: skip it
+            continue
+        if name and name not in _GLOBAL_GUARDS:
+            out.add(f"{name}: {check}")
+    return sorted(out)[:MAX_GUARDS]
 
 
 def in_words(reason: str) -> str:

@@ -98,7 +98,8 @@ class BreakGroup:
 @dataclass(slots=True)
 class CompiledGraph:
     """One Dynamo graph: ``id`` (``g0``, ``g1``, … in compile order), the function it came from,
-    the input set that compiled it, how many ops it holds and how often it ran."""
+    the input set that compiled it, how many ops it holds, how often it ran, and the guards that
+    must hold for it to be reused (``L['x']: TENSOR_MATCH``; global-state guards left out)."""
 
     id: str
     func: str
@@ -109,6 +110,7 @@ class CompiledGraph:
     runs: int = 0
     compile_s: float = 0.0
     modules: list[str] = field(default_factory=list)
+    guards: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
