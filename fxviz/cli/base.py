@@ -52,6 +52,16 @@ EXIT_CODES: list[tuple[int, str]] = [
 ]
 
 
+def spinner(text: str) -> contextlib.AbstractContextManager[Any]:
+    """A spinner with ``text`` on stderr while an analysis runs (seconds on a real model), when
+    stderr is a terminal; nothing otherwise (a pipe or a CI log gets no control codes)."""
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    from rich.console import Console
+
+    return Console(stderr=True).status(text)
+
+
 def out_console() -> Console:
     from rich.console import Console
 

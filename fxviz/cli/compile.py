@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from fxviz.cli.base import cli, out_console, verbose_option, with_torch
+from fxviz.cli.base import cli, out_console, spinner, verbose_option, with_torch
 from fxviz.errors import TargetError
 from fxviz.targets.parse import recognise
 from fxviz.text import one_line
@@ -21,16 +20,6 @@ if TYPE_CHECKING:
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
-@contextlib.contextmanager
-def _spinner(text: str) -> Iterator[None]:
-    """A spinner on stderr while the model compiles, when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        yield
-        return
-    from rich.console import Console
-
-    with Console(stderr=True).status(text):
-        yield
 
 
 def _input_sets(text: str) -> list[Any]:
@@ -93,7 +82,7 @@ def compile_cmd(target: str, backend: str, mode: str | None, dynamic: bool | Non
 
     # with --json -, stdout is the JSON: what the model prints goes to stderr
     model_out = contextlib.redirect_stdout(sys.stderr) if json_out == "-" else contextlib.nullcontext()
-    with _spinner(f"compiling with {backend} …"), model_out:
+    with spinner(f"compiling with {backend} …"), model_out:
         cmap = compile_map(t.model, t.args, t.kwargs, backend=backend, mode=mode, dynamic=dynamic, inputs=sets)
     _write(cmap, depth=depth, html_out=html_out, json_out=json_out)
     if fail_on_break and cmap.break_count:

@@ -3,14 +3,11 @@ precision) changes its numbers, per module and per op, against eager float32."""
 
 from __future__ import annotations
 
-import contextlib
 import math
-import sys
-from typing import Any
 
 import click
 
-from fxviz.cli.base import cli, out_console, verbose_option, with_torch
+from fxviz.cli.base import cli, out_console, spinner, verbose_option, with_torch
 from fxviz.cli.passes import load_pass
 from fxviz.errors import TargetError
 from fxviz.targets.parse import recognise
@@ -60,7 +57,7 @@ def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | No
     if passes and not against.startswith("stage:"):
         raise TargetError("--pass applies to --against stage:N (a stage of the pass pipeline)")
     pass_list = [load_pass(p) for p in passes] or None
-    with _spinner(f"running {type(t.model).__name__} eagerly and against {against}"):
+    with spinner(f"running {type(t.model).__name__} eagerly and against {against}"):
         result = numerics(t.model, t.args, t.kwargs, against=against, rtol=rtol, atol=atol, passes=pass_list)
     if json_out is not None:
         if json_out == "-":
@@ -90,13 +87,3 @@ def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | No
             ctx.exit(1)
 
 
-@contextlib.contextmanager
-def _spinner(text: str) -> Any:
-    """A spinner on stderr while the model runs, when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        yield
-        return
-    from rich.console import Console
-
-    with Console(stderr=True).status(text):
-        yield

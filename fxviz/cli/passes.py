@@ -3,14 +3,13 @@ tree with what its pass changed; the whole pipeline as JSON; one stage's HTML re
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import sys
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from fxviz.cli.base import cli, out_console, refuse_capture_options, verbose_option
+from fxviz.cli.base import cli, out_console, refuse_capture_options, spinner, verbose_option
 from fxviz.errors import PassError, TargetError
 from fxviz.targets.parse import recognise
 from fxviz.text import clean, one_line
@@ -128,7 +127,7 @@ def passes(target: str, input_shapes: tuple[str, ...], dtype: str, passes: tuple
     table = import_object(decompose_table, "--decompose-table") if decompose_table else None
     if table is not None and "decompose" not in (pass_list or ["decompose"]):
         pass_list = [*(pass_list or []), "decompose"]
-    with _spinner(f"running {len(pass_list or ['decompose']) + 1} stages on {one_line(target)}"):
+    with spinner(f"running {len(pass_list or ['decompose']) + 1} stages on {one_line(target)}"):
         p = _run(spec, pass_list, table, numbers, input_shapes, dtype)
     last = len(p.stages) - 1
     shown = range(from_stage, (last if to_stage is None else min(to_stage, last)) + 1)
@@ -162,13 +161,6 @@ def passes(target: str, input_shapes: tuple[str, ...], dtype: str, passes: tuple
         ctx.exit(PassError.exit_code)
 
 
-def _spinner(text: str) -> contextlib.AbstractContextManager[Any]:
-    """A spinner on stderr while the passes run (seconds on a real model), when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        return contextlib.nullcontext()
-    from rich.console import Console
-
-    return Console(stderr=True).status(text)
 
 
 def _write_before_after(p: Pipeline, index: int, path: str) -> None:
