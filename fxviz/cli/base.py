@@ -62,6 +62,16 @@ def spinner(text: str) -> contextlib.AbstractContextManager[Any]:
     return Console(stderr=True).status(text)
 
 
+def write_json(text: str, dest: str, *, what: str) -> None:
+    """An analysis's JSON to ``dest``: ``-`` is stdout (then nothing else goes there), else a file."""
+    if dest == "-":
+        click.echo(text)
+        return
+    from fxviz.render.files import write_text
+
+    write_text(dest, text, what=what)
+
+
 def out_console() -> Console:
     from rich.console import Console
 

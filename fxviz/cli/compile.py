@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from fxviz.cli.base import cli, out_console, spinner, verbose_option, with_torch
+from fxviz.cli.base import cli, out_console, spinner, verbose_option, with_torch, write_json
 from fxviz.errors import TargetError
 from fxviz.targets.parse import recognise
 from fxviz.text import one_line
@@ -93,12 +93,7 @@ def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_ou
     from fxviz.analyze.compilemap.overlay import break_lines
 
     if json_out is not None:
-        if json_out == "-":
-            click.echo(cmap.to_json(indent=1))
-        else:
-            from fxviz.render.files import write_text
-
-            write_text(json_out, cmap.to_json(indent=1), what="compile map JSON")
+        write_json(cmap.to_json(indent=1), json_out, what="compile map JSON")
     if json_out != "-":
         console = out_console()
         console.print(f"{one_line(cmap.graph.name)}  torch.compile: {cmap.header()}", markup=False)

@@ -7,7 +7,7 @@ import math
 
 import click
 
-from fxviz.cli.base import cli, out_console, spinner, verbose_option, with_torch
+from fxviz.cli.base import cli, out_console, spinner, verbose_option, with_torch, write_json
 from fxviz.cli.passes import load_pass
 from fxviz.errors import TargetError
 from fxviz.targets.parse import recognise
@@ -60,12 +60,7 @@ def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | No
     with spinner(f"running {type(t.model).__name__} eagerly and against {against}"):
         result = numerics(t.model, t.args, t.kwargs, against=against, rtol=rtol, atol=atol, passes=pass_list)
     if json_out is not None:
-        if json_out == "-":
-            click.echo(result.to_json(indent=1))
-        else:
-            from fxviz.render.files import write_text
-
-            write_text(json_out, result.to_json(indent=1), what="numerics JSON")
+        write_json(result.to_json(indent=1), json_out, what="numerics JSON")
     if json_out != "-":
         console = out_console()
         console.print(one_line(result.headline(), limit=400))

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from fxviz.cli.base import cli, out_console, refuse_capture_options, spinner, verbose_option
+from fxviz.cli.base import cli, out_console, refuse_capture_options, spinner, verbose_option, write_json
 from fxviz.errors import PassError, TargetError
 from fxviz.targets.parse import recognise
 from fxviz.text import clean, one_line
@@ -150,13 +150,7 @@ def passes(target: str, input_shapes: tuple[str, ...], dtype: str, passes: tuple
         _write_before_after(p, last if stage_index is None else stage_index, before_after)
         click.echo(f"wrote {before_after}", err=not to_stdout)
     if json_out is not None:
-        text = p.to_json(indent=1)
-        if json_out == "-":
-            click.echo(text)
-        else:
-            from fxviz.render.files import write_text
-
-            write_text(json_out, text, what="pipeline JSON")
+        write_json(p.to_json(indent=1), json_out, what="pipeline JSON")
     if p.failed is not None:  # what ran is written; the exit says a pass failed
         ctx.exit(PassError.exit_code)
 

@@ -29,12 +29,12 @@ from typing import Any
 import torch
 import torch.fx
 from torch.export.graph_signature import InputKind
-from torch.utils import _pytree as pytree
 
 from fxviz.errors import TargetError
 from fxviz.ir import Attempt, Graph, ModuleInfo
 from fxviz.symbolic.convert import EXPORT_ROOT
 from fxviz.symbolic.export import graph_from_exported, leaf_paths, output_names
+from fxviz.torchbridge.normalize import key_str
 
 METHOD = "export (.pt2)"
 
@@ -143,18 +143,8 @@ def input_names(ep: torch.export.ExportedProgram) -> list[str]:
             base = arg_names[i] if 0 <= i < len(arg_names) else f"args[{i}]"
         else:
             base = str(getattr(first, "key", first))
-        names.append(base + "".join(_key_str(k) for k in rest))
+        names.append(base + "".join(key_str(k) for k in rest))
     return names
-
-
-def _key_str(key: Any) -> str:
-    if isinstance(key, pytree.SequenceKey):
-        return f"[{key.idx}]"
-    if isinstance(key, pytree.MappingKey):
-        return f"[{key.key!r}]"
-    if isinstance(key, pytree.GetAttrKey):
-        return f".{key.name}"
-    return str(key)
 
 
 def _load(path: str) -> torch.export.ExportedProgram:

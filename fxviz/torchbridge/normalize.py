@@ -36,7 +36,8 @@ def bind_names(model: nn.Module, args: tuple[Any, ...]) -> list[str]:
     return names
 
 
-def _key_str(key: Any) -> str:
+def key_str(key: Any) -> str:
+    """One pytree key as it reads in a path: ``[0]``, ``['logits']``, ``.keys``."""
     if isinstance(key, pytree.SequenceKey):
         return f"[{key.idx}]"
     if isinstance(key, pytree.MappingKey):
@@ -84,7 +85,7 @@ def flatten_inputs(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
             else:  # keyword
                 first, *rest = rest
                 base = str(getattr(first, "key", first))
-            names.append(base + "".join(_key_str(k) for k in rest))
+            names.append(base + "".join(key_str(k) for k in rest))
     return FlatInputs(spec, leaves, positions, names)
 
 
