@@ -36,8 +36,10 @@ import argparse
 import gc
 import json
 import os
+import resource
 import subprocess
 import sys
+import time
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -81,20 +83,25 @@ def child(tool: str, layers: int) -> dict[str, Any]:
     gc.collect()
     start = _status("VmRSS")
     _reset_peak()
-    if tool == "fxviz":
-        result: Any = fxviz.capture(model, args, method="export")
+    t0 = time.perf_counter()
+    if tool.startswith("fxviz"):
+        result: Any = fxviz.capture(model, args, method="export", isolate=tool == "fxviz")
         nodes = len(result.ops)
     else:
         # transformers' DynamicCache output stops bare export: without the cache, as bench/capture.py
         result = torch.export.export(model, args, {"use_cache": False}, strict=False)
         nodes = len(result.graph.nodes)
+    seconds = time.perf_counter() - t0
     peak = _status("VmHWM")
+    # the largest child's peak resident size (the attempt run apart; shared pages counted in full)
+    child_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     gc.collect()
     after = _status("VmRSS")
     del result
     gc.collect()
     after_del = _status("VmRSS")
-    return {"tool": tool, "layers": layers, "nodes": nodes, "start": start, "peak": peak, "after": after,
+    return {"tool": tool, "layers": layers, "nodes": nodes, "seconds": seconds, "start": start, "peak": peak,
+            "child_peak": child_peak, "after": after,
             "after_del": after_del, "held_pct": 100 * (after_del - start) / start}
 
 
@@ -105,11 +112,14 @@ def run_child(tool: str, layers: int) -> dict[str, Any]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| layers | tool | ops/nodes | start | peak | after | after del | held % (after − start) | held % after del |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| layers | tool | ops/nodes | capture s | start | peak | child peak | after | after del "
+             "| held % (after − start) | held % after del |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         kept = 100 * (r["after"] - r["start"]) / r["start"]
-        lines.append(f"| {r['layers']} | {r['tool']} | {r['nodes']} | {r['start']:.0f} | {r['peak']:.0f} | "
+        child = f"{r['child_peak']:.0f}" if r.get("child_peak") else "-"
+        lines.append(f"| {r['layers']} | {r['tool']} | {r['nodes']} | {r['seconds']:.1f} | {r['start']:.0f} | "
+                     f"{r['peak']:.0f} | {child} | "
                      f"{r['after']:.0f} | {r['after_del']:.0f} | {kept:+.0f}% | {r['held_pct']:+.0f}% |")
     return "\n".join(lines)
 
@@ -117,7 +127,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--layers", default="300,1200")
-    p.add_argument("--tools", default="fxviz,export")
+    p.add_argument("--tools", default="fxviz,fxviz-here,export",
+                   help="fxviz: symbolic attempts apart (the default for deep models); fxviz-here: isolate=False")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None)
     a = p.parse_args()

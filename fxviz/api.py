@@ -5,6 +5,7 @@ a graph; the auto chain tries them in turn and records every attempt."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ from fxviz.ir import Attempt, Graph
 from fxviz.passes import run_passes
 from fxviz.symbolic.export import capture_export
 from fxviz.symbolic.fx import capture_fx
+from fxviz.torchbridge.apart import can_fork, run_apart, worth_isolating
 from fxviz.torchbridge.checks import RejectedInputs, count_ops, forget_failed_compiles, real_inputs
 from fxviz.torchbridge.normalize import flatten_inputs
 from fxviz.torchbridge.run import capture_session, failed_attempt, gc_paused, interrupts_kept, normalize_args
@@ -55,6 +57,9 @@ CAPTURERS: dict[str, Capturer] = {
     "eager": _eager("function"),
     "eager-aten": _eager("aten"),
 }
+
+#: The methods that trace symbolically (and may run apart, in a child process).
+SYMBOLIC = frozenset({"export", "export-strict", "export-decomposed", "fx"})
 
 #: What ``method="auto"`` tries, in order.
 AUTO_CHAIN: tuple[str, ...] = ("export", "export-strict", "fx", "eager")
@@ -125,6 +130,7 @@ def run_methods(
     methods: Sequence[str],
     dynamic_shapes: Any = None,
     validate: bool = True,
+    isolate: bool | None = None,
 ) -> Graph:
     """Try ``methods`` in order; the first graph wins. Raises :class:`CaptureError` listing every
     attempt when none works, or the :class:`ModelError` of a method that ran the model and saw the
@@ -135,7 +141,12 @@ def run_methods(
     holds no op while the model ran ops is a failure. When a symbolic graph does not run on the
     example inputs, the eager tracer tells whether the model itself rejects them (its partial
     graph then comes with the :class:`ModelError`); if not, the attempt failed, and the eager
-    graph serves the chain's ``eager`` attempt."""
+    graph serves the chain's ``eager`` attempt.
+
+    Symbolic attempts run in a forked child when ``isolate`` says so (``None``: for a model of
+    ``ISOLATE_FROM_MODULES`` modules or more, where fork is safe; :mod:`fxviz.torchbridge.apart`),
+    so that what export keeps alive after it returns is given back when the child exits."""
+    apart = can_fork() and (worth_isolating(model) if isolate is None else isolate)
     attempts: list[Attempt] = []
     checked: tuple[Graph, float] | None = None  # the eager graph made to check the inputs
     # one snapshot before the first attempt, restored after each (model, inputs, process)
@@ -153,7 +164,11 @@ def run_methods(
             t0 = time.perf_counter()
             try:
                 with session.attempt(), forget_failed_compiles():
-                    graph = CAPTURERS[method](model, args, kwargs, dynamic_shapes, validate)
+                    capturer = functools.partial(CAPTURERS[method], model, args, kwargs, dynamic_shapes, validate)
+                    if apart and method in SYMBOLIC:
+                        graph = run_apart(capturer, functools.partial(failed_attempt, method, 0.0))
+                    else:
+                        graph = capturer()
             except ModelError as e:
                 attempts.append(failed_attempt(method, time.perf_counter() - t0, e.__cause__ or e))
                 if e.graph is not None:
@@ -207,6 +222,7 @@ def capture(
     passes: Sequence[str] = CAPTURE_PASSES,
     dynamic_shapes: Any = None,
     validate: bool = True,
+    isolate: bool | None = None,
 ) -> Graph:
     """Capture ``model``'s forward on example inputs as an annotated :class:`~fxviz.ir.Graph`.
 
@@ -224,6 +240,11 @@ def capture(
     never a graph called a success. ``validate=False`` skips that; inputs on ``meta`` or fake
     tensors are never run. A ``torch.compile``, ``DataParallel`` or ``DistributedDataParallel``
     wrapper is taken off (``graph.notes`` says so); a TorchScript module is refused.
+
+    ``isolate`` runs the symbolic attempts in a forked child process, which gives back everything
+    export keeps alive (about 1 MB per decoder layer, held inside torch): ``None`` (the default)
+    does so for models of 256 modules or more, on Linux, before CUDA is initialised; the model
+    and the process are the parent's either way.
     """
     if method not in METHODS:
         raise TargetError(f"method {method!r} is not one of {', '.join(METHODS)}")
@@ -234,7 +255,7 @@ def capture(
     with interrupts_kept(), gc_paused():
         try:
             graph = run_methods(model, args, kwargs, methods=methods, dynamic_shapes=dynamic_shapes,
-                                validate=validate)
+                                validate=validate, isolate=isolate)
         except ModelError as e:  # the model itself raised: annotate its partial graph all the same
             if e.graph is not None:
                 e.graph.notes = notes + e.graph.notes

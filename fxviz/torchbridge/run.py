@@ -12,6 +12,7 @@ a failure turned into an :class:`~fxviz.ir.Attempt`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import logging
 import os
@@ -30,6 +31,7 @@ from torch import nn
 
 from fxviz.errors import InputError
 from fxviz.ir import Attempt
+from fxviz.torchbridge.apart import ATTEMPT_ATTR
 from fxviz.torchbridge.guard import Snapshot, walks_shared
 from fxviz.torchbridge.memory import give_back_memory
 from fxviz.torchbridge.source import error_location
@@ -76,6 +78,12 @@ def gc_paused() -> Iterator[None]:
 
 
 def failed_attempt(method: str, seconds: float, exc: BaseException) -> Attempt:
+    """The record of an attempt that raised ``exc``: its type, message (bounded) and the user's
+    line. An exception relayed from an attempt run apart carries the record made where it was
+    raised, with the source line its traceback had (``ATTEMPT_ATTR``)."""
+    made = getattr(exc, ATTEMPT_ATTR, None)
+    if isinstance(made, Attempt):
+        return dataclasses.replace(made, method=method, seconds=seconds)
     message = _ANSI.sub("", str(exc)).strip()
     if len(message) > _MAX_MESSAGE:
         message = message[:_MAX_MESSAGE] + " ..."

@@ -1,0 +1,143 @@
+"""Symbolic attempts run apart, in a forked child (``fxviz.torchbridge.apart``): what export keeps
+alive is given back when the child exits (measured by ``bench/memory.py``); here, that the graph,
+the failures, the interrupts and the model come back as an in-process capture gives them."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import fxviz
+from fxviz.errors import CaptureError
+from fxviz.torchbridge.apart import ISOLATE_FROM_MODULES, Relayed, run_apart, worth_isolating
+from tests.statecheck import kept
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+
+
+class Deep(nn.Module):
+    """A stack deep enough to run apart by default, which writes the pid of every process its
+    forward runs in to ``log`` (a file: the child's memory does not come back), and steps a
+    buffer (a child's change must not reach the parent's model)."""
+
+    def __init__(self, log: Path | None, layers: int = ISOLATE_FROM_MODULES, branch: bool = False) -> None:
+        super().__init__()
+        self.log, self.branch = str(log or ""), branch
+        self.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(layers))
+        self.register_buffer("steps", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.log:  # (strict export cannot trace a file's open: it is given no log)
+            with open(self.log, "a") as f:
+                f.write(f"{os.getpid()}\n")
+        self.steps.add_(1)
+        for layer in self.layers:
+            x = layer(x)
+        if self.branch and x.sum() > 0:  # a decision on data: export fails here
+            x = x + 1
+        return x
+
+
+def _pids(log: Path) -> set[int]:
+    return {int(p) for p in log.read_text().split()} if log.exists() else set()
+
+
+def _signature(g: fxviz.Graph) -> list[tuple[str, str, str]]:
+    return [(n.name, n.target, n.module) for n in g.nodes]
+
+
+def test_a_deep_model_is_captured_apart_with_the_same_graph(tmp_path: Path) -> None:
+    torch.set_num_threads(2)
+    x = torch.randn(64, 64)
+    (x @ x).sum()  # the parent used OpenMP's pool: a child that used it too would hang
+    log = tmp_path / "pids"
+    model, inp = Deep(log), torch.randn(2, 8)
+    assert worth_isolating(model) and not worth_isolating(nn.Linear(2, 2))
+    with kept(model, (inp,), {}):
+        apart = fxviz.capture(model, (inp,), method="export")
+    assert _pids(log) and os.getpid() not in _pids(log)
+    log.unlink()
+    here = fxviz.capture(model, (inp,), method="export", isolate=False)
+    assert _pids(log) == {os.getpid()}
+    assert _signature(apart) == _signature(here)
+    assert len(apart.ops) == ISOLATE_FROM_MODULES + 1 and apart.method == "export"
+    assert [(a.method, a.ok) for a in apart.attempts] == [("export", True)]
+    assert float(model.steps) == 0.0  # the child's step stayed in the child; the parent's was put back
+
+
+def test_the_buffer_a_child_steps_stays_the_parents(tmp_path: Path) -> None:
+    for log in (tmp_path / "pids", None):
+        model = Deep(log, layers=4)
+        for method in ("export", "fx") if log else ("export-strict",):
+            g = fxviz.capture(model, (torch.randn(2, 8),), method=method, isolate=True)
+            assert g.method == method and len(g.ops) >= 4
+        assert float(model.steps) == 0.0
+    assert _pids(tmp_path / "pids") and os.getpid() not in _pids(tmp_path / "pids")
+
+
+def test_a_failure_apart_is_recorded_as_it_is_in_process(tmp_path: Path) -> None:
+    model, inp = Deep(tmp_path / "pids", layers=3, branch=True), torch.ones(2, 8)
+    apart = fxviz.capture(model, (inp,), isolate=True)
+    here = fxviz.capture(model, (inp,), isolate=False)
+    assert apart.method == here.method == "eager"
+    for a, b in zip(apart.attempts, here.attempts, strict=True):
+        assert (a.method, a.ok, a.skipped, a.error_type) == (b.method, b.ok, b.skipped, b.error_type)
+        assert a.message.splitlines()[:1] == b.message.splitlines()[:1]
+        assert a.source == b.source
+    first = apart.attempts[0]
+    assert first.error_type == "GuardOnDataDependentSymNode"
+    assert first.source is not None and first.source.file == __file__ and "x.sum() > 0" in first.source.code
+
+
+class Raises(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("the model refuses")
+
+
+def test_an_exception_of_the_model_comes_back_with_its_type_and_line() -> None:
+    with pytest.raises(CaptureError) as info:
+        fxviz.capture(Raises(), (torch.randn(2),), method="export", isolate=True)
+    (a,) = info.value.attempts
+    assert (a.method, a.ok, a.error_type, a.message) == ("export", False, "ValueError", "the model refuses")
+    assert a.source is not None and a.source.func == "forward" and a.source.file == __file__
+
+
+def test_what_does_not_unpickle_is_relayed_by_name() -> None:
+    class Odd(Exception):
+        def __init__(self, code: int, text: str) -> None:
+            super().__init__(text)
+            self.code = code
+
+    def fail() -> None:
+        raise Odd(3, "odd failure")
+
+    with pytest.raises(Relayed) as info:
+        run_apart(fail, lambda e: None)
+    assert (info.value.type_name, str(info.value)) == ("Odd", "odd failure")
+
+
+def test_a_child_that_dies_is_a_capture_error() -> None:
+    def die() -> Any:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    with pytest.raises(CaptureError, match="killed by signal SIGKILL .out of memory.*isolate=False"):
+        run_apart(die, lambda e: None)
+
+
+def test_an_interrupt_in_the_child_ends_the_capture() -> None:
+    def interrupted() -> Any:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_apart(interrupted, lambda e: None)
+
+
+def test_the_result_comes_back_whole() -> None:
+    assert run_apart(lambda: {"pid": os.getpid(), "t": torch.arange(3)}, lambda e: None)["t"].tolist() == [0, 1, 2]
+    assert run_apart(lambda: os.getpid(), lambda e: None) != os.getpid()
