@@ -10,23 +10,31 @@ against another. In it, the model is built and run once (``start`` is the reside
 (``peak``: ``VmHWM``), ``after`` is the resident size with the result kept, ``after del`` once the
 result is deleted and collected. ``held %`` = (after del − start) / start: the target is ≤ 10%.
 
-Measured on the shared 2-core CPU box (torch 2.13, transformers 4.x), MB:
+``fxviz`` is the default capture, whose symbolic attempts run in a forked child for models of 256
+modules or more (``fxviz/torchbridge/apart.py``); ``fxviz-here`` is ``isolate=False``, the capture
+in this process as it was before; ``child peak`` is the largest child's peak resident size (shared
+pages counted in full). ``capture s`` is wall time on a loaded machine: read memory from this table,
+time from ``bench/capture.py``.
 
-| layers | tool | ops/nodes | start | peak | after | after del | held % (after − start) | held % after del |
-|---:|---|---:|---:|---:|---:|---:|---:|---:|
-| 100 | fxviz, before ``gc.collect(0)`` | 6951 | 363 | 558 | 522 | 517 | +44% | +42% |
-| 100 | fxviz | 6951 | 363 | 558 | 500 | 500 | +38% | +38% |
-| 100 | export | 7266 | 363 | 517 | 503 | 498 | +39% | +37% |
-| 300 | fxviz | 20751 | 398 | 944 | 744 | 722 | +87% | +81% |
-| 300 | export | 21666 | 398 | 777 | 736 | 714 | +85% | +79% |
+Measured on the shared 2-core CPU box (torch 2.13, transformers 4.x, one thread; 3-5 other jobs), MB:
 
-fxviz now holds what bare export holds (~107 MB per 100 layers after its result is deleted), no more:
-collecting the young generation at the end of a capture (the collector is paused while it runs)
-took 22 MB off at 100 layers; ``malloc_trim(0)`` (already run) and ``torch._dynamo.reset()`` give
-back < 2% more. Not yet within 10%: after ``del`` one export ``GraphModule`` with its FakeTensors
-is still alive, reachable from no object the collector tracks (a C-level or untracked holder inside
-torch; not an ``lru_cache``, not a thread-local). What is left is a symbolic attempt run in a child
-process past a size (issue 9's own suggestion).
+| layers | tool | ops/nodes | capture s | start | peak | child peak | after | after del | held % (after − start) | held % after del |
+|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+| 100 | fxviz | 6951 | 67.0 | 363 | 386 | 504 | 385 | 373 | +6% | +3% |
+| 100 | fxviz-here | 6951 | 27.9 | 363 | 559 | 559 | 500 | 500 | +38% | +38% |
+| 100 | export | 7266 | 22.0 | 363 | 517 | - | 505 | 487 | +39% | +34% |
+| 300 | fxviz | 20751 | 59.8 | 398 | 471 | 877 | 464 | 421 | +17% | +6% |
+| 300 | fxviz-here | 20751 | 73.7 | 398 | 945 | 945 | 748 | 708 | +88% | +78% |
+| 300 | export | 21666 | 120.0 | 398 | 777 | - | 740 | 718 | +86% | +80% |
+| 1200 | fxviz | 82851 | 350.1 | 562 | 853 | 2474 | 820 | 614 | +46% | +9% |
+| 1200 | fxviz-here | 82851 | 477.1 | 562 | 2543 | 2543 | 1806 | 1661 | +221% | +196% |
+| 1200 | export | 86466 | 340.3 | 561 | 2036 | - | 1902 | 1688 | +239% | +201% |
+
+In this process, a capture of 1,200 layers and its graph deleted, fxviz holds +9% (target ≤ 10%;
+bare export +201%, fxviz before +196%). With the graph kept, +46%: that is the IR itself (82,851
+nodes, ~2.5 KB each once unpickled), the capture's product rather than its leftovers. Export's
+leftovers (a GraphModule with its fake tensors, held from C++, untouched by ``gc``, ``malloc_trim``
+and ``torch._dynamo.reset()``) now die with the child.
 """
 
 
