@@ -10,7 +10,7 @@ against another. In it, the model is built and run once (``start`` is the reside
 (``peak``: ``VmHWM``), ``after`` is the resident size with the result kept, ``after del`` once the
 result is deleted and collected. ``held %`` = (after del − start) / start: the target is ≤ 10%.
 
-``fxviz`` is the default capture, whose symbolic attempts run in a forked child for models of 256
+``fxviz`` is the default capture, whose symbolic attempts run in a forked child for models of 1,024
 modules or more (``fxviz/torchbridge/apart.py``); ``fxviz-here`` is ``isolate=False``, the capture
 in this process as it was before; ``child peak`` is the largest child's peak resident size (shared
 pages counted in full). ``capture s`` is wall time on a loaded machine: read memory from this table,

@@ -243,7 +243,7 @@ def capture(
 
     ``isolate`` runs the symbolic attempts in a forked child process, which gives back everything
     export keeps alive (about 1 MB per decoder layer, held inside torch): ``None`` (the default)
-    does so for models of 256 modules or more, on Linux, before CUDA is initialised; the model
+    does so for models of 1,024 modules or more, on Linux, before CUDA is initialised; the model
     and the process are the parent's either way.
     """
     if method not in METHODS:

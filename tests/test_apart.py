@@ -15,7 +15,8 @@ from torch import nn
 
 import fxviz
 from fxviz.errors import CaptureError
-from fxviz.torchbridge.apart import ISOLATE_FROM_MODULES, Relayed, run_apart, worth_isolating
+from fxviz.torchbridge import apart as apart_module
+from fxviz.torchbridge.apart import Relayed, run_apart, worth_isolating
 from tests.statecheck import kept
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
@@ -26,7 +27,7 @@ class Deep(nn.Module):
     forward runs in to ``log`` (a file: the child's memory does not come back), and steps a
     buffer (a child's change must not reach the parent's model)."""
 
-    def __init__(self, log: Path | None, layers: int = ISOLATE_FROM_MODULES, branch: bool = False) -> None:
+    def __init__(self, log: Path | None, layers: int = 64, branch: bool = False) -> None:
         super().__init__()
         self.log, self.branch = str(log or ""), branch
         self.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(layers))
@@ -52,7 +53,8 @@ def _signature(g: fxviz.Graph) -> list[tuple[str, str, str]]:
     return [(n.name, n.target, n.module) for n in g.nodes]
 
 
-def test_a_deep_model_is_captured_apart_with_the_same_graph(tmp_path: Path) -> None:
+def test_a_deep_model_is_captured_apart_with_the_same_graph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(apart_module, "ISOLATE_FROM_MODULES", 64)  # 1,024 by default: a slow model to export
     torch.set_num_threads(2)
     x = torch.randn(64, 64)
     (x @ x).sum()  # the parent used OpenMP's pool: a child that used it too would hang
@@ -66,7 +68,7 @@ def test_a_deep_model_is_captured_apart_with_the_same_graph(tmp_path: Path) -> N
     here = fxviz.capture(model, (inp,), method="export", isolate=False)
     assert _pids(log) == {os.getpid()}
     assert _signature(apart) == _signature(here)
-    assert len(apart.ops) == ISOLATE_FROM_MODULES + 1 and apart.method == "export"
+    assert len(apart.ops) == 64 + 1 and apart.method == "export"
     assert [(a.method, a.ok) for a in apart.attempts] == [("export", True)]
     assert float(model.steps) == 0.0  # the child's step stayed in the child; the parent's was put back
 

@@ -40,9 +40,11 @@ from fxviz.errors import CaptureError, ModelError
 T = TypeVar("T")
 
 #: Module count from which ``isolate=None`` runs symbolic attempts apart: export keeps ~1 MB per
-#: decoder layer (~13 modules), ~5% of a bare process's 360 MB at 20 layers; below, the fork, the
-#: graph's transfer and the single-threaded check cost more than the memory is worth.
-ISOLATE_FROM_MODULES = 256
+#: decoder layer (~13 modules), so about 80 MB from here, +20% of a bare process with torch and
+#: transformers. Running apart costs about 0.5 s (copy-on-write faults, the graph pickled back,
+#: caches the child warms and loses): +16% on a 24-layer LLaMA on meta (3.9 s), under 5% on the
+#: captures of 10 s and more that models of this size take.
+ISOLATE_FROM_MODULES = 1024
 
 #: The attribute a relayed exception carries its :class:`~fxviz.ir.Attempt` in.
 ATTEMPT_ATTR = "fxviz_attempt"
