@@ -61,6 +61,24 @@ class InplaceAfterBreak(nn.Module):
         return self.out(h)
 
 
+@torch._dynamo.disable
+def _scale_eagerly(h: torch.Tensor) -> torch.Tensor:
+    return h * 3
+
+
+class EagerFeedsAGraph(nn.Module):
+    """A function Dynamo must not trace sits between two graphs: its ``*`` runs eagerly and its
+    value enters the second graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(_scale_eagerly(self.a(x)))
+
+
 def inplace_after_break() -> tuple[nn.Module, tuple[Any, ...]]:
     torch.manual_seed(0)
     return InplaceAfterBreak().eval(), (torch.randn(3, 8),)
@@ -145,6 +163,20 @@ def test_a_value_written_in_place_after_a_break_is_compared_as_it_left(backend: 
     r = numerics(model, args, against=f"compile:{backend}")
     assert r.nodes["linear"].comparable and r.nodes["linear"].max_abs == 0.0  # the eager value before mul_
     assert r.first is None and r.nodes["linear_1"].max_abs == 0.0
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_value_made_by_eager_code_is_compared_where_it_enters_a_graph(backend: str) -> None:
+    torch.manual_seed(0)
+    model = EagerFeedsAGraph().eval()
+    r = numerics(model, (torch.randn(3, 8),), against=f"compile:{backend}")
+    mul = r.graph.node("mul")
+    line = Path(__file__).read_text().splitlines().index("    return h * 3") + 1
+    assert mul.source is not None and (Path(mul.source.file).name, mul.source.line) == (Path(__file__).name, line)
+    # linear leaves the first graph, mul (eager code) enters the second, linear_1 leaves it
+    assert {k for k, e in r.nodes.items() if e.comparable} == {"linear", "mul", "linear_1"}
+    assert all(e.max_abs == 0.0 for e in r.nodes.values())
+    assert "2 graphs" in r.notes[0]
 
 
 def test_keeper_copies_a_kept_value_before_an_in_place_write_and_stops_at_its_budget() -> None:

@@ -63,7 +63,8 @@ def numerics(
     ``rtol``/``atol`` override the tolerance of the side's dtype (:data:`TOLERANCES`): a value is
     beyond it when ``‖other − eager‖₂ > atol·√n + rtol·‖eager‖₂``. ``seed`` seeds torch's RNG
     before the run (``None``: leave it). ``decompositions`` (op overload -> function) are added to
-    torch's default table for ``against="decompose"``. ``against="stage:N"`` compares stage N of
+    torch's default table for ``against="decompose"``, and given to AOT Autograd for
+    ``against="compile:aot_eager"``. ``against="stage:N"`` compares stage N of
     the pass pipeline (:func:`fxviz.pipeline`: export, then ``passes``, by default ``["decompose"]``;
     stage 0 is the export). Inputs must be real tensors: on ``meta``
     or fake there are no numbers to compare (:class:`~fxviz.errors.InputError`).

@@ -148,6 +148,7 @@ class _Runs:
                  seed: int | None, name: str) -> None:
         self.model, self.args, self.kwargs, self.side, self.seed, self.name = model, args, kwargs, side, seed, name
         self.rng = torch.random.get_rng_state() if seed is None else None
+        self.cuda_rng = torch.cuda.get_rng_state_all() if seed is None and torch.cuda.is_initialized() else None
         self.seconds: dict[str, float] = {"compile": 0.0, "eager": 0.0, "compare": 0.0}
 
     def __enter__(self) -> _Runs:
@@ -164,6 +165,8 @@ class _Runs:
             torch.manual_seed(self.seed)
         elif self.rng is not None:
             torch.random.set_rng_state(self.rng)
+            if self.cuda_rng is not None:
+                torch.cuda.set_rng_state_all(self.cuda_rng)
 
     def _restore(self) -> None:
         with torch.no_grad():
