@@ -1,7 +1,7 @@
 """Numerics cost: fxviz.numerics next to the two plain runs it stands for, and its peak memory next
 to one forward.
 
-    .venv/bin/python bench/numerics.py [--models gpt2,gpt2-48] [--sides dtype:bfloat16,export]
+    .venv/bin/python bench/numerics.py [--models gpt2,gpt2-48] [--sides dtype:bfloat16,export,compile:aot_eager]
                                        [--reps N] [--seq 128] [--out results.json]
 
 Every measurement runs in a fresh subprocess (torch pinned to one thread), so the peak memory of
@@ -15,6 +15,9 @@ peak RSS (``VmHWM``), with the RSS before the work (model built) as the baseline
   clock starts), ``autocast:bfloat16`` the forward under ``torch.autocast``;
 - ``export``: ``torch.export.export`` of the model plus one run of ``ep.module()``: what running the
   model the other way costs (numerics must export too); ``export run`` the run alone;
+- ``compile:aot_eager`` / ``compile:inductor``: the first call of ``torch.compile(model, backend=...)``
+  (Dynamo reset before and after, so each call compiles; Inductor's on-disk caches are warm after
+  the warm-up call, for this and for numerics alike);
 - ``numerics SIDE``: ``fxviz.numerics(model, args, against=SIDE)``, end to end.
 
 ``x plain`` = numerics / (eager + the side's plain run) on the medians (target: at most 3);
@@ -110,6 +113,18 @@ def _work(work: str, model: Any, args: tuple[Any, ...]) -> Any:
             with torch.no_grad():
                 m(*args, use_cache=False)
         return run
+    if work.startswith("compile:"):
+        import torch._dynamo as dynamo
+
+        backend = work.split(":", 1)[1]
+
+        def first_call() -> None:
+            dynamo.reset()  # every call compiles, as the first one does (Inductor's disk caches stay warm)
+            compiled = torch.compile(model, backend=backend)
+            with torch.no_grad():
+                compiled(*args)
+            dynamo.reset()
+        return first_call
     if work.startswith("numerics "):
         import fxviz
 

@@ -13,7 +13,9 @@ from fxviz.errors import TargetError
 from fxviz.targets.parse import recognise
 from fxviz.text import one_line
 
-_SIDES = "export, decompose, compile[:backend], dtype:bfloat16, dtype:float16, autocast:bfloat16"
+_SIDES = ("export, decompose, compile[:backend] (compile:aot_eager per op; other backends, inductor by default, "
+          "where values enter or leave each compiled graph), dtype:bfloat16, dtype:float16, autocast:bfloat16, "
+          "stage:N")
 
 
 @cli.command(name="numerics")

@@ -50,7 +50,8 @@ class DynamoOp(Protocol):
 Run = tuple[str, Sequence[DynamoOp]]  # (graph id, its ops): one run of one compiled graph
 
 
-def _key(n: Node) -> tuple[str, int, str]:
+def op_key(n: Node) -> tuple[str, int, str]:
+    """What an eager op and a Dynamo op must share to match: ``(file, line, op name)``."""
     src = n.source
     return (src.file, src.line, op_name(n.target)) if src is not None else ("", 0, op_name(n.target))
 
@@ -58,26 +59,42 @@ def _key(n: Node) -> tuple[str, int, str]:
 def assign(ops: Sequence[Node], runs: Sequence[Run]) -> dict[str, tuple[str, int]]:
     """Node name -> (graph id, run number) for the eager ``ops`` a compiled graph ran; ops left
     out ran eagerly."""
-    by_key: dict[tuple[str, int, str], list[int]] = {}
-    for i, n in enumerate(ops):
-        by_key.setdefault(_key(n), []).append(i)
     hit: list[tuple[str, int] | None] = [None] * len(ops)
-    cursor = 0
-    for r, (gid, dops) in enumerate(runs):
-        for d in dops:
-            cands = by_key.get((d.file, d.line, d.name))
-            if not cands:
-                continue
-            j = bisect_left(cands, cursor)
-            while j < len(cands) and cands[j] < cursor + WINDOW:
-                i = cands[j]
-                if hit[i] is None and (not d.module or _same_module(ops[i].module, d.module)):
-                    hit[i] = (gid, r)
-                    cursor = i + 1
-                    break
-                j += 1
+    for r, ((gid, _), row) in enumerate(zip(runs, pair(ops, runs), strict=True)):
+        for i in row:
+            if i is not None:
+                hit[i] = (gid, r)
     _fill(ops, hit)
     return {ops[i].name: h for i, h in enumerate(hit) if h is not None}
+
+
+def pair(ops: Sequence[Node], runs: Sequence[Run], *, start: int = 0) -> list[list[int | None]]:
+    """For each run, for each of its Dynamo ops in order, the index in ``ops`` of the eager op it
+    is (``None``: none found), looking from ``ops[start]`` on: the op-for-op matching
+    :func:`assign` is built on, which numerics use to compare a compiled graph's values with the
+    eager ones."""
+    by_key: dict[tuple[str, int, str], list[int]] = {}
+    for i, n in enumerate(ops):
+        by_key.setdefault(op_key(n), []).append(i)
+    taken = [False] * len(ops)
+    cursor = start
+    out: list[list[int | None]] = []
+    for _, dops in runs:
+        row: list[int | None] = []
+        for d in dops:
+            found = None
+            cands = by_key.get((d.file, d.line, d.name))
+            if cands:
+                j = bisect_left(cands, cursor)
+                while j < len(cands) and cands[j] < cursor + WINDOW:
+                    i = cands[j]
+                    if not taken[i] and (not d.module or _same_module(ops[i].module, d.module)):
+                        taken[i], found, cursor = True, i, i + 1
+                        break
+                    j += 1
+            row.append(found)
+        out.append(row)
+    return out
 
 
 _INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
@@ -110,4 +127,4 @@ def _folded(n: Node) -> bool:
     return (short_name(n.target) in _FOLDED or op_name(n.target) in _FOLDED) and not n.attrs.get("data_dependent")
 
 
-__all__ = ["WINDOW", "DynamoOp", "Run", "assign"]
+__all__ = ["WINDOW", "DynamoOp", "Run", "assign", "op_key", "pair"]

@@ -136,19 +136,23 @@ def _user_frame(stack_trace: str) -> tuple[str, int]:
     return ("", 0) if not frames else (frames[-1][0], int(frames[-1][1]))
 
 
+def op_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """The op nodes of a Dynamo graph, in order (placeholders, attributes and the output left out):
+    the nodes :func:`op_records` describes, one for one."""
+    return [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+
+
 def op_records(gm: torch.fx.GraphModule, paths: dict[int, str]) -> list[OpRecord]:
-    """The ops of a Dynamo graph, in order (placeholders, attributes and the output left out)."""
+    """The ops of a Dynamo graph, in order (:func:`op_nodes`)."""
     out = []
-    for n in gm.graph.nodes:
+    for n in op_nodes(gm):
         if n.op == "call_function":
             t = n.target
             target = f"{getattr(t, '__module__', None) or ''}.{getattr(t, '__name__', str(t))}"
         elif n.op == "call_method":
             target = f"Tensor.{n.target}"
-        elif n.op == "call_module":
-            target = type(gm.get_submodule(str(n.target))).__name__
         else:
-            continue
+            target = type(gm.get_submodule(str(n.target))).__name__
         stack = n.meta.get("nn_module_stack") or {}
         module = ""
         if stack:
@@ -324,4 +328,4 @@ def dynamo_state() -> Iterator[None]:
 
 
 __all__ = ["BACKENDS", "BreakRecord", "GraphRecord", "GuardFailRecord", "OpRecord", "Recorder", "Recording",
-           "dynamo_state", "module_paths", "real_backend"]
+           "dynamo_state", "module_paths", "op_nodes", "op_records", "real_backend"]

@@ -9,7 +9,9 @@ the graph ``fxviz.capture(method="eager")`` draws) and, in the same run, the oth
 - ``export`` / ``decompose`` by stepping the ExportedProgram's graph in step with the eager run
   (:mod:`~fxviz.analyze.numerics.program`), aligned per module call and per op by
   :func:`fxviz.graphdiff.diff`;
-- ``compile[:backend]`` by comparing the compiled model's outputs (:mod:`~fxviz.analyze.numerics.compiled`).
+- ``compile[:backend]`` by watching each compiled Dynamo graph's calls (:mod:`~fxviz.analyze.numerics.compiled`):
+  every value that enters or leaves compiled code, and with ``aot_eager`` each ATen node of the
+  AOT forward graph, compared with the eager op it belongs to.
 
 Every value is reduced to an :class:`Error` (max abs, max rel, cosine, SNR; :mod:`.metrics`) as
 soon as both sides have it, so memory stays near one forward. The result (:class:`Numerics`,
@@ -61,7 +63,8 @@ def numerics(
     ``rtol``/``atol`` override the tolerance of the side's dtype (:data:`TOLERANCES`): a value is
     beyond it when ``‖other − eager‖₂ > atol·√n + rtol·‖eager‖₂``. ``seed`` seeds torch's RNG
     before the run (``None``: leave it). ``decompositions`` (op overload -> function) are added to
-    torch's default table for ``against="decompose"``. ``against="stage:N"`` compares stage N of
+    torch's default table for ``against="decompose"``, and given to AOT Autograd for
+    ``against="compile:aot_eager"``. ``against="stage:N"`` compares stage N of
     the pass pipeline (:func:`fxviz.pipeline`: export, then ``passes``, by default ``["decompose"]``;
     stage 0 is the export). Inputs must be real tensors: on ``meta``
     or fake there are no numbers to compare (:class:`~fxviz.errors.InputError`).
@@ -121,11 +124,10 @@ def numerics(
         elif side == "compile":
             rtol, atol = (rtol if rtol is not None else TOLERANCES["float32"][0]), \
                 (atol if atol is not None else TOLERANCES["float32"][1])
-            graph, errors, note = compiled_errors(model, args, kwargs, backend=detail or "inductor",
-                                                  rtol=rtol, atol=atol, seed=seed)
-            random = []
-            notes.append(note)
-            seconds = {"run": time.perf_counter() - t0}
+            found = compiled_errors(model, args, kwargs, backend=detail or "inductor", rtol=rtol, atol=atol,
+                                    seed=seed, decompositions=decompositions)
+            graph, errors, random, seconds = found.graph, found.errors, found.random, found.seconds
+            notes.extend(found.notes)
         else:  # pragma: no cover - every side is handled above
             raise TargetError(f"--against {against!r} is not one of {', '.join(SIDES)}")
     flat = {k: w for k, v in errors.items() if (w := Error.worst(v)) is not None}

@@ -22,7 +22,7 @@ from fxviz.ir import Node
 from fxviz.ops import DROPOUTS, RANDOM, op_name
 
 
-def _inplace(func: Any, kwargs: dict[str, Any]) -> bool:
+def may_write(func: Any, kwargs: dict[str, Any]) -> bool:
     """Whether a torch-function call may write its arguments (then a shadow that *is* its float32
     tensor, an integer index or an autocast input, is copied first, so eager's value is not written
     twice)."""
@@ -58,7 +58,7 @@ class ShadowWatcher(Watcher):
         leaves, spec = pytree.tree_flatten((args, kwargs))
         if not any(isinstance(x, torch.Tensor) for x in leaves):
             return (args, kwargs)
-        copy = _inplace(func, kwargs)
+        copy = may_write(func, kwargs)
         out = []
         for x in leaves:
             if isinstance(x, torch.Tensor):
@@ -119,4 +119,4 @@ def _device(values: list[Any]) -> str:
     return next((v.device.type for v in values if isinstance(v, torch.Tensor)), "cpu")
 
 
-__all__ = ["ShadowWatcher", "is_random"]
+__all__ = ["ShadowWatcher", "is_random", "may_write"]
