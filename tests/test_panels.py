@@ -51,6 +51,15 @@ def test_the_tree_prints_every_panel_under_the_tree() -> None:
     assert [ln for ln in table.splitlines() if "model.py:12" in ln][0].rstrip().endswith("3 │")
 
 
+def test_a_panel_without_rows_is_one_line_not_an_empty_table() -> None:
+    g = stack_graph(layers=2)
+    set_panel(g, "divergence", title="numerics against export", columns=["what", "where"], rows=[],
+              note="no value is beyond tolerance")
+    tail = str(g).splitlines()[-1]
+    assert tail == "numerics against export: no value is beyond tolerance"
+    assert "┏" not in str(g)
+
+
 @pytest.mark.parametrize(("spec", "message"), [
     ({"columns": ["a"], "rows": [{"cells": [1, 2]}]}, r"'rows'\[0\] 'cells': expected 1 cells"),
     ({"columns": ["a"], "rows": [{"cells": [[1]]}]}, "expected text, a number or null"),

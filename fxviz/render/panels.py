@@ -30,10 +30,15 @@ def cell_text(v: Any) -> str:
     return bounded(str(v), 200)
 
 
-def panel_tables(graph: Graph) -> list[Table]:
-    """One rich table per panel, in the order they were written."""
-    out = []
+def panel_tables(graph: Graph) -> list[Table | Text]:
+    """One rich table per panel, in the order they were written; a panel without rows is its title
+    and note on one line (an empty table's frame says nothing)."""
+    out: list[Table | Text] = []
     for spec in panels(graph).values():
+        if not spec.get("rows"):
+            out.append(Text.assemble((bounded(str(spec.get("title", "")), 120), "bold"), ": ",
+                                     bounded(str(spec.get("note", "")), 400) or "nothing to show"))
+            continue
         table = Table(title=Text(bounded(str(spec.get("title", "")), 120), style="bold"),
                       caption=bounded(str(spec.get("note", "")), 400) or None, title_justify="left",
                       caption_justify="left", expand=False)
