@@ -530,7 +530,7 @@ def test_html_opens_with_an_overlay_and_json_keeps_it(model_file: str, tmp_path:
     embedded = json.loads(page.split('id="fxviz-data">', 1)[1].split("</script>", 1)[0])
     assert embedded["overlay"] == "latency"
     latency = next(o for o in embedded["overlays"] if o["name"] == "latency")
-    names = [n["n"] for n in embedded["nodes"]]
+    names = embedded["nodes"]["n"]
     assert latency["nodes"][names.index("linear")] == 1.5
     r = run("json", f"{model_file}:build", "-o", str(tmp_path / "g.json"), "--overlay", str(data))
     assert r.exit_code == 0

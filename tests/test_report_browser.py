@@ -23,6 +23,7 @@ from fxviz.render.html import repr_html
 from tests.irbuild import GraphBuilder, stack_graph
 from tests.report_browser import ARGS, ARTIFACTS, ReportPage, page_from_data
 from tests.report_models import gpt2_small_graph, llama_80_graph, t5_small_graph
+from tests.viewmodel import node_rows
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("bundle")]
 
@@ -75,7 +76,7 @@ def top_level_on_screen(r: ReportPage) -> None:
         x, y, w, h = rects[key]
         assert area["x"] - 0.5 <= x and x + w <= area["x"] + area["width"] + 0.5, key
         assert area["y"] - 0.5 <= y and y + h <= area["y"] + area["height"] + 0.5, key
-    kinds = r.page.evaluate("fxvizReport.model.items(-1).map(k => k[0] === 'n' ? fxvizReport.model.nodes[+k.slice(1)].k : '')")
+    kinds = r.page.evaluate("fxvizReport.model.items(-1).map(k => k[0] === 'n' ? fxvizReport.model.nodeKind(+k.slice(1)) : '')")
     ins = [rects[k][1] for k, kind in zip(top, kinds, strict=True) if kind == "input"]
     outs = [rects[k][1] for k, kind in zip(top, kinds, strict=True) if kind == "output"]
     assert ins and outs and max(ins) < min(outs)
@@ -226,7 +227,7 @@ FAMILY_COLOURS = {"conv": "#0072b2", "activation": "#e69f00", "pool": "#009e73",
 def add_overlays(data: dict[str, Any]) -> None:
     """Two overlays in the view-model's contract (WAVE2.md §2): parameters per node and box (a
     number, log scale), and the op family (a category with its colours)."""
-    nodes, groups = data["nodes"], data["groups"]
+    nodes, groups = node_rows(data), data["groups"]
     params = [n.get("np") for n in nodes]
     data["overlays"] = [
         {"name": "params", "label": "parameters", "kind": "number", "unit": "", "scale": "log",

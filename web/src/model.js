@@ -26,16 +26,24 @@ export function groupKind(g) {
 export class Model {
   constructor(data) {
     this.data = data;
-    this.nodes = data.nodes;
+    const nodes = data.nodes;
+    // the nodes come as columns (html.py's _node_columns): one list per field, and the table of
+    // what nodes share ([kind, family, label, target]) that `op` points into
+    this.count = nodes.n.length;
+    this.nodeNames = nodes.n;
+    this.ops = data.ops;
+    this.op = Int32Array.from(nodes.f);
+    this.errors = nodes.e || {};
     this.metas = data.metas || [];
     this.sources = data.sources || [];
     this.groups = data.groups.slice();
     this.real = data.groups.length;
     this.expanded = new Set();
-    this.byName = new Map(this.nodes.map((n, i) => [n.n, i]));
-    this.ng = Int32Array.from(this.nodes, (n) => n.g);
+    this.opKinds = this.ops.map((o) => o[0]);
+    this.ng = Int32Array.from(nodes.g);
     this.gp = this.groups.map((g) => g.p);
     this.kinds = this.groups.map(groupKind);
+    this.byNameMap = null;
     this.edgeArrays();
     this.orderItems();
     this.window();
@@ -45,45 +53,65 @@ export class Model {
   // ---- building ------------------------------------------------------------------------------
 
   /** The data flow as flat arrays (inputs of node i: `inSrc`/`inOut` from `inOff[i]` to
-   * `inOff[i + 1]`; readers: `uDst` from `uOff[i]`): read once here, then every level of a
-   * 100,000-node graph walks numbers instead of 100,000 objects of many shapes. */
+   * `inOff[i + 1]`; readers, each once and in graph order: `uDst` from `uOff[i]`; the `metas`
+   * entries of its outputs: `outMeta` from `outOff[i]`). The view-model writes inputs only:
+   * readers are the same edges read the other way. */
   edgeArrays() {
-    const n = this.nodes.length;
-    this.inOff = new Int32Array(n + 1);
-    this.uOff = new Int32Array(n + 1);
-    for (let i = 0; i < n; i++) {
-      const nd = this.nodes[i];
-      this.inOff[i + 1] = this.inOff[i] + (nd.i ? nd.i.length : 0);
-      this.uOff[i + 1] = this.uOff[i] + (nd.u ? nd.u.length : 0);
+    const n = this.count;
+    const { ni, i: refs, no, out } = this.data.nodes;
+    const inOff = (this.inOff = new Int32Array(n + 1));
+    const outOff = (this.outOff = new Int32Array(n + 1));
+    for (let t = 0; t < n; t++) {
+      inOff[t + 1] = inOff[t] + ni[t];
+      outOff[t + 1] = outOff[t] + no[t];
     }
-    this.inSrc = new Int32Array(this.inOff[n]);
-    this.inOut = new Int32Array(this.inOff[n]);
-    this.uDst = new Int32Array(this.uOff[n]);
-    for (let i = 0; i < n; i++) {
-      const nd = this.nodes[i];
-      if (nd.i) {
-        let at = this.inOff[i];
-        for (const r of nd.i) {
-          if (typeof r === "number") this.inSrc[at] = r;
-          else {
-            this.inSrc[at] = r[0];
-            this.inOut[at] = r[1];
-          }
-          at += 1;
+    this.outMeta = Int32Array.from(out);
+    const inSrc = (this.inSrc = new Int32Array(inOff[n]));
+    this.inOut = new Int32Array(inOff[n]);
+    for (let j = 0; j < inOff[n]; j++) {
+      const r = refs[j];
+      if (typeof r === "number") inSrc[j] = r;
+      else {
+        inSrc[j] = r[0];
+        this.inOut[j] = r[1];
+      }
+    }
+    // readers: a node that reads a value twice reads it once; nodes come in graph order, so a
+    // repeat is the last reader written
+    const uOff = (this.uOff = new Int32Array(n + 1));
+    const last = new Int32Array(n).fill(-1);
+    for (let t = 0; t < n; t++) {
+      for (let j = inOff[t]; j < inOff[t + 1]; j++) {
+        const s = inSrc[j];
+        if (last[s] !== t) {
+          last[s] = t;
+          uOff[s + 1] += 1;
         }
       }
-      if (nd.u) this.uDst.set(nd.u, this.uOff[i]);
+    }
+    for (let t = 0; t < n; t++) uOff[t + 1] += uOff[t];
+    const fill = uOff.slice(0, n);
+    const uDst = (this.uDst = new Int32Array(uOff[n]));
+    last.fill(-1);
+    for (let t = 0; t < n; t++) {
+      for (let j = inOff[t]; j < inOff[t + 1]; j++) {
+        const s = inSrc[j];
+        if (last[s] !== t) {
+          last[s] = t;
+          uDst[fill[s]++] = t;
+        }
+      }
     }
   }
 
   /** Each box's items (nodes and boxes directly inside it) in drawing order: the model's inputs
    * first, then graph order (a box where its first op is), the model's outputs last. */
   orderItems() {
-    const n = this.nodes.length;
+    const n = this.count;
     const G = this.groups.length;
     const first = new Float64Array(G).fill(Infinity);
     for (let i = 0; i < n; i++) {
-      for (let g = this.nodes[i].g; g >= 0 && first[g] > i; g = this.gp[g]) first[g] = i;
+      for (let g = this.ng[i]; g >= 0 && first[g] > i; g = this.gp[g]) first[g] = i;
     }
     this.itemsOf = new Map([[ROOT, []]]);
     for (let j = 0; j < G; j++) this.itemsOf.set(j, []);
@@ -96,15 +124,16 @@ export class Model {
       else (startsAt.get(first[j]) || startsAt.set(first[j], []).get(first[j])).push(j);
     }
     const push = (c, key) => this.itemsOf.get(c).push(key);
-    for (let i = 0; i < n; i++) if (this.nodes[i].k === "input") push(this.nodes[i].g, "n" + i);
+    const kind = (i) => this.opKinds[this.op[i]];
+    for (let i = 0; i < n; i++) if (kind(i) === "input") push(this.ng[i], "n" + i);
     for (let i = 0; i < n; i++) {
       const boxes = startsAt.get(i);
       if (boxes) for (const j of boxes) push(this.groups[j].p, "g" + j);
-      const k = this.nodes[i].k;
-      if (k !== "input" && k !== "output") push(this.nodes[i].g, "n" + i);
+      const k = kind(i);
+      if (k !== "input" && k !== "output") push(this.ng[i], "n" + i);
     }
     for (const j of empty) push(this.groups[j].p, "g" + j);
-    for (let i = 0; i < n; i++) if (this.nodes[i].k === "output") push(this.nodes[i].g, "n" + i);
+    for (let i = 0; i < n; i++) if (kind(i) === "output") push(this.ng[i], "n" + i);
   }
 
   /** Apply window.js to every box, including the boxes it adds. */
@@ -143,16 +172,16 @@ export class Model {
     let nodes = 0;
     let ops = 0;
     for (const k of items) {
-      if (k[0] === "n") { nodes += 1; ops += this.nodes[+k.slice(1)].k === "op" ? 1 : 0; }
+      if (k[0] === "n") { nodes += 1; ops += this.nodeKind(+k.slice(1)) === "op" ? 1 : 0; }
       else { const x = this.groups[+k.slice(1)]; ops += x.ops || 0; if (x.err) g.err = 1; }
-      if (k[0] === "n" && this.nodes[+k.slice(1)].e) g.err = 1;
+      if (k[0] === "n" && this.error(+k.slice(1))) g.err = 1;
     }
     g.ops = ops;
     g.n = items.length;
     const first = this.labelOf(items[0]);
     const last = this.labelOf(items[items.length - 1]);
     if (entry.role === "state") {
-      const kinds = new Set(entry.more.map((k) => this.nodes[+k.slice(1)].k));
+      const kinds = new Set(entry.more.map((k) => this.nodeKind(+k.slice(1))));
       g.l = `${grouped(entry.more.length)} ${kinds.size === 1 ? [...kinds][0] + "s" : "parameters and constants"}`;
       g.sub = `${first} … ${last}`;
     } else {
@@ -166,8 +195,9 @@ export class Model {
   /** A parameter, buffer or constant that reads nothing: what windowing gathers when many. */
   isState(key) {
     if (key[0] !== "n") return false;
-    const n = this.nodes[+key.slice(1)];
-    return (n.k === "parameter" || n.k === "buffer" || n.k === "constant") && !(n.i && n.i.length);
+    const i = +key.slice(1);
+    const k = this.nodeKind(i);
+    return (k === "parameter" || k === "buffer" || k === "constant") && this.inOff[i] === this.inOff[i + 1];
   }
 
   setParent(key, parent) {
@@ -209,24 +239,102 @@ export class Model {
     // nodes ordered by their box's number: a box's subtree is one slice
     const count = new Int32Array(t + 1);
     const tinOf = (c) => (c === ROOT ? 0 : this.tin[c]);
-    for (let i = 0; i < this.nodes.length; i++) count[tinOf(this.ng[i]) + 1]++;
+    for (let i = 0; i < this.count; i++) count[tinOf(this.ng[i]) + 1]++;
     for (let x = 1; x <= t; x++) count[x] += count[x - 1];
     this.start = count.slice(); // start[tin] = first position of nodes in a box numbered tin
-    this.order = new Int32Array(this.nodes.length);
+    this.order = new Int32Array(this.count);
     const fill = count.slice();
-    for (let i = 0; i < this.nodes.length; i++) this.order[fill[tinOf(this.ng[i])]++] = i;
+    for (let i = 0; i < this.count; i++) this.order[fill[tinOf(this.ng[i])]++] = i;
   }
 
   // ---- facts from the view-model -------------------------------------------------------------
 
+  /** Node i's name (what its search, links and the URL call it). */
+  name(i) {
+    return this.nodeNames[i];
+  }
+
+  /** Node i's kind: "op", "input", "output", "parameter", "buffer", "constant", "call". */
+  nodeKind(i) {
+    return this.opKinds[this.op[i]];
+  }
+
+  /** Node i's op family (a key of the view-model's `kinds`), or its kind if it is not an op. */
+  family(i) {
+    return this.ops[this.op[i]][1];
+  }
+
+  /** What node i shows: the op's short name, a parameter's attribute name, ... */
+  label(i) {
+    return this.ops[this.op[i]][2];
+  }
+
+  /** What node i calls (or a parameter's full name, an input's argument name); "" for none. */
+  target(i) {
+    const t = this.ops[this.op[i]][3];
+    return t === 1 ? this.nodeNames[i] : t || "";
+  }
+
+  /** The error node i raised (a partial graph's failing op), or undefined. */
+  error(i) {
+    return this.errors[i];
+  }
+
+  /** The failing nodes, in graph order. */
+  errorNodes() {
+    return Object.keys(this.errors).map(Number).sort((a, b) => a - b);
+  }
+
+  /** Node i's attributes (non-tensor arguments), parsed when first asked for: the view-model
+   * keeps them as text, which costs the first view nothing. */
+  attrs(i) {
+    const text = this.data.nodes.a[i];
+    return text ? JSON.parse(text) : {};
+  }
+
+  /** Node i's entry of `sources` ([file, line, function, code]), or null. */
+  source(i) {
+    const s = this.data.nodes.s[i];
+    return s >= 0 ? this.sources[s] : null;
+  }
+
+  /** The parameters node i holds or reads (each parameter once). */
+  params(i) {
+    return this.data.nodes.np[i];
+  }
+
+  /** The module box the view-model puts node i in (-1: the model), before windowing. */
+  moduleOf(i) {
+    return this.data.nodes.g[i];
+  }
+
+  /** How many outputs node i has. */
+  outputCount(i) {
+    return this.outOff[i + 1] - this.outOff[i];
+  }
+
+  /** Node i as one object, for code that shows one node: `{ n, l, k, o, t, e }`. */
+  node(i) {
+    const [k, o, l] = this.ops[this.op[i]];
+    return { n: this.nodeNames[i], l, k, o, t: this.target(i), e: this.errors[i] };
+  }
+
+  /** Node index by name (built when first asked for: only a link's hash needs it). */
+  get byName() {
+    if (!this.byNameMap) this.byNameMap = new Map(this.nodeNames.map((n, i) => [n, i]));
+    return this.byNameMap;
+  }
+
   /** [[producer index, output index], ...] of node i. */
   inputs(i) {
-    return valueRefs(this.nodes[i].i);
+    const out = [];
+    for (let j = this.inOff[i]; j < this.inOff[i + 1]; j++) out.push([this.inSrc[j], this.inOut[j]]);
+    return out;
   }
 
   /** Indices of the nodes that read node i, in graph order. */
   users(i) {
-    return this.nodes[i].u || [];
+    return Array.from(this.uDst.subarray(this.uOff[i], this.uOff[i + 1]));
   }
 
   /** What box g reads from outside and hands back: { ins, outs }, each [[node, output], ...],
@@ -242,19 +350,16 @@ export class Model {
 
   /** [shape string, dtype, edge label] of output k of node i, or null. */
   meta(i, k = 0) {
-    const out = this.nodes[i].out;
-    return out && k < out.length ? this.metas[out[k]] : null;
+    return k < this.outputCount(i) ? this.metas[this.outMeta[this.outOff[i] + k]] : null;
   }
 
   kind(g) {
     return this.kinds[g];
   }
 
-  /** Node i's colour: its own, or its op family's from the view-model's table (a view-model
-   * may leave the per-node colour out: it is the family's). */
+  /** Node i's colour: its op family's, from the view-model's table. */
   color(i) {
-    const n = this.nodes[i];
-    return n.c || (this.data.kinds && this.data.kinds[n.o]) || "#607d8b";
+    return (this.data.kinds && this.data.kinds[this.family(i)]) || "#607d8b";
   }
 
   isRun(g) {
@@ -266,7 +371,7 @@ export class Model {
   }
 
   labelOf(key) {
-    return key[0] === "n" ? this.nodes[+key.slice(1)].l : this.groups[+key.slice(1)].l;
+    return key[0] === "n" ? this.label(+key.slice(1)) : this.groups[+key.slice(1)].l;
   }
 
   // ---- structure -----------------------------------------------------------------------------

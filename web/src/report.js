@@ -95,7 +95,6 @@ export class Report {
     this.r = refs(root);
     this.model = new Model(data);
     this.look = new Look(this.model, data.overlays);
-    this.names = boxNames(this.model);
     this.query = "";
     this.viewer = new Viewer({
       root, svg: this.r.svg, viewport: this.r.viewport, model: this.model, look: this.look, run,
@@ -120,9 +119,16 @@ export class Report {
     window.addEventListener("hashchange", () => this.restore(location.hash));
   }
 
+  /** Every box's name for the URL (state.js), made when a link is first read or written. */
+  get names() {
+    if (!this.boxNames) this.boxNames = boxNames(this.model);
+    return this.boxNames;
+  }
+
   /** The first view, or the view a link's hash describes; resolves once it is drawn. */
   async start() {
-    const state = decodeState(location.hash, this.model, this.names);
+    // the boxes' names are made only when there is a link to read
+    const state = decodeState(location.hash, this.model, location.hash ? this.names : null);
     const failing = this.errorNodes();
     if (state.overlay || state.scale) this.useOverlay(state.overlay, state.scale, false);
     else if (this.data.overlay) this.useOverlay(this.data.overlay, null, false);
@@ -150,7 +156,7 @@ export class Report {
   }
 
   errorNodes() {
-    return this.model.nodes.flatMap((n, i) => (n.e ? [i] : []));
+    return this.model.errorNodes();
   }
 
   showErrors() {

@@ -35,7 +35,7 @@ export function boxNames(model) {
 export function encodeState(state, model, names) {
   const parts = [];
   const sel = state.selected;
-  if (sel) parts.push("sel=" + encodeURIComponent(sel[0] === "n" ? "n:" + model.nodes[+sel.slice(1)].n : "g:" + names.names[+sel.slice(1)]));
+  if (sel) parts.push("sel=" + encodeURIComponent(sel[0] === "n" ? "n:" + model.name(+sel.slice(1)) : "g:" + names.names[+sel.slice(1)]));
   const open = [...state.open].filter((g) => !model.items(g).some((k) => k[0] === "g" && state.open.has(+k.slice(1))));
   if (open.length) parts.push("open=" + open.sort((a, b) => a - b).map((g) => encodeURIComponent(names.names[g])).join(","));
   if (state.overlay) parts.push("ov=" + encodeURIComponent(state.overlay));

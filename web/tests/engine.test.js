@@ -8,8 +8,8 @@ import { test } from "node:test";
 
 import { Engine } from "../src/engine.js";
 import { layoutBatch } from "../src/layout.js";
-import { MAX_DEPTH, Model, ROOT } from "../src/model.js";
-import { blocks, chain, group, node, sample } from "./fixtures.js";
+import { MAX_DEPTH, ROOT } from "../src/model.js";
+import { blocks, chain, group, model, node, sample } from "./fixtures.js";
 
 const measure = {
   leaf: (k) => (k[0] === "g" ? { w: 120, h: 38 } : { w: 60, h: 24 }),
@@ -19,7 +19,7 @@ const measure = {
 };
 
 function engine(data) {
-  const m = new Model(data);
+  const m = model(data);
   return [m, new Engine(m, measure, async (jobs) => layoutBatch(jobs))];
 }
 
@@ -107,7 +107,7 @@ test("a chain of 20,000 ops lays out, and any part of it opens", async () => {
 test("5,000 nested boxes draw MAX_DEPTH deep", async () => {
   const groups = [];
   for (let d = 0; d < 5000; d++) groups.push(group(d - 1, `m${d}`));
-  const nodes = [node("x", "input", -1, { out: [0], u: [1] }), node("deep", "op", 4999, { i: [0], out: [0], u: [2] }), node("out", "output", -1, { i: [1] })];
+  const nodes = [node("x", "input", -1, { out: [0] }), node("deep", "op", 4999, { i: [0], out: [0] }), node("out", "output", -1, { i: [1] })];
   const [m, e] = engine({ groups, nodes, metas: [["[1]", "f32", "1 f32"]], sources: [] });
   m.revealNode(1);
   await e.update();

@@ -3,14 +3,14 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Model, ROOT } from "../src/model.js";
+import { ROOT } from "../src/model.js";
 import { formatValue, inkFor, painter, position, ramp, range } from "../src/overlay.js";
 import { boxPairs, pairMaps, partnerKey } from "../src/pairs.js";
 import { Search, parseQuery } from "../src/search.js";
 import { sourceLink } from "../src/settings.js";
 import { boxNames, decodeState, encodeState } from "../src/state.js";
 import { clip, si, visible } from "../src/text.js";
-import { blocks, sample } from "./fixtures.js";
+import { blocks, model, sample } from "./fixtures.js";
 
 test("bidi overrides and control characters are spelled out", () => {
   assert.equal(visible("abc\u202Etxt.exe"), "abc⟨U+202E⟩txt.exe");
@@ -38,7 +38,7 @@ test("queries: words, filters, regex", () => {
 
 test("search counts every match, filters by op, module and kind, groups by module", () => {
   const data = blocks(40);
-  const s = new Search(new Model(data));
+  const s = new Search(model(data));
   const all = s.find("b");
   assert.ok(all.hits.length > 100); // no silent cap
   const first = s.find("kind:op module:blk.7");
@@ -58,7 +58,7 @@ test("search counts every match, filters by op, module and kind, groups by modul
 });
 
 test("the URL's state round-trips, naming boxes by what they are", () => {
-  const m = new Model(blocks(30));
+  const m = model(blocks(30));
   const names = boxNames(m);
   assert.equal(names.names[0], "run:blk.0-29#0");
   const more = +m.items(0)[2].slice(1);
@@ -110,8 +110,8 @@ test("source links: the pattern filled in, never a script URL", () => {
 });
 
 test("diff pairs map both ways, windowing boxes pair by place", () => {
-  const a = new Model(blocks(30));
-  const b = new Model(blocks(30));
+  const a = model(blocks(30));
+  const b = model(blocks(30));
   const nodes = pairMaps([[1, 1], [2, 3]]);
   assert.equal(nodes.ba.get(3), 2);
   const boxes = boxPairs(a, b, [[0, 0]]);
@@ -121,5 +121,5 @@ test("diff pairs map both ways, windowing boxes pair by place", () => {
   assert.equal(partnerKey("g5", nodes.ab, boxes.ab), null);
   assert.equal(partnerKey("g0", nodes.ab, boxes.ab), "g0");
   assert.equal(ROOT, -1);
-  assert.ok(new Model(sample()));
+  assert.ok(model(sample()));
 });
