@@ -9,7 +9,7 @@ import { boxPairs, pairMaps, partnerKey } from "../src/pairs.js";
 import { Search, parseQuery } from "../src/search.js";
 import { sourceLink } from "../src/settings.js";
 import { boxNames, decodeState, encodeState } from "../src/state.js";
-import { clip, si, visible } from "../src/text.js";
+import { clip, grouped, si, visible } from "../src/text.js";
 import { blocks, model, sample } from "./fixtures.js";
 
 test("bidi overrides and control characters are spelled out", () => {
@@ -26,6 +26,7 @@ test("labels are clipped in the middle, numbers carry SI prefixes", () => {
   assert.ok(c.includes("…") && c.endsWith("Z"));
   assert.equal(clip("short"), "short");
   assert.equal(si(1.2e9, "FLOP"), "1.2 GFLOP");
+  assert.deepEqual([0, 999, 1000, -1234, 124439808, 12345.5].map(grouped), ["0", "999", "1,000", "-1,234", "124,439,808", "12,345.5"]);
   assert.equal(si(512, "B"), "512 B");
   assert.equal(si(0), "0");
 });
