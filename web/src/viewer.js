@@ -175,21 +175,17 @@ export class Viewer {
   firstView(budget, extraOpen = []) {
     return this.schedule(async () => {
       const m = this.model;
-      // open every step, then close the last ones while the drawing does not fit: most models
-      // fit at once, and a step closed again finds its boxes' layouts in the cache
+      // lay out every candidate (nothing opened, then each step more) in one batch, then draw the
+      // biggest that fits: one trip to the worker and one drawing, however many steps
       const steps = m.firstViewSteps(budget);
-      for (const step of steps) for (const g of step) m.expanded.add(g);
+      const states = [new Set(m.expanded)];
+      for (const step of steps) states.push(new Set([...states[states.length - 1], ...step]));
+      const sizes = await this.engine.sizes(states);
+      let s = states.length - 1;
+      while (s > 0 && this.pz.fitScale(...sizes[s]) < this.minReadable()) s -= 1;
+      for (const g of states[s]) m.expanded.add(g);
+      if (extraOpen.length) for (const g of extraOpen) m.open(m.ancestors(g).reverse());
       await this.refresh();
-      for (let s = steps.length - 1; s >= 0; s--) {
-        const [w, h] = this.engine.size();
-        if (this.pz.fitScale(w, h) >= this.minReadable()) break;
-        for (const g of steps[s]) m.collapse(g);
-        await this.refresh();
-      }
-      if (extraOpen.length) {
-        for (const g of extraOpen) m.open(m.ancestors(g).reverse());
-        await this.refresh();
-      }
       this.readableFit();
     });
   }

@@ -49,6 +49,25 @@ test("the model alone lays out, and boxes open as blocks inside it", async () =>
   assert.ok(e.rect("n0").y < e.rect("g0").y && e.rect("g0").y < box.y && box.y < e.rect("n6").y);
 });
 
+test("several states lay out in one batch, as each would alone, and drawing one lays out nothing more", async () => {
+  const states = [new Set(), new Set([0]), new Set([0, 2]), new Set([0, 2, 3])];
+  let trips = 0;
+  const m = model(sample());
+  const e = new Engine(m, measure, async (jobs) => { trips += 1; return layoutBatch(jobs); });
+  const sizes = await e.sizes(states);
+  assert.equal(trips, 1);
+  for (const [k, open] of states.entries()) {
+    const [m2, e2] = engine(sample());
+    for (const g of open) m2.expanded.add(g);
+    await e2.update();
+    assert.deepEqual(sizes[k], e2.size(), `state ${k}`);
+  }
+  for (const g of states[2]) m.expanded.add(g);
+  assert.deepEqual((await e.update()).sort(), [ROOT, 0, 2].sort());
+  assert.equal(e.last.jobs, 0); // every layout came from the batch
+  assert.equal(trips, 1);
+});
+
 test("a toggle moves no item inside another open box relative to that box", async () => {
   const [m, e] = engine(blocks(8));
   m.expanded.add(0);
