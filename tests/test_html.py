@@ -11,10 +11,10 @@ import pytest
 from fxviz.errors import RenderError
 from fxviz.ir import Graph, Ref
 from fxviz.render import html as html_mod
-from fxviz.render.html import repr_html, to_html, view_model
+from fxviz.render.html import repr_html, split_view_model, to_html, view_model
 from tests.irbuild import GraphBuilder, cnn_graph, stack_graph
 from tests.render_graphs import HOSTILE, hostile_graph, partial_graph
-from tests.viewmodel import node_rows
+from tests.viewmodel import node_rows, page_data
 
 #: For the tests that render a whole report: the script bundle (a fixture of tests/conftest.py).
 #: The view-model tests need no bundle.
@@ -22,9 +22,7 @@ with_bundle = pytest.mark.usefixtures("bundle")
 
 
 def embedded(text: str) -> dict:
-    m = re.search(r'<script type="application/json" id="fxviz-data">(.*?)</script>', text, re.S)
-    assert m is not None
-    return json.loads(m.group(1))
+    return page_data(text)
 
 
 @with_bundle
@@ -45,11 +43,28 @@ def test_embedded_json_round_trips() -> None:
     assert data["groups"][linear["g"]]["path"] == "enc.fc"
 
 
+def test_the_first_block_holds_what_the_first_view_needs_and_the_second_the_rest() -> None:
+    g = partial_graph()
+    g.node("linear").attrs = {"bias": True}
+    data = view_model(g, overlay="params")
+    first, later = split_view_model(data)
+    assert "a" not in first["nodes"] and later["attrs"] == data["nodes"]["a"]
+    assert later["attrs"][[n.name for n in g.nodes].index("linear")] == '{"bias":true}'
+    # the overlay the report opens with keeps its values; the others' are in the second block
+    assert [o["name"] for o in first["overlays"] if "nodes" in o] == ["params"]
+    assert set(later["overlays"]) == {o["name"] for o in data["overlays"]} - {"params"} != set()
+    for o, whole in zip(first["overlays"], data["overlays"], strict=True):
+        values = {"nodes": whole["nodes"], "groups": whole["groups"]}
+        assert {**o, **later["overlays"].get(o["name"], {})} == whole
+        assert later["overlays"].get(o["name"], values) == values
+
+
 @with_bundle
 def test_hostile_names_cannot_break_out() -> None:
     text = to_html(hostile_graph())
-    # the only script tags are the two the template writes
-    assert text.lower().count("<script") == 2 and text.lower().count("</script") == 2
+    # the only script tags are the four the template writes (the script, the data's two blocks,
+    # the event between them)
+    assert text.lower().count("<script") == 4 and text.lower().count("</script") == 4
     assert "<img" not in text
     data = embedded(text)
     assert data["nodes"]["n"][0] == HOSTILE  # the name survives, as data

@@ -1,13 +1,35 @@
-"""Reading the report's view-model in tests: its nodes are columns (``fxviz.render.html``'s
-``_node_columns``); :func:`node_rows` gives them back one dict per node, with the keys the columns
-have (``n`` name, ``l`` label, ``k`` kind, ``o`` family, ``t`` target, ``g`` box, ``i`` inputs,
-``out`` metas, and, where a node has them, ``s`` source, ``np`` parameters, ``a`` attributes,
-``e`` error)."""
+"""Reading the report's view-model in tests: a page holds it in two blocks
+(``fxviz.render.html.split_view_model``), which :func:`page_data` merges back as the page's
+script does; its nodes are columns (``fxviz.render.html``'s ``_node_columns``), which
+:func:`node_rows` gives back one dict per node, with the keys the columns have (``n`` name, ``l``
+label, ``k`` kind, ``o`` family, ``t`` target, ``g`` box, ``i`` inputs, ``out`` metas, and, where a
+node has them, ``s`` source, ``np`` parameters, ``a`` attributes, ``e`` error)."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+#: A page's data blocks: the first (what the first view needs), the second (the rest).
+FIRST = re.compile(r'(<script type="application/json" id="fxviz-data">)(.*?)(</script>)', re.S)
+LATER = re.compile(r'<script type="application/json" id="fxviz-later">(.*?)</script>', re.S)
+
+
+def page_data(text: str) -> dict[str, Any]:
+    """The view-model of a report page, its two blocks merged (``mergeLater`` in
+    ``web/src/model.js``: what the first block has stays)."""
+    first = FIRST.search(text)
+    assert first is not None
+    data: dict[str, Any] = json.loads(first.group(2))
+    later = LATER.search(text)
+    if later is not None and "diff" not in data:
+        rest = json.loads(later.group(1))
+        data["nodes"].setdefault("a", rest["attrs"])
+        for ov in data["overlays"]:
+            if "nodes" not in ov and ov["name"] in rest["overlays"]:
+                ov.update(rest["overlays"][ov["name"]])
+    return data
 
 
 def names(data: dict[str, Any]) -> list[str]:

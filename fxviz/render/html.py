@@ -45,7 +45,8 @@ from fxviz.render.view import (
     text_color,
 )
 
-__all__ = ["BUNDLE_DIR", "VIEW_MODEL_VERSION", "headline", "json_for_script", "repr_html", "to_html", "view_model"]
+__all__ = ["BUNDLE_DIR", "VIEW_MODEL_VERSION", "headline", "json_for_script", "repr_html", "split_view_model", "to_html",
+           "view_model"]
 
 #: Where ``scripts/build_web.sh`` writes the bundle (``report.js``, ``report.css``).
 BUNDLE_DIR = Path(__file__).parent / "static"
@@ -364,6 +365,27 @@ def _template() -> jinja2.Template:
     return env.get_template("report.html.j2")
 
 
+def split_view_model(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The view-model in two parts: what the first view needs, and what only the details panel
+    and a change of colouring read (each node's attributes; the values of every overlay but the
+    one the report opens with), ``{"attrs": [...], "overlays": {name: {"nodes", "groups"}}}``.
+
+    The page writes the second part after the first and draws its first view while it still
+    reads it: at 100,000 nodes that is 10 of 19 MB. The script merges it back in when the page
+    has read it (``mergeLater`` in ``web/src/model.js``); a page without it has everything in
+    the first.
+    """
+    values = {"nodes", "groups"}
+    later_overlays = {o["name"]: {k: o[k] for k in values} for o in data["overlays"] if o["name"] != data["overlay"]}
+    first = {
+        **data,
+        "nodes": {k: v for k, v in data["nodes"].items() if k != "a"},
+        "overlays": [o if o["name"] not in later_overlays else {k: v for k, v in o.items() if k not in values}
+                     for o in data["overlays"]],
+    }
+    return first, {"attrs": data["nodes"]["a"], "overlays": later_overlays}
+
+
 def to_html(
     graph: Graph,
     path: str | os.PathLike[str] | None = None,
@@ -381,10 +403,11 @@ def to_html(
     of the graph's, or ``path`` cannot be written.
     """
     js, css = _bundle()
-    data = view_model(graph, budget=budget, overlay=overlay)
+    first, later = split_view_model(view_model(graph, budget=budget, overlay=overlay))
     text = _template().render(
         title=title or f"{graph.name or 'model'} — fxviz",
-        data_json=json_for_script(data),
+        data_json=json_for_script(first),
+        later_json=json_for_script(later),
         js=js,
         css=css,
     )

@@ -18,6 +18,18 @@ export function valueRefs(list) {
   return (list || []).map((r) => (Array.isArray(r) ? r : [r, 0]));
 }
 
+/** The page's second block (html.split_view_model: each node's attributes, the values of the
+ * overlays the report does not open with) merged into `data`, the first. What the first block
+ * already has stays: a page written in one block has everything there. */
+export function mergeLater(data, later) {
+  if (!data.nodes.a) data.nodes.a = later.attrs;
+  for (const ov of data.overlays || []) {
+    const values = (later.overlays || {})[ov.name];
+    if (values && !ov.nodes) Object.assign(ov, values);
+  }
+  return data;
+}
+
 /** The kind of box g: "module", "run", "values", "region", "plumbing", or "more" (windowing). */
 export function groupKind(g) {
   return g.k || (g.syn ? "more" : g.run ? "run" : g.io ? "values" : "module");
@@ -285,10 +297,11 @@ export class Model {
     return Object.keys(this.errors).map(Number).sort((a, b) => a - b);
   }
 
-  /** Node i's attributes (non-tensor arguments), parsed when first asked for: the view-model
-   * keeps them as text, which costs the first view nothing. */
+  /** Node i's attributes (non-tensor arguments), parsed when asked for: the view-model keeps
+   * them as text, in the page's second block ({} until it is read: the report shows details
+   * only after). */
   attrs(i) {
-    const text = this.data.nodes.a[i];
+    const text = this.data.nodes.a && this.data.nodes.a[i];
     return text ? JSON.parse(text) : {};
   }
 

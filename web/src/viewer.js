@@ -13,6 +13,19 @@ export const MIN_LABEL_PX = 10;
 /** Expand-all stops opening boxes once this many items are drawn (and says so). */
 export const EXPAND_ALL_MAX = 20000;
 
+/** Mark the page busy (`root.dataset.busy`, which the browser tests wait on) until `promise`
+ * settles; counted on the page's root, which the diff page's two viewers share. Returns a
+ * promise that settles with it. */
+export function busyUntil(root, promise) {
+  root.fxBusy = (root.fxBusy || 0) + 1;
+  root.dataset.busy = "true";
+  const done = () => {
+    root.fxBusy -= 1;
+    if (!root.fxBusy) delete root.dataset.busy;
+  };
+  return promise.finally(done);
+}
+
 /** Run fn once the frame with the current DOM has been painted (the frame after the next). */
 export function afterPaint(fn) {
   requestAnimationFrame(() => requestAnimationFrame(fn));
@@ -40,19 +53,8 @@ export class Viewer {
 
   /** Run `fn` after every change queued before it; the page says it is busy meanwhile. */
   schedule(fn) {
-    // counted on the page's root: the diff page's two viewers share it
-    const root = this.root;
-    root.fxBusy = (root.fxBusy || 0) + 1;
-    root.dataset.busy = "true";
-    const done = () => {
-      root.fxBusy -= 1;
-      if (!root.fxBusy) delete root.dataset.busy;
-    };
     const p = this.queue.then(fn);
-    this.queue = p.then(done, (err) => {
-      done();
-      this.onError(err);
-    });
+    this.queue = busyUntil(this.root, p).catch((err) => this.onError(err));
     return p;
   }
 
