@@ -55,7 +55,6 @@ export class Model {
     this.ng = Int32Array.from(nodes.g);
     this.gp = this.groups.map((g) => g.p);
     this.kinds = this.groups.map(groupKind);
-    this.byNameMap = null;
     this.edgeArrays();
     this.orderItems();
     this.window();
@@ -332,10 +331,10 @@ export class Model {
     return { n: this.nodeNames[i], l, k, o, t: this.target(i), e: this.errors[i] };
   }
 
-  /** Node index by name (built when first asked for: only a link's hash needs it). */
-  get byName() {
-    if (!this.byNameMap) this.byNameMap = new Map(this.nodeNames.map((n, i) => [n, i]));
-    return this.byNameMap;
+  /** The index of the node called `name`, or -1. A scan, not a map: only a link's hash asks,
+   * once, and a map of 100,000 names costs ~100 ms to build. */
+  nodeIndex(name) {
+    return this.nodeNames.indexOf(name);
   }
 
   /** [[producer index, output index], ...] of node i. */

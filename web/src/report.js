@@ -10,9 +10,9 @@ import { groupDetails, markInTree, nodeDetails, renderHeader, renderLegend, rend
 import { renderFindings } from "./findings.js";
 import { Search, bindSearch } from "./search.js";
 import { LINK_PATTERNS, loadSettings, resolvedTheme, saveSettings } from "./settings.js";
-import { boxNames, decodeState, encodeState } from "./state.js";
+import { BoxNames, decodeState, encodeState } from "./state.js";
 import { grouped } from "./text.js";
-import { EXPAND_ALL_MAX, Viewer, busyUntil } from "./viewer.js";
+import { EXPAND_ALL_MAX, Viewer, busyUntil, idle } from "./viewer.js";
 
 /** How a viewer colours its items: the op-family colours, or the current overlay's. */
 export class Look {
@@ -125,10 +125,21 @@ export class Report {
     window.addEventListener("hashchange", () => this.restore(location.hash));
   }
 
-  /** Every box's name for the URL (state.js), made when a link is first read or written. */
+  /** Every box's name for the URL (state.js): made while the page is idle after the first
+   * view (`nameWhenIdle`), or all at once when a link is read or written before. */
   get names() {
-    if (!this.boxNames) this.boxNames = boxNames(this.model);
+    if (!this.boxNames) this.boxNames = new BoxNames(this.model);
+    this.boxNames.step();
     return this.boxNames;
+  }
+
+  /** Make the boxes' names a few milliseconds at a time while the page is idle. */
+  nameWhenIdle() {
+    if (!this.boxNames) this.boxNames = new BoxNames(this.model);
+    const slice = (deadline) => {
+      if (!this.boxNames.step(Math.min(8, deadline.timeRemaining()))) idle(slice);
+    };
+    idle(slice);
   }
 
   /** The first view, or the view a link's hash describes; resolves once it is drawn. */
@@ -151,6 +162,7 @@ export class Report {
       if (failing.length) this.viewer.select("n" + failing[0], false);
     }
     if (state.query) this.search.set(state.query);
+    this.nameWhenIdle();
   }
 
   fail(err) {

@@ -26,6 +26,12 @@ export function busyUntil(root, promise) {
   return promise.finally(done);
 }
 
+/** Run fn(deadline) when the page is idle (`deadline.timeRemaining()`: for how long). */
+export function idle(fn) {
+  if (typeof requestIdleCallback === "function") requestIdleCallback(fn);
+  else setTimeout(() => fn({ timeRemaining: () => 8 }), 50);
+}
+
 /** Run fn once the frame with the current DOM has been painted (the frame after the next). */
 export function afterPaint(fn) {
   requestAnimationFrame(() => requestAnimationFrame(fn));

@@ -115,7 +115,7 @@ test("a chain of 20,000 ops lays out, and any part of it opens", async () => {
   const [m, e] = engine(chain(20000));
   await e.update();
   assert.ok(e.size()[1] > 0);
-  const deep = m.byName.get("op12345");
+  const deep = m.nodeIndex("op12345");
   m.revealNode(deep);
   await e.update();
   const r = e.rect("n" + deep);

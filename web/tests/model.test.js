@@ -116,7 +116,7 @@ test("a run of more than RUN_WINDOW members opens as first two, ⋯ more, last",
   assert.equal(m.gp[5], more); // a member's parent is now the windowing box
   assert.equal(m.inside(5, 0), true);
   // a member inside it is revealed through it
-  m.revealNode(m.byName.get("b30_0"));
+  m.revealNode(m.nodeIndex("b30_0"));
   assert.deepEqual([...m.expanded].sort((a, b) => a - b), [0, 31, more]);
   const small = model(blocks(RUN_WINDOW));
   assert.equal(small.items(0).length, RUN_WINDOW);
@@ -129,7 +129,7 @@ test("20,000 ops in one chain: no level holds more than LEVEL_MAX items, every o
   assert.deepEqual([top[0], top[1], top[3], top[4]], ["n0", "n1", "n20000", "n20001"]);
   assert.equal(m.groups[+top[2].slice(1)].l, "⋯ 19,998 more");
   for (const [c, items] of m.itemsOf) assert.ok(items.length <= LEVEL_MAX, `box ${c} holds ${items.length}`);
-  const deep = m.byName.get("op10000");
+  const deep = m.nodeIndex("op10000");
   assert.equal(m.revealNode(deep), true);
   assert.equal(m.repOfNode(deep), "n" + deep);
   assert.ok(m.depth[m.ng[deep]] <= 4);
@@ -216,7 +216,5 @@ test("node columns: what nodes share comes from the ops table, the rest per node
   assert.deepEqual([m.outputCount(5), m.meta(5, 1), m.meta(6)], [2, ["[2, 4]", "float32", "2×4 f32"], null]);
   assert.equal(m.error(4), "RuntimeError: boom");
   assert.deepEqual(m.errorNodes(), [4]);
-  // the index by name is built on first use
-  assert.equal(m.byNameMap, null);
-  assert.equal(m.byName.get("relu"), 3);
+  assert.deepEqual([m.nodeIndex("relu"), m.nodeIndex("nope")], [3, -1]);
 });

@@ -8,7 +8,7 @@ import { formatValue, inkFor, painter, position, ramp, range } from "../src/over
 import { boxPairs, pairMaps, partnerKey } from "../src/pairs.js";
 import { Search, parseQuery } from "../src/search.js";
 import { sourceLink } from "../src/settings.js";
-import { boxNames, decodeState, encodeState } from "../src/state.js";
+import { BoxNames, boxNames, decodeState, encodeState } from "../src/state.js";
 import { clip, grouped, si, visible } from "../src/text.js";
 import { blocks, model, sample } from "./fixtures.js";
 
@@ -64,15 +64,27 @@ test("the URL's state round-trips, naming boxes by what they are", () => {
   assert.equal(names.names[0], "run:blk.0-29#0");
   const more = +m.items(0)[2].slice(1);
   assert.equal(names.names[more], "more:run:blk.0-29#0/0");
-  m.revealNode(m.byName.get("b20_1"));
-  const text = encodeState({ selected: "n" + m.byName.get("b20_1"), open: m.expanded, overlay: "flops", scale: "log", query: "op:add" }, m, names);
+  m.revealNode(m.nodeIndex("b20_1"));
+  const text = encodeState({ selected: "n" + m.nodeIndex("b20_1"), open: m.expanded, overlay: "flops", scale: "log", query: "op:add" }, m, names);
   const back = decodeState("#" + text, m, names);
   assert.deepEqual(new Set(back.open), m.expanded);
-  assert.equal(back.selected, "n" + m.byName.get("b20_1"));
+  assert.equal(back.selected, "n" + m.nodeIndex("b20_1"));
   assert.deepEqual([back.overlay, back.scale, back.query], ["flops", "log", "op:add"]);
   // a name this report does not know is left out, not an error
   assert.deepEqual(decodeState("#open=module%3Anope%230&sel=n%3Anope", m, names).open, []);
   assert.equal(decodeState("#%E0%A4%A", m, names).selected, null);
+});
+
+test("boxes are named a slice at a time as they would be all at once", () => {
+  const m = model(blocks(600));
+  const all = boxNames(m);
+  const sliced = new BoxNames(m);
+  let steps = 1;
+  while (!sliced.step(0)) steps += 1;
+  assert.ok(steps > 2, `${steps} slices`); // 600 blocks and their windowing boxes: more than one slice
+  assert.deepEqual(sliced.names, all.names);
+  assert.deepEqual([...sliced.byName], [...all.byName]);
+  assert.equal(sliced.step(0), true);
 });
 
 test("number overlays: linear and log positions, a colour-blind-safe ramp, readable ink", () => {
