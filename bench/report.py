@@ -186,7 +186,8 @@ def main() -> None:
         text = to_html(g, tmp / f"{name}.html")
         gen = time.perf_counter() - t0
         size = len(text.encode())
-        data = len(re.search(r'id="fxviz-data">(.*?)</script>', text, re.S).group(1).encode())  # type: ignore[union-attr]
+        # the view-model's two blocks (html.split_view_model)
+        data = sum(len(m.group(1).encode()) for m in re.finditer(r'id="fxviz-(?:data|later)">(.*?)</script>', text, re.S))
         # a node of the middle layer's attention, found by its name: behind the ⋯ box of a
         # windowed run, and in one of its parts when the model has more than 120 layers
         ops = [n for n in g.ops if "attn" in n.module] or g.ops
