@@ -4,7 +4,7 @@
 // keeps the open/closed state. Boxes are numbered as in the view-model; the boxes windowing adds
 // ("⋯ N more", parts) get the numbers after them. The model itself is the box -1.
 // No DOM: web/tests runs it under `node --test`.
-import { LEVEL_MAX, PART_MAX, windowPlan } from "./window.js";
+import { LEVEL_MAX, PART_MAX, RUN_WINDOW, STATE_MAX, windowPlan } from "./window.js";
 import { grouped } from "./text.js";
 
 /** Boxes nested deeper than this stay closed, marked with how deep they go: a drawing of 5,000
@@ -116,43 +116,61 @@ export class Model {
   }
 
   /** Each box's items (nodes and boxes directly inside it) in drawing order: the model's inputs
-   * first, then graph order (a box where its first op is), the model's outputs last. */
+   * first, then graph order (a box where its first op is), the model's outputs last. Written as
+   * numbers (`itemCodes` from `itemOff[c + 1]` to `itemOff[c + 2]`: node i as i, box j as ~j);
+   * `items(c)` makes a box's list of keys when first asked for (100,000 nodes: this runs before
+   * the first view, which lists the items of a few boxes). */
   orderItems() {
     const n = this.count;
     const G = this.groups.length;
-    const first = new Float64Array(G).fill(Infinity);
+    const { ng, gp, op, opKinds } = this;
+    // the first node of each box's subtree (n: none), and the boxes that start at each node, in
+    // box order, as linked lists: no sort, no map
+    const first = new Int32Array(G).fill(n);
     for (let i = 0; i < n; i++) {
-      for (let g = this.ng[i]; g >= 0 && first[g] > i; g = this.gp[g]) first[g] = i;
+      for (let g = ng[i]; g >= 0 && first[g] > i; g = gp[g]) first[g] = i;
     }
-    this.itemsOf = new Map([[ROOT, []]]);
-    for (let j = 0; j < G; j++) this.itemsOf.set(j, []);
-    // no sort: a box goes into its parent's list just before the first node it holds, and the
-    // nodes come in graph order (100,000 of them: this runs before the first view)
-    const startsAt = new Map();
-    const empty = [];
-    for (let j = 0; j < G; j++) {
-      if (first[j] === Infinity) empty.push(j);
-      else (startsAt.get(first[j]) || startsAt.set(first[j], []).get(first[j])).push(j);
+    const head = new Int32Array(n + 1).fill(-1);
+    const next = new Int32Array(G);
+    for (let j = G - 1; j >= 0; j--) {
+      next[j] = head[first[j]];
+      head[first[j]] = j;
     }
-    const push = (c, key) => this.itemsOf.get(c).push(key);
-    const kind = (i) => this.opKinds[this.op[i]];
-    for (let i = 0; i < n; i++) if (kind(i) === "input") push(this.ng[i], "n" + i);
+    // slots per box (c + 1), then the items in order: inputs, boxes before their first node and
+    // the other nodes in graph order, boxes that hold no node, outputs
+    const off = (this.itemOff = new Int32Array(G + 2));
+    const states = (this.stateItems = new Int32Array(G + 1));
     for (let i = 0; i < n; i++) {
-      const boxes = startsAt.get(i);
-      if (boxes) for (const j of boxes) push(this.groups[j].p, "g" + j);
-      const k = kind(i);
-      if (k !== "input" && k !== "output") push(this.ng[i], "n" + i);
+      off[ng[i] + 2] += 1;
+      if (this.isStateNode(i)) states[ng[i] + 1] += 1;
     }
-    for (const j of empty) push(this.groups[j].p, "g" + j);
-    for (let i = 0; i < n; i++) if (kind(i) === "output") push(this.ng[i], "n" + i);
+    for (let j = 0; j < G; j++) off[gp[j] + 2] += 1;
+    for (let c = 1; c < G + 2; c++) off[c] += off[c - 1];
+    const codes = (this.itemCodes = new Int32Array(n + G));
+    const fill = off.slice(0, G + 1);
+    for (let i = 0; i < n; i++) if (opKinds[op[i]] === "input") codes[fill[ng[i] + 1]++] = i;
+    for (let i = 0; i <= n; i++) {
+      for (let j = head[i]; j >= 0; j = next[j]) codes[fill[gp[j] + 1]++] = ~j;
+      if (i === n) break;
+      const k = opKinds[op[i]];
+      if (k !== "input" && k !== "output") codes[fill[ng[i] + 1]++] = i;
+    }
+    for (let i = 0; i < n; i++) if (opKinds[op[i]] === "output") codes[fill[ng[i] + 1]++] = i;
+    this.itemsOf = new Map();
   }
 
   /** Apply window.js to every box, including the boxes it adds. */
   window() {
-    const work = [...this.itemsOf.keys()];
+    // only the boxes window.js would change (it leaves the others as they are): their numbers
+    // need no list of keys
+    const work = [];
+    for (let c = ROOT; c < this.real; c++) {
+      const n = this.itemOff[c + 2] - this.itemOff[c + 1];
+      if (n > LEVEL_MAX || (this.kinds[c] === "run" && n > RUN_WINDOW) || this.stateItems[c + 1] > STATE_MAX) work.push(c);
+    }
     while (work.length) {
       const c = work.pop();
-      const items = this.itemsOf.get(c);
+      const items = this.items(c);
       const kind = c === ROOT ? "model" : this.kinds[c] === "more" && this.groups[c].syn === "state" ? "state" : this.kinds[c];
       const plan = windowPlan(items, { isBox: (k) => k[0] === "g", isState: (k) => this.isState(k), kind });
       if (!plan) continue;
@@ -205,8 +223,10 @@ export class Model {
 
   /** A parameter, buffer or constant that reads nothing: what windowing gathers when many. */
   isState(key) {
-    if (key[0] !== "n") return false;
-    const i = +key.slice(1);
+    return key[0] === "n" && this.isStateNode(+key.slice(1));
+  }
+
+  isStateNode(i) {
     const k = this.nodeKind(i);
     return (k === "parameter" || k === "buffer" || k === "constant") && this.inOff[i] === this.inOff[i + 1];
   }
@@ -224,27 +244,31 @@ export class Model {
     this.tin = new Int32Array(G);
     this.tout = new Int32Array(G);
     let t = 1; // the model is 0
-    const stack = [[ROOT, 0]];
-    const post = [];
+    // [box, its list of keys (a windowed box) or null (its numbers), where the walk is in it]
+    const at = (c) => {
+      const list = this.itemsOf.get(c) || null;
+      return [c, list, list ? 0 : this.itemOff[c + 1]];
+    };
+    const stack = [at(ROOT)];
     while (stack.length) {
       const top = stack[stack.length - 1];
-      const [c, k] = top;
-      const items = this.itemsOf.get(c);
-      let pushed = false;
-      for (let x = k; x < items.length; x++) {
-        if (items[x][0] !== "g") continue;
-        const j = +items[x].slice(1);
-        top[1] = x + 1;
+      const [c, list] = top;
+      let j = -1;
+      let x = top[2];
+      if (list) {
+        for (; x < list.length && j < 0; x++) if (list[x][0] === "g") j = +list[x].slice(1);
+      } else {
+        for (const end = this.itemOff[c + 2]; x < end && j < 0; x++) if (this.itemCodes[x] < 0) j = ~this.itemCodes[x];
+      }
+      top[2] = x;
+      if (j >= 0) {
         this.depth[j] = c === ROOT ? 1 : this.depth[c] + 1;
         this.tin[j] = t++;
-        stack.push([j, 0]);
-        pushed = true;
-        break;
+        stack.push(at(j));
+        continue;
       }
-      if (pushed) continue;
       stack.pop();
       if (c !== ROOT) this.tout[c] = t - 1;
-      post.push(c);
     }
     this.boxCount = t;
     // nodes ordered by their box's number: a box's subtree is one slice
@@ -393,8 +417,18 @@ export class Model {
     return key[0] === "n" ? this.ng[+key.slice(1)] : this.gp[+key.slice(1)];
   }
 
+  /** The keys of box c's items ("n12", "g3"), in drawing order (a view: do not modify). */
   items(c) {
-    return this.itemsOf.get(c);
+    let list = this.itemsOf.get(c);
+    if (!list) {
+      list = [];
+      for (let x = this.itemOff[c + 1]; x < this.itemOff[c + 2]; x++) {
+        const code = this.itemCodes[x];
+        list.push(code >= 0 ? "n" + code : "g" + ~code);
+      }
+      this.itemsOf.set(c, list);
+    }
+    return list;
   }
 
   /** True when box c is `anc` or lies inside it (ROOT holds everything). */
@@ -428,7 +462,7 @@ export class Model {
 
   /** Whether box g may be opened: it holds something and is not nested too deep. */
   canExpand(g) {
-    return this.depth[g] <= MAX_DEPTH && this.itemsOf.get(g).length > 0;
+    return this.depth[g] <= MAX_DEPTH && this.items(g).length > 0;
   }
 
   /** Levels of boxes below box g (0 for a box of nodes only); for the marker on a box too deep
@@ -439,7 +473,7 @@ export class Model {
     while (stack.length) {
       const [c, d] = stack.pop();
       best = Math.max(best, d);
-      for (const k of this.itemsOf.get(c)) if (k[0] === "g") stack.push([+k.slice(1), d + 1]);
+      for (const k of this.items(c)) if (k[0] === "g") stack.push([+k.slice(1), d + 1]);
     }
     return best;
   }
@@ -511,7 +545,7 @@ export class Model {
    * and a module of ops only is already said by its closed box. */
   opensFirst(g) {
     const k = this.kinds[g];
-    return (k === "module" || k === "region") && this.canExpand(g) && this.itemsOf.get(g).some((x) => x[0] === "g");
+    return (k === "module" || k === "region") && this.canExpand(g) && this.items(g).some((x) => x[0] === "g");
   }
 
   /** The first view's candidates, breadth-first: step s opens the boxes of level s that
@@ -520,8 +554,8 @@ export class Model {
    * viewer opens them in turn and stops at the last one that fits on screen. */
   firstViewSteps(budget) {
     const steps = [];
-    let count = this.itemsOf.get(ROOT).length;
-    const topBoxes = this.itemsOf.get(ROOT).filter((k) => k[0] === "g").map((k) => +k.slice(1));
+    let count = this.items(ROOT).length;
+    const topBoxes = this.items(ROOT).filter((k) => k[0] === "g").map((k) => +k.slice(1));
     let frontier = topBoxes;
     let wrapper = topBoxes.filter((g) => !this.isValues(g)).length <= 3;
     while (frontier.length) {
@@ -529,11 +563,11 @@ export class Model {
       const next = [];
       for (const g of frontier) {
         if (!this.opensFirst(g)) continue;
-        const extra = this.itemsOf.get(g).length - 1;
+        const extra = this.items(g).length - 1;
         if (count + extra > budget && !wrapper) continue;
         step.push(g);
         count += extra;
-        for (const k of this.itemsOf.get(g)) if (k[0] === "g") next.push(+k.slice(1));
+        for (const k of this.items(g)) if (k[0] === "g") next.push(+k.slice(1));
       }
       if (!step.length) break;
       steps.push(step);

@@ -128,7 +128,7 @@ test("20,000 ops in one chain: no level holds more than LEVEL_MAX items, every o
   // x and the first op, ⋯ 19,999 more, the last op and the output
   assert.deepEqual([top[0], top[1], top[3], top[4]], ["n0", "n1", "n20000", "n20001"]);
   assert.equal(m.groups[+top[2].slice(1)].l, "⋯ 19,998 more");
-  for (const [c, items] of m.itemsOf) assert.ok(items.length <= LEVEL_MAX, `box ${c} holds ${items.length}`);
+  for (let c = ROOT; c < m.groups.length; c++) assert.ok(m.items(c).length <= LEVEL_MAX, `box ${c} holds ${m.items(c).length}`);
   const deep = m.nodeIndex("op10000");
   assert.equal(m.revealNode(deep), true);
   assert.equal(m.repOfNode(deep), "n" + deep);
