@@ -49,6 +49,10 @@ def test_the_first_block_holds_what_the_first_view_needs_and_the_second_the_rest
     data = view_model(g, overlay="params")
     first, later = split_view_model(data)
     assert "a" not in first["nodes"] and later["attrs"] == data["nodes"]["a"]
+    # boundaries: details only
+    assert [{**g, **({"ins": io[0]} if io[0] else {}), **({"outs": io[1]} if io[1] else {})}
+            for g, io in zip(first["groups"], later["boundaries"], strict=True)] == data["groups"]
+    assert not any("ins" in g or "outs" in g for g in first["groups"]) and any(io[0] for io in later["boundaries"])
     assert later["attrs"][[n.name for n in g.nodes].index("linear")] == '{"bias":true}'
     # the overlay the report opens with keeps its values; the others' are in the second block
     assert [o["name"] for o in first["overlays"] if "nodes" in o] == ["params"]

@@ -26,6 +26,11 @@ def page_data(text: str) -> dict[str, Any]:
     if later is not None and "diff" not in data:
         rest = json.loads(later.group(1))
         data["nodes"].setdefault("a", rest["attrs"])
+        for g, (ins, outs) in zip(data["groups"], rest["boundaries"], strict=True):
+            if ins:
+                g.setdefault("ins", ins)
+            if outs:
+                g.setdefault("outs", outs)
         for ov in data["overlays"]:
             if "nodes" not in ov and ov["name"] in rest["overlays"]:
                 ov.update(rest["overlays"][ov["name"]])

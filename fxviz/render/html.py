@@ -367,8 +367,9 @@ def _template() -> jinja2.Template:
 
 def split_view_model(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The view-model in two parts: what the first view needs, and what only the details panel
-    and a change of colouring read (each node's attributes; the values of every overlay but the
-    one the report opens with), ``{"attrs": [...], "overlays": {name: {"nodes", "groups"}}}``.
+    and a change of colouring read (each node's attributes, each box's boundary, the values of
+    every overlay but the one the report opens with), ``{"attrs": [...], "boundaries": [[ins,
+    outs], ...], "overlays": {name: {"nodes", "groups"}}}``.
 
     The page writes the second part after the first and draws its first view while it still
     reads it: at 100,000 nodes that is 10 of 19 MB. The script merges it back in when the page
@@ -380,10 +381,12 @@ def split_view_model(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
     first = {
         **data,
         "nodes": {k: v for k, v in data["nodes"].items() if k != "a"},
+        "groups": [{k: v for k, v in g.items() if k not in ("ins", "outs")} for g in data["groups"]],
         "overlays": [o if o["name"] not in later_overlays else {k: v for k, v in o.items() if k not in values}
                      for o in data["overlays"]],
     }
-    return first, {"attrs": data["nodes"]["a"], "overlays": later_overlays}
+    boundaries = [[g.get("ins", []), g.get("outs", [])] for g in data["groups"]]
+    return first, {"attrs": data["nodes"]["a"], "boundaries": boundaries, "overlays": later_overlays}
 
 
 def to_html(

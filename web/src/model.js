@@ -18,11 +18,17 @@ export function valueRefs(list) {
   return (list || []).map((r) => (Array.isArray(r) ? r : [r, 0]));
 }
 
-/** The page's second block (html.split_view_model: each node's attributes, the values of the
- * overlays the report does not open with) merged into `data`, the first. What the first block
- * already has stays: a page written in one block has everything there. */
+/** The page's second block (html.split_view_model: each node's attributes, each box's
+ * boundary, the values of the overlays the report does not open with) merged into `data`, the
+ * first. What the first block already has stays: a page written in one block has everything
+ * there. */
 export function mergeLater(data, later) {
   if (!data.nodes.a) data.nodes.a = later.attrs;
+  (later.boundaries || []).forEach(([ins, outs], j) => {
+    const g = data.groups[j];
+    if (ins.length && !g.ins) g.ins = ins;
+    if (outs.length && !g.outs) g.outs = outs;
+  });
   for (const ov of data.overlays || []) {
     const values = (later.overlays || {})[ov.name];
     if (values && !ov.nodes) Object.assign(ov, values);

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { MAX_DEPTH, Model, ROOT, groupKind, valueRefs } from "../src/model.js";
+import { MAX_DEPTH, Model, ROOT, groupKind, mergeLater, valueRefs } from "../src/model.js";
 import { LEVEL_MAX, RUN_WINDOW, parts, windowPlan } from "../src/window.js";
 import { blocks, chain, group, model, node, pack, sample } from "./fixtures.js";
 
@@ -217,4 +217,20 @@ test("node columns: what nodes share comes from the ops table, the rest per node
   assert.equal(m.error(4), "RuntimeError: boom");
   assert.deepEqual(m.errorNodes(), [4]);
   assert.deepEqual([m.nodeIndex("relu"), m.nodeIndex("nope")], [3, -1]);
+});
+
+test("the page's second block merges into the first; what the first has stays", () => {
+  const data = pack(sample());
+  delete data.nodes.a;
+  delete data.groups[0].ins;
+  data.overlays = [{ name: "flops", kind: "number" }, { name: "mine", kind: "number", nodes: [1], groups: [2] }];
+  const m = new Model(data);
+  const attrs = data.nodes.n.map((n) => (n === "lin" ? '{"bias":true}' : null));
+  const boundaries = data.groups.map((g, j) => (j === 0 ? [[0], [3]] : [[9], []]));
+  mergeLater(data, { attrs, boundaries, overlays: { flops: { nodes: [5], groups: [6] }, mine: { nodes: [7], groups: [8] } } });
+  assert.deepEqual(m.attrs(2), { bias: true });
+  assert.deepEqual(m.boundary(0), { ins: [[0, 0]], outs: [[3, 0]] });
+  assert.deepEqual(m.boundary(1).ins, [[0, 0]]); // the first block's own
+  assert.deepEqual(m.boundary(3).outs, []);
+  assert.deepEqual(data.overlays.map((o) => [o.nodes, o.groups]), [[[5], [6]], [[1], [2]]]);
 });
