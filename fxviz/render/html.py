@@ -376,7 +376,7 @@ def split_view_model(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
     has read it (``mergeLater`` in ``web/src/model.js``); a page without it has everything in
     the first.
     """
-    values = {"nodes", "groups"}
+    values = ("nodes", "groups")  # in this order: the file is the same on every run
     later_overlays = {o["name"]: {k: o[k] for k in values} for o in data["overlays"] if o["name"] != data["overlay"]}
     first = {
         **data,
