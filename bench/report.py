@@ -11,7 +11,8 @@ Models: GPT-2 small (12 layers), a 48-layer GPT-2 and the 80-layer LLaMA-70B sha
 64) captured with ``method="eager-aten"`` (the 1,200-layer one has ~100,000 nodes).
 
 Figures come from the Performance API marks the report sets: ``fxviz:first-paint`` (navigation
-start to the first view on screen: reading the file, parsing the data, the first layouts),
+start to the first view on screen: reading the file up to the end of the data's first block,
+parsing it, building the model, the first layout; the page reads the second block after),
 ``fxviz:expand`` (a double-click to the frame after the drawing changed), ``fxviz:expand-all``,
 ``fxviz:go`` (the search's Enter to the hit drawn and selected; the hit is an op of the middle
 layer's attention, behind the windowed run's ``⋯`` box). Heap: the page's ``JSHeapUsedSize``
