@@ -7,7 +7,7 @@
 // "fxviz:read" (the page has read the first block), "fxviz:expand" (a toggle, to the frame after
 // it is drawn), "fxviz:go" (a search jump), "fxviz:layout".
 import { DiffPage } from "./diffview.js";
-import { mergeLater } from "./model.js";
+import { mergeLater } from "./nodes.js";
 import { Report } from "./report.js";
 import { layoutRunner } from "./runner.js";
 import { afterPaint } from "./viewer.js";

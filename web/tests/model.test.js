@@ -4,7 +4,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { MAX_DEPTH, Model, ROOT, groupKind, mergeLater, valueRefs } from "../src/model.js";
+import { MAX_DEPTH, Model, ROOT, groupKind, valueRefs } from "../src/model.js";
+import { mergeLater } from "../src/nodes.js";
 import { LEVEL_MAX, RUN_WINDOW, parts, windowPlan } from "../src/window.js";
 import { blocks, chain, group, model, node, pack, sample } from "./fixtures.js";
 
