@@ -46,14 +46,17 @@ def test_embedded_json_round_trips() -> None:
 def test_the_first_block_holds_what_the_first_view_needs_and_the_second_the_rest() -> None:
     g = partial_graph()
     g.node("linear").attrs = {"bias": True}
+    g.nodes[0].attrs = {"note": "\U0001F600 </script>"}  # two UTF-16 units, and text to escape
     data = view_model(g, overlay="params")
     first, later = split_view_model(data)
-    assert "a" not in first["nodes"] and later["attrs"] == data["nodes"]["a"]
+    assert not {"a", "al"} & set(first["nodes"]) and later["nodes"] == {k: data["nodes"][k] for k in ("a", "al")}
     # boundaries: details only
     assert [{**g, **({"ins": io[0]} if io[0] else {}), **({"outs": io[1]} if io[1] else {})}
             for g, io in zip(first["groups"], later["boundaries"], strict=True)] == data["groups"]
     assert not any("ins" in g or "outs" in g for g in first["groups"]) and any(io[0] for io in later["boundaries"])
-    assert later["attrs"][[n.name for n in g.nodes].index("linear")] == '{"bias":true}'
+    rows = node_rows({**first, "nodes": {**first["nodes"], **later["nodes"]}})
+    assert [r.get("a") for r in rows if "a" in r] == [{"note": "\U0001F600 </script>"}, {"bias": True}]
+    assert later["nodes"]["al"][0] == len('{"note":"') + 2 + len(' </script>"}')  # UTF-16 units
     # the overlay the report opens with keeps its values; the others' are in the second block
     assert [o["name"] for o in first["overlays"] if "nodes" in o] == ["params"]
     assert set(later["overlays"]) == {o["name"] for o in data["overlays"]} - {"params"} != set()

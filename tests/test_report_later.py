@@ -73,6 +73,9 @@ def test_first_view_before_the_second_block_and_details_and_colours_after_it(bro
     g = fxviz.capture(m, a)
     conv = next(i for i, n in enumerate(g.nodes) if n.name == "conv2d")
     assert g.nodes[conv].attrs["padding"] == [1, 1]
+    # attributes are one text the page cuts by length: a character outside the BMP (two UTF-16
+    # units) before conv2d's must not shift them
+    g.nodes[0].attrs = {"note": "\U0001F600 é"}
     held = HeldPage(to_html(g))
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     errors: list[str] = []

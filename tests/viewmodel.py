@@ -25,7 +25,8 @@ def page_data(text: str) -> dict[str, Any]:
     later = LATER.search(text)
     if later is not None and "diff" not in data:
         rest = json.loads(later.group(1))
-        data["nodes"].setdefault("a", rest["attrs"])
+        for k, v in rest["nodes"].items():
+            data["nodes"].setdefault(k, v)
         for g, (ins, outs) in zip(data["groups"], rest["boundaries"], strict=True):
             if ins:
                 g.setdefault("ins", ins)
@@ -46,7 +47,8 @@ def node_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     """The nodes of a view-model, one dict each."""
     cols = data["nodes"]
     out: list[dict[str, Any]] = []
-    at_in = at_out = 0
+    at_in = at_out = at_attrs = 0
+    attrs = cols["a"].encode("utf-16-le")  # lengths count UTF-16 code units, as the script does
     for k, name in enumerate(cols["n"]):
         kind, family, label, target = data["ops"][cols["f"][k]]
         row: dict[str, Any] = {"n": name, "l": label, "k": kind, "o": family, "g": cols["g"][k],
@@ -58,8 +60,9 @@ def node_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
             row["s"] = cols["s"][k]
         if cols["np"][k]:
             row["np"] = cols["np"][k]
-        if cols["a"][k] is not None:
-            row["a"] = json.loads(cols["a"][k])
+        if cols["al"][k]:
+            row["a"] = json.loads(attrs[2 * at_attrs:2 * (at_attrs + cols["al"][k])].decode("utf-16-le"))
+        at_attrs += cols["al"][k]
         if str(k) in cols["e"]:
             row["e"] = cols["e"][str(k)]
         out.append(row)

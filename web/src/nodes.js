@@ -8,7 +8,7 @@
  * first. What the first block already has stays: a page written in one block has everything
  * there. */
 export function mergeLater(data, later) {
-  if (!data.nodes.a) data.nodes.a = later.attrs;
+  for (const [k, v] of Object.entries(later.nodes || {})) if (!(k in data.nodes)) data.nodes[k] = v;
   (later.boundaries || []).forEach(([ins, outs], j) => {
     const g = data.groups[j];
     if (ins.length && !g.ins) g.ins = ins;
@@ -125,11 +125,16 @@ export class Nodes {
   }
 
   /** Node i's attributes (non-tensor arguments), parsed when asked for: the view-model keeps
-   * them as text, in the page's second block ({} until it is read: the report shows details
-   * only after). */
+   * them as one text (`a`, each node's `al` long), in the page's second block ({} until it is
+   * read: the report shows details only after). */
   attrs(i) {
-    const text = this.data.nodes.a && this.data.nodes.a[i];
-    return text ? JSON.parse(text) : {};
+    const { a, al } = this.data.nodes;
+    if (!al || !al[i]) return {};
+    if (!this.attrAt) {
+      this.attrAt = new Int32Array(this.count + 1);
+      for (let k = 0; k < this.count; k++) this.attrAt[k + 1] = this.attrAt[k] + al[k];
+    }
+    return JSON.parse(a.slice(this.attrAt[i], this.attrAt[i + 1]));
   }
 
   /** Node i's entry of `sources` ([file, line, function, code]), or null. */

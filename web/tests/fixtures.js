@@ -13,7 +13,7 @@ export const node = (n, k, g, extra = {}) => ({ n, l: n, k, o: k, g, ...extra })
 export function pack(data) {
   const ops = [];
   const index = new Map();
-  const cols = { n: [], g: [], f: [], ni: [], i: [], no: [], out: [], s: [], np: [], a: [], e: {} };
+  const cols = { n: [], g: [], f: [], ni: [], i: [], no: [], out: [], s: [], np: [], a: "", al: [], e: {} };
   data.nodes.forEach((r, k) => {
     const entry = [r.k, r.o, r.l, r.t ? (r.t === r.n ? 1 : r.t) : null];
     const key = JSON.stringify(entry);
@@ -27,7 +27,9 @@ export function pack(data) {
     for (const x of r.out || []) cols.out.push(x);
     cols.s.push(r.s === undefined ? -1 : r.s);
     cols.np.push(r.np || 0);
-    cols.a.push(r.a ? JSON.stringify(r.a) : null);
+    const text = r.a ? JSON.stringify(r.a) : "";
+    cols.a += text;
+    cols.al.push(text.length);
     if (r.e) cols.e[k] = r.e;
   });
   return { kinds: {}, ...data, ops, nodes: cols };

@@ -223,12 +223,13 @@ test("node columns: what nodes share comes from the ops table, the rest per node
 test("the page's second block merges into the first; what the first has stays", () => {
   const data = pack(sample());
   delete data.nodes.a;
+  delete data.nodes.al;
   delete data.groups[0].ins;
   data.overlays = [{ name: "flops", kind: "number" }, { name: "mine", kind: "number", nodes: [1], groups: [2] }];
   const m = new Model(data);
-  const attrs = data.nodes.n.map((n) => (n === "lin" ? '{"bias":true}' : null));
+  const attrs = { a: '{"bias":true}', al: data.nodes.n.map((n) => (n === "lin" ? 13 : 0)) };
   const boundaries = data.groups.map((g, j) => (j === 0 ? [[0], [3]] : [[9], []]));
-  mergeLater(data, { attrs, boundaries, overlays: { flops: { nodes: [5], groups: [6] }, mine: { nodes: [7], groups: [8] } } });
+  mergeLater(data, { nodes: attrs, boundaries, overlays: { flops: { nodes: [5], groups: [6] }, mine: { nodes: [7], groups: [8] } } });
   assert.deepEqual(m.attrs(2), { bias: true });
   assert.deepEqual(m.boundary(0), { ins: [[0, 0]], outs: [[3, 0]] });
   assert.deepEqual(m.boundary(1).ins, [[0, 0]]); // the first block's own
