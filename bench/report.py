@@ -11,7 +11,8 @@ Models: GPT-2 small (12 layers), a 48-layer GPT-2 and the 80-layer LLaMA-70B sha
 64) captured with ``method="eager-aten"`` (the 1,200-layer one has ~100,000 nodes).
 
 Figures come from the Performance API marks the report sets: ``fxviz:first-paint`` (navigation
-start to the first view on screen: reading the file, parsing the data, the first layouts),
+start to the first view on screen: reading the file up to the end of the data's first block,
+parsing it, building the model, the first layout; the page reads the second block after),
 ``fxviz:expand`` (a double-click to the frame after the drawing changed), ``fxviz:expand-all``,
 ``fxviz:go`` (the search's Enter to the hit drawn and selected; the hit is an op of the middle
 layer's attention, behind the windowed run's ``⋯`` box). Heap: the page's ``JSHeapUsedSize``
@@ -186,7 +187,8 @@ def main() -> None:
         text = to_html(g, tmp / f"{name}.html")
         gen = time.perf_counter() - t0
         size = len(text.encode())
-        data = len(re.search(r'id="fxviz-data">(.*?)</script>', text, re.S).group(1).encode())  # type: ignore[union-attr]
+        # the view-model's two blocks (html.split_view_model)
+        data = sum(len(m.group(1).encode()) for m in re.finditer(r'id="fxviz-(?:data|later)">(.*?)</script>', text, re.S))
         # a node of the middle layer's attention, found by its name: behind the ⋯ box of a
         # windowed run, and in one of its parts when the model has more than 120 layers
         ops = [n for n in g.ops if "attn" in n.module] or g.ops

@@ -6,33 +6,34 @@ besides what fxviz writes itself). Screenshots go to artifacts/ (git-ignored).""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 from fxviz.ir import Graph
 from fxviz.render.html import to_html
+from tests.viewmodel import FIRST, LATER, page_data
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
-DATA = re.compile(r'(<script type="application/json" id="fxviz-data">)(.*?)(</script>)', re.S)
 
 
 def page_from_data(graph: Graph, path: Path, edit: Any = None, data: dict[str, Any] | None = None) -> Path:
     """Write ``graph``'s report to ``path`` with its view-model changed by ``edit(data)`` (or
-    replaced by ``data``): the same template, script and escaping as ``to_html``."""
+    replaced by ``data``): the same template, script and escaping as ``to_html``, the view-model
+    in one block (the script reads a page without the second block as having it all in the
+    first)."""
     text = to_html(graph)
     if edit is None and data is None:
         path.write_text(text, encoding="utf-8")
         return path
-    current = json.loads(DATA.search(text).group(2))  # type: ignore[union-attr]
     if data is None:
-        edit(current)
-        data = current
+        data = page_data(text)
+        edit(data)
     raw = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     safe = raw.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
-    path.write_text(DATA.sub(lambda m: m.group(1) + safe + m.group(3), text, count=1), encoding="utf-8")
+    text = LATER.sub("", FIRST.sub(lambda m: m.group(1) + safe + m.group(3), text, count=1), count=1)
+    path.write_text(text, encoding="utf-8")
     return path
 
 

@@ -30,6 +30,7 @@ from fxviz.errors import (
 )
 from fxviz.targets.parse import METHODS
 from tests.test_layers import _NO_TORCH
+from tests.viewmodel import page_data
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -527,10 +528,10 @@ def test_html_opens_with_an_overlay_and_json_keeps_it(model_file: str, tmp_path:
     r = run("html", f"{model_file}:build", "-o", str(tmp_path / "r.html"), "--overlay", str(data))
     assert r.exit_code == 0, r.output
     page = (tmp_path / "r.html").read_text(encoding="utf-8")
-    embedded = json.loads(page.split('id="fxviz-data">', 1)[1].split("</script>", 1)[0])
+    embedded = page_data(page)
     assert embedded["overlay"] == "latency"
     latency = next(o for o in embedded["overlays"] if o["name"] == "latency")
-    names = [n["n"] for n in embedded["nodes"]]
+    names = embedded["nodes"]["n"]
     assert latency["nodes"][names.index("linear")] == 1.5
     r = run("json", f"{model_file}:build", "-o", str(tmp_path / "g.json"), "--overlay", str(data))
     assert r.exit_code == 0

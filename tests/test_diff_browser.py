@@ -43,16 +43,16 @@ def status_overlay(vm: dict[str, Any], status: list[str]) -> None:
 
 def diff_data(a: Graph, b: Graph, differences: list[dict[str, Any]]) -> dict[str, Any]:
     va, vb = view_model(a), view_model(b)
-    ia = {n["n"]: i for i, n in enumerate(va["nodes"])}
-    ib = {n["n"]: i for i, n in enumerate(vb["nodes"])}
+    ia = {n: i for i, n in enumerate(va["nodes"]["n"])}
+    ib = {n: i for i, n in enumerate(vb["nodes"]["n"])}
     pairs = [[ia[name], ib[name]] for name in ia if name in ib]
     ga = {(g["path"], g["call"], g["run"]): i for i, g in enumerate(va["groups"])}
     gb = {(g["path"], g["call"], g["run"]): i for i, g in enumerate(vb["groups"])}
     group_pairs = [[ga[k], gb[k]] for k in ga if k in gb]
     hit_a = {i for d in differences for i in d["a"]}
     hit_b = {i for d in differences for i in d["b"]}
-    status_overlay(va, ["differs" if i in hit_a else "matched" if n["n"] in ib else "only in export" for i, n in enumerate(va["nodes"])])
-    status_overlay(vb, ["differs" if i in hit_b else "matched" if n["n"] in ia else "only in eager" for i, n in enumerate(vb["nodes"])])
+    status_overlay(va, ["differs" if i in hit_a else "matched" if n in ib else "only in export" for i, n in enumerate(va["nodes"]["n"])])
+    status_overlay(vb, ["differs" if i in hit_b else "matched" if n in ia else "only in eager" for i, n in enumerate(vb["nodes"]["n"])])
     return {"v": 3, "diff": {"labels": ["export", "eager"], "a": va, "b": vb, "pairs": pairs, "groupPairs": group_pairs,
                              "differences": differences, "summary": {"significant": 1, "informational": len(differences) - 1}}}
 

@@ -11,9 +11,10 @@ import pytest
 from fxviz.errors import RenderError
 from fxviz.ir import Graph, Ref
 from fxviz.render import html as html_mod
-from fxviz.render.html import repr_html, to_html, view_model
+from fxviz.render.html import repr_html, split_view_model, to_html, view_model
 from tests.irbuild import GraphBuilder, cnn_graph, stack_graph
 from tests.render_graphs import HOSTILE, hostile_graph, partial_graph
+from tests.viewmodel import node_rows, page_data
 
 #: For the tests that render a whole report: the script bundle (a fixture of tests/conftest.py).
 #: The view-model tests need no bundle.
@@ -21,9 +22,7 @@ with_bundle = pytest.mark.usefixtures("bundle")
 
 
 def embedded(text: str) -> dict:
-    m = re.search(r'<script type="application/json" id="fxviz-data">(.*?)</script>', text, re.S)
-    assert m is not None
-    return json.loads(m.group(1))
+    return page_data(text)
 
 
 @with_bundle
@@ -32,25 +31,50 @@ def test_embedded_json_round_trips() -> None:
     text = to_html(g)
     assert embedded(text) == json.loads(json.dumps(view_model(g)))
     data = embedded(text)
-    names = [n["n"] for n in data["nodes"]]
+    nodes = node_rows(data)
+    names = [n["n"] for n in nodes]
     assert names == [n.name for n in g.nodes]
-    item = data["nodes"][names.index("item")]
+    item = nodes[names.index("item")]
     assert item["e"].startswith("RuntimeError") and data["error"]
     assert [a["method"] for a in data["attempts"]] == ["export", "fx", "eager"]
     assert data["attempts"][0]["reason"] == g.attempts[0].reason()
-    linear = data["nodes"][names.index("linear")]
+    linear = nodes[names.index("linear")]
     assert data["metas"][linear["out"][0]] == ["[2, 8]", "float32", "2×8 f32"]
     assert data["groups"][linear["g"]]["path"] == "enc.fc"
+
+
+def test_the_first_block_holds_what_the_first_view_needs_and_the_second_the_rest() -> None:
+    g = partial_graph()
+    g.node("linear").attrs = {"bias": True}
+    g.nodes[0].attrs = {"note": "\U0001F600 </script>"}  # two UTF-16 units, and text to escape
+    data = view_model(g, overlay="params")
+    first, later = split_view_model(data)
+    assert not {"a", "al"} & set(first["nodes"]) and later["nodes"] == {k: data["nodes"][k] for k in ("a", "al")}
+    # boundaries: details only
+    assert [{**g, **({"ins": io[0]} if io[0] else {}), **({"outs": io[1]} if io[1] else {})}
+            for g, io in zip(first["groups"], later["boundaries"], strict=True)] == data["groups"]
+    assert not any("ins" in g or "outs" in g for g in first["groups"]) and any(io[0] for io in later["boundaries"])
+    rows = node_rows({**first, "nodes": {**first["nodes"], **later["nodes"]}})
+    assert [r.get("a") for r in rows if "a" in r] == [{"note": "\U0001F600 </script>"}, {"bias": True}]
+    assert later["nodes"]["al"][0] == len('{"note":"') + 2 + len(' </script>"}')  # UTF-16 units
+    # the overlay the report opens with keeps its values; the others' are in the second block
+    assert [o["name"] for o in first["overlays"] if "nodes" in o] == ["params"]
+    assert set(later["overlays"]) == {o["name"] for o in data["overlays"]} - {"params"} != set()
+    for o, whole in zip(first["overlays"], data["overlays"], strict=True):
+        values = {"nodes": whole["nodes"], "groups": whole["groups"]}
+        assert {**o, **later["overlays"].get(o["name"], {})} == whole
+        assert later["overlays"].get(o["name"], values) == values
 
 
 @with_bundle
 def test_hostile_names_cannot_break_out() -> None:
     text = to_html(hostile_graph())
-    # the only script tags are the two the template writes
-    assert text.lower().count("<script") == 2 and text.lower().count("</script") == 2
+    # the only script tags are the four the template writes (the script, the data's two blocks,
+    # the event between them)
+    assert text.lower().count("<script") == 4 and text.lower().count("</script") == 4
     assert "<img" not in text
     data = embedded(text)
-    assert data["nodes"][0]["n"] == HOSTILE  # the name survives, as data
+    assert data["nodes"]["n"][0] == HOSTILE  # the name survives, as data
     assert data["name"] == f"Evil{HOSTILE}"
     title = re.search(r"<title>(.*?)</title>", text, re.S)
     assert title is not None and "&lt;/script&gt;" in title.group(1)
@@ -102,7 +126,7 @@ def test_unwritable_path(tmp_path) -> None:
 
 def refs(data: dict[str, Any], encoded: list[Any]) -> list[Ref]:
     """Decode the view-model's value references (index, or [index, output]) to Refs."""
-    names = [n["n"] for n in data["nodes"]]
+    names = data["nodes"]["n"]
     return [Ref(names[r]) if isinstance(r, int) else Ref(names[r[0]], r[1]) for r in encoded]
 
 
@@ -163,16 +187,14 @@ def test_a_box_of_model_outputs_reads_what_the_model_returns_through_it() -> Non
     assert refs(data, box(data, "blk")["outs"]) == [Ref("k2"), Ref("k1"), Ref("k0")]  # last made first
 
 
-def test_nodes_carry_their_readers_and_the_parameters_they_read() -> None:
+def test_nodes_carry_their_inputs_and_the_parameters_they_read() -> None:
     g = cnn_graph()
     data = view_model(g)
-    names = [n["n"] for n in data["nodes"]]
-    users = g.users()
-    for n in data["nodes"]:
-        assert [names[u] for u in n.get("u", [])] == users[n["n"]]
-    x = data["nodes"][names.index("x")]
-    assert [names[u] for u in x["u"]] == ["conv2d", "conv2d_1"]
-    by_name = dict(zip(names, data["nodes"], strict=True))
+    nodes = node_rows(data)
+    for n, node in zip(nodes, g.nodes, strict=True):
+        assert refs(data, n["i"]) == list(node.inputs)  # readers are not written: the script reads inputs backwards
+        assert len(n["out"]) == len(node.outputs)
+    by_name = {n["n"]: n for n in nodes}
     assert by_name["linear"]["np"] == 2048 * 128 + 128  # weight and bias
     assert by_name["fully_connected1.weight"]["np"] == 2048 * 128
     assert "np" not in by_name["relu"] and "np" not in by_name["x"]
@@ -186,7 +208,7 @@ def test_an_op_reading_one_parameter_twice_counts_it_once() -> None:
     z = b.op("both", "aten.addmm.default", [y, w, w], (2, 4), (("fc", 0),))
     b.output("out", z)
     data = view_model(b.build())
-    assert next(n for n in data["nodes"] if n["n"] == "both")["np"] == 16
+    assert next(n for n in node_rows(data) if n["n"] == "both")["np"] == 16
 
 
 def test_boxes_around_the_failing_op_are_marked() -> None:
@@ -209,7 +231,7 @@ def test_each_box_says_its_kind_and_plumbing_is_one_box_per_module() -> None:
     assert kinds == {"module", "plumbing"}
     (box,) = [x for x in data["groups"] if x.get("k") == "plumbing"]
     assert box["l"].startswith("18 plumbing ops (mask") and box["n"] == 18 and box["p"] == -1
-    inside = {n["n"] for n in data["nodes"] if n["g"] == data["groups"].index(box)}
+    inside = {n["n"] for n in node_rows(data) if n["g"] == data["groups"].index(box)}
     assert {"arange", "le", "expand", "sym_size_int", "_assert_tensor_metadata_default", "to_1"} <= inside
     assert not inside & {"view", "matmul", "softmax", "bmm", "layer_norm"}
     # what the box hands on: the mask the attention reads, the position ids, the checked embedding
@@ -235,7 +257,7 @@ def test_labels_and_paths_are_bounded_and_the_details_keep_the_full_text() -> No
     data = view_model(g)
     ln = next(x for x in data["groups"] if x["path"] == "h.0.ln")
     assert len(ln["l"]) <= 200 and ln["cls"] == long  # the details panel keeps the class
-    node = next(n for n in data["nodes"] if n["n"] == "ln_0")
+    node = next(n for n in node_rows(data) if n["n"] == "ln_0")
     assert len(node["l"]) <= 200 and node["t"] == f"aten.{long}.default"
 
 
@@ -263,11 +285,11 @@ def test_diff_page_data_pairs_nodes_and_boxes_and_words_every_difference() -> No
     b = Graph.from_json(a.to_json())
     b.node("fc_1").target = "aten.matmul.default"
     data = diff_view_model(diff(a, b, labels=("old", "new")))
-    assert data["v"] == 3
+    assert data["v"] == 4
     d = data["diff"]
     assert d["labels"] == ["old", "new"]
-    na = [n["n"] for n in d["a"]["nodes"]]
-    nb = [n["n"] for n in d["b"]["nodes"]]
+    na = d["a"]["nodes"]["n"]
+    nb = d["b"]["nodes"]["n"]
     assert [na.index("ln_0"), nb.index("ln_0")] in d["pairs"] and [na.index("fc_0"), nb.index("fc_0")] in d["pairs"]
     words = {x["kind"]: x["words"] for x in d["differences"]}
     assert words == {"only_in_a": "only in old", "only_in_b": "only in new"}

@@ -198,7 +198,7 @@ def test_details_come_from_the_view_model(open_report: Any, graphs: dict[str, fx
 
 def test_source_lines_are_links_in_the_chosen_pattern(open_report: Any) -> None:
     r = open_report("cnn")
-    r.js("fxvizReport.viewer.go('n' + fxvizReport.model.byName.get('conv2d_2'))")
+    r.js("fxvizReport.viewer.go('n' + fxvizReport.model.nodeIndex('conv2d_2'))")
     link = r.page.locator("[data-ref=details] a.fx-src")
     assert link.get_attribute("href").startswith("file://") and link.get_attribute("href").endswith("examples.py")  # type: ignore[union-attr]
     r.page.select_option("[data-ref=links]", "vscode://file/{file}:{line}")
@@ -215,7 +215,7 @@ def test_keyboard_moves_to_producer_and_consumer(open_report: Any, graphs: dict[
     g = graphs["cnn"]
     r = open_report("cnn")
     div = next(n for n in g.ops if n.target.startswith("aten.div"))
-    r.js(f"fxvizReport.viewer.go('n' + fxvizReport.model.byName.get('{div.name}'))")
+    r.js(f"fxvizReport.viewer.go('n' + fxvizReport.model.nodeIndex('{div.name}'))")
     r.page.locator("[data-ref=canvas]").focus()
     r.page.keyboard.press("Shift+ArrowUp")
     r.settle()

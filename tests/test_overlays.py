@@ -22,8 +22,7 @@ from tests.render_graphs import partial_graph
 def by_name(data: dict[str, Any], overlay: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """An overlay of a view-model as node name -> value and box label -> value."""
     o = next(x for x in data["overlays"] if x["name"] == overlay)
-    names = [n["n"] for n in data["nodes"]]
-    return ({k: v for k, v in zip(names, o["nodes"], strict=True) if v is not None},
+    return ({k: v for k, v in zip(data["nodes"]["n"], o["nodes"], strict=True) if v is not None},
             {g["l"]: v for g, v in zip(data["groups"], o["groups"], strict=True) if v is not None})
 
 

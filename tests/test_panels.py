@@ -34,7 +34,7 @@ def test_a_panel_round_trips_through_json_and_points_the_view_model_at_nodes_and
                                                                 ["where", "reason", "count"])
     first, second, third = p["rows"]
     assert first["c"] == ["model.py:12", "Tensor.item()", "3"] and first["lv"] == "error"
-    assert vm["nodes"][first["n"]]["n"] == "fc_1"
+    assert vm["nodes"]["n"][first["n"]] == "fc_1"
     assert vm["groups"][first["g"]]["path"] == "h.1"
     assert "n" not in second and "g" not in second  # a module the graph lacks points nowhere
     assert third["c"] == ["total", "", "4.5"]

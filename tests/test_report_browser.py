@@ -23,6 +23,7 @@ from fxviz.render.html import repr_html
 from tests.irbuild import GraphBuilder, stack_graph
 from tests.report_browser import ARGS, ARTIFACTS, ReportPage, page_from_data
 from tests.report_models import gpt2_small_graph, llama_80_graph, t5_small_graph
+from tests.viewmodel import node_rows
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("bundle")]
 
@@ -75,7 +76,7 @@ def top_level_on_screen(r: ReportPage) -> None:
         x, y, w, h = rects[key]
         assert area["x"] - 0.5 <= x and x + w <= area["x"] + area["width"] + 0.5, key
         assert area["y"] - 0.5 <= y and y + h <= area["y"] + area["height"] + 0.5, key
-    kinds = r.page.evaluate("fxvizReport.model.items(-1).map(k => k[0] === 'n' ? fxvizReport.model.nodes[+k.slice(1)].k : '')")
+    kinds = r.page.evaluate("fxvizReport.model.items(-1).map(k => k[0] === 'n' ? fxvizReport.model.nodeKind(+k.slice(1)) : '')")
     ins = [rects[k][1] for k, kind in zip(top, kinds, strict=True) if kind == "input"]
     outs = [rects[k][1] for k, kind in zip(top, kinds, strict=True) if kind == "output"]
     assert ins and outs and max(ins) < min(outs)
@@ -205,7 +206,7 @@ def test_toggle_cost_stays_flat_as_blocks_open(pages: Any, gpt2_48: Graph) -> No
 def test_a_link_reopens_the_same_view(pages: Any, gpt2: Graph, browser: Any, tmp_path: Path) -> None:
     r = pages(gpt2, "gpt2-link")
     target = next(n for n in gpt2.ops if n.module == "h.1.mlp.c_fc")
-    r.js(f"fxvizReport.viewer.go('n' + fxvizReport.model.byName.get('{target.name}'))")
+    r.js(f"fxvizReport.viewer.go('n' + fxvizReport.model.nodeIndex('{target.name}'))")
     r.page.wait_for_function("location.hash.includes('sel=')")
     url = r.page.url
     opened, selected = r.open_paths(), r.page.get_attribute(".fx-details-body", "data-key")
@@ -226,7 +227,7 @@ FAMILY_COLOURS = {"conv": "#0072b2", "activation": "#e69f00", "pool": "#009e73",
 def add_overlays(data: dict[str, Any]) -> None:
     """Two overlays in the view-model's contract (WAVE2.md §2): parameters per node and box (a
     number, log scale), and the op family (a category with its colours)."""
-    nodes, groups = data["nodes"], data["groups"]
+    nodes, groups = node_rows(data), data["groups"]
     params = [n.get("np") for n in nodes]
     data["overlays"] = [
         {"name": "params", "label": "parameters", "kind": "number", "unit": "", "scale": "log",
@@ -264,7 +265,7 @@ def test_an_overlay_colours_the_right_nodes(pages: Any, cnn: Graph) -> None:
     weight = r.page.locator('.fx-node[data-name="fully_connected1.weight"]')
     assert "fx-novalue" not in (weight.get_attribute("class") or "")
     assert r.page.locator('.fx-node[data-name="relu"]').get_attribute("class").count("fx-novalue") == 1  # type: ignore[union-attr]
-    r.js("fxvizReport.viewer.go('n' + fxvizReport.model.byName.get('fully_connected1.weight'))")
+    r.js("fxvizReport.viewer.go('n' + fxvizReport.model.nodeIndex('fully_connected1.weight'))")
     values = r.page.eval_on_selector_all("[data-ref=details] .fx-ov-value", "els => Object.fromEntries(els.map(e => [e.dataset.overlay, e.textContent]))")
     assert values == {"params": "262 k"}  # a parameter has no op family
     r.page.click("[data-ref=scale]")
@@ -327,7 +328,7 @@ def test_5000_nested_calls_are_capped_with_a_marker(pages: Any) -> None:
     g.node("ln_0").stack = deep
     g.validate()
     r = pages(Graph.from_json(g.to_json()), "deep-5000", width=1600, height=1000)
-    r.js("fxvizReport.viewer.go('n' + fxvizReport.model.byName.get('ln_0'))")
+    r.js("fxvizReport.viewer.go('n' + fxvizReport.model.nodeIndex('ln_0'))")
     capped = r.page.locator(".fx-box.fx-selected")
     assert capped.count() == 1 and "levels deeper" in (capped.text_content() or "")
     assert r.page.locator(".fx-cluster").count() == 48

@@ -105,7 +105,7 @@ export class DiffPage {
         const ids = d[side] || [];
         const label = this.diff.labels[side === "a" ? 0 : 1];
         if (!ids.length) return h("span", { class: "fx-diff-none", text: `not in ${label}` });
-        const n = this.models[side].nodes[ids[0]];
+        const n = this.models[side].node(ids[0]);
         return action(`${label}: ${clip(n.l, 40)}${ids.length > 1 ? ` +${ids.length - 1}` : ""}`, () => this.goSide(side, d), { class: "fx-diff-link", "data-side": side, title: n.n });
       };
       let src = null;

@@ -112,7 +112,7 @@ export class Scene {
   }
 
   node(i, p) {
-    const n = this.m.nodes[i];
+    const n = this.m.node(i);
     const op = n.k === "op";
     const look = this.look.node(i);
     const key = "n" + i;

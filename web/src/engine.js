@@ -49,8 +49,9 @@ export class Engine {
     return v;
   }
 
-  /** The open boxes, each after the open boxes inside it (ROOT last). No recursion. */
-  openPostOrder() {
+  /** The open boxes (of `open`, a set of box numbers: what is open now by default), each after
+   * the open boxes inside it (ROOT last). No recursion. */
+  openPostOrder(open = this.model.expanded) {
     const m = this.model;
     const out = [];
     const stack = [[ROOT, false]];
@@ -61,33 +62,35 @@ export class Engine {
         continue;
       }
       stack.push([c, true]);
-      for (const k of m.items(c)) if (k[0] === "g" && m.expanded.has(+k.slice(1))) stack.push([+k.slice(1), false]);
+      for (const k of m.items(c)) if (k[0] === "g" && open.has(+k.slice(1))) stack.push([+k.slice(1), false]);
     }
     return out;
   }
 
-  /** Lay out what is open now: only boxes whose state is new are laid out. Resolves to the list
-   * of open boxes whose layout changed since the last update (their drawing must be rebuilt). */
-  async update() {
-    const m = this.model;
-    const order = this.openPostOrder();
+  /** The layout keys of the open boxes of state `open` (box -> key, in post order), adding to
+   * `batch` ({ jobs, queued: key -> job index }) the jobs of those whose layout is not cached. */
+  plan(open, batch) {
     const keys = new Map();
-    const jobs = [];
-    const jobOf = new Map();
-    for (const c of order) {
+    for (const c of this.openPostOrder(open)) {
       const lv = this.level(c);
       const kids = [];
-      for (const k of lv.items) if (k[0] === "g" && m.expanded.has(+k.slice(1))) kids.push(keys.get(+k.slice(1)));
+      for (const k of lv.items) if (k[0] === "g" && open.has(+k.slice(1))) kids.push(keys.get(+k.slice(1)));
       const text = c + "|" + kids.join(",");
       let id = this.ids.get(text);
       if (id === undefined) this.ids.set(text, (id = this.ids.size));
       keys.set(c, id);
-      if (this.cache.has(id)) continue;
-      jobOf.set(c, jobs.length);
-      jobs.push({ c, id, job: this.job(c, lv, keys, jobOf) });
+      if (this.cache.has(id) || batch.queued.has(id)) continue;
+      batch.queued.set(id, batch.jobs.length);
+      batch.jobs.push({ c, id, job: this.job(c, lv, keys, batch.queued, open) });
     }
+    return keys;
+  }
+
+  /** Lay out the jobs of a batch in one trip to the worker and cache the results. */
+  async runBatch(batch) {
     // what the page did itself (levels, sizes) before handing the jobs to dagre
     if (typeof performance !== "undefined" && performance.mark) performance.mark("fxviz:prepared");
+    const jobs = batch.jobs;
     this.last = { jobs: jobs.length, items: jobs.reduce((a, j) => a + j.job.items.length, 0) };
     this.total.jobs += this.last.jobs;
     this.total.items += this.last.items;
@@ -95,20 +98,41 @@ export class Engine {
       const results = await this.run(jobs.map((j) => j.job));
       jobs.forEach((j, i) => this.cache.set(j.id, results[i]));
     }
-    const changed = order.filter((c) => this.keyOf.get(c) !== keys.get(c));
+  }
+
+  /** Lay out what is open now: only boxes whose state is new are laid out. Resolves to the list
+   * of open boxes whose layout changed since the last update (their drawing must be rebuilt). */
+  async update() {
+    const batch = { jobs: [], queued: new Map() };
+    const keys = this.plan(this.model.expanded, batch);
+    await this.runBatch(batch);
+    const changed = [...keys.keys()].filter((c) => this.keyOf.get(c) !== keys.get(c));
     this.keyOf = keys;
     return changed;
   }
 
-  job(c, lv, keys, jobOf) {
-    const m = this.model;
+  /** The size of the whole drawing in each of `states` (sets of open boxes), laid out in one
+   * batch: the first view weighs several, and each trip to the worker costs a wait. Their
+   * layouts stay cached, so drawing the chosen one lays out nothing more. */
+  async sizes(states) {
+    const batch = { jobs: [], queued: new Map() };
+    const keys = states.map((open) => this.plan(open, batch));
+    await this.runBatch(batch);
+    return keys.map((k) => {
+      const r = this.cache.get(k.get(ROOT));
+      return [r.w, r.h];
+    });
+  }
+
+  job(c, lv, keys, queued, open) {
     const items = lv.items.map((k, i) => {
       const [rl, rr] = lv.room[i];
       const off = (rl - rr) / 2;
-      if (k[0] === "g" && m.expanded.has(+k.slice(1))) {
+      if (k[0] === "g" && open.has(+k.slice(1))) {
         const g = +k.slice(1);
-        if (jobOf.has(g)) return { ref: jobOf.get(g), rl, rr };
-        const r = this.cache.get(keys.get(g));
+        const id = keys.get(g);
+        if (queued.has(id)) return { ref: queued.get(id), rl, rr };
+        const r = this.cache.get(id);
         return { w: r.w + rl + rr, h: r.h, ai: off + r.inX - r.w / 2, ao: off + r.outX - r.w / 2 };
       }
       const s = this.leaf(k);

@@ -1,10 +1,11 @@
 // The graph as the report sees it: the view-model from Python, indexed, plus which boxes are open.
-// Every fact about the graph (labels, readers, boundaries, counts, kinds) comes from Python; this
-// module indexes it, orders each box's items, windows boxes too big to draw (window.js) and
+// Every fact about the graph (labels, boundaries, counts, kinds) comes from Python (its nodes:
+// nodes.js, which also reads the readers off the inputs); this module indexes it, orders each box's items, windows boxes too big to draw (window.js) and
 // keeps the open/closed state. Boxes are numbered as in the view-model; the boxes windowing adds
 // ("⋯ N more", parts) get the numbers after them. The model itself is the box -1.
 // No DOM: web/tests runs it under `node --test`.
-import { LEVEL_MAX, PART_MAX, windowPlan } from "./window.js";
+import { Nodes } from "./nodes.js";
+import { LEVEL_MAX, PART_MAX, RUN_WINDOW, STATE_MAX, windowPlan } from "./window.js";
 import { grouped } from "./text.js";
 
 /** Boxes nested deeper than this stay closed, marked with how deep they go: a drawing of 5,000
@@ -23,20 +24,15 @@ export function groupKind(g) {
   return g.k || (g.syn ? "more" : g.run ? "run" : g.io ? "values" : "module");
 }
 
-export class Model {
+export class Model extends Nodes {
   constructor(data) {
-    this.data = data;
-    this.nodes = data.nodes;
-    this.metas = data.metas || [];
-    this.sources = data.sources || [];
+    super(data);
     this.groups = data.groups.slice();
     this.real = data.groups.length;
     this.expanded = new Set();
-    this.byName = new Map(this.nodes.map((n, i) => [n.n, i]));
-    this.ng = Int32Array.from(this.nodes, (n) => n.g);
+    this.ng = Int32Array.from(data.nodes.g);
     this.gp = this.groups.map((g) => g.p);
     this.kinds = this.groups.map(groupKind);
-    this.edgeArrays();
     this.orderItems();
     this.window();
     this.index();
@@ -44,75 +40,62 @@ export class Model {
 
   // ---- building ------------------------------------------------------------------------------
 
-  /** The data flow as flat arrays (inputs of node i: `inSrc`/`inOut` from `inOff[i]` to
-   * `inOff[i + 1]`; readers: `uDst` from `uOff[i]`): read once here, then every level of a
-   * 100,000-node graph walks numbers instead of 100,000 objects of many shapes. */
-  edgeArrays() {
-    const n = this.nodes.length;
-    this.inOff = new Int32Array(n + 1);
-    this.uOff = new Int32Array(n + 1);
-    for (let i = 0; i < n; i++) {
-      const nd = this.nodes[i];
-      this.inOff[i + 1] = this.inOff[i] + (nd.i ? nd.i.length : 0);
-      this.uOff[i + 1] = this.uOff[i] + (nd.u ? nd.u.length : 0);
-    }
-    this.inSrc = new Int32Array(this.inOff[n]);
-    this.inOut = new Int32Array(this.inOff[n]);
-    this.uDst = new Int32Array(this.uOff[n]);
-    for (let i = 0; i < n; i++) {
-      const nd = this.nodes[i];
-      if (nd.i) {
-        let at = this.inOff[i];
-        for (const r of nd.i) {
-          if (typeof r === "number") this.inSrc[at] = r;
-          else {
-            this.inSrc[at] = r[0];
-            this.inOut[at] = r[1];
-          }
-          at += 1;
-        }
-      }
-      if (nd.u) this.uDst.set(nd.u, this.uOff[i]);
-    }
-  }
-
   /** Each box's items (nodes and boxes directly inside it) in drawing order: the model's inputs
-   * first, then graph order (a box where its first op is), the model's outputs last. */
+   * first, then graph order (a box where its first op is), the model's outputs last. Written as
+   * numbers (`itemCodes` from `itemOff[c + 1]` to `itemOff[c + 2]`: node i as i, box j as ~j);
+   * `items(c)` makes a box's list of keys when first asked for (100,000 nodes: this runs before
+   * the first view, which lists the items of a few boxes). */
   orderItems() {
-    const n = this.nodes.length;
+    const n = this.count;
     const G = this.groups.length;
-    const first = new Float64Array(G).fill(Infinity);
+    const { ng, gp, op, opKinds } = this;
+    // the first node of each box's subtree (n: none), and the boxes that start at each node, in
+    // box order, as linked lists: no sort, no map
+    const first = new Int32Array(G).fill(n);
     for (let i = 0; i < n; i++) {
-      for (let g = this.nodes[i].g; g >= 0 && first[g] > i; g = this.gp[g]) first[g] = i;
+      for (let g = ng[i]; g >= 0 && first[g] > i; g = gp[g]) first[g] = i;
     }
-    this.itemsOf = new Map([[ROOT, []]]);
-    for (let j = 0; j < G; j++) this.itemsOf.set(j, []);
-    // no sort: a box goes into its parent's list just before the first node it holds, and the
-    // nodes come in graph order (100,000 of them: this runs before the first view)
-    const startsAt = new Map();
-    const empty = [];
-    for (let j = 0; j < G; j++) {
-      if (first[j] === Infinity) empty.push(j);
-      else (startsAt.get(first[j]) || startsAt.set(first[j], []).get(first[j])).push(j);
+    const head = new Int32Array(n + 1).fill(-1);
+    const next = new Int32Array(G);
+    for (let j = G - 1; j >= 0; j--) {
+      next[j] = head[first[j]];
+      head[first[j]] = j;
     }
-    const push = (c, key) => this.itemsOf.get(c).push(key);
-    for (let i = 0; i < n; i++) if (this.nodes[i].k === "input") push(this.nodes[i].g, "n" + i);
+    // slots per box (c + 1), then the items in order: inputs, boxes before their first node and
+    // the other nodes in graph order, boxes that hold no node, outputs
+    const off = (this.itemOff = new Int32Array(G + 2));
+    const states = (this.stateItems = new Int32Array(G + 1));
     for (let i = 0; i < n; i++) {
-      const boxes = startsAt.get(i);
-      if (boxes) for (const j of boxes) push(this.groups[j].p, "g" + j);
-      const k = this.nodes[i].k;
-      if (k !== "input" && k !== "output") push(this.nodes[i].g, "n" + i);
+      off[ng[i] + 2] += 1;
+      if (this.isStateNode(i)) states[ng[i] + 1] += 1;
     }
-    for (const j of empty) push(this.groups[j].p, "g" + j);
-    for (let i = 0; i < n; i++) if (this.nodes[i].k === "output") push(this.nodes[i].g, "n" + i);
+    for (let j = 0; j < G; j++) off[gp[j] + 2] += 1;
+    for (let c = 1; c < G + 2; c++) off[c] += off[c - 1];
+    const codes = (this.itemCodes = new Int32Array(n + G));
+    const fill = off.slice(0, G + 1);
+    for (let i = 0; i < n; i++) if (opKinds[op[i]] === "input") codes[fill[ng[i] + 1]++] = i;
+    for (let i = 0; i <= n; i++) {
+      for (let j = head[i]; j >= 0; j = next[j]) codes[fill[gp[j] + 1]++] = ~j;
+      if (i === n) break;
+      const k = opKinds[op[i]];
+      if (k !== "input" && k !== "output") codes[fill[ng[i] + 1]++] = i;
+    }
+    for (let i = 0; i < n; i++) if (opKinds[op[i]] === "output") codes[fill[ng[i] + 1]++] = i;
+    this.itemsOf = new Map();
   }
 
   /** Apply window.js to every box, including the boxes it adds. */
   window() {
-    const work = [...this.itemsOf.keys()];
+    // only the boxes window.js would change (it leaves the others as they are): their numbers
+    // need no list of keys
+    const work = [];
+    for (let c = ROOT; c < this.real; c++) {
+      const n = this.itemOff[c + 2] - this.itemOff[c + 1];
+      if (n > LEVEL_MAX || (this.kinds[c] === "run" && n > RUN_WINDOW) || this.stateItems[c + 1] > STATE_MAX) work.push(c);
+    }
     while (work.length) {
       const c = work.pop();
-      const items = this.itemsOf.get(c);
+      const items = this.items(c);
       const kind = c === ROOT ? "model" : this.kinds[c] === "more" && this.groups[c].syn === "state" ? "state" : this.kinds[c];
       const plan = windowPlan(items, { isBox: (k) => k[0] === "g", isState: (k) => this.isState(k), kind });
       if (!plan) continue;
@@ -143,16 +126,16 @@ export class Model {
     let nodes = 0;
     let ops = 0;
     for (const k of items) {
-      if (k[0] === "n") { nodes += 1; ops += this.nodes[+k.slice(1)].k === "op" ? 1 : 0; }
+      if (k[0] === "n") { nodes += 1; ops += this.nodeKind(+k.slice(1)) === "op" ? 1 : 0; }
       else { const x = this.groups[+k.slice(1)]; ops += x.ops || 0; if (x.err) g.err = 1; }
-      if (k[0] === "n" && this.nodes[+k.slice(1)].e) g.err = 1;
+      if (k[0] === "n" && this.error(+k.slice(1))) g.err = 1;
     }
     g.ops = ops;
     g.n = items.length;
     const first = this.labelOf(items[0]);
     const last = this.labelOf(items[items.length - 1]);
     if (entry.role === "state") {
-      const kinds = new Set(entry.more.map((k) => this.nodes[+k.slice(1)].k));
+      const kinds = new Set(entry.more.map((k) => this.nodeKind(+k.slice(1))));
       g.l = `${grouped(entry.more.length)} ${kinds.size === 1 ? [...kinds][0] + "s" : "parameters and constants"}`;
       g.sub = `${first} … ${last}`;
     } else {
@@ -165,9 +148,12 @@ export class Model {
 
   /** A parameter, buffer or constant that reads nothing: what windowing gathers when many. */
   isState(key) {
-    if (key[0] !== "n") return false;
-    const n = this.nodes[+key.slice(1)];
-    return (n.k === "parameter" || n.k === "buffer" || n.k === "constant") && !(n.i && n.i.length);
+    return key[0] === "n" && this.isStateNode(+key.slice(1));
+  }
+
+  isStateNode(i) {
+    const k = this.nodeKind(i);
+    return (k === "parameter" || k === "buffer" || k === "constant") && this.inOff[i] === this.inOff[i + 1];
   }
 
   setParent(key, parent) {
@@ -183,51 +169,45 @@ export class Model {
     this.tin = new Int32Array(G);
     this.tout = new Int32Array(G);
     let t = 1; // the model is 0
-    const stack = [[ROOT, 0]];
-    const post = [];
+    // [box, its list of keys (a windowed box) or null (its numbers), where the walk is in it]
+    const at = (c) => {
+      const list = this.itemsOf.get(c) || null;
+      return [c, list, list ? 0 : this.itemOff[c + 1]];
+    };
+    const stack = [at(ROOT)];
     while (stack.length) {
       const top = stack[stack.length - 1];
-      const [c, k] = top;
-      const items = this.itemsOf.get(c);
-      let pushed = false;
-      for (let x = k; x < items.length; x++) {
-        if (items[x][0] !== "g") continue;
-        const j = +items[x].slice(1);
-        top[1] = x + 1;
+      const [c, list] = top;
+      let j = -1;
+      let x = top[2];
+      if (list) {
+        for (; x < list.length && j < 0; x++) if (list[x][0] === "g") j = +list[x].slice(1);
+      } else {
+        for (const end = this.itemOff[c + 2]; x < end && j < 0; x++) if (this.itemCodes[x] < 0) j = ~this.itemCodes[x];
+      }
+      top[2] = x;
+      if (j >= 0) {
         this.depth[j] = c === ROOT ? 1 : this.depth[c] + 1;
         this.tin[j] = t++;
-        stack.push([j, 0]);
-        pushed = true;
-        break;
+        stack.push(at(j));
+        continue;
       }
-      if (pushed) continue;
       stack.pop();
       if (c !== ROOT) this.tout[c] = t - 1;
-      post.push(c);
     }
     this.boxCount = t;
     // nodes ordered by their box's number: a box's subtree is one slice
     const count = new Int32Array(t + 1);
     const tinOf = (c) => (c === ROOT ? 0 : this.tin[c]);
-    for (let i = 0; i < this.nodes.length; i++) count[tinOf(this.ng[i]) + 1]++;
+    for (let i = 0; i < this.count; i++) count[tinOf(this.ng[i]) + 1]++;
     for (let x = 1; x <= t; x++) count[x] += count[x - 1];
     this.start = count.slice(); // start[tin] = first position of nodes in a box numbered tin
-    this.order = new Int32Array(this.nodes.length);
+    this.order = new Int32Array(this.count);
     const fill = count.slice();
-    for (let i = 0; i < this.nodes.length; i++) this.order[fill[tinOf(this.ng[i])]++] = i;
+    for (let i = 0; i < this.count; i++) this.order[fill[tinOf(this.ng[i])]++] = i;
   }
 
-  // ---- facts from the view-model -------------------------------------------------------------
-
-  /** [[producer index, output index], ...] of node i. */
-  inputs(i) {
-    return valueRefs(this.nodes[i].i);
-  }
-
-  /** Indices of the nodes that read node i, in graph order. */
-  users(i) {
-    return this.nodes[i].u || [];
-  }
+  // ---- facts from the view-model (a node's: nodes.js) -----------------------------------------
 
   /** What box g reads from outside and hands back: { ins, outs }, each [[node, output], ...],
    * the main result first. */
@@ -240,21 +220,8 @@ export class Model {
     return Boolean(this.groups[g].err);
   }
 
-  /** [shape string, dtype, edge label] of output k of node i, or null. */
-  meta(i, k = 0) {
-    const out = this.nodes[i].out;
-    return out && k < out.length ? this.metas[out[k]] : null;
-  }
-
   kind(g) {
     return this.kinds[g];
-  }
-
-  /** Node i's colour: its own, or its op family's from the view-model's table (a view-model
-   * may leave the per-node colour out: it is the family's). */
-  color(i) {
-    const n = this.nodes[i];
-    return n.c || (this.data.kinds && this.data.kinds[n.o]) || "#607d8b";
   }
 
   isRun(g) {
@@ -266,7 +233,7 @@ export class Model {
   }
 
   labelOf(key) {
-    return key[0] === "n" ? this.nodes[+key.slice(1)].l : this.groups[+key.slice(1)].l;
+    return key[0] === "n" ? this.label(+key.slice(1)) : this.groups[+key.slice(1)].l;
   }
 
   // ---- structure -----------------------------------------------------------------------------
@@ -276,8 +243,18 @@ export class Model {
     return key[0] === "n" ? this.ng[+key.slice(1)] : this.gp[+key.slice(1)];
   }
 
+  /** The keys of box c's items ("n12", "g3"), in drawing order (a view: do not modify). */
   items(c) {
-    return this.itemsOf.get(c);
+    let list = this.itemsOf.get(c);
+    if (!list) {
+      list = [];
+      for (let x = this.itemOff[c + 1]; x < this.itemOff[c + 2]; x++) {
+        const code = this.itemCodes[x];
+        list.push(code >= 0 ? "n" + code : "g" + ~code);
+      }
+      this.itemsOf.set(c, list);
+    }
+    return list;
   }
 
   /** True when box c is `anc` or lies inside it (ROOT holds everything). */
@@ -311,7 +288,7 @@ export class Model {
 
   /** Whether box g may be opened: it holds something and is not nested too deep. */
   canExpand(g) {
-    return this.depth[g] <= MAX_DEPTH && this.itemsOf.get(g).length > 0;
+    return this.depth[g] <= MAX_DEPTH && this.items(g).length > 0;
   }
 
   /** Levels of boxes below box g (0 for a box of nodes only); for the marker on a box too deep
@@ -322,7 +299,7 @@ export class Model {
     while (stack.length) {
       const [c, d] = stack.pop();
       best = Math.max(best, d);
-      for (const k of this.itemsOf.get(c)) if (k[0] === "g") stack.push([+k.slice(1), d + 1]);
+      for (const k of this.items(c)) if (k[0] === "g") stack.push([+k.slice(1), d + 1]);
     }
     return best;
   }
@@ -394,7 +371,7 @@ export class Model {
    * and a module of ops only is already said by its closed box. */
   opensFirst(g) {
     const k = this.kinds[g];
-    return (k === "module" || k === "region") && this.canExpand(g) && this.itemsOf.get(g).some((x) => x[0] === "g");
+    return (k === "module" || k === "region") && this.canExpand(g) && this.items(g).some((x) => x[0] === "g");
   }
 
   /** The first view's candidates, breadth-first: step s opens the boxes of level s that
@@ -403,8 +380,8 @@ export class Model {
    * viewer opens them in turn and stops at the last one that fits on screen. */
   firstViewSteps(budget) {
     const steps = [];
-    let count = this.itemsOf.get(ROOT).length;
-    const topBoxes = this.itemsOf.get(ROOT).filter((k) => k[0] === "g").map((k) => +k.slice(1));
+    let count = this.items(ROOT).length;
+    const topBoxes = this.items(ROOT).filter((k) => k[0] === "g").map((k) => +k.slice(1));
     let frontier = topBoxes;
     let wrapper = topBoxes.filter((g) => !this.isValues(g)).length <= 3;
     while (frontier.length) {
@@ -412,11 +389,11 @@ export class Model {
       const next = [];
       for (const g of frontier) {
         if (!this.opensFirst(g)) continue;
-        const extra = this.itemsOf.get(g).length - 1;
+        const extra = this.items(g).length - 1;
         if (count + extra > budget && !wrapper) continue;
         step.push(g);
         count += extra;
-        for (const k of this.itemsOf.get(g)) if (k[0] === "g") next.push(+k.slice(1));
+        for (const k of this.items(g)) if (k[0] === "g") next.push(+k.slice(1));
       }
       if (!step.length) break;
       steps.push(step);

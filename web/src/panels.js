@@ -60,8 +60,8 @@ function overlayRows(overlays, list, i) {
   return rows.length ? row("overlays", h("dl", { class: "fx-attrs fx-overlays" }, rows)) : [];
 }
 
-function sourceRow(model, n, pattern) {
-  const [file, line, func, code] = model.sources[n.s];
+function sourceRow(model, i, pattern) {
+  const [file, line, func, code] = model.source(i);
   const text = `${file.split("/").pop()}:${line}${func ? ` in ${func}` : ""}`;
   const url = sourceLink(pattern, file, line, func);
   const where = url ? h("a", { class: "fx-src", href: url, title: `${file}:${line}`, target: "_blank", rel: "noopener", text }) : h("code", { class: "fx-src", title: file, text });
@@ -70,33 +70,36 @@ function sourceRow(model, n, pattern) {
 
 /** Details of node i. `go(key)` reveals and selects another node or box. */
 export function nodeDetails(model, i, go, opts = {}) {
-  const n = model.nodes[i];
-  const g = n.g >= 0 ? model.groups[n.g] : null;
+  const n = model.node(i);
+  const box = model.moduleOf(i);
+  const g = box >= 0 ? model.groups[box] : null;
   const link = (key, text) => action(text, () => go(key));
   const rows = [
     ...row("name", h("code", { text: n.n })),
     ...row("kind", n.k === "op" ? `op (${n.o})` : n.k),
   ];
   if (n.t) rows.push(...row(n.k === "op" ? "op" : "target", h("code", { text: n.t })));
-  rows.push(...row("module", g ? link("g" + n.g, g.path) : "(model)", g && g.cls ? ` (${g.cls})` : ""));
+  rows.push(...row("module", g ? link("g" + box, g.path) : "(model)", g && g.cls ? ` (${g.cls})` : ""));
   const ins = model.inputs(i);
   if (ins.length) {
     rows.push(...row("inputs", h("ol", { class: "fx-io" }, ins.slice(0, 64).map(([src, k]) =>
-      h("li", {}, link("n" + src, model.nodes[src].n + (k ? `[${k}]` : "")), " ", h("span", { class: "fx-shape", text: shapeText(model.meta(src, k)) })))),
+      h("li", {}, link("n" + src, model.name(src) + (k ? `[${k}]` : "")), " ", h("span", { class: "fx-shape", text: shapeText(model.meta(src, k)) })))),
     ins.length > 64 ? h("span", { class: "fx-muted", text: `… +${grouped(ins.length - 64)}` }) : null));
   }
-  if (n.out && n.out.length) {
-    rows.push(...row("outputs", h("ol", { class: "fx-io" }, n.out.slice(0, 64).map((_, k) => h("li", {}, h("span", { class: "fx-shape", text: shapeText(model.meta(i, k)) }))))));
+  const outs = Math.min(model.outputCount(i), 64);
+  if (outs) {
+    rows.push(...row("outputs", h("ol", { class: "fx-io" }, Array.from({ length: outs }, (_, k) => h("li", {}, h("span", { class: "fx-shape", text: shapeText(model.meta(i, k)) }))))));
   }
   const users = model.users(i);
   if (users.length) {
-    rows.push(...row("used by", h("span", {}, ...users.slice(0, 12).flatMap((u, j) => [j ? ", " : "", link("n" + u, model.nodes[u].n)]), users.length > 12 ? ` … +${users.length - 12}` : "")));
+    rows.push(...row("used by", h("span", {}, ...users.slice(0, 12).flatMap((u, j) => [j ? ", " : "", link("n" + u, model.name(u))]), users.length > 12 ? ` … +${users.length - 12}` : "")));
   }
-  if (n.np) rows.push(...row("parameters", grouped(n.np)));
+  if (model.params(i)) rows.push(...row("parameters", grouped(model.params(i))));
   rows.push(...overlayRows(opts.overlays, "nodes", i));
-  if (n.s !== undefined) rows.push(...sourceRow(model, n, opts.linkPattern));
-  if (n.a && Object.keys(n.a).length) {
-    rows.push(...row("attributes", h("dl", { class: "fx-attrs" }, Object.entries(n.a).flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { text: typeof v === "string" ? v : JSON.stringify(v) })]))));
+  if (model.source(i)) rows.push(...sourceRow(model, i, opts.linkPattern));
+  const attrs = model.attrs(i);
+  if (Object.keys(attrs).length) {
+    rows.push(...row("attributes", h("dl", { class: "fx-attrs" }, Object.entries(attrs).flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { text: typeof v === "string" ? v : JSON.stringify(v) })]))));
   }
   const mark = n.e ? "✗ " : n.o === "data-dependent" ? "⚠ " : "";
   return h("div", { class: "fx-details-body", "data-key": "n" + i },
@@ -125,7 +128,7 @@ export function groupDetails(model, c, go, opts = {}) {
   const { ins, outs } = c < model.real ? model.boundary(c) : { ins: [], outs: [] };
   const list = (items) => [
     h("ol", { class: "fx-io" }, items.slice(0, 16).map(([src, k]) =>
-      h("li", {}, link("n" + src, model.nodes[src].n + (k ? `[${k}]` : "")), " ", h("span", { class: "fx-shape", text: shapeText(model.meta(src, k)) })))),
+      h("li", {}, link("n" + src, model.name(src) + (k ? `[${k}]` : "")), " ", h("span", { class: "fx-shape", text: shapeText(model.meta(src, k)) })))),
     items.length > 16 ? h("span", { class: "fx-muted", text: `… +${items.length - 16}` }) : null,
   ];
   if (ins.length) rows.push(...row("inputs", ...list(ins)));
@@ -197,7 +200,7 @@ export function markInTree(el, model, c) {
 export function renderLegend(el, model, legend) {
   if (!legend) {
     const seen = new Map();
-    model.nodes.forEach((n, i) => { if (!seen.has(n.o)) seen.set(n.o, model.color(i)); });
+    for (let i = 0; i < model.count; i++) if (!seen.has(model.family(i))) seen.set(model.family(i), model.color(i));
     el.replaceChildren(
       h("span", { class: "fx-legend-title", text: "op kind" }),
       ...[...seen].map(([kind, color]) => h("span", { class: "fx-legend-item" }, h("i", { style: { background: color } }), kind)),

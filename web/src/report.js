@@ -10,9 +10,9 @@ import { groupDetails, markInTree, nodeDetails, renderHeader, renderLegend, rend
 import { renderFindings } from "./findings.js";
 import { Search, bindSearch } from "./search.js";
 import { LINK_PATTERNS, loadSettings, resolvedTheme, saveSettings } from "./settings.js";
-import { boxNames, decodeState, encodeState } from "./state.js";
+import { BoxNames, decodeState, encodeState } from "./state.js";
 import { grouped } from "./text.js";
-import { EXPAND_ALL_MAX, Viewer } from "./viewer.js";
+import { EXPAND_ALL_MAX, Viewer, busyUntil, idle } from "./viewer.js";
 
 /** How a viewer colours its items: the op-family colours, or the current overlay's. */
 export class Look {
@@ -88,14 +88,19 @@ export function bindCommon(app, root) {
 }
 
 export class Report {
-  constructor(root, data, run) {
+  /** `later` resolves when the page has read the data's second block (each node's attributes,
+   * the values of overlays the report does not open with: main.js merges it into `data`); the
+   * page is busy until then, and details and colourings wait for it. */
+  constructor(root, data, run, later = Promise.resolve()) {
     performance.mark("fxviz:boot");
     this.root = root;
     this.data = data;
+    this.laterRead = false;
+    this.later = busyUntil(root, later.then(() => (this.laterRead = true)));
+    this.later.catch((err) => this.fail(err));
     this.r = refs(root);
     this.model = new Model(data);
     this.look = new Look(this.model, data.overlays);
-    this.names = boxNames(this.model);
     this.query = "";
     this.viewer = new Viewer({
       root, svg: this.r.svg, viewport: this.r.viewport, model: this.model, look: this.look, run,
@@ -120,9 +125,29 @@ export class Report {
     window.addEventListener("hashchange", () => this.restore(location.hash));
   }
 
+  /** Every box's name for the URL (state.js): made while the page is idle after the first
+   * view (`nameWhenIdle`), or all at once when a link is read or written before. */
+  get names() {
+    if (!this.boxNames) this.boxNames = new BoxNames(this.model);
+    this.boxNames.step();
+    return this.boxNames;
+  }
+
+  /** Make the boxes' names a few milliseconds at a time while the page is idle. */
+  nameWhenIdle() {
+    if (!this.boxNames) this.boxNames = new BoxNames(this.model);
+    const slice = (deadline) => {
+      if (!this.boxNames.step(Math.min(8, deadline.timeRemaining()))) idle(slice);
+    };
+    idle(slice);
+  }
+
   /** The first view, or the view a link's hash describes; resolves once it is drawn. */
   async start() {
-    const state = decodeState(location.hash, this.model, this.names);
+    // the boxes' names are made only when there is a link to read
+    const state = decodeState(location.hash, this.model, location.hash ? this.names : null);
+    // a link's colouring may need values the second block holds
+    if (state.overlay && state.overlay !== this.data.overlay) await this.later;
     const failing = this.errorNodes();
     if (state.overlay || state.scale) this.useOverlay(state.overlay, state.scale, false);
     else if (this.data.overlay) this.useOverlay(this.data.overlay, null, false);
@@ -137,6 +162,7 @@ export class Report {
       if (failing.length) this.viewer.select("n" + failing[0], false);
     }
     if (state.query) this.search.set(state.query);
+    this.nameWhenIdle();
   }
 
   fail(err) {
@@ -150,7 +176,7 @@ export class Report {
   }
 
   errorNodes() {
-    return this.model.nodes.flatMap((n, i) => (n.e ? [i] : []));
+    return this.model.errorNodes();
   }
 
   showErrors() {
@@ -172,6 +198,11 @@ export class Report {
   showDetails() {
     const key = this.selected;
     if (!key) return;
+    if (!this.laterRead) {
+      // the attributes and overlay values are in the block the page is still reading
+      this.later.then(() => this.showDetails());
+      return;
+    }
     const go = (k) => this.viewer.go(k);
     const opts = { overlays: this.data.overlays, linkPattern: this.settings.link };
     this.r.details.replaceChildren(key[0] === "n" ? nodeDetails(this.model, +key.slice(1), go, opts) : groupDetails(this.model, +key.slice(1), go, opts));
@@ -197,6 +228,7 @@ export class Report {
   }
 
   async restore(hash) {
+    await this.later;
     const state = decodeState(hash, this.model, this.names);
     this.useOverlay(state.overlay, state.scale);
     const keep = new Set(state.open);
@@ -210,7 +242,7 @@ export class Report {
     const ovs = this.data.overlays || [];
     this.r.overlay.replaceChildren(h("option", { value: "", text: "colour: op kind" }), ...ovs.map((o) => h("option", { value: o.name, text: `colour: ${o.label || o.name}` })));
     this.r.overlay.hidden = !ovs.length;
-    this.r.overlay.addEventListener("change", () => this.useOverlay(this.r.overlay.value || null, null));
+    this.r.overlay.addEventListener("change", () => this.later.then(() => this.useOverlay(this.r.overlay.value || null, null)));
     this.r.scale.addEventListener("click", () => {
       if (this.look.current) this.useOverlay(this.look.current.name, this.look.scale === "log" ? "linear" : "log");
     });

@@ -49,11 +49,13 @@ export class Search {
     if (this.entries) return this.entries;
     const m = this.model;
     const out = [];
-    m.nodes.forEach((n, i) => {
-      const path = n.g >= 0 ? m.groups[n.g].path : "";
+    for (let i = 0; i < m.count; i++) {
+      const n = m.node(i);
+      const g = m.moduleOf(i);
+      const path = g >= 0 ? m.groups[g].path : "";
       out.push({ key: "n" + i, order: i, title: n.l, sub: n.n, module: path, color: m.color(i), box: false,
-        words: [n.n, n.l, n.t || "", path], op: n.k === "op" ? [n.t || "", n.l, n.o] : [], kinds: [n.k, n.o] });
-    });
+        words: [n.n, n.l, n.t, path], op: n.k === "op" ? [n.t, n.l, n.o] : [], kinds: [n.k, n.o] });
+    }
     for (let c = 0; c < m.real; c++) {
       const g = m.groups[c];
       const first = m.items(c).length ? m.items(c)[0] : null;

@@ -67,7 +67,7 @@ export function boxSubtitle(model, c) {
 /** Size of item `key` when drawn closed ("n12" a node, "g3" a closed box). */
 export function leafSize(model, key) {
   if (key[0] === "n") {
-    const n = model.nodes[+key.slice(1)];
+    const n = model.node(+key.slice(1));
     const small = isSmall(n);
     const w = textWidth(nodeText(n), small ? FONTS.small : FONTS.node, "500");
     return { w: Math.max(w + (small ? 20 : 24), small ? 40 : 56), h: small ? SMALL_H : NODE_H };

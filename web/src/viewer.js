@@ -13,6 +13,25 @@ export const MIN_LABEL_PX = 10;
 /** Expand-all stops opening boxes once this many items are drawn (and says so). */
 export const EXPAND_ALL_MAX = 20000;
 
+/** Mark the page busy (`root.dataset.busy`, which the browser tests wait on) until `promise`
+ * settles; counted on the page's root, which the diff page's two viewers share. Returns a
+ * promise that settles with it. */
+export function busyUntil(root, promise) {
+  root.fxBusy = (root.fxBusy || 0) + 1;
+  root.dataset.busy = "true";
+  const done = () => {
+    root.fxBusy -= 1;
+    if (!root.fxBusy) delete root.dataset.busy;
+  };
+  return promise.finally(done);
+}
+
+/** Run fn(deadline) when the page is idle (`deadline.timeRemaining()`: for how long). */
+export function idle(fn) {
+  if (typeof requestIdleCallback === "function") requestIdleCallback(fn);
+  else setTimeout(() => fn({ timeRemaining: () => 8 }), 50);
+}
+
 /** Run fn once the frame with the current DOM has been painted (the frame after the next). */
 export function afterPaint(fn) {
   requestAnimationFrame(() => requestAnimationFrame(fn));
@@ -40,19 +59,8 @@ export class Viewer {
 
   /** Run `fn` after every change queued before it; the page says it is busy meanwhile. */
   schedule(fn) {
-    // counted on the page's root: the diff page's two viewers share it
-    const root = this.root;
-    root.fxBusy = (root.fxBusy || 0) + 1;
-    root.dataset.busy = "true";
-    const done = () => {
-      root.fxBusy -= 1;
-      if (!root.fxBusy) delete root.dataset.busy;
-    };
     const p = this.queue.then(fn);
-    this.queue = p.then(done, (err) => {
-      done();
-      this.onError(err);
-    });
+    this.queue = busyUntil(this.root, p).catch((err) => this.onError(err));
     return p;
   }
 
@@ -175,21 +183,17 @@ export class Viewer {
   firstView(budget, extraOpen = []) {
     return this.schedule(async () => {
       const m = this.model;
-      // open every step, then close the last ones while the drawing does not fit: most models
-      // fit at once, and a step closed again finds its boxes' layouts in the cache
+      // lay out every candidate (nothing opened, then each step more) in one batch, then draw the
+      // biggest that fits: one trip to the worker and one drawing, however many steps
       const steps = m.firstViewSteps(budget);
-      for (const step of steps) for (const g of step) m.expanded.add(g);
+      const states = [new Set(m.expanded)];
+      for (const step of steps) states.push(new Set([...states[states.length - 1], ...step]));
+      const sizes = await this.engine.sizes(states);
+      let s = states.length - 1;
+      while (s > 0 && this.pz.fitScale(...sizes[s]) < this.minReadable()) s -= 1;
+      for (const g of states[s]) m.expanded.add(g);
+      if (extraOpen.length) for (const g of extraOpen) m.open(m.ancestors(g).reverse());
       await this.refresh();
-      for (let s = steps.length - 1; s >= 0; s--) {
-        const [w, h] = this.engine.size();
-        if (this.pz.fitScale(w, h) >= this.minReadable()) break;
-        for (const g of steps[s]) m.collapse(g);
-        await this.refresh();
-      }
-      if (extraOpen.length) {
-        for (const g of extraOpen) m.open(m.ancestors(g).reverse());
-        await this.refresh();
-      }
       this.readableFit();
     });
   }

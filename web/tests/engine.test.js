@@ -8,8 +8,8 @@ import { test } from "node:test";
 
 import { Engine } from "../src/engine.js";
 import { layoutBatch } from "../src/layout.js";
-import { MAX_DEPTH, Model, ROOT } from "../src/model.js";
-import { blocks, chain, group, node, sample } from "./fixtures.js";
+import { MAX_DEPTH, ROOT } from "../src/model.js";
+import { blocks, chain, group, model, node, sample } from "./fixtures.js";
 
 const measure = {
   leaf: (k) => (k[0] === "g" ? { w: 120, h: 38 } : { w: 60, h: 24 }),
@@ -19,7 +19,7 @@ const measure = {
 };
 
 function engine(data) {
-  const m = new Model(data);
+  const m = model(data);
   return [m, new Engine(m, measure, async (jobs) => layoutBatch(jobs))];
 }
 
@@ -47,6 +47,25 @@ test("the model alone lays out, and boxes open as blocks inside it", async () =>
   }
   // top to bottom: x above enc above the run above the output
   assert.ok(e.rect("n0").y < e.rect("g0").y && e.rect("g0").y < box.y && box.y < e.rect("n6").y);
+});
+
+test("several states lay out in one batch, as each would alone, and drawing one lays out nothing more", async () => {
+  const states = [new Set(), new Set([0]), new Set([0, 2]), new Set([0, 2, 3])];
+  let trips = 0;
+  const m = model(sample());
+  const e = new Engine(m, measure, async (jobs) => { trips += 1; return layoutBatch(jobs); });
+  const sizes = await e.sizes(states);
+  assert.equal(trips, 1);
+  for (const [k, open] of states.entries()) {
+    const [m2, e2] = engine(sample());
+    for (const g of open) m2.expanded.add(g);
+    await e2.update();
+    assert.deepEqual(sizes[k], e2.size(), `state ${k}`);
+  }
+  for (const g of states[2]) m.expanded.add(g);
+  assert.deepEqual((await e.update()).sort(), [ROOT, 0, 2].sort());
+  assert.equal(e.last.jobs, 0); // every layout came from the batch
+  assert.equal(trips, 1);
 });
 
 test("a toggle moves no item inside another open box relative to that box", async () => {
@@ -96,7 +115,7 @@ test("a chain of 20,000 ops lays out, and any part of it opens", async () => {
   const [m, e] = engine(chain(20000));
   await e.update();
   assert.ok(e.size()[1] > 0);
-  const deep = m.byName.get("op12345");
+  const deep = m.nodeIndex("op12345");
   m.revealNode(deep);
   await e.update();
   const r = e.rect("n" + deep);
@@ -107,7 +126,7 @@ test("a chain of 20,000 ops lays out, and any part of it opens", async () => {
 test("5,000 nested boxes draw MAX_DEPTH deep", async () => {
   const groups = [];
   for (let d = 0; d < 5000; d++) groups.push(group(d - 1, `m${d}`));
-  const nodes = [node("x", "input", -1, { out: [0], u: [1] }), node("deep", "op", 4999, { i: [0], out: [0], u: [2] }), node("out", "output", -1, { i: [1] })];
+  const nodes = [node("x", "input", -1, { out: [0] }), node("deep", "op", 4999, { i: [0], out: [0] }), node("out", "output", -1, { i: [1] })];
   const [m, e] = engine({ groups, nodes, metas: [["[1]", "f32", "1 f32"]], sources: [] });
   m.revealNode(1);
   await e.update();

@@ -4,13 +4,13 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { FAN, SPAN, keepsShape, levelGraph, longestPathRanks, markStubs } from "../src/levels.js";
-import { Model, ROOT } from "../src/model.js";
-import { blocks, sample } from "./fixtures.js";
+import { ROOT } from "../src/model.js";
+import { blocks, model, sample } from "./fixtures.js";
 
 const pairs = (lv) => lv.edges.map((e) => `${e.from}>${e.to}:${e.count}`);
 
 test("the model's level: one edge per pair of items, counting values, whatever is open", () => {
-  const m = new Model(sample());
+  const m = model(sample());
   const lv = levelGraph(m, ROOT);
   assert.deepEqual(lv.items, ["n0", "g0", "g2", "g5", "n6"]);
   // x is read twice inside enc (lin and relu): one value, one edge; a and b both go to cache
@@ -22,7 +22,7 @@ test("the model's level: one edge per pair of items, counting values, whatever i
 });
 
 test("a box's level: edges from the in port, to the out port", () => {
-  const m = new Model(sample());
+  const m = model(sample());
   const lv = levelGraph(m, 2);
   assert.deepEqual(lv.items, ["g3", "g4"]);
   assert.deepEqual(new Set(pairs(lv)), new Set(["in>g3:1", "g3>g4:1", "g4>out:2", "g3>out:1"]));
@@ -34,14 +34,14 @@ test("a box's level: edges from the in port, to the out port", () => {
 });
 
 test("an op that keeps its inputs' shape hands on no label", () => {
-  const m = new Model(sample());
+  const m = model(sample());
   assert.equal(keepsShape(m, 3, "2×4 f32"), true); // relu of lin
   assert.equal(keepsShape(m, 3, "9 f32"), false);
   assert.equal(keepsShape(m, 0, "2×4 f32"), false); // an input has nothing to keep
 });
 
 test("a mask read by every block of a run is a stub in each, named after its source", () => {
-  const m = new Model(blocks(12));
+  const m = model(blocks(12));
   const lv = levelGraph(m, 0);
   const stubbed = lv.edges.filter((e) => e.stub);
   assert.ok(stubbed.length >= 12 - 1 - SPAN);

@@ -3,14 +3,14 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Model, ROOT } from "../src/model.js";
+import { ROOT } from "../src/model.js";
 import { formatValue, inkFor, painter, position, ramp, range } from "../src/overlay.js";
 import { boxPairs, pairMaps, partnerKey } from "../src/pairs.js";
 import { Search, parseQuery } from "../src/search.js";
 import { sourceLink } from "../src/settings.js";
-import { boxNames, decodeState, encodeState } from "../src/state.js";
-import { clip, si, visible } from "../src/text.js";
-import { blocks, sample } from "./fixtures.js";
+import { BoxNames, boxNames, decodeState, encodeState } from "../src/state.js";
+import { clip, grouped, si, visible } from "../src/text.js";
+import { blocks, model, sample } from "./fixtures.js";
 
 test("bidi overrides and control characters are spelled out", () => {
   assert.equal(visible("abc\u202Etxt.exe"), "abc⟨U+202E⟩txt.exe");
@@ -26,6 +26,7 @@ test("labels are clipped in the middle, numbers carry SI prefixes", () => {
   assert.ok(c.includes("…") && c.endsWith("Z"));
   assert.equal(clip("short"), "short");
   assert.equal(si(1.2e9, "FLOP"), "1.2 GFLOP");
+  assert.deepEqual([0, 999, 1000, -1234, 124439808, 12345.5].map(grouped), ["0", "999", "1,000", "-1,234", "124,439,808", "12,345.5"]);
   assert.equal(si(512, "B"), "512 B");
   assert.equal(si(0), "0");
 });
@@ -38,7 +39,7 @@ test("queries: words, filters, regex", () => {
 
 test("search counts every match, filters by op, module and kind, groups by module", () => {
   const data = blocks(40);
-  const s = new Search(new Model(data));
+  const s = new Search(model(data));
   const all = s.find("b");
   assert.ok(all.hits.length > 100); // no silent cap
   const first = s.find("kind:op module:blk.7");
@@ -58,20 +59,32 @@ test("search counts every match, filters by op, module and kind, groups by modul
 });
 
 test("the URL's state round-trips, naming boxes by what they are", () => {
-  const m = new Model(blocks(30));
+  const m = model(blocks(30));
   const names = boxNames(m);
   assert.equal(names.names[0], "run:blk.0-29#0");
   const more = +m.items(0)[2].slice(1);
   assert.equal(names.names[more], "more:run:blk.0-29#0/0");
-  m.revealNode(m.byName.get("b20_1"));
-  const text = encodeState({ selected: "n" + m.byName.get("b20_1"), open: m.expanded, overlay: "flops", scale: "log", query: "op:add" }, m, names);
+  m.revealNode(m.nodeIndex("b20_1"));
+  const text = encodeState({ selected: "n" + m.nodeIndex("b20_1"), open: m.expanded, overlay: "flops", scale: "log", query: "op:add" }, m, names);
   const back = decodeState("#" + text, m, names);
   assert.deepEqual(new Set(back.open), m.expanded);
-  assert.equal(back.selected, "n" + m.byName.get("b20_1"));
+  assert.equal(back.selected, "n" + m.nodeIndex("b20_1"));
   assert.deepEqual([back.overlay, back.scale, back.query], ["flops", "log", "op:add"]);
   // a name this report does not know is left out, not an error
   assert.deepEqual(decodeState("#open=module%3Anope%230&sel=n%3Anope", m, names).open, []);
   assert.equal(decodeState("#%E0%A4%A", m, names).selected, null);
+});
+
+test("boxes are named a slice at a time as they would be all at once", () => {
+  const m = model(blocks(600));
+  const all = boxNames(m);
+  const sliced = new BoxNames(m);
+  let steps = 1;
+  while (!sliced.step(0)) steps += 1;
+  assert.ok(steps > 2, `${steps} slices`); // 600 blocks and their windowing boxes: more than one slice
+  assert.deepEqual(sliced.names, all.names);
+  assert.deepEqual([...sliced.byName], [...all.byName]);
+  assert.equal(sliced.step(0), true);
 });
 
 test("number overlays: linear and log positions, a colour-blind-safe ramp, readable ink", () => {
@@ -110,8 +123,8 @@ test("source links: the pattern filled in, never a script URL", () => {
 });
 
 test("diff pairs map both ways, windowing boxes pair by place", () => {
-  const a = new Model(blocks(30));
-  const b = new Model(blocks(30));
+  const a = model(blocks(30));
+  const b = model(blocks(30));
   const nodes = pairMaps([[1, 1], [2, 3]]);
   assert.equal(nodes.ba.get(3), 2);
   const boxes = boxPairs(a, b, [[0, 0]]);
@@ -121,5 +134,5 @@ test("diff pairs map both ways, windowing boxes pair by place", () => {
   assert.equal(partnerKey("g5", nodes.ab, boxes.ab), null);
   assert.equal(partnerKey("g0", nodes.ab, boxes.ab), "g0");
   assert.equal(ROOT, -1);
-  assert.ok(new Model(sample()));
+  assert.ok(model(sample()));
 });
