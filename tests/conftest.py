@@ -81,6 +81,17 @@ def playwright() -> ModuleType:
     return import_or_missing("playwright.sync_api", "pip install -e '.[dev]' (make setup)")
 
 
+@pytest.fixture(scope="module")
+def browser(chromium: Path, playwright: ModuleType) -> Generator[Any, None, None]:
+    """A headless Chromium for one test module's pages."""
+    from tests.report_browser import ARGS
+
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(chromium), args=ARGS)
+        yield b
+        b.close()
+
+
 @pytest.fixture(scope="session")
 def notebook_kernel() -> str:
     """The name of the Jupyter kernel the notebooks run on, once nbclient can start it."""

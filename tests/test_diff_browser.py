@@ -6,9 +6,7 @@ by node name; a data-dependent model's diff shows the eager ops and the failure 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -18,17 +16,9 @@ from fxviz import examples
 from fxviz.ir import Graph
 from fxviz.render.html import view_model
 from tests.fallback_models import DataDependentIf
-from tests.report_browser import ARGS, ReportPage, page_from_data
+from tests.report_browser import ReportPage, page_from_data
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("bundle")]
-
-
-@pytest.fixture(scope="module")
-def browser(chromium: Path, playwright: ModuleType) -> Iterator[Any]:
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(chromium), args=ARGS)
-        yield b
-        b.close()
 
 
 def status_overlay(vm: dict[str, Any], status: list[str]) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ import fxviz
 from fxviz import examples
 from fxviz.ir import ModuleInfo
 from tests.render_graphs import HOSTILE, hostile_graph, partial_graph
-from tests.report_browser import ARGS, ARTIFACTS, ReportPage, page_from_data
+from tests.report_browser import ARTIFACTS, ReportPage, page_from_data
 
 # Chromium, Playwright and the bundle are fixtures (tests/conftest.py): missing, they skip these
 # tests with the command that installs them, and fail the run under CI=true
@@ -46,14 +45,6 @@ def graphs() -> dict[str, fxviz.Graph]:
     m, a = examples.cnn()
     return {"cnn": fxviz.capture(m, a), "gpt2": gpt2_graph(), "partial": partial_graph(), "hostile": hostile_graph(),
             "bidi": bidi_graph()}
-
-
-@pytest.fixture(scope="module")
-def browser(chromium: Path, playwright: ModuleType) -> Iterator[Any]:
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(chromium), args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -21,19 +20,11 @@ from fxviz import examples
 from fxviz.ir import Graph
 from fxviz.render.html import repr_html
 from tests.irbuild import GraphBuilder, stack_graph
-from tests.report_browser import ARGS, ARTIFACTS, ReportPage, page_from_data
+from tests.report_browser import ARTIFACTS, ReportPage, page_from_data
 from tests.report_models import gpt2_small_graph, llama_80_graph, t5_small_graph
 from tests.viewmodel import node_rows
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("bundle")]
-
-
-@pytest.fixture(scope="module")
-def browser(chromium: Path, playwright: ModuleType) -> Iterator[Any]:
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(chromium), args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import http.server
 import threading
-from collections.abc import Iterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -18,7 +15,6 @@ import pytest
 import fxviz
 from fxviz import examples
 from fxviz.render.html import to_html
-from tests.report_browser import ARGS
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("bundle")]
 
@@ -58,14 +54,6 @@ class HeldPage:
         self.release.set()
         self.server.shutdown()
         self.server.server_close()
-
-
-@pytest.fixture(scope="module")
-def browser(chromium: Path, playwright: ModuleType) -> Iterator[Any]:
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(chromium), args=ARGS)
-        yield b
-        b.close()
 
 
 def test_first_view_before_the_second_block_and_details_and_colours_after_it(browser: Any) -> None:
