@@ -120,6 +120,20 @@ def quiet_transformers() -> None:
         pass
 
 
+def build_cnn() -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """The built-in CNN example as ``(model, args, kwargs)``."""
+    import fxviz.examples
+
+    model, args = fxviz.examples.cnn()
+    return model, args, {}
+
+
+def build_gpt2() -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """GPT-2 small (:func:`gpt2`) as ``(model, args, kwargs)``."""
+    model, args = gpt2()
+    return model, args, {}
+
+
 def gpt2(n_layer: int = 12, seq: int = 128, device: str = "cpu") -> tuple[Any, tuple[Any, ...]]:
     """GPT-2 small from its default config (random weights), ``input_ids`` of shape (1, seq)."""
     import torch

@@ -41,6 +41,8 @@ from collections.abc import Callable
 from typing import Any
 
 from _common import (  # noqa: E402
+    build_cnn,
+    build_gpt2,
     environment,
     fmt_s,
     med,
@@ -51,20 +53,6 @@ from _common import (  # noqa: E402
     timed,
     write_json,
 )
-
-
-def build_cnn() -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-    import fxviz.examples
-
-    model, args = fxviz.examples.cnn()
-    return model, args, {}
-
-
-def build_gpt2() -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-    from _common import gpt2
-
-    model, args = gpt2()
-    return model, args, {}
 
 
 def build_llama(layers: int) -> Callable[[], tuple[Any, tuple[Any, ...], dict[str, Any]]]:

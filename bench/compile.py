@@ -27,22 +27,18 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from _common import environment, fmt_s, med, pin_threads, quiet_transformers, round_robin, table, write_json
-
-
-def build_cnn() -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-    import fxviz.examples
-
-    model, args = fxviz.examples.cnn()
-    return model, args, {}
-
-
-def build_gpt2() -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-    from _common import gpt2
-
-    model, args = gpt2()
-    return model, args, {}
-
+from _common import (
+    build_cnn,
+    build_gpt2,
+    environment,
+    fmt_s,
+    med,
+    pin_threads,
+    quiet_transformers,
+    round_robin,
+    table,
+    write_json,
+)
 
 MODELS: dict[str, tuple[str, Callable[[], tuple[Any, tuple[Any, ...], dict[str, Any]]]]] = {
     "cnn": ("seed CNN (fxviz.examples)", build_cnn),
