@@ -55,9 +55,11 @@ def _signature(g: fxviz.Graph) -> list[tuple[str, str, str]]:
 
 def test_a_deep_model_is_captured_apart_with_the_same_graph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(apart_module, "ISOLATE_FROM_MODULES", 64)  # 1,024 by default: a slow model to export
+    threads = torch.get_num_threads()
     torch.set_num_threads(2)
     x = torch.randn(64, 64)
     (x @ x).sum()  # the parent used OpenMP's pool: a child that used it too would hang
+    torch.set_num_threads(threads)
     log = tmp_path / "pids"
     model, inp = Deep(log), torch.randn(2, 8)
     assert worth_isolating(model) and not worth_isolating(nn.Linear(2, 2))
