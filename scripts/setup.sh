@@ -27,7 +27,7 @@ fi
 ./scripts/build_web.sh
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-echo "setup: installing fxviz and its dependencies into $VENV (torch pinned by constraints.txt)"
+echo "setup: installing fxviz and its dependencies into $VENV (pinned by constraints.txt)"
 "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[dot,dev]" 2> >(grep -v "^WARNING: Location" >&2)
 # the Jupyter kernel the notebook tests run on
 "$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 >/dev/null

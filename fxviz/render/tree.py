@@ -188,7 +188,7 @@ def _header(graph: Graph, ctx: _Ctx) -> _Label:
 
 def _values(tree: Tree, graph: Graph, kind: str, ctx: _Ctx) -> None:
     """The model's inputs or outputs: one line each, and one line per container of three or more
-    (``past_key_values``: 96 tensors of a 48-layer cache are one line, as in the report)."""
+    (``cache``: 96 tensors of a 48-layer cache are one line, as in the report)."""
     arrow = "▶" if kind == "input" else "◀"
     boxes = {names[0]: (container, names) for (k, container), names in value_boxes(graph).items() if k == kind}
     grouped = {n for _, names in boxes.values() for n in names}

@@ -211,8 +211,8 @@ def _box_name(path: str) -> str:
     return name
 
 
-#: The container an input or output belongs to: ``past_key_values.layers[3].keys`` ->
-#: ``past_key_values``; a plain name (``logits``) has none.
+#: The container an input or output belongs to: ``cache.layers[3].keys`` ->
+#: ``cache``; a plain name (``logits``) has none.
 _CONTAINER = re.compile(r"^([^.\[]+)[.\[]")
 
 
@@ -220,7 +220,7 @@ def value_boxes(graph: Graph, *, min_size: int = 3) -> dict[tuple[str, str], lis
     """The model's inputs and outputs that come out of one container (a cache, a dict, a tuple),
     ``(kind, container) -> node names``, for containers with at least ``min_size`` of them.
 
-    A 48-layer GPT-2 returns 96 ``past_key_values`` tensors: drawn one by one at the top level,
+    A 48-layer GPT-2 returns 96 ``cache`` tensors: drawn one by one at the top level,
     they make the first view 96 nodes wide; in one box they read as what they are.
     """
     found: dict[tuple[str, str], list[str]] = {}

@@ -4,7 +4,7 @@ torch.export wants tensors (or pytrees of tensors) in and out. Real models take 
 and return ``ModelOutput``, dataclasses, ``DynamicCache`` and plain Python values. We flatten the
 inputs to a list of tensors (non-tensor leaves become constants baked into the call), and the
 outputs to a tuple of tensors, each with the path a user would write to reach it
-(``logits``, ``past_key_values.layers[0].keys``). The user never edits the model.
+(``logits``, ``cache.layers[0].keys``). The user never edits the model.
 """
 
 from __future__ import annotations
