@@ -4,6 +4,7 @@ break the tests)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import zlib
 from pathlib import Path
@@ -173,3 +174,18 @@ def batch_sized() -> tuple[nn.Module, tuple[Any, ...]]:
 def more_batches() -> list[tuple[torch.Tensor]]:
     """Input sets for ``--inputs``: batch sizes 3 and 4 (after the factory's 2)."""
     return [(x(3),), (x(4),)]
+
+
+class JsonBreak(nn.Module):
+    """Serialises a dict holding a tensor's size with ``json.dumps``: Dynamo inlines the standard
+    library's encoder and breaks inside it (an object it cannot build), so the innermost frame of the
+    break is ``json/encoder.py``, called from the user's line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.lin(x)
+        meta = json.dumps({"rows": x.shape[0], "tag": "fxviz"})  # BREAK:json
+        return x * len(meta)

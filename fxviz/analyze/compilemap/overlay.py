@@ -75,8 +75,10 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
     for stale in ("breaks", "modules", "recompiles"):
         panels.pop(stale, None)
     if cmap.breaks:
-        set_panel(graph, "breaks", title="graph breaks", columns=["line", "category", "reason", "count", "hint"],
-                  rows=[_break_row(b) for b in cmap.breaks],
+        in_library = any(b.library is not None for b in cmap.breaks)
+        set_panel(graph, "breaks", title="graph breaks",
+                  columns=["line", "category", "reason", "count", "hint"] + (["broke in (library)"] if in_library else []),
+                  rows=[_break_row(b, in_library) for b in cmap.breaks],
                   note=_plural(cmap.break_count, "break") + ", " + _plural(len(cmap.breaks), "cause"))
     ranked = cmap.ranking()
     if ranked:
@@ -94,9 +96,11 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
     return graph
 
 
-def _break_row(b: BreakGroup) -> dict[str, Any]:
+def _break_row(b: BreakGroup, in_library: bool = False) -> dict[str, Any]:
+    lib = b.library
+    extra = [f"{lib.short()} in {lib.func}" if lib is not None else None] if in_library else []
     return row(b.line_text(), CATEGORIES.get(b.category, b.category), one_line(b.reason, limit=200), b.count,
-               b.hint or None, node=b.node, module=b.module or None, level="error")
+               b.hint or None, *extra, node=b.node, module=b.module or None, level="error")
 
 
 def _plural(k: int, word: str) -> str:
@@ -104,12 +108,17 @@ def _plural(k: int, word: str) -> str:
 
 
 def break_lines(breaks: Sequence[BreakGroup]) -> list[str]:
-    """Each break's source line and where to read more (the ``breaks`` panel has the rest)."""
+    """Each break's place (the user's line), the library line it broke inside when there is one, and
+    where to read more (the ``breaks`` panel has the rest)."""
     out = []
     for b in breaks:
         w = b.where
         code = f"  {one_line(w.code, limit=120)}" if w is not None and w.code else ""
         out.append(f"✗ {b.line_text()}{code}")
+        lib = b.library
+        if lib is not None:
+            inside = f": {one_line(lib.code, limit=100)}" if lib.code else ""
+            out.append(f"    broke inside {lib.short()} ({lib.func}){inside}")
         if b.link:
             out.append(f"    see {b.link}")
     return out

@@ -18,6 +18,7 @@ from fxviz.ir import Graph
 CATEGORIES: dict[str, str] = {
     "item": "data-dependent .item()",
     "branch": "data-dependent branch",
+    "shape": "data-dependent output shape",
     "print": "print / logging",
     "unsupported": "unsupported call",
     "subclass": "tensor subclass",
@@ -32,6 +33,9 @@ HINTS: dict[str, tuple[str, str]] = {
     "item": ("set torch._dynamo.config.capture_scalar_outputs = True, or keep the value a tensor "
              "(torch._check to state its range)",
              _TROUBLE),
+    "shape": ("set torch._dynamo.config.capture_dynamic_output_shape_ops = True (nonzero, unique, boolean "
+              "masks), or keep the op out of the forward",
+              _TROUBLE),
     "branch": ("express the branch with torch.cond, or make it branchless (torch.where)",
                f"{_DOCS}/cond.html"),
     "print": ("move the call out of the forward, or list the function in torch._dynamo.config."
@@ -47,15 +51,17 @@ HINTS: dict[str, tuple[str, str]] = {
 
 @dataclass(slots=True)
 class Frame:
-    """One frame of the user's stack at a break."""
+    """One frame of the stack at a break; ``library`` is the file's path under the library root it
+    lies in (``json/encoder.py``), ``""`` for the user's own code."""
 
     file: str
     line: int
     func: str = ""
     code: str = ""
+    library: str = ""
 
     def short(self) -> str:
-        return f"{self.file.rsplit('/', 1)[-1]}:{self.line}"
+        return f"{self.library or self.file.rsplit('/', 1)[-1]}:{self.line}"
 
 
 @dataclass(slots=True)
@@ -75,11 +81,18 @@ class BreakGroup:
     module: str | None = None
     input_set: int = 0
     explained: str = ""  # Dynamo's own page for this break type, when its message names one
-    frame: int = -1  # which frame of ``stack`` is the break's line: the innermost, or the skipped function's
+    frame: int = -1  # which frame of ``stack`` is the break's place: the innermost user frame, or the skipped function's
+    library_frame: int | None = None  # the library frame it broke in, when the innermost frame is library code
+    gb_id: str = ""  # the break type's id in torch's registry (``GB0124``)
 
     @property
     def where(self) -> Frame | None:
         return self.stack[self.frame] if self.stack else None
+
+    @property
+    def library(self) -> Frame | None:
+        """The library line the break happened at, when that is not the user's own code."""
+        return self.stack[self.library_frame] if self.library_frame is not None and self.stack else None
 
     @property
     def hint(self) -> str:
