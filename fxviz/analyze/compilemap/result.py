@@ -109,10 +109,56 @@ class BreakGroup:
 
 
 @dataclass(slots=True)
+class ShapeGuard:
+    """A guard on symbolic sizes, as the ShapeEnv recorded it: ``expr`` over the symbols
+    (``s77 <= 4``) and the user line that installed it (``file``/``line``/``code``), or
+    ``framework``: torch's note where torch installed it itself."""
+
+    expr: str
+    symbols: list[str] = field(default_factory=list)
+    file: str = ""
+    line: int = 0
+    code: str = ""
+    framework: str = ""
+
+
+@dataclass(slots=True)
+class Symbol:
+    """A symbolic size of a compiled graph: ``s77`` is dim ``dim`` of input ``input`` (``source``
+    ``L['x'].size()[0]``), valid for ``lo``..``hi`` (``None``: unbounded), traced with ``value``;
+    ``specialised`` is the constant it was specialised to. ``file``/``line``/``code``: the user line
+    that guarded it (the specialising one first); ``advice``: whether to mark it dynamic."""
+
+    name: str
+    source: str
+    input: str
+    dim: int | None
+    lo: int | None = None
+    hi: int | None = None
+    value: int | None = None
+    specialised: int | None = None
+    file: str = ""
+    line: int = 0
+    code: str = ""
+    advice: str = ""
+    zero_one: bool = False  # the lower bound 2 is torch's 0/1 specialisation
+
+    def text(self) -> str:
+        """``s77 = x dim 0 in [2, 4]`` (or ``= 8, specialised``)."""
+        if self.specialised is not None:
+            return f"{self.name} = {self.input} dim {self.dim} = {self.specialised} (specialised)"
+        lo = "(-∞" if self.lo is None else f"[{self.lo}"
+        hi = "∞)" if self.hi is None else f"{self.hi}]"
+        return f"{self.name} = {self.input} dim {self.dim} in {lo}, {hi}"
+
+
+@dataclass(slots=True)
 class CompiledGraph:
     """One Dynamo graph: ``id`` (``g0``, ``g1``, … in compile order), the function it came from,
-    the input set that compiled it, how many ops it holds, how often it ran, and the guards that
-    must hold for it to be reused (``L['x']: TENSOR_MATCH``; global-state guards left out)."""
+    the input set that compiled it, how many ops it holds, how often it ran, and every guard that
+    must hold for it to be reused (``L['x']: TENSOR_MATCH``, ``GRAD_MODE``, ``SHAPE_ENV: 5 <=
+    L['x'].size()[0]``); ``inputs`` its inputs' shapes as traced (``x: (s77, 8)``), ``symbols`` the
+    symbolic sizes in them and ``shape_guards`` the guards on those, each with its user line."""
 
     id: str
     func: str
@@ -124,17 +170,26 @@ class CompiledGraph:
     compile_s: float = 0.0
     modules: list[str] = field(default_factory=list)
     guards: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    symbols: list[Symbol] = field(default_factory=list)
+    shape_guards: list[ShapeGuard] = field(default_factory=list)
 
 
 @dataclass(slots=True)
 class Recompile:
-    """A function compiled again: which input set caused it and the guard that failed, in words."""
+    """A function compiled again: which input set caused it and the guard that failed, in words;
+    ``guard`` is Dynamo's own text of it, ``input``/``dim`` the input dimension it checks, ``advice``
+    how to avoid the recompile (``mark_dynamic`` or not)."""
 
     input_set: int
     func: str
     file: str
     line: int
     reason: str
+    guard: str = ""
+    input: str = ""
+    dim: int | None = None
+    advice: str = ""
 
 
 @dataclass(slots=True)
@@ -239,11 +294,18 @@ class CompileMap:
             breaks.append(BreakGroup(**b))
         return cls(
             graph=Graph.from_json(json.dumps(d["graph"])), backend=d["backend"], mode=d["mode"],
-            dynamic=d["dynamic"], graphs=[CompiledGraph(**g) for g in d["graphs"]], breaks=breaks,
+            dynamic=d["dynamic"], graphs=[_graph(g) for g in d["graphs"]], breaks=breaks,
             recompiles=[Recompile(**r) for r in d["recompiles"]], assigned=d["assigned"],
             modules=[ModuleCoverage(**m) for m in d["modules"]], input_sets=d["input_sets"],
             notes=d["notes"], timings=d["timings"],
         )
+
+
+def _graph(d: dict[str, Any]) -> CompiledGraph:
+    d = dict(d)
+    d["symbols"] = [Symbol(**x) for x in d.get("symbols", ())]
+    d["shape_guards"] = [ShapeGuard(**x) for x in d.get("shape_guards", ())]
+    return CompiledGraph(**d)
 
 
 def _percent(share: float) -> str:
@@ -261,4 +323,4 @@ def percent(share: float | None) -> str:
 
 
 __all__ = ["CATEGORIES", "HINTS", "BreakGroup", "CompileMap", "CompiledGraph", "Frame", "ModuleCoverage",
-           "Recompile", "percent"]
+           "Recompile", "ShapeGuard", "Symbol", "percent"]

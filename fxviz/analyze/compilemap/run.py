@@ -121,7 +121,8 @@ def build(graph: Graph, rec: Recording, *, backend: str, mode: str | None, dynam
     assigned = {n.name: hits[n.name][0] if n.name in hits else EAGER for n in ops}
     tree = graph.calls
     graphs = [CompiledGraph(g.id, g.func, g.file, g.line, g.input_set, len(g.ops), g.runs, round(g.compile_s, 4),
-                            sorted({o.module for o in g.ops if o.module}), list(g.guards))
+                            sorted({o.module for o in g.ops if o.module}), list(g.guards), g.inputs, g.symbols,
+                            g.shape_guards)
               for g in rec.graphs]
     cmap = CompileMap(graph=graph, backend=backend, mode=mode, dynamic=dynamic, graphs=graphs,
                       breaks=group_breaks(rec.breaks, graph, tree, assigned, _resumed(rec)), recompiles=recompiles(rec.guard_fails),
@@ -153,7 +154,7 @@ def recompiles(fails: Sequence[GuardFailRecord]) -> list[Recompile]:
         if key in seen:
             continue
         seen.add(key)
-        out.append(Recompile(f.input_set, f.func, f.file, f.line, f.reason))
+        out.append(Recompile(f.input_set, f.func, f.file, f.line, f.reason, f.guard, f.input, f.dim, f.advice))
     return out
 
 
