@@ -185,8 +185,8 @@ class Recorder:
         self.rec = Recording()
         self.from_log = True  # breaks from Dynamo's break log; else from each graph's compile reason
         # graphs whose frame has not finished compiling (its guards come after the backend), with the
-        # frame's ShapeEnv and the files its stack traces name
-        self.pending: list[tuple[GraphRecord, Any, list[str]]] = []
+        # frame's ShapeEnv and the graph (its stack traces name the files of the guards' user lines)
+        self.pending: list[tuple[GraphRecord, Any, torch.fx.GraphModule]] = []
 
     def backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         rec, index = self.rec, len(self.rec.graphs)
@@ -195,8 +195,7 @@ class Recorder:
                         inputs=graph_inputs(gm))
         rec.graphs.append(g)
         ctx = torch._guards.TracingContext.try_get()
-        files = sorted({f for n in gm.graph.nodes for f, _, _ in _FRAME.findall(n.meta.get("stack_trace") or "")})
-        self.pending.append((g, getattr(getattr(ctx, "fake_mode", None), "shape_env", None), files))
+        self.pending.append((g, getattr(getattr(ctx, "fake_mode", None), "shape_env", None), gm))
         why = getattr(gm, "compile_subgraph_reason", None)
         if not self.from_log and why is not None and getattr(why, "graph_break", False):
             text = str(getattr(why, "reason", ""))
@@ -218,9 +217,11 @@ class Recorder:
     def guard_export(self, guards: Any) -> None:
         """A frame finished compiling: its graph's every guard, symbols and shape guards."""
         pending, self.pending = self.pending, []
-        for g, env, files in pending:
+        for g, env, gm in pending:
             g.guards = every_guard(guards)
-            g.symbols, g.shape_guards = read_shape_env(env, files)
+            if env is not None and (env.guards or env.var_to_sources):
+                files = sorted({f for n in gm.graph.nodes for f, _, _ in _FRAME.findall(n.meta.get("stack_trace") or "")})
+                g.symbols, g.shape_guards = read_shape_env(env, files)
 
     def guard_fail(self, fail: Any) -> None:
         code = getattr(fail, "orig_code", None)
