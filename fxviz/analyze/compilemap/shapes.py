@@ -140,8 +140,13 @@ def read_shape_env(env: Any, files: Sequence[str]) -> tuple[list[Symbol], list[S
 
 
 def advice(sym: Symbol, branches: Sequence[ShapeGuard]) -> str:
-    """Whether to ``torch._dynamo.mark_dynamic`` this dimension, and why."""
+    """Whether to ``torch._dynamo.mark_dynamic`` this dimension, and why: not a specialised one,
+    and not to avoid the graph a guard from the user's code asks for. Nothing for a dimension that
+    is dynamic and unguarded (any size in its range reuses the graph), or for a local Dynamo made
+    (``___stack0`` of a resume function: the user cannot mark it)."""
     dim = f"{sym.input} dim {sym.dim}"
+    if sym.input.startswith("___"):
+        return ""
     if sym.specialised is not None:
         at = f" at {_short(sym.file)}:{sym.line} ({sym.code})" if sym.line else ""
         return (f"{dim} was specialised to {sym.specialised}{at}: leave it static "
@@ -150,8 +155,7 @@ def advice(sym: Symbol, branches: Sequence[ShapeGuard]) -> str:
         b = branches[0]
         return (f"{dim} is dynamic, but the guard {b.expr} from {_short(b.file)}:{b.line} holds it to one side: "
                 "a size on the other side compiles another graph (mark_dynamic does not avoid that)")
-    return (f"{dim} is dynamic: torch._dynamo.mark_dynamic({sym.input}, {sym.dim}) before the first call "
-            "gets this graph without a recompile")
+    return ""
 
 
 def _short(file: str) -> str:
