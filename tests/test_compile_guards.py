@@ -19,6 +19,7 @@ from torch import nn
 from torch._logging._internal import trace_log
 
 from fxviz.analyze.compilemap import CompileMap, compile_map
+from fxviz.analyze.compilemap.frames import library_of
 from fxviz.analyze.compilemap.overlay import guard_lines
 from fxviz.passes.panels import panels
 
@@ -47,9 +48,8 @@ class Trace(logging.Handler):
     def of(self, kind: str) -> list[tuple[dict[str, Any], Any]]:
         return [(md, p) for k, md, p in self.records if k == kind]
 
-    def user_line(self, md: dict[str, Any]) -> tuple[str, int]:
-        f = md["user_stack"][-1]
-        return self.strings[f["filename"]], f["line"]
+    def stack(self, md: dict[str, Any]) -> list[tuple[str, int]]:
+        return [(self.strings[f["filename"]], f["line"]) for f in md["user_stack"]]
 
 
 @pytest.fixture
@@ -96,10 +96,17 @@ def test_dynamic_shapes_symbols_and_guards_match_torchs_record(trace: Trace) -> 
     assert (batch.input, batch.dim, batch.lo, batch.hi, batch.value, batch.specialised) == ("x", 0, 2, 4, 2, None)
     assert (feat.input, feat.dim, feat.specialised) == ("x", 1, 8)
     assert g.inputs == [f"x: ({batch.name}, 8)"]
-    # shape guards: torch's guard_added_fast records, each with the user line it names
-    added = {md["expr"]: trace.user_line(md) for md, _ in trace.of("guard_added_fast")}
-    assert {sg.expr: (sg.file, sg.line) for sg in g.shape_guards} == added
-    assert added[f"{batch.name} <= 4"] == (HERE, BRANCH)
+    # shape guards: torch's guard_added_fast records, each with the user's stack at the guard: the
+    # guard's line is the innermost frame of the user's code, the library line inside it is kept
+    added = {md["expr"]: trace.stack(md) for md, _ in trace.of("guard_added_fast")}
+    assert {sg.expr: (sg.file, sg.line) for sg in g.shape_guards} == {
+        e: next((f, n) for f, n in reversed(st) if not library_of(f)) for e, st in added.items()}
+    assert added[f"{batch.name} <= 4"][-1] == (HERE, BRANCH)
+    spec = next(sg for sg in g.shape_guards if sg.expr == f"Eq({feat.name}, 8)")
+    assert added[spec.expr][-1][0].endswith("torch/nn/modules/linear.py")  # torch: inside nn.Linear ...
+    assert (spec.file, spec.code) == (HERE, "x = self.lin(x)")  # ... called from the user's line
+    assert spec.via == f"torch/nn/modules/linear.py:{added[spec.expr][-1][1]}"
+    assert (feat.file, feat.line) == (spec.file, spec.line)
     assert (batch.file, batch.line) == (HERE, BRANCH) and batch.code.startswith("if x.shape[0] > 4:")
     # every guard: the shape checks and every guarded source of the guard manager torch built
     (cpp,) = [p for _, p in trace.of("dynamo_cpp_guards_str")]

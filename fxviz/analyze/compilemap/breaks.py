@@ -16,10 +16,10 @@ import functools
 import importlib.util
 import json
 import re
-import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
 
+from fxviz.analyze.compilemap.frames import library_of
 from fxviz.analyze.compilemap.overlay import EAGER
 from fxviz.analyze.compilemap.record import BreakRecord
 from fxviz.analyze.compilemap.result import BreakGroup, Frame
@@ -84,32 +84,6 @@ def _called(reason: str) -> str:
     """The call a break's explanation names (``print``, ``zlib.crc32``), or ``""``."""
     m = _CALLED.search(reason)
     return m.group(1).rstrip(".") if m else ""
-
-
-@functools.cache
-def _library_roots() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)}
-    spec = importlib.util.find_spec("torch")
-    for root in (spec.submodule_search_locations or ()) if spec is not None else ():
-        roots.add(str(Path(root).parent))
-    # the longest first: site-packages before the stdlib that holds it
-    return tuple(sorted((str(Path(r).resolve()) + "/" for r in roots), key=len, reverse=True))
-
-
-def library_of(file: str) -> str:
-    """``file`` relative to the library root it lies under (``json/encoder.py``,
-    ``transformers/utils/generic.py``), or ``""`` for the user's own code."""
-    if file.startswith("<"):
-        return file if file.startswith("<frozen") else ""
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in file:
-            return file.rsplit(marker, 1)[1]
-    resolved = str(Path(file).resolve()) if file.startswith("/") else file
-    for root in _library_roots():
-        if resolved.startswith(root):
-            return resolved[len(root):]
-    return ""
 
 
 def _frames(stack: Sequence[tuple[str, int, str, str]]) -> list[Frame]:

@@ -155,7 +155,8 @@ def guard_lines(cmap: CompileMap, *, limit: int = 10) -> list[str]:
                 lines.append(f"      {one_line(sym.advice, limit=200)}")
         for sg in g.shape_guards:
             at = f"  ← {_at(sg.file, sg.line)}  {one_line(sg.code, limit=80)}" if sg.line else ""
-            lines.append(f"  guard {sg.expr}{at}")
+            via = f"  (in {sg.via})" if sg.via else ""
+            lines.append(f"  guard {sg.expr}{at}{via}")
         out.extend(lines[:limit])
         if len(lines) > limit:
             out.append(f"  ... {len(lines) - limit} more (--json and --html keep every one)")

@@ -187,6 +187,8 @@ class Recorder:
         # graphs whose frame has not finished compiling (its guards come after the backend), with the
         # frame's ShapeEnv and the graph (its stack traces name the files of the guards' user lines)
         self.pending: list[tuple[GraphRecord, Any, torch.fx.GraphModule]] = []
+        # id(ShapeEnv location) -> (the location, the user's stack there)
+        self.stacks: dict[int, tuple[Any, list[tuple[str, int, str]]]] = {}
 
     def backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         rec, index = self.rec, len(self.rec.graphs)
@@ -221,7 +223,8 @@ class Recorder:
             g.guards = every_guard(guards)
             if env is not None and (env.guards or env.var_to_sources):
                 files = sorted({f for n in gm.graph.nodes for f, _, _ in _FRAME.findall(n.meta.get("stack_trace") or "")})
-                g.symbols, g.shape_guards = read_shape_env(env, files)
+                g.symbols, g.shape_guards = read_shape_env(env, self.stacks, files)
+        self.stacks.clear()
 
     def guard_fail(self, fail: Any) -> None:
         code = getattr(fail, "orig_code", None)
@@ -240,8 +243,41 @@ class Recorder:
                                dynamic=self.dynamic)(model)
 
     @contextlib.contextmanager
+    def guard_stacks(self) -> Iterator[None]:
+        """Keep the user's stack at each location the ShapeEnv records for a guard or a value range
+        (``ShapeEnv._get_sloc``, patched for the run and restored): the ShapeEnv itself keeps one
+        line, which is library code when the size was guarded inside a library call."""
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        original = getattr(ShapeEnv, "_get_sloc", None)
+        if original is None:  # another torch: guards keep the line the ShapeEnv names
+            yield
+            return
+        stacks = self.stacks
+
+        def _get_sloc(env: Any, *args: Any, **kwargs: Any) -> Any:
+            sloc = original(env, *args, **kwargs)
+            # by identity (a location holds a FrameSummary: not hashable); the location is kept
+            # alive with its stack, so the id is not reused while the run lasts
+            stacks[id(sloc)] = (sloc, [(f.filename, f.lineno or 0, (f.line or "").strip())
+                                       for f in torch._guards.TracingContext.extract_stack()])
+            return sloc
+
+        ShapeEnv._get_sloc = _get_sloc  # type: ignore[method-assign,assignment]
+        try:
+            yield
+        finally:
+            ShapeEnv._get_sloc = original  # type: ignore[method-assign]
+
+    @contextlib.contextmanager
     def breaks_logged(self) -> Iterator[None]:
-        """Record each graph break Dynamo logs (type, reason, user stack) while the model runs."""
+        """Record each graph break Dynamo logs (type, reason, user stack) while the model runs, and
+        the user's stack at each guard's location (:meth:`guard_stacks`)."""
+        with self.guard_stacks(), self._breaks_logged():
+            yield
+
+    @contextlib.contextmanager
+    def _breaks_logged(self) -> Iterator[None]:
         from torch._dynamo.symbolic_convert import InstructionTranslatorBase
 
         original = getattr(InstructionTranslatorBase, "log_graph_break", None)

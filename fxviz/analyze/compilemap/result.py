@@ -112,7 +112,8 @@ class BreakGroup:
 class ShapeGuard:
     """A guard on symbolic sizes, as the ShapeEnv recorded it: ``expr`` over the symbols
     (``s77 <= 4``) and the user line that installed it (``file``/``line``/``code``), or
-    ``framework``: torch's note where torch installed it itself."""
+    ``framework``: torch's note where torch installed it itself; ``via``: the library line inside
+    the call from the user's line that installed it (``nn/modules/linear.py:134``)."""
 
     expr: str
     symbols: list[str] = field(default_factory=list)
@@ -120,6 +121,7 @@ class ShapeGuard:
     line: int = 0
     code: str = ""
     framework: str = ""
+    via: str = ""
 
 
 @dataclass(slots=True)

@@ -12,17 +12,22 @@ compiled it (needs torch):
 
 The ShapeEnv writes a user line as ``code  # short/path.py:12 in forward`` (the path cut relative to
 torch's install); :func:`resolve` finds the full path among the files the graph's stack traces name.
+That line may be library code (``F.linear`` inside ``nn.Linear``): the recorder keeps the user's
+stack at each location the ShapeEnv records (:meth:`~fxviz.analyze.compilemap.record.Recorder.guard_stacks`),
+so a guard's line is the user's own line and the library line is kept as ``via``.
 """
 
 from __future__ import annotations
 
+import linecache
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 
+from fxviz.analyze.compilemap.frames import library_of
 from fxviz.analyze.compilemap.result import ShapeGuard, Symbol
 
 _USER_LOC = re.compile(r"^(?P<code>.*)  # (?P<file>\S+):(?P<line>\d+) in (?P<func>\S+)$")
@@ -93,26 +98,42 @@ def resolve(short: str, files: Iterable[str]) -> str:
     return short
 
 
-def _loc(sloc: Any, files: Sequence[str]) -> tuple[str, int, str, str]:
-    """``(file, line, code, framework)`` of a ShapeEnv location: the user line, or ``framework``
-    (torch's own note) when torch installed the guard itself."""
-    user = getattr(sloc, "maybe_user_loc", None) or ""
+Stack = Sequence[tuple[str, int, str]]
+
+
+def _loc(sloc: Any, stacks: Mapping[int, tuple[Any, Stack]], files: Sequence[str]) -> tuple[str, int, str, str, str]:
+    """``(file, line, code, via, framework)`` of a ShapeEnv location: the user's line (the innermost
+    frame of the user's own code in the stack recorded for it, ``stacks[id(sloc)]``); ``via`` the
+    library line where the innermost frame is library code (``torch/nn/modules/linear.py:134``);
+    ``framework`` torch's own note where torch installed the guard itself. Without a recorded stack,
+    the line the ShapeEnv names."""
     floc = getattr(sloc, "framework_loc", None)
     framework = floc if isinstance(floc, str) else ""
-    m = _USER_LOC.match(user)
+    stack = stacks.get(id(sloc), (None, None))[1] if sloc is not None else None
+    if stack:
+        mine = [fr for fr in stack if not library_of(fr[0])]
+        if mine:
+            f, n, code = mine[-1]
+            inner = stack[-1]
+            via = f"{library_of(inner[0])}:{inner[1]}" if library_of(inner[0]) else ""
+            return f, n, code or linecache.getline(f, n).strip(), via, framework
+    m = _USER_LOC.match(getattr(sloc, "maybe_user_loc", None) or "")
     if not m:
-        return "", 0, "", framework
-    return resolve(m.group("file"), files), int(m.group("line")), m.group("code").strip(), framework
+        return "", 0, "", "", framework
+    return resolve(m.group("file"), files), int(m.group("line")), m.group("code").strip(), "", framework
 
 
-def read_shape_env(env: Any, files: Sequence[str]) -> tuple[list[Symbol], list[ShapeGuard]]:
-    """The symbols of a frame's ShapeEnv that stand for its inputs' sizes, and its guards."""
+def read_shape_env(env: Any, stacks: Mapping[int, tuple[Any, Stack]], files: Sequence[str]) -> tuple[list[Symbol], list[ShapeGuard]]:
+    """The symbols of a frame's ShapeEnv that stand for its inputs' sizes, and its guards;
+    ``stacks``: the user's stack at each ShapeEnv location (:meth:`Recorder.guard_stacks`), ``files``
+    the files the graph's stack traces name."""
     if env is None:
         return [], []
     guards = []
     for g in getattr(env, "guards", ()):
-        file, line, code, framework = _loc(g.sloc, files)
-        guards.append(ShapeGuard(str(g.expr), sorted(str(s) for s in g.expr.free_symbols), file, line, code, framework))
+        file, line, code, via, framework = _loc(g.sloc, stacks, files)
+        guards.append(ShapeGuard(str(g.expr), sorted(str(s) for s in g.expr.free_symbols), file, line, code,
+                                 framework, via))
     symbols = []
     values = getattr(env, "backed_var_to_val", None) or getattr(env, "var_to_val", {})
     for s, sources in getattr(env, "var_to_sources", {}).items():
