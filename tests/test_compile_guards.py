@@ -84,8 +84,12 @@ def _cpp_sources(text: str) -> set[str]:
 
 
 def test_dynamic_shapes_symbols_and_guards_match_torchs_record(trace: Trace) -> None:
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    hook = ShapeEnv._get_sloc
     model, (x,) = cm.batch_branch()
     cmap = compile_map(model, (x,), backend="eager", dynamic=True)
+    assert ShapeEnv._get_sloc is hook  # the recorder's hook is taken off again
     (g,) = cmap.graphs
     # symbols: torch's create_symbol records, one for one (name, source, the size traced with)
     created = {md["symbol"]: md for md, _ in trace.of("create_symbol")}

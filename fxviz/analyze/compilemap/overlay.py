@@ -114,8 +114,8 @@ def _guard_panels(cmap: CompileMap) -> None:
             rows.append(row(g.id, sym.text(), _at(sym.file, sym.line), sym.code or None, sym.advice or None,
                             level="warn" if sym.specialised is None and sym.line else "info"))
         for sg in g.shape_guards:
-            rows.append(row(g.id, sg.expr, _at(sg.file, sg.line), sg.code or one_line(sg.framework, limit=120) or None,
-                            None, level="info"))
+            code = (sg.code + (f" (in {sg.via})" if sg.via else "")) or one_line(sg.framework, limit=120)
+            rows.append(row(g.id, sg.expr, _at(sg.file, sg.line), code or None, None, level="info"))
     if rows:
         set_panel(graph, "shapes", title="dynamic shapes", columns=["graph", "symbol / guard", "line", "code", "advice"],
                   rows=rows, note=f"{_plural(sum(len(g.symbols) for g in cmap.graphs), 'symbolic size')}, "
