@@ -147,7 +147,9 @@ def test_recompile_when_the_batch_size_changes() -> None:
     assert "GRAD_MODE" in cmap.graphs[0].guards
     assert [g.guards for g in type(cmap).from_json(cmap.to_json()).graphs] == [g.guards for g in cmap.graphs]
     assert cmap.assigned == {"linear": "g0", "div": "g0"}  # the map is of the first input set
-    assert panels(cmap.graph)["recompiles"]["rows"][0]["cells"] == [1, f"forward (compile_models.py:{r.line})", r.reason]
+    assert panels(cmap.graph)["recompiles"]["rows"][0]["cells"] == [1, f"forward (compile_models.py:{r.line})", r.reason,
+                                                                     r.advice]
+    assert (r.input, r.dim, r.guard) == ("x", 0, "tensor 'x' size mismatch at index 0. expected 2, actual 3")
 
 
 def test_no_recompile_with_dynamic_shapes() -> None:

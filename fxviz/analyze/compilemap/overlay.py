@@ -91,9 +91,9 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
                   note=f"{_plural(len(ranked), 'module call')} with ops outside graphs"
                   + (f"; the first {limit} shown" if len(ranked) > limit else ""))
     if cmap.recompiles:
-        set_panel(graph, "recompiles", title="recompiles", columns=["input set", "function", "guard failed"],
+        set_panel(graph, "recompiles", title="recompiles", columns=["input set", "function", "guard failed", "advice"],
                   rows=[row(r.input_set, f"{r.func} ({r.file.rsplit('/', 1)[-1]}:{r.line})", one_line(r.reason, limit=200),
-                            level="warn") for r in cmap.recompiles],
+                            r.advice or None, level="warn") for r in cmap.recompiles],
                   note=f"{_plural(cmap.input_sets, 'input set')}, {_plural(len(cmap.recompiles), 'recompile')}")
     _guard_panels(cmap)
     return graph
