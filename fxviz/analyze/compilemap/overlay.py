@@ -26,6 +26,8 @@ from fxviz.text import one_line
 _PALETTE = ("#4c78a8", "#54a24b", "#72b7b2", "#b279a2", "#f58518", "#9d755d", "#eeca3b", "#1f77b4", "#2ca02c",
             "#17becf")
 EAGER, MIXED, BREAK = "eager", "mixed", "break"
+#: Rows of the ``guards`` panel the tree prints (a model has a guard per parameter and more).
+GUARD_PAGE = 20
 
 
 def module_coverage(graph: Graph, assigned: Mapping[str, str]) -> list[ModuleCoverage]:
@@ -122,8 +124,9 @@ def _guard_panels(cmap: CompileMap) -> None:
                   f"{_plural(sum(len(g.shape_guards) for g in cmap.graphs), 'shape guard')}")
     every = [row(g.id, text) for g in cmap.graphs for text in g.guards]
     if every:
-        set_panel(graph, "guards", title="guards", columns=["graph", "guard"], rows=every,
-                  note=f"{_plural(len(every), 'guard')} of {_plural(len(cmap.graphs), 'graph')}, every one")
+        spec = set_panel(graph, "guards", title="guards", columns=["graph", "guard"], rows=every,
+                         note=f"{_plural(len(every), 'guard')} of {_plural(len(cmap.graphs), 'graph')}")
+        spec["page"] = GUARD_PAGE  # the tree prints a page of them; the report and the JSON every one
 
 
 @contextlib.contextmanager
