@@ -224,7 +224,20 @@ class Recorder:
             if env is not None and (env.guards or env.var_to_sources):
                 files = sorted({f for n in gm.graph.nodes for f, _, _ in _FRAME.findall(n.meta.get("stack_trace") or "")})
                 g.symbols, g.shape_guards = read_shape_env(env, self.stacks, files)
+            self._size_of_recompile(g)
         self.stacks.clear()
+
+    def _size_of_recompile(self, g: GraphRecord) -> None:
+        """A symbolic guard's failure does not say the size that failed it: the graph compiled next
+        for the same function and input set was traced with it."""
+        for f in self.rec.guard_fails:
+            if (f.input_set, f.func, f.file) == (g.input_set, g.func, g.file) and f.dim is not None \
+                    and f.reason.startswith(f"{f.input} dim {f.dim} ("):
+                size = next((s.value for s in g.symbols if (s.input, s.dim) == (f.input, f.dim)), None)
+                size = size if size is not None else _traced_size(g.inputs, f.input, f.dim)
+                if size is not None:
+                    head = f"{f.input} dim {f.dim} ("
+                    f.reason = f"{f.input} dim {f.dim} is {size} (" + f.reason[len(head):].replace(") is outside", "), outside", 1)
 
     def guard_fail(self, fail: Any) -> None:
         code = getattr(fail, "orig_code", None)
@@ -304,6 +317,16 @@ class Recorder:
             yield
         finally:
             InstructionTranslatorBase.log_graph_break = original  # type: ignore[method-assign]
+
+
+def _traced_size(inputs: list[str], name: str, dim: int) -> int | None:
+    """The size of ``name``'s dim ``dim`` in a graph's inputs (``x: (6, 8)``), when a number."""
+    for text in inputs:
+        head, _, shape = text.partition(": ")
+        sizes = [p.strip() for p in shape.strip("()").split(",") if p.strip()]
+        if head == name and dim < len(sizes) and sizes[dim].isdigit():
+            return int(sizes[dim])
+    return None
 
 
 _GUARD_WORDS: list[tuple[re.Pattern[str], str]] = [

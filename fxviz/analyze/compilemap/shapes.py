@@ -202,7 +202,7 @@ def explain_fail(guard: str, symbols: Sequence[Symbol], guards: Sequence[ShapeGu
         return name, dim, f"{name} dim {dim} failed the guard {check}", ""
     span = sym.text().split(" in ", 1)[-1]
     branch = next((g for g in guards if sym.name in g.symbols and g.line and not g.expr.startswith("Eq(")), None)
-    words = f"{name} dim {dim} ({sym.name}) left {span}, the range the graph was compiled for (guard {check}"
+    words = f"{name} dim {dim} ({sym.name}) is outside {span}, the range the graph was compiled for (guard {check}"
     if branch is not None:
         words += f", from {branch.code} at {_short(branch.file)}:{branch.line})"
         return name, dim, words, (f"mark_dynamic does not avoid this recompile: the code branches on {name} dim {dim} "
