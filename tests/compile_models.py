@@ -1,9 +1,10 @@
 """Models for the compile map: each breaks torch.compile's graph in one known way, at a line the
-tests name (``LINES``, found by the marker comment at the end of each line, so edits above do not
-break the tests)."""
+tests name (``LINES``, found by the marker comment ``# BREAK:name`` or ``# LINE:name`` at the end of
+each line, so edits above do not break the tests)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import zlib
 from pathlib import Path
@@ -142,8 +143,9 @@ class LoopOfBreaks(nn.Module):
 def _lines() -> dict[str, int]:
     out = {}
     for i, line in enumerate(Path(__file__).read_text().splitlines(), 1):
-        if "# BREAK:" in line and "def " not in line and "out[" not in line:
-            out[line.rsplit("# BREAK:", 1)[1].strip()] = i
+        for marker in ("# BREAK:", "# LINE:"):
+            if marker in line and "def " not in line and "out[" not in line:
+                out[line.rsplit(marker, 1)[1].strip()] = i
     return out
 
 
@@ -173,3 +175,44 @@ def batch_sized() -> tuple[nn.Module, tuple[Any, ...]]:
 def more_batches() -> list[tuple[torch.Tensor]]:
     """Input sets for ``--inputs``: batch sizes 3 and 4 (after the factory's 2)."""
     return [(x(3),), (x(4),)]
+
+
+class JsonBreak(nn.Module):
+    """Serialises a dict holding a tensor's size with ``json.dumps``: Dynamo inlines the standard
+    library's encoder and breaks inside it (an object it cannot build), so the innermost frame of the
+    break is ``json/encoder.py``, called from the user's line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.lin(x)
+        meta = json.dumps({"rows": x.shape[0], "tag": "fxviz"})  # BREAK:json
+        return x * len(meta)
+
+
+class BatchBranch(nn.Module):
+    """Branches on its batch size in Python: under dynamic shapes the graph holds for one side of
+    the branch only (a guard on the batch symbol from this line), and a batch size on the other side
+    compiles another graph; the feature size is specialised by the linear layer's weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.lin(x)
+        if x.shape[0] > 4:  # LINE:size-branch
+            x = x * 2
+        return x / x.shape[0]
+
+
+def batch_branch() -> tuple[nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    return BatchBranch().eval(), (x(2),)
+
+
+def wide_batches() -> list[tuple[torch.Tensor]]:
+    """Input sets for ``batch_branch``: batch 3 (same side of the branch), 6 (the other side)."""
+    return [(x(3),), (x(6),)]

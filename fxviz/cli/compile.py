@@ -90,7 +90,7 @@ def compile_cmd(target: str, backend: str, mode: str | None, dynamic: bool | Non
 
 
 def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_out: str | None) -> None:
-    from fxviz.analyze.compilemap.overlay import break_lines
+    from fxviz.analyze.compilemap.overlay import break_lines, guard_lines, without_panels
 
     if json_out is not None:
         write_json(cmap.to_json(indent=1), json_out, what="compile map JSON")
@@ -99,8 +99,11 @@ def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_ou
         console.print(f"{one_line(cmap.graph.name)}  torch.compile: {cmap.header()}", markup=False)
         for note in cmap.notes:
             console.print(f"note: {one_line(note)}", markup=False)
-        console.print(cmap.graph.tree(depth=depth, overlay="coverage"))
+        with without_panels(cmap.graph, "shapes", "guards"):  # a page of them below; all in --json/--html
+            console.print(cmap.graph.tree(depth=depth, overlay="coverage"))
         for line in break_lines(cmap.breaks):
+            console.print(line, markup=False)
+        for line in guard_lines(cmap):
             console.print(line, markup=False)
     if html_out is not None:
         cmap.graph.to_html(html_out, overlay="compiled")

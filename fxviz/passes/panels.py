@@ -9,7 +9,8 @@ drift most. It is plain JSON under ``graph.annotations["panels"][name]``::
                "level": "error"}],
      "note": "3 breaks, 1 cause"}
 
-A row may point at a node (by name) and a module call (by :attr:`fxviz.calls.Call.id`): the report
+A panel may set ``page`` (a number of rows): the tree prints that many and says how many more
+there are; the report and JSON keep every row. A row may point at a node (by name) and a module call (by :attr:`fxviz.calls.Call.id`): the report
 selects it when the row is clicked; ``level`` (``error``, ``warn``, ``ok``, ``info``) colours it.
 Every renderer draws every panel (the tree prints them under the tree, the report lists them in
 its sidebar, JSON keeps them), so an analyzer that writes one needs no renderer change.

@@ -32,17 +32,22 @@ def cell_text(v: Any) -> str:
 
 def panel_tables(graph: Graph) -> list[Table | Text]:
     """One rich table per panel, in the order they were written; a panel without rows is its title
-    and note on one line (an empty table's frame says nothing)."""
+    and note on one line (an empty table's frame says nothing); a panel with ``page`` prints that
+    many rows and says how many more there are."""
     out: list[Table | Text] = []
     for spec in panels(graph).values():
         if not spec.get("rows"):
             out.append(Text.assemble((bounded(str(spec.get("title", "")), 120), "bold"), ": ",
                                      bounded(str(spec.get("note", "")), 400) or "nothing to show"))
             continue
-        table = Table(title=Text(bounded(str(spec.get("title", "")), 120), style="bold"),
-                      caption=bounded(str(spec.get("note", "")), 400) or None, title_justify="left",
-                      caption_justify="left", expand=False)
         rows = spec.get("rows", [])
+        page = spec.get("page")
+        note = bounded(str(spec.get("note", "")), 400)
+        if isinstance(page, int) and not isinstance(page, bool) and 0 < page < len(rows):
+            note = f"{note}{'; ' if note else ''}... {len(rows) - page} more rows (the report and the JSON list all)"
+            rows = rows[:page]
+        table = Table(title=Text(bounded(str(spec.get("title", "")), 120), style="bold"),
+                      caption=note or None, title_justify="left", caption_justify="left", expand=False)
         for j, c in enumerate(spec.get("columns", [])):
             values = [r["cells"][j] for r in rows if r.get("cells") and r["cells"][j] is not None]
             numbers = bool(values) and all(isinstance(v, int | float) for v in values)

@@ -1,9 +1,12 @@
 """The torch.compile coverage map: which ops of a forward ran inside a compiled graph, where and why
 Dynamo broke the graph, and what recompiled.
 
-``record`` runs the model under ``torch.compile`` with a recording backend (needs torch), ``match``
-lays the Dynamo graphs over the eager tracer's graph, ``result`` is the :class:`CompileMap` (plain
-data, JSON), ``overlay`` writes it on the eager graph as overlays and panels, ``run`` chains them:
+``record`` runs the model under ``torch.compile`` with a recording backend (needs torch), ``shapes``
+reads each graph's guards and symbolic sizes from torch's records, ``breaks`` groups the graph
+breaks (categories from torch's registry of break types; ``frames`` tells the user's code from
+libraries), ``match`` lays the Dynamo graphs over the eager tracer's graph, ``result`` is the
+:class:`CompileMap` (plain data, JSON), ``overlay`` writes it on the eager graph as overlays and
+panels, ``run`` chains them:
 
     >>> import fxviz
     >>> cm = fxviz.compile_map(model, (x,), backend="aot_eager")

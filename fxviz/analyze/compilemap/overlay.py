@@ -6,12 +6,14 @@
 * overlay ``coverage`` (number, %): per module call the share of its ops (any depth) that ran
   inside a compiled graph;
 * panels ``breaks`` (grouped by cause and line, with the hint), ``modules`` (module calls ranked by
-  ops left outside graphs) and ``recompiles`` (the guard that failed, and which input set).
+  ops left outside graphs), ``recompiles`` (the guard that failed, and which input set), ``shapes``
+  (symbolic sizes and the guards on them, with their user lines) and ``guards`` (every guard).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from fxviz.analyze.compilemap.result import CATEGORIES, BreakGroup, CompileMap, ModuleCoverage, percent
@@ -24,6 +26,8 @@ from fxviz.text import one_line
 _PALETTE = ("#4c78a8", "#54a24b", "#72b7b2", "#b279a2", "#f58518", "#9d755d", "#eeca3b", "#1f77b4", "#2ca02c",
             "#17becf")
 EAGER, MIXED, BREAK = "eager", "mixed", "break"
+#: Rows of the ``guards`` panel the tree prints (a model has a guard per parameter and more).
+GUARD_PAGE = 20
 
 
 def module_coverage(graph: Graph, assigned: Mapping[str, str]) -> list[ModuleCoverage]:
@@ -72,11 +76,13 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
                 reduce="mean", description="share of each module call's ops that ran inside a compiled graph "
                 "(an op: 100 inside a graph, 0 eager)")
     panels = graph.annotations.get("panels") or {}
-    for stale in ("breaks", "modules", "recompiles"):
+    for stale in ("breaks", "modules", "recompiles", "shapes", "guards"):
         panels.pop(stale, None)
     if cmap.breaks:
-        set_panel(graph, "breaks", title="graph breaks", columns=["line", "category", "reason", "count", "hint"],
-                  rows=[_break_row(b) for b in cmap.breaks],
+        in_library = any(b.library is not None for b in cmap.breaks)
+        set_panel(graph, "breaks", title="graph breaks",
+                  columns=["line", "category", "reason", "count", "hint"] + (["broke in (library)"] if in_library else []),
+                  rows=[_break_row(b, in_library) for b in cmap.breaks],
                   note=_plural(cmap.break_count, "break") + ", " + _plural(len(cmap.breaks), "cause"))
     ranked = cmap.ranking()
     if ranked:
@@ -87,16 +93,93 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
                   note=f"{_plural(len(ranked), 'module call')} with ops outside graphs"
                   + (f"; the first {limit} shown" if len(ranked) > limit else ""))
     if cmap.recompiles:
-        set_panel(graph, "recompiles", title="recompiles", columns=["input set", "function", "guard failed"],
+        set_panel(graph, "recompiles", title="recompiles", columns=["input set", "function", "guard failed", "advice"],
                   rows=[row(r.input_set, f"{r.func} ({r.file.rsplit('/', 1)[-1]}:{r.line})", one_line(r.reason, limit=200),
-                            level="warn") for r in cmap.recompiles],
+                            r.advice or None, level="warn") for r in cmap.recompiles],
                   note=f"{_plural(cmap.input_sets, 'input set')}, {_plural(len(cmap.recompiles), 'recompile')}")
+    _guard_panels(cmap)
     return graph
 
 
-def _break_row(b: BreakGroup) -> dict[str, Any]:
+def _at(file: str, line: int) -> str:
+    return f"{file.rsplit('/', 1)[-1]}:{line}" if line else ""
+
+
+def _guard_panels(cmap: CompileMap) -> None:
+    """Panel ``shapes``: each graph's symbolic sizes (the input dimension, range, the user line
+    that guarded it, whether to mark it dynamic) and its guards on them; panel ``guards``: every
+    guard of every graph (the terminal shows a page of them, :func:`guard_lines`)."""
+    graph = cmap.graph
+    rows = []
+    for g in cmap.graphs:
+        for sym in g.symbols:
+            rows.append(row(g.id, sym.text(), _at(sym.file, sym.line), sym.code or None, sym.advice or None,
+                            level="warn" if sym.specialised is None and sym.line else "info"))
+        for sg in g.shape_guards:
+            code = (sg.code + (f" (in {sg.via})" if sg.via else "")) or one_line(sg.framework, limit=120)
+            rows.append(row(g.id, sg.expr, _at(sg.file, sg.line), code or None, None, level="info"))
+    if rows:
+        set_panel(graph, "shapes", title="dynamic shapes", columns=["graph", "symbol / guard", "line", "code", "advice"],
+                  rows=rows, note=f"{_plural(sum(len(g.symbols) for g in cmap.graphs), 'symbolic size')}, "
+                  f"{_plural(sum(len(g.shape_guards) for g in cmap.graphs), 'shape guard')}")
+    every = [row(g.id, text) for g in cmap.graphs for text in g.guards]
+    if every:
+        spec = set_panel(graph, "guards", title="guards", columns=["graph", "guard"], rows=every,
+                         note=f"{_plural(len(every), 'guard')} of {_plural(len(cmap.graphs), 'graph')}")
+        spec["page"] = GUARD_PAGE  # the tree prints a page of them; the report and the JSON every one
+
+
+@contextlib.contextmanager
+def without_panels(graph: Graph, *names: str) -> Iterator[None]:
+    """The graph without some panels for a while (the terminal pages the long ones itself)."""
+    panels = graph.annotations.get("panels") or {}
+    held = {n: panels.pop(n) for n in names if n in panels}
+    try:
+        yield
+    finally:
+        panels.update(held)
+
+
+def guard_lines(cmap: CompileMap, *, limit: int = 10) -> list[str]:
+    """The terminal's page of guards: per graph with symbolic sizes or shape guards, its inputs'
+    shapes, each symbol (input dimension, range, the user line that guarded it, advice) and shape
+    guard, at most ``limit`` lines of them with ``... N more``; how many guards each graph has
+    (the ``guards`` panel lists them); then each recompile's input dimension and advice."""
+    out = []
+    for g in cmap.graphs:
+        if not g.symbols and not g.shape_guards:
+            continue
+        out.append(f"{g.id} {g.func}  {', '.join(g.inputs)}  ({_plural(len(g.guards), 'guard')})")
+        lines = []
+        for sym in g.symbols:
+            at = f"  ← {_at(sym.file, sym.line)}  {one_line(sym.code, limit=80)}" if sym.line else ""
+            lines.append(f"  {sym.text()}{at}")
+            if sym.advice:
+                lines.append(f"      {one_line(sym.advice, limit=200)}")
+        for sg in g.shape_guards:
+            at = f"  ← {_at(sg.file, sg.line)}  {one_line(sg.code, limit=80)}" if sg.line else ""
+            via = f"  (in {sg.via})" if sg.via else ""
+            lines.append(f"  guard {sg.expr}{at}{via}")
+        out.extend(lines[:limit])
+        if len(lines) > limit:
+            out.append(f"  ... {len(lines) - limit} more (--json and --html keep every one)")
+    if any(g.guards for g in cmap.graphs):
+        counts = ", ".join(f"{g.id} {len(g.guards)}" for g in cmap.graphs[:limit])
+        more = f", ... {len(cmap.graphs) - limit} more graphs" if len(cmap.graphs) > limit else ""
+        out.append(f"guards: {counts}{more} (--json and --html list every one)")
+    for r in cmap.recompiles:
+        if r.input or r.advice:
+            out.append(f"recompile (input set {r.input_set}, {r.func}): {one_line(r.reason, limit=200)}")
+            if r.advice:
+                out.append(f"    {one_line(r.advice, limit=200)}")
+    return out
+
+
+def _break_row(b: BreakGroup, in_library: bool = False) -> dict[str, Any]:
+    lib = b.library
+    extra = [f"{lib.short()} in {lib.func}" if lib is not None else None] if in_library else []
     return row(b.line_text(), CATEGORIES.get(b.category, b.category), one_line(b.reason, limit=200), b.count,
-               b.hint or None, node=b.node, module=b.module or None, level="error")
+               b.hint or None, *extra, node=b.node, module=b.module or None, level="error")
 
 
 def _plural(k: int, word: str) -> str:
@@ -104,15 +187,20 @@ def _plural(k: int, word: str) -> str:
 
 
 def break_lines(breaks: Sequence[BreakGroup]) -> list[str]:
-    """Each break's source line and where to read more (the ``breaks`` panel has the rest)."""
+    """Each break's place (the user's line), the library line it broke inside when there is one, and
+    where to read more (the ``breaks`` panel has the rest)."""
     out = []
     for b in breaks:
         w = b.where
         code = f"  {one_line(w.code, limit=120)}" if w is not None and w.code else ""
         out.append(f"✗ {b.line_text()}{code}")
+        lib = b.library
+        if lib is not None:
+            inside = f": {one_line(lib.code, limit=100)}" if lib.code else ""
+            out.append(f"    broke inside {lib.short()} ({lib.func}){inside}")
         if b.link:
             out.append(f"    see {b.link}")
     return out
 
 
-__all__ = ["BREAK", "EAGER", "MIXED", "break_lines", "module_coverage", "write"]
+__all__ = ["BREAK", "EAGER", "MIXED", "break_lines", "guard_lines", "module_coverage", "without_panels", "write"]

@@ -6,9 +6,11 @@ graph on, and wraps the compiled callable to log each run, so the order in which
 known (a graph after a break inside a loop runs many times). Graph breaks come from Dynamo's own
 break log (``InstructionTranslatorBase.log_graph_break``: it has the break type, the reason and the
 user's stack; patched for the run and restored); recompiles from the public ``guard_fail_fn``
-hook of ``torch._dynamo.optimize`` (the failed guard, put in words by :func:`in_words`). The guards
-of each graph are not kept: ``guard_export_fn`` hands over empty guard sets on torch 2.13 (guards
-live in Dynamo's C++ guard managers), so the map has the guards that failed, not every guard.
+hook of ``torch._dynamo.optimize`` (the failed guard, put in words by :func:`in_words` and mapped to
+the input dimension by :func:`fxviz.analyze.compilemap.shapes.explain_fail`). Every guard of each
+graph comes from the public ``guard_export_fn`` hook, called with the frame's ``Guard`` objects once
+Dynamo has built its guard manager, and the symbolic sizes and their guards from the frame's
+ShapeEnv, taken from the tracing context the backend is called in (:mod:`.shapes`).
 
 Dynamo's caches are per code object and cannot be saved: :func:`dynamo_state` resets them before
 the run (a cached graph would skip the recording backend) and after it (so nothing recorded stays),
@@ -31,6 +33,8 @@ import torch
 import torch._dynamo as dynamo
 from torch import nn
 
+from fxviz.analyze.compilemap.result import ShapeGuard, Symbol
+from fxviz.analyze.compilemap.shapes import every_guard, explain_fail, graph_inputs, read_shape_env
 from fxviz.errors import TargetError
 from fxviz.ops import op_name
 
@@ -63,6 +67,9 @@ class GraphRecord:
     compile_s: float = 0.0
     runs: int = 0
     guards: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    symbols: list[Symbol] = field(default_factory=list)
+    shape_guards: list[ShapeGuard] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -80,6 +87,10 @@ class GuardFailRecord:
     file: str
     line: int
     reason: str
+    guard: str = ""  # Dynamo's own text of the failed guard
+    input: str = ""
+    dim: int | None = None
+    advice: str = ""
 
 
 @dataclass
@@ -173,13 +184,20 @@ class Recorder:
         self.paths = paths
         self.rec = Recording()
         self.from_log = True  # breaks from Dynamo's break log; else from each graph's compile reason
+        # graphs whose frame has not finished compiling (its guards come after the backend), with the
+        # frame's ShapeEnv and the graph (its stack traces name the files of the guards' user lines)
+        self.pending: list[tuple[GraphRecord, Any, torch.fx.GraphModule]] = []
+        # id(ShapeEnv location) -> (the location, the user's stack there)
+        self.stacks: dict[int, tuple[Any, list[tuple[str, int, str]]]] = {}
 
     def backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         rec, index = self.rec, len(self.rec.graphs)
         code = _frame_code(gm)
         g = GraphRecord(f"g{index}", code[0], code[1], code[2], rec.input_set, op_records(gm, self.paths),
-                        guards=graph_guards())
+                        inputs=graph_inputs(gm))
         rec.graphs.append(g)
+        ctx = torch._guards.TracingContext.try_get()
+        self.pending.append((g, getattr(getattr(ctx, "fake_mode", None), "shape_env", None), gm))
         why = getattr(gm, "compile_subgraph_reason", None)
         if not self.from_log and why is not None and getattr(why, "graph_break", False):
             text = str(getattr(why, "reason", ""))
@@ -198,19 +216,81 @@ class Recorder:
             run._boxed_call = True  # type: ignore[attr-defined]
         return run
 
+    def guard_export(self, guards: Any) -> None:
+        """A frame finished compiling: its graph's every guard, symbols and shape guards."""
+        pending, self.pending = self.pending, []
+        for g, env, gm in pending:
+            g.guards = every_guard(guards)
+            if env is not None and (env.guards or env.var_to_sources):
+                files = sorted({f for n in gm.graph.nodes for f, _, _ in _FRAME.findall(n.meta.get("stack_trace") or "")})
+                g.symbols, g.shape_guards = read_shape_env(env, self.stacks, files)
+            self._size_of_recompile(g)
+        self.stacks.clear()
+
+    def _size_of_recompile(self, g: GraphRecord) -> None:
+        """A symbolic guard's failure does not say the size that failed it: the graph compiled next
+        for the same function and input set was traced with it."""
+        for f in self.rec.guard_fails:
+            if (f.input_set, f.func, f.file) == (g.input_set, g.func, g.file) and f.dim is not None \
+                    and f.reason.startswith(f"{f.input} dim {f.dim} ("):
+                size = next((s.value for s in g.symbols if (s.input, s.dim) == (f.input, f.dim)), None)
+                size = size if size is not None else _traced_size(g.inputs, f.input, f.dim)
+                if size is not None:
+                    head = f"{f.input} dim {f.dim} ("
+                    f.reason = f"{f.input} dim {f.dim} is {size} (" + f.reason[len(head):].replace(") is outside", "), outside", 1)
+
     def guard_fail(self, fail: Any) -> None:
         code = getattr(fail, "orig_code", None)
-        reason = in_words(re.sub(r"^\d+/\d+: ", "", str(getattr(fail, "reason", fail)).split("\n", 1)[0]))
+        func, file = getattr(code, "co_name", "?"), getattr(code, "co_filename", "")
+        guard = re.sub(r"^\d+/\d+: ", "", str(getattr(fail, "reason", fail)).split("\n", 1)[0])
+        # the newest graph of this function is the one Dynamo checked first
+        failed = next((g for g in reversed(self.rec.graphs) if g.func == func and g.file == file), None)
+        name, dim, words, advice = explain_fail(guard, failed.symbols if failed else (),
+                                                failed.shape_guards if failed else ())
         self.rec.guard_fails.append(GuardFailRecord(
-            self.rec.input_set, getattr(code, "co_name", "?"), getattr(code, "co_filename", ""),
-            getattr(code, "co_firstlineno", 0), reason))
+            self.rec.input_set, func, file, getattr(code, "co_firstlineno", 0), words or in_words(guard),
+            guard, name, dim, advice))
 
     def compile(self, model: nn.Module) -> Callable[..., Any]:
-        return dynamo.optimize(self.backend, guard_fail_fn=self.guard_fail, dynamic=self.dynamic)(model)  # type: ignore[no-any-return]
+        return dynamo.optimize(self.backend, guard_fail_fn=self.guard_fail, guard_export_fn=self.guard_export,  # type: ignore[no-any-return]
+                               dynamic=self.dynamic)(model)
+
+    @contextlib.contextmanager
+    def guard_stacks(self) -> Iterator[None]:
+        """Keep the user's stack at each location the ShapeEnv records for a guard or a value range
+        (``ShapeEnv._get_sloc``, patched for the run and restored): the ShapeEnv itself keeps one
+        line, which is library code when the size was guarded inside a library call."""
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        original = getattr(ShapeEnv, "_get_sloc", None)
+        if original is None:  # another torch: guards keep the line the ShapeEnv names
+            yield
+            return
+        stacks = self.stacks
+
+        def _get_sloc(env: Any, *args: Any, **kwargs: Any) -> Any:
+            sloc = original(env, *args, **kwargs)
+            # by identity (a location holds a FrameSummary: not hashable); the location is kept
+            # alive with its stack, so the id is not reused while the run lasts
+            stacks[id(sloc)] = (sloc, [(f.filename, f.lineno or 0, (f.line or "").strip())
+                                       for f in torch._guards.TracingContext.extract_stack()])
+            return sloc
+
+        ShapeEnv._get_sloc = _get_sloc  # type: ignore[method-assign,assignment]
+        try:
+            yield
+        finally:
+            ShapeEnv._get_sloc = original  # type: ignore[method-assign]
 
     @contextlib.contextmanager
     def breaks_logged(self) -> Iterator[None]:
-        """Record each graph break Dynamo logs (type, reason, user stack) while the model runs."""
+        """Record each graph break Dynamo logs (type, reason, user stack) while the model runs, and
+        the user's stack at each guard's location (:meth:`guard_stacks`)."""
+        with self.guard_stacks(), self._breaks_logged():
+            yield
+
+    @contextlib.contextmanager
+    def _breaks_logged(self) -> Iterator[None]:
         from torch._dynamo.symbolic_convert import InstructionTranslatorBase
 
         original = getattr(InstructionTranslatorBase, "log_graph_break", None)
@@ -239,6 +319,16 @@ class Recorder:
             InstructionTranslatorBase.log_graph_break = original  # type: ignore[method-assign]
 
 
+def _traced_size(inputs: list[str], name: str, dim: int) -> int | None:
+    """The size of ``name``'s dim ``dim`` in a graph's inputs (``x: (6, 8)``), when a number."""
+    for text in inputs:
+        head, _, shape = text.partition(": ")
+        sizes = [p.strip() for p in shape.strip("()").split(",") if p.strip()]
+        if head == name and dim < len(sizes) and sizes[dim].isdigit():
+            return int(sizes[dim])
+    return None
+
+
 _GUARD_WORDS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"tensor '(.+)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)"),
      r"\1: size of dim \2 is \4, the graph was compiled for \3"),
@@ -253,34 +343,6 @@ _GUARD_WORDS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"tensor '(.+)' rank mismatch\. expected (\d+), actual (\d+)"),
      r"\1: has \3 dims, the graph was compiled for \2"),
 ]
-
-
-#: Guards on global state (grad mode, default device, ...) hold for every graph: not listed.
-_GLOBAL_GUARDS = ("SHAPE_ENV", "DETERMINISTIC_ALGORITHMS", "GRAD_MODE", "DEFAULT_DEVICE", "GLOBAL_STATE",
-                  "TORCH_FUNCTION_STATE")
-#: At most this many guards are kept per graph (a large model has thousands, one per parameter).
-MAX_GUARDS = 200
-
-
-def graph_guards() -> list[str]:
-    """The guards Dynamo is installing for the graph being compiled, as ``source: check``
-    (``L['x']: TENSOR_MATCH``), read from the tracing context the backend is called in: what must
-    stay true for the graph to be reused. Empty where torch does not expose them."""
-    from torch._guards import TracingContext
-
-    ctx = TracingContext.try_get()
-    guards = getattr(getattr(ctx, "guards_context", None), "dynamo_guards", None)
-    if not guards:
-        return []
-    out = set()
-    for g in guards:
-        try:
-            name, check = str(g.name), str(g.create_fn_name())
-        except Exception:  # a guard kind this torch version spells differently: skip it
-            continue
-        if name and name not in _GLOBAL_GUARDS:
-            out.add(f"{name}: {check}")
-    return sorted(out)[:MAX_GUARDS]
 
 
 def in_words(reason: str) -> str:

@@ -18,6 +18,7 @@ from fxviz.ir import Graph
 CATEGORIES: dict[str, str] = {
     "item": "data-dependent .item()",
     "branch": "data-dependent branch",
+    "shape": "data-dependent output shape",
     "print": "print / logging",
     "unsupported": "unsupported call",
     "subclass": "tensor subclass",
@@ -32,6 +33,9 @@ HINTS: dict[str, tuple[str, str]] = {
     "item": ("set torch._dynamo.config.capture_scalar_outputs = True, or keep the value a tensor "
              "(torch._check to state its range)",
              _TROUBLE),
+    "shape": ("set torch._dynamo.config.capture_dynamic_output_shape_ops = True (nonzero, unique, boolean "
+              "masks), or keep the op out of the forward",
+              _TROUBLE),
     "branch": ("express the branch with torch.cond, or make it branchless (torch.where)",
                f"{_DOCS}/cond.html"),
     "print": ("move the call out of the forward, or list the function in torch._dynamo.config."
@@ -47,15 +51,17 @@ HINTS: dict[str, tuple[str, str]] = {
 
 @dataclass(slots=True)
 class Frame:
-    """One frame of the user's stack at a break."""
+    """One frame of the stack at a break; ``library`` is the file's path under the library root it
+    lies in (``json/encoder.py``), ``""`` for the user's own code."""
 
     file: str
     line: int
     func: str = ""
     code: str = ""
+    library: str = ""
 
     def short(self) -> str:
-        return f"{self.file.rsplit('/', 1)[-1]}:{self.line}"
+        return f"{self.library or self.file.rsplit('/', 1)[-1]}:{self.line}"
 
 
 @dataclass(slots=True)
@@ -75,11 +81,18 @@ class BreakGroup:
     module: str | None = None
     input_set: int = 0
     explained: str = ""  # Dynamo's own page for this break type, when its message names one
-    frame: int = -1  # which frame of ``stack`` is the break's line: the innermost, or the skipped function's
+    frame: int = -1  # which frame of ``stack`` is the break's place: the innermost user frame, or the skipped function's
+    library_frame: int | None = None  # the library frame it broke in, when the innermost frame is library code
+    gb_id: str = ""  # the break type's id in torch's registry (``GB0124``)
 
     @property
     def where(self) -> Frame | None:
         return self.stack[self.frame] if self.stack else None
+
+    @property
+    def library(self) -> Frame | None:
+        """The library line the break happened at, when that is not the user's own code."""
+        return self.stack[self.library_frame] if self.library_frame is not None and self.stack else None
 
     @property
     def hint(self) -> str:
@@ -96,10 +109,58 @@ class BreakGroup:
 
 
 @dataclass(slots=True)
+class ShapeGuard:
+    """A guard on symbolic sizes, as the ShapeEnv recorded it: ``expr`` over the symbols
+    (``s77 <= 4``) and the user line that installed it (``file``/``line``/``code``), or
+    ``framework``: torch's note where torch installed it itself; ``via``: the library line inside
+    the call from the user's line that installed it (``nn/modules/linear.py:134``)."""
+
+    expr: str
+    symbols: list[str] = field(default_factory=list)
+    file: str = ""
+    line: int = 0
+    code: str = ""
+    framework: str = ""
+    via: str = ""
+
+
+@dataclass(slots=True)
+class Symbol:
+    """A symbolic size of a compiled graph: ``s77`` is dim ``dim`` of input ``input`` (``source``
+    ``L['x'].size()[0]``), valid for ``lo``..``hi`` (``None``: unbounded), traced with ``value``;
+    ``specialised`` is the constant it was specialised to. ``file``/``line``/``code``: the user line
+    that guarded it (the specialising one first); ``advice``: whether to mark it dynamic."""
+
+    name: str
+    source: str
+    input: str
+    dim: int | None
+    lo: int | None = None
+    hi: int | None = None
+    value: int | None = None
+    specialised: int | None = None
+    file: str = ""
+    line: int = 0
+    code: str = ""
+    advice: str = ""
+    zero_one: bool = False  # the lower bound 2 is torch's 0/1 specialisation
+
+    def text(self) -> str:
+        """``s77 = x dim 0 in [2, 4]`` (or ``= 8, specialised``)."""
+        if self.specialised is not None:
+            return f"{self.name} = {self.input} dim {self.dim} = {self.specialised} (specialised)"
+        lo = "(-∞" if self.lo is None else f"[{self.lo}"
+        hi = "∞)" if self.hi is None else f"{self.hi}]"
+        return f"{self.name} = {self.input} dim {self.dim} in {lo}, {hi}"
+
+
+@dataclass(slots=True)
 class CompiledGraph:
     """One Dynamo graph: ``id`` (``g0``, ``g1``, … in compile order), the function it came from,
-    the input set that compiled it, how many ops it holds, how often it ran, and the guards that
-    must hold for it to be reused (``L['x']: TENSOR_MATCH``; global-state guards left out)."""
+    the input set that compiled it, how many ops it holds, how often it ran, and every guard that
+    must hold for it to be reused (``L['x']: TENSOR_MATCH``, ``GRAD_MODE``, ``SHAPE_ENV: 5 <=
+    L['x'].size()[0]``); ``inputs`` its inputs' shapes as traced (``x: (s77, 8)``), ``symbols`` the
+    symbolic sizes in them and ``shape_guards`` the guards on those, each with its user line."""
 
     id: str
     func: str
@@ -111,17 +172,26 @@ class CompiledGraph:
     compile_s: float = 0.0
     modules: list[str] = field(default_factory=list)
     guards: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    symbols: list[Symbol] = field(default_factory=list)
+    shape_guards: list[ShapeGuard] = field(default_factory=list)
 
 
 @dataclass(slots=True)
 class Recompile:
-    """A function compiled again: which input set caused it and the guard that failed, in words."""
+    """A function compiled again: which input set caused it and the guard that failed, in words;
+    ``guard`` is Dynamo's own text of it, ``input``/``dim`` the input dimension it checks, ``advice``
+    how to avoid the recompile (``mark_dynamic`` or not)."""
 
     input_set: int
     func: str
     file: str
     line: int
     reason: str
+    guard: str = ""
+    input: str = ""
+    dim: int | None = None
+    advice: str = ""
 
 
 @dataclass(slots=True)
@@ -226,11 +296,18 @@ class CompileMap:
             breaks.append(BreakGroup(**b))
         return cls(
             graph=Graph.from_json(json.dumps(d["graph"])), backend=d["backend"], mode=d["mode"],
-            dynamic=d["dynamic"], graphs=[CompiledGraph(**g) for g in d["graphs"]], breaks=breaks,
+            dynamic=d["dynamic"], graphs=[_graph(g) for g in d["graphs"]], breaks=breaks,
             recompiles=[Recompile(**r) for r in d["recompiles"]], assigned=d["assigned"],
             modules=[ModuleCoverage(**m) for m in d["modules"]], input_sets=d["input_sets"],
             notes=d["notes"], timings=d["timings"],
         )
+
+
+def _graph(d: dict[str, Any]) -> CompiledGraph:
+    d = dict(d)
+    d["symbols"] = [Symbol(**x) for x in d.get("symbols", ())]
+    d["shape_guards"] = [ShapeGuard(**x) for x in d.get("shape_guards", ())]
+    return CompiledGraph(**d)
 
 
 def _percent(share: float) -> str:
@@ -248,4 +325,4 @@ def percent(share: float | None) -> str:
 
 
 __all__ = ["CATEGORIES", "HINTS", "BreakGroup", "CompileMap", "CompiledGraph", "Frame", "ModuleCoverage",
-           "Recompile", "percent"]
+           "Recompile", "ShapeGuard", "Symbol", "percent"]

@@ -13,19 +13,18 @@ from typing import Any
 import torch
 from torch import nn
 
+from fxviz.analyze.compilemap.breaks import category, group_breaks
 from fxviz.analyze.compilemap.match import assign
 from fxviz.analyze.compilemap.overlay import EAGER, module_coverage, write
 from fxviz.analyze.compilemap.record import (
-    BreakRecord,
     GuardFailRecord,
     Recorder,
     Recording,
     dynamo_state,
     module_paths,
 )
-from fxviz.analyze.compilemap.result import BreakGroup, CompiledGraph, CompileMap, Frame, Recompile
+from fxviz.analyze.compilemap.result import CompiledGraph, CompileMap, Recompile
 from fxviz.analyze.flops import CAPTURE_PASSES
-from fxviz.calls import CallTree
 from fxviz.errors import InputError, ModelError
 from fxviz.fallback.trace import trace_eager
 from fxviz.ir import Attempt, Graph
@@ -35,7 +34,6 @@ from fxviz.torchbridge.run import gc_paused, normalize_args, quiet_torch
 
 InputSet = tuple[tuple[Any, ...], dict[str, Any]]
 _RESUME = re.compile(r"torch_dynamo_resume_in_(.+)_at_(\d+)")
-_LINK = re.compile(r"please visit: (https://\S+)")
 
 
 def compile_map(
@@ -123,7 +121,8 @@ def build(graph: Graph, rec: Recording, *, backend: str, mode: str | None, dynam
     assigned = {n.name: hits[n.name][0] if n.name in hits else EAGER for n in ops}
     tree = graph.calls
     graphs = [CompiledGraph(g.id, g.func, g.file, g.line, g.input_set, len(g.ops), g.runs, round(g.compile_s, 4),
-                            sorted({o.module for o in g.ops if o.module}), list(g.guards))
+                            sorted({o.module for o in g.ops if o.module}), list(g.guards), g.inputs, g.symbols,
+                            g.shape_guards)
               for g in rec.graphs]
     cmap = CompileMap(graph=graph, backend=backend, mode=mode, dynamic=dynamic, graphs=graphs,
                       breaks=group_breaks(rec.breaks, graph, tree, assigned, _resumed(rec)), recompiles=recompiles(rec.guard_fails),
@@ -145,72 +144,6 @@ def _resumed(rec: Recording) -> dict[tuple[str, int], int]:
     return out
 
 
-def category(gb_type: str, reason: str) -> str:
-    """The break's category, from Dynamo's break type and its explanation."""
-    t = gb_type.lower()
-    m = re.search(r"Explanation: ([^\n]*)", reason)
-    said = f"{t} {m.group(1).lower() if m else ''}"
-    if "item()" in t or "_local_scalar_dense" in said or "tolist" in t:
-        return "item"
-    if "data-dependent" in t or "data dependent" in t or "jump with tensorvariable" in reason.lower():
-        return "branch"
-    if "graph break in loop" in t or ("skip" in t and "frame" in t):
-        return "skip"
-    if "`print`" in said or "logging" in t or "logger" in t:
-        return "print"
-    if "subclass" in said or "__torch_function__" in said or "__torch_dispatch__" in said:
-        return "subclass"
-    if any(w in said for w in ("builtin", "unsupported", "skipped", "c/c++", "extension", "call", "function")):
-        return "unsupported"
-    return "other"
-
-
-def _frames(stack: Sequence[tuple[str, int, str, str]]) -> list[Frame]:
-    return [Frame(f, line, func, code) for f, line, func, code in stack]
-
-
-def group_breaks(breaks: Sequence[BreakRecord], graph: Graph, tree: CallTree, assigned: dict[str, str],
-                 resumed: dict[tuple[str, int], int] | None = None) -> list[BreakGroup]:
-    """One group per cause (break type) and user line, in order of first occurrence. ``count`` is
-    how many times the first input set's forward passed the break: the data-dependent ops at the
-    line that ran eagerly, or the runs of the function Dynamo resumed after it
-    (``resumed[(func, line)]``), at least 1 (Dynamo traces a block's code once however often it
-    runs, so its own log counts once)."""
-    resumed = resumed or {}
-    at_line: dict[tuple[str, int], list[str]] = {}
-    for n in graph.ops:
-        if n.source is not None:
-            at_line.setdefault((n.source.file, n.source.line), []).append(n.name)
-    data_dependent = {n.name for n in graph.ops if n.attrs.get("data_dependent")}
-    groups: dict[tuple[str, str, int], BreakGroup] = {}
-    for b in breaks:
-        frames = _frames(b.stack)
-        cat = category(b.gb_type, b.reason)
-        at = 0 if cat == "skip" else -1  # a skipped function is the break's place, not the break inside it
-        where = frames[at] if frames else None
-        key = (b.gb_type, where.file if where else "", where.line if where else 0)
-        if key in groups:
-            continue
-        names = at_line.get((where.file, where.line), []) if where else []
-        eager_names = [n for n in names if assigned.get(n) == EAGER]
-        node = next((n for n in eager_names if n in data_dependent), None) or next(iter(eager_names or names), None)
-        link = _LINK.search(b.reason)
-        detail = b.reason.split("\n  Developer debug context", 1)[0].strip()
-        passes = sum(1 for n in eager_names if n in data_dependent)
-        count = max(passes, resumed.get((where.func, where.line), 0) if where else 0, 1)
-        groups[key] = BreakGroup(cat, _short_reason(b.gb_type, b.reason), detail, frames, count, node,
-                                 tree.of(node).id if node is not None else None, b.input_set,
-                                 link.group(1) if link else "", at)
-    return list(groups.values())
-
-
-def _short_reason(gb_type: str, reason: str) -> str:
-    """Dynamo's break type, with the call it names when its explanation names one."""
-    m = re.search(r"(?:builtin operator|builtin|function|method|call) `([^`]+)`", reason)
-    name = m.group(1).rstrip(".") if m else ""
-    return f"{gb_type} ({name})" if name and name not in gb_type else gb_type
-
-
 def recompiles(fails: Sequence[GuardFailRecord]) -> list[Recompile]:
     """One recompile per function and input set: the first guard that failed (Dynamo checks the
     newest compiled version first)."""
@@ -221,7 +154,7 @@ def recompiles(fails: Sequence[GuardFailRecord]) -> list[Recompile]:
         if key in seen:
             continue
         seen.add(key)
-        out.append(Recompile(f.input_set, f.func, f.file, f.line, f.reason))
+        out.append(Recompile(f.input_set, f.func, f.file, f.line, f.reason, f.guard, f.input, f.dim, f.advice))
     return out
 
 

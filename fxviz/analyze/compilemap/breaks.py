@@ -1,0 +1,150 @@
+"""Graph breaks as the map shows them: one group per cause and user line, with its category, the
+eager op it points at and how often the forward passed it. Reads the break records of
+:mod:`fxviz.analyze.compilemap.record`.
+
+The category comes from the break's type (``gb_type``, the field Dynamo's ``Unsupported`` carries)
+looked up in torch's own registry of break types (``torch/_dynamo/graph_break_registry.json``: a
+stable id per type, ``GB0124``, with every name the type has had), then in :data:`BY_ID`: never from
+words of the message. The break's place is the innermost frame of the user's own code; a break
+inside library code (the standard library, anything installed, torch itself) keeps that library
+frame as detail (:attr:`BreakGroup.library`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from fxviz.analyze.compilemap.frames import library_of
+from fxviz.analyze.compilemap.overlay import EAGER
+from fxviz.analyze.compilemap.record import BreakRecord
+from fxviz.analyze.compilemap.result import BreakGroup, Frame
+from fxviz.calls import CallTree
+from fxviz.ir import Graph
+
+_LINK = re.compile(r"please visit: (https://\S+)")
+_CALLED = re.compile(r"(?:builtin operator|builtin|function|method|call) `([^`]+)`")
+
+#: Break type ids of torch's registry -> fxviz category. A type not listed is ``other``.
+BY_ID: dict[str, str] = {
+    # a tensor's value read as a Python number
+    "GB0124": "item", "GB0109": "item",
+    # an op whose output shape depends on the data
+    "GB0033": "shape", "GB0036": "shape", "GB0037": "shape", "GB0246": "shape",
+    # Python control flow on a tensor's value
+    "GB0170": "branch", "GB0035": "branch", "GB0034": "branch", "GB0360": "branch",
+    # printing and logging
+    "GB0291": "print", "GB0296": "print",
+    # calls Dynamo cannot trace: C/C++ builtins and extensions, skipped or disabled functions, ops
+    "GB0007": "unsupported", "GB0008": "unsupported", "GB0009": "unsupported", "GB0059": "unsupported",
+    "GB0147": "unsupported", "GB0148": "unsupported", "GB0156": "unsupported", "GB0177": "unsupported",
+    "GB0213": "unsupported", "GB0005": "unsupported", "GB9198": "unsupported", "GB0098": "unsupported",
+    "GB0099": "unsupported", "GB0043": "unsupported", "GB0090": "unsupported", "GB0087": "unsupported",
+    # tensor subclasses and __torch_function__
+    "GB0000": "subclass", "GB0001": "subclass", "GB0026": "subclass", "GB0103": "subclass",
+    "GB0163": "subclass", "GB0164": "subclass", "GB0227": "subclass",
+    # Dynamo gave up on a whole frame and ran it eagerly
+    "GB7000": "skip", "GB9741": "skip", "GB4297": "skip",
+}
+#: Builtins that are printing when Dynamo fails to trace them (GB0059, "Failed to trace builtin operator").
+_PRINTING = {"print"}
+
+
+@functools.cache
+def registry() -> dict[str, str]:
+    """Every break type name torch's registry knows (current and former) -> its id (``GB0124``);
+    empty where this torch has no registry."""
+    spec = importlib.util.find_spec("torch")
+    roots = list(spec.submodule_search_locations or ()) if spec is not None else []
+    out: dict[str, str] = {}
+    for root in roots:
+        path = Path(root) / "_dynamo" / "graph_break_registry.json"
+        if path.is_file():
+            for gb_id, entries in json.loads(path.read_text()).items():
+                for entry in entries:
+                    out.setdefault(str(entry.get("Gb_type", "")), gb_id)
+    return out
+
+
+def category(gb_type: str, reason: str) -> str:
+    """The break's category: its type's id in torch's registry, looked up in :data:`BY_ID`
+    (``print`` for a builtin ``print`` Dynamo failed to trace, as the message names the call)."""
+    gb_id = registry().get(gb_type, "")
+    cat = BY_ID.get(gb_id, "other")
+    if gb_id == "GB0059" and _called(reason) in _PRINTING:
+        return "print"
+    return cat
+
+
+def _called(reason: str) -> str:
+    """The call a break's explanation names (``print``, ``zlib.crc32``), or ``""``."""
+    m = _CALLED.search(reason)
+    return m.group(1).rstrip(".") if m else ""
+
+
+def _frames(stack: Sequence[tuple[str, int, str, str]]) -> list[Frame]:
+    return [Frame(f, line, func, code, library_of(f)) for f, line, func, code in stack]
+
+
+def place(frames: Sequence[Frame], cat: str) -> tuple[int, int | None]:
+    """Which frame is the break's place and which its library detail: the innermost frame of the
+    user's code (the outermost for a skipped function: the function Dynamo ran eagerly), and,
+    when the innermost frame is library code, the innermost library frame that is not Dynamo's own
+    substitute (``torch/_dynamo/polyfills``)."""
+    if not frames:
+        return -1, None
+    user = [i for i, f in enumerate(frames) if not f.library]
+    at = (user[0] if cat == "skip" else user[-1]) if user else len(frames) - 1
+    if not frames[-1].library or at == len(frames) - 1:
+        return at, None
+    inner = [i for i in range(len(frames) - 1, at, -1) if frames[i].library]
+    shown = next((i for i in inner if not frames[i].library.startswith("torch/_dynamo/")), inner[0])
+    return at, shown
+
+
+def group_breaks(breaks: Sequence[BreakRecord], graph: Graph, tree: CallTree, assigned: dict[str, str],
+                 resumed: dict[tuple[str, int], int] | None = None) -> list[BreakGroup]:
+    """One group per cause (break type) and user line, in order of first occurrence. ``count`` is
+    how many times the first input set's forward passed the break: the data-dependent ops at the
+    line that ran eagerly, or the runs of the function Dynamo resumed after it
+    (``resumed[(func, line)]``), at least 1 (Dynamo traces a block's code once however often it
+    runs, so its own log counts once)."""
+    resumed = resumed or {}
+    at_line: dict[tuple[str, int], list[str]] = {}
+    for n in graph.ops:
+        if n.source is not None:
+            at_line.setdefault((n.source.file, n.source.line), []).append(n.name)
+    data_dependent = {n.name for n in graph.ops if n.attrs.get("data_dependent")}
+    groups: dict[tuple[str, str, int], BreakGroup] = {}
+    for b in breaks:
+        frames = _frames(b.stack)
+        cat = category(b.gb_type, b.reason)
+        at, lib = place(frames, cat)
+        where = frames[at] if frames else None
+        key = (b.gb_type, where.file if where else "", where.line if where else 0)
+        if key in groups:
+            continue
+        names = at_line.get((where.file, where.line), []) if where else []
+        eager_names = [n for n in names if assigned.get(n) == EAGER]
+        node = next((n for n in eager_names if n in data_dependent), None) or next(iter(eager_names or names), None)
+        link = _LINK.search(b.reason)
+        detail = b.reason.split("\n  Developer debug context", 1)[0].strip()
+        passes = sum(1 for n in eager_names if n in data_dependent)
+        count = max(passes, resumed.get((where.func, where.line), 0) if where else 0, 1)
+        groups[key] = BreakGroup(cat, _short_reason(b.gb_type, b.reason), detail, frames, count, node,
+                                 tree.of(node).id if node is not None else None, b.input_set,
+                                 link.group(1) if link else "", at, lib, registry().get(b.gb_type, ""))
+    return list(groups.values())
+
+
+def _short_reason(gb_type: str, reason: str) -> str:
+    """Dynamo's break type, with the call it names when its explanation names one."""
+    name = _called(reason)
+    return f"{gb_type} ({name})" if name and name not in gb_type else gb_type
+
+
+__all__ = ["BY_ID", "category", "group_breaks", "library_of", "place", "registry"]

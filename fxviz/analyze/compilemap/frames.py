@@ -1,0 +1,38 @@
+"""Whose code a stack frame is: the user's own, or a library's (the standard library, anything
+installed, torch itself), by the root its file lies under. No torch."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sysconfig
+from pathlib import Path
+
+
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)}
+    spec = importlib.util.find_spec("torch")
+    for root in (spec.submodule_search_locations or ()) if spec is not None else ():
+        roots.add(str(Path(root).parent))
+    # the longest first: site-packages before the stdlib that holds it
+    return tuple(sorted((str(Path(r).resolve()) + "/" for r in roots), key=len, reverse=True))
+
+
+def library_of(file: str) -> str:
+    """``file`` relative to the library root it lies under (``json/encoder.py``,
+    ``transformers/utils/generic.py``), or ``""`` for the user's own code."""
+    if file.startswith("<"):
+        return file if file.startswith("<frozen") else ""
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in file:
+            return file.rsplit(marker, 1)[1]
+    resolved = str(Path(file).resolve()) if file.startswith("/") else file
+    for root in _library_roots():
+        if resolved.startswith(root):
+            return resolved[len(root):]
+    return ""
+
+
+__all__ = ["library_of"]

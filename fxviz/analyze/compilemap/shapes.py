@@ -1,0 +1,218 @@
+"""Dynamic shapes and guards of a Dynamo graph, read from torch's own records of the frame that
+compiled it (needs torch):
+
+* every guard of the frame, from the ``Guard`` objects Dynamo hands to ``guard_export_fn`` once it
+  has built its guard manager (``source: KIND``, and each symbolic-shape check the ShapeEnv issued as
+  ``SHAPE_ENV: 5 <= L['x'].size()[0]``, the text ``dynamo_cpp_guards_str`` shows);
+* the symbolic sizes (``s0``, ...) of the frame's ``ShapeEnv``: the input dimension each comes from
+  (its source ``L['x'].size()[0]``), its value range, the size it was traced with, the constant it was
+  specialised to, and the guards on it with the user line that installed each (the ShapeEnv keeps a
+  location per guard, ``ShapeGuard.sloc``);
+* a recompile's failed guard mapped to the input dimension and the guard that installed it.
+
+The ShapeEnv writes a user line as ``code  # short/path.py:12 in forward`` (the path cut relative to
+torch's install); :func:`resolve` finds the full path among the files the graph's stack traces name.
+That line may be library code (``F.linear`` inside ``nn.Linear``): the recorder keeps the user's
+stack at each location the ShapeEnv records (:meth:`~fxviz.analyze.compilemap.record.Recorder.guard_stacks`),
+so a guard's line is the user's own line and the library line is kept as ``via``.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from fxviz.analyze.compilemap.frames import library_of
+from fxviz.analyze.compilemap.result import ShapeGuard, Symbol
+
+_USER_LOC = re.compile(r"^(?P<code>.*)  # (?P<file>\S+):(?P<line>\d+) in (?P<func>\S+)$")
+_SIZE = re.compile(r"(L\['[^']+'\]|[A-Za-z_][\w.]*)\.size\(\)\[(\d+)\]")
+_LOCAL = re.compile(r"^L\['([^']+)'\]$")
+_STATIC = re.compile(r"tensor '(.+)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)")
+_SPECIALISED_01 = "0/1 specialization"
+
+
+def _name(source: Any) -> str:
+    n = getattr(source, "name", "")
+    return str(n() if callable(n) else n)
+
+
+def input_name(source: str) -> str:
+    """``x`` for the frame local ``L['x']``; other sources as torch names them."""
+    m = _LOCAL.match(source)
+    return m.group(1) if m else source
+
+
+def _int(v: Any) -> int | None:
+    return int(v) if getattr(v, "is_Integer", False) or isinstance(v, int) else None
+
+
+def every_guard(guards: Iterable[Any]) -> list[str]:
+    """Every guard Dynamo installed for a frame, as ``source: KIND`` (``KIND`` alone for global
+    state), the ShapeEnv's checks one by one as ``SHAPE_ENV: <check>``; sorted, none left out."""
+    out: set[str] = set()
+    for g in guards:
+        try:
+            name, kind = str(g.name), str(g.create_fn_name())
+        except Exception:  # noqa: BLE001 - a guard kind this torch version spells differently: keep its type
+            name, kind = "", type(g).__name__
+        if kind == "SHAPE_ENV":
+            out.update(f"SHAPE_ENV: {code}" for code in (g.code_list or ()))
+        else:
+            out.add(f"{name}: {kind}" if name else kind)
+    return sorted(out)
+
+
+def graph_inputs(gm: torch.fx.GraphModule) -> list[str]:
+    """The graph's tensor inputs that are the frame's own locals (parameters left out), with their
+    shapes as traced: ``x: (s77, 8)`` (a symbol for a dynamic size)."""
+    out = []
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        arg = n.meta.get("grapharg")
+        source = _name(getattr(arg, "source", None)) if arg is not None else ""
+        value = n.meta.get("example_value")
+        if not source.startswith("L[") or source.startswith("L['self']") or not isinstance(value, torch.Tensor):
+            continue
+        out.append(f"{input_name(source)}: ({', '.join(str(d) for d in value.shape)}{',' if value.dim() == 1 else ''})")
+    return out
+
+
+def resolve(short: str, files: Iterable[str]) -> str:
+    """The full path of a file the ShapeEnv names by a shortened path: a known file it ends."""
+    if short.startswith("/"):
+        return short
+    for f in files:
+        if f.endswith(short):
+            return f
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None) or ""
+        if f.endswith(short):
+            return f
+    return short
+
+
+Stack = Sequence[tuple[str, int, str]]
+
+
+def _loc(sloc: Any, stacks: Mapping[int, tuple[Any, Stack]], files: Sequence[str]) -> tuple[str, int, str, str, str]:
+    """``(file, line, code, via, framework)`` of a ShapeEnv location: the user's line (the innermost
+    frame of the user's own code in the stack recorded for it, ``stacks[id(sloc)]``); ``via`` the
+    library line where the innermost frame is library code (``torch/nn/modules/linear.py:134``);
+    ``framework`` torch's own note where torch installed the guard itself. Without a recorded stack,
+    the line the ShapeEnv names."""
+    floc = getattr(sloc, "framework_loc", None)
+    framework = floc if isinstance(floc, str) else ""
+    stack = stacks.get(id(sloc), (None, None))[1] if sloc is not None else None
+    if stack:
+        mine = [fr for fr in stack if not library_of(fr[0])]
+        if mine:
+            f, n, code = mine[-1]
+            inner = stack[-1]
+            via = f"{library_of(inner[0])}:{inner[1]}" if library_of(inner[0]) else ""
+            return f, n, code or linecache.getline(f, n).strip(), via, framework
+    m = _USER_LOC.match(getattr(sloc, "maybe_user_loc", None) or "")
+    if not m:
+        return "", 0, "", "", framework
+    return resolve(m.group("file"), files), int(m.group("line")), m.group("code").strip(), "", framework
+
+
+def read_shape_env(env: Any, stacks: Mapping[int, tuple[Any, Stack]], files: Sequence[str]) -> tuple[list[Symbol], list[ShapeGuard]]:
+    """The symbols of a frame's ShapeEnv that stand for its inputs' sizes, and its guards;
+    ``stacks``: the user's stack at each ShapeEnv location (:meth:`Recorder.guard_stacks`), ``files``
+    the files the graph's stack traces name."""
+    if env is None:
+        return [], []
+    guards = []
+    for g in getattr(env, "guards", ()):
+        file, line, code, via, framework = _loc(g.sloc, stacks, files)
+        guards.append(ShapeGuard(str(g.expr), sorted(str(s) for s in g.expr.free_symbols), file, line, code,
+                                 framework, via))
+    symbols = []
+    values = getattr(env, "backed_var_to_val", None) or getattr(env, "var_to_val", {})
+    for s, sources in getattr(env, "var_to_sources", {}).items():
+        if not sources:
+            continue
+        src = sources[0]
+        prop = getattr(src, "prop", None)
+        base = getattr(src, "base", None)
+        if base is None or getattr(prop, "name", "") != "SIZE":
+            continue
+        r = env.var_to_range.get(s)
+        spec = _int(env.replacements.get(s)) if s in getattr(env, "replacements", {}) else None
+        lo_sloc = getattr(getattr(env, "var_to_range_sloc", {}).get(s), "lower", None)
+        sym = Symbol(str(s), _name(src), input_name(_name(base)), getattr(src, "idx", None),
+                     _int(r.lower) if r is not None else None, _int(r.upper) if r is not None else None,
+                     _int(values.get(s)), spec,
+                     zero_one=_SPECIALISED_01 in str(getattr(lo_sloc, "framework_loc", "") or ""))
+        on = [g for g in guards if sym.name in g.symbols and g.line]
+        where = next((g for g in on if spec is not None and g.expr.startswith("Eq(")), None) or next(iter(on), None)
+        if where is not None:
+            sym.file, sym.line, sym.code = where.file, where.line, where.code
+        sym.advice = advice(sym, [g for g in on if not g.expr.startswith("Eq(")])
+        symbols.append(sym)
+    return symbols, guards
+
+
+def advice(sym: Symbol, branches: Sequence[ShapeGuard]) -> str:
+    """Whether to ``torch._dynamo.mark_dynamic`` this dimension, and why: not a specialised one,
+    and not to avoid the graph a guard from the user's code asks for. Nothing for a dimension that
+    is dynamic and unguarded (any size in its range reuses the graph), or for a local Dynamo made
+    (``___stack0`` of a resume function: the user cannot mark it)."""
+    dim = f"{sym.input} dim {sym.dim}"
+    if sym.input.startswith("___"):
+        return ""
+    if sym.specialised is not None:
+        at = f" at {_short(sym.file)}:{sym.line} ({sym.code})" if sym.line else ""
+        return (f"{dim} was specialised to {sym.specialised}{at}: leave it static "
+                f"(torch._dynamo.mark_dynamic({sym.input}, {sym.dim}) would raise)")
+    if branches:
+        b = branches[0]
+        return (f"{dim} is dynamic, but the guard {b.expr} from {_short(b.file)}:{b.line} holds it to one side: "
+                "a size on the other side compiles another graph (mark_dynamic does not avoid that)")
+    return ""
+
+
+def _short(file: str) -> str:
+    return file.rsplit("/", 1)[-1]
+
+
+def explain_fail(guard: str, symbols: Sequence[Symbol], guards: Sequence[ShapeGuard]) -> tuple[str, int | None, str, str]:
+    """``(input, dim, words, advice)`` for a failed guard (Dynamo's text, ``0/0:`` cut), given the
+    symbols and shape guards of the graph it failed on; ``words`` is ``""`` where the guard is not
+    on an input's size."""
+    m = _STATIC.search(guard)
+    if m:
+        name, dim = m.group(1), int(m.group(2))
+        return name, dim, "", (f"torch._dynamo.mark_dynamic({name}, {dim}) before the first call (or dynamic=True) "
+                               f"compiles one graph for every size of {name} dim {dim}")
+    check = guard.split("  # ", 1)[0].strip()
+    m = _SIZE.search(check)
+    if not m:
+        return "", None, "", ""
+    name, dim = input_name(m.group(1)), int(m.group(2))
+    sym = next((s for s in symbols if s.input == name and s.dim == dim), None)
+    if sym is None:
+        return name, dim, f"{name} dim {dim} failed the guard {check}", ""
+    span = sym.text().split(" in ", 1)[-1]
+    branch = next((g for g in guards if sym.name in g.symbols and g.line and not g.expr.startswith("Eq(")), None)
+    words = f"{name} dim {dim} ({sym.name}) is outside {span}, the range the graph was compiled for (guard {check}"
+    if branch is not None:
+        words += f", from {branch.code} at {_short(branch.file)}:{branch.line})"
+        return name, dim, words, (f"mark_dynamic does not avoid this recompile: the code branches on {name} dim {dim} "
+                                  f"at {_short(branch.file)}:{branch.line}; make it size-independent (torch.cond) "
+                                  "to keep one graph")
+    words += ")"
+    if sym.zero_one:
+        return name, dim, words, (f"a size of 0 or 1 compiles its own graph (0/1 specialisation): "
+                                  f"torch._dynamo.mark_unbacked({name}, {dim}) avoids it")
+    return name, dim, words, ""
+
+
+__all__ = ["advice", "every_guard", "explain_fail", "graph_inputs", "input_name", "read_shape_env", "resolve"]

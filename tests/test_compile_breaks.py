@@ -1,0 +1,91 @@
+"""Graph breaks of the compile map against torch's own record: a break inside library code is
+placed at the user's line that called it (as ``torch._dynamo.explain``'s user stack has it), with
+the library line as detail; categories come from torch's registry of break types, not the message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import compile_models as cm
+import torch
+import torch._dynamo as dynamo
+
+from fxviz.analyze.compilemap import CompileMap, compile_map
+from fxviz.analyze.compilemap.breaks import BY_ID, category, library_of, registry
+from fxviz.analyze.compilemap.overlay import break_lines
+from fxviz.passes.panels import panels
+
+HERE = str(Path(cm.__file__).resolve())
+REGISTRY = json.loads((Path(torch.__file__).parent / "_dynamo" / "graph_break_registry.json").read_text())
+
+
+def test_a_break_inside_the_standard_library_is_placed_at_the_users_line() -> None:
+    torch.manual_seed(0)
+    model, x = cm.JsonBreak().eval(), cm.x()
+    with torch.no_grad():
+        explained = dynamo.explain(model)(x)
+    dynamo.reset()
+    (reason,) = explained.break_reasons
+    torch_stack = reason.user_stack
+    # torch's own record: the innermost frame is the json encoder, called from the user's line
+    assert torch_stack[-1].filename != HERE and "json" in torch_stack[-2].filename
+    user = [f for f in torch_stack if f.filename == HERE]
+    assert (user[-1].lineno, user[-1].name) == (cm.LINES["json"], "forward")
+
+    cmap = compile_map(model, (x,), backend="eager")
+    (b,) = cmap.breaks
+    assert (b.where.file, b.where.line, b.where.func) == (HERE, user[-1].lineno, "forward")  # type: ignore[union-attr]
+    lib = b.library
+    assert lib is not None and lib.library == "json/encoder.py" and lib.func == "iterencode"
+    assert (lib.file, lib.line) in {(f.filename, f.lineno) for f in torch_stack}
+    assert [f.library for f in b.stack][:2] == ["", "json/__init__.py"]
+    assert b.gb_id in REGISTRY and b.category == BY_ID.get(b.gb_id, "other")
+    assert b.line_text() == f"compile_models.py:{cm.LINES['json']}"
+    lines = break_lines(cmap.breaks)
+    assert lines[0].startswith(f"✗ compile_models.py:{cm.LINES['json']}  meta = json.dumps(")
+    assert lines[1].startswith(f"    broke inside json/encoder.py:{lib.line} (iterencode)")
+    p = panels(cmap.graph)["breaks"]
+    assert p["columns"][-1] == "broke in (library)"
+    assert p["rows"][0]["cells"][0] == f"compile_models.py:{cm.LINES['json']}"
+    assert p["rows"][0]["cells"][-1] == f"json/encoder.py:{lib.line} in iterencode"
+    again = CompileMap.from_json(cmap.to_json()).breaks[0]  # the JSON keeps place and library frame
+    assert (again.where, again.library) == (b.where, b.library)
+
+
+def test_user_breaks_have_no_library_detail() -> None:
+    cmap = compile_map(cm.ExtensionBreak().eval(), (cm.x(),), backend="eager")
+    (b,) = cmap.breaks
+    assert b.library is None and b.where.library == "" and b.gb_id == "GB0007"  # type: ignore[union-attr]
+    assert "broke in (library)" not in panels(cmap.graph)["breaks"]["columns"]
+
+
+def _types(gb_id: str) -> list[str]:
+    return [e["Gb_type"] for e in REGISTRY[gb_id]]
+
+
+def test_categories_come_from_torchs_registry_of_break_types() -> None:
+    expected = {"GB0124": "item", "GB0109": "item", "GB0170": "branch", "GB0035": "branch", "GB0033": "shape",
+                "GB0291": "print", "GB0007": "unsupported", "GB0147": "unsupported", "GB0103": "subclass",
+                "GB0163": "subclass", "GB7000": "skip", "GB0025": "other", "GB0219": "other"}
+    for gb_id, cat in expected.items():
+        for gb_type in _types(gb_id):  # every name the type has had
+            assert category(gb_type, "") == cat, (gb_id, gb_type)
+    assert set(BY_ID) <= set(REGISTRY)  # every id fxviz maps is one torch knows
+
+
+def test_the_words_of_a_message_do_not_make_a_category() -> None:
+    # Dynamo's own text for a missing slot of one of its VariableTracker subclasses: not a tensor subclass
+    (entry,) = REGISTRY["GB4347"]
+    reason = (f"{entry['Gb_type']}\n  Explanation: Dynamo does not support next() on list_iterator. "
+              "Add tp_iternext_impl to this VariableTracker subclass.\n")
+    assert registry()[entry["Gb_type"]] == "GB4347" and category(entry["Gb_type"], reason) == "other"
+    assert category(_types("GB0059")[0], "  Explanation: Dynamo does not know how to trace builtin operator `print`") == "print"
+    assert category(_types("GB0059")[0], "  Explanation: Dynamo does not know how to trace builtin operator `divmod`") == "unsupported"
+    assert category("a break type torch does not have", "Explanation: `print` item() subclass") == "other"
+
+
+def test_library_files() -> None:
+    assert library_of(json.__file__) == "json/__init__.py"
+    assert library_of(torch.nn.functional.__file__) == "torch/nn/functional.py"
+    assert library_of(HERE) == ""

@@ -1,0 +1,225 @@
+"""Guards and dynamic shapes of the compile map, against torch's own record of the same run: the
+structured trace (what TORCH_TRACE writes and tlparse reads) captured in-process with a handler on
+torch's ``trace_structured`` logger: ``create_symbol`` and ``guard_added_fast`` from the ShapeEnv,
+``dynamo_cpp_guards_str`` (the guard manager Dynamo built) and ``recompile_reasons``."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import compile_models as cm
+import pytest
+import torch
+import torch._dynamo as dynamo
+from torch import nn
+from torch._logging._internal import trace_log
+
+from fxviz.analyze.compilemap import CompileMap, compile_map
+from fxviz.analyze.compilemap.frames import library_of
+from fxviz.analyze.compilemap.overlay import guard_lines
+from fxviz.passes.panels import panels
+
+HERE = str(Path(cm.__file__).resolve())
+BRANCH = cm.LINES["size-branch"]
+
+
+class Trace(logging.Handler):
+    """torch's structured trace of a run: ``(kind, metadata, payload)`` per record, with the
+    interned file names resolved."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[tuple[str, dict[str, Any], Any]] = []
+        self.strings: dict[int, str] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        md = record.metadata  # type: ignore[attr-defined]
+        kind = next(k for k in md if k not in ("frame_id", "frame_compile_id", "attempt", "rank"))
+        if kind == "str":
+            self.strings[md["str"][1]] = md["str"][0]
+        if kind == "artifact":
+            kind = md["artifact"]["name"]
+        self.records.append((kind, md.get(kind, md), record.payload))  # type: ignore[attr-defined]
+
+    def of(self, kind: str) -> list[tuple[dict[str, Any], Any]]:
+        return [(md, p) for k, md, p in self.records if k == kind]
+
+    def stack(self, md: dict[str, Any]) -> list[tuple[str, int]]:
+        return [(self.strings[f["filename"]], f["line"]) for f in md["user_stack"]]
+
+
+@pytest.fixture
+def trace(monkeypatch: pytest.MonkeyPatch) -> Iterator[Trace]:
+    h = Trace()
+    # fxviz quiets torch's loggers while it runs (setLevel CRITICAL): keep the trace logger at DEBUG
+    monkeypatch.setattr(trace_log, "setLevel", lambda level: None)
+    trace_log.addHandler(h)
+    try:
+        yield h
+    finally:
+        trace_log.removeHandler(h)
+
+
+def _cpp_shape_checks(text: str) -> list[str]:
+    """The symbolic-shape checks of a ``dynamo_cpp_guards_str``: root-level lambda guards on sizes."""
+    return [m.group(1) for m in re.finditer(r"^\+- LAMBDA_GUARD: (.*?\.size\(\).*?)  # ", text, re.M)]
+
+
+def _cpp_sources(text: str) -> set[str]:
+    """Sources whose guard manager holds leaf guards of its own (a generic dict's ``.__dict__``
+    manager checks its owner's attributes: Dynamo's guard names the owner)."""
+    out, lines = set(), text.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"^((?:\| )*)\+- GuardManager: source=(.*?), accessed_by=", line)
+        if m and i + 1 < len(lines):
+            child = lines[i + 1]
+            depth = len(m.group(1)) // 2 + 1
+            if child.startswith("| " * depth + "+- ") and "GuardManager" not in child.split(":", 1)[0]:
+                out.add(m.group(2).removesuffix(".__dict__"))
+    return out
+
+
+def test_dynamic_shapes_symbols_and_guards_match_torchs_record(trace: Trace) -> None:
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    hook = ShapeEnv._get_sloc
+    model, (x,) = cm.batch_branch()
+    cmap = compile_map(model, (x,), backend="eager", dynamic=True)
+    assert ShapeEnv._get_sloc is hook  # the recorder's hook is taken off again
+    (g,) = cmap.graphs
+    # symbols: torch's create_symbol records, one for one (name, source, the size traced with)
+    created = {md["symbol"]: md for md, _ in trace.of("create_symbol")}
+    assert {s.name: (s.source, s.value) for s in g.symbols} == {
+        k: (md["source"], int(md["val"])) for k, md in created.items()}
+    batch = next(s for s in g.symbols if s.source == "L['x'].size()[0]")
+    feat = next(s for s in g.symbols if s.source == "L['x'].size()[1]")
+    assert (batch.input, batch.dim, batch.lo, batch.hi, batch.value, batch.specialised) == ("x", 0, 2, 4, 2, None)
+    assert (feat.input, feat.dim, feat.specialised) == ("x", 1, 8)
+    assert g.inputs == [f"x: ({batch.name}, 8)"]
+    # shape guards: torch's guard_added_fast records, each with the user's stack at the guard: the
+    # guard's line is the innermost frame of the user's code, the library line inside it is kept
+    added = {md["expr"]: trace.stack(md) for md, _ in trace.of("guard_added_fast")}
+    assert {sg.expr: (sg.file, sg.line) for sg in g.shape_guards} == {
+        e: next((f, n) for f, n in reversed(st) if not library_of(f)) for e, st in added.items()}
+    assert added[f"{batch.name} <= 4"][-1] == (HERE, BRANCH)
+    spec = next(sg for sg in g.shape_guards if sg.expr == f"Eq({feat.name}, 8)")
+    assert added[spec.expr][-1][0].endswith("torch/nn/modules/linear.py")  # torch: inside nn.Linear ...
+    assert (spec.file, spec.code) == (HERE, "x = self.lin(x)")  # ... called from the user's line
+    assert spec.via == f"torch/nn/modules/linear.py:{added[spec.expr][-1][1]}"
+    assert (feat.file, feat.line) == (spec.file, spec.line)
+    assert (batch.file, batch.line) == (HERE, BRANCH) and batch.code.startswith("if x.shape[0] > 4:")
+    # every guard: the shape checks and every guarded source of the guard manager torch built
+    (cpp,) = [p for _, p in trace.of("dynamo_cpp_guards_str")]
+    ours = [t.split(": ", 1)[1] for t in g.guards if t.startswith("SHAPE_ENV: ")]
+    assert len(ours) == len(_cpp_shape_checks(cpp)) == 1
+    assert "2 <= L['x'].size()[0] <= 4" in cpp and ours[0] in ("2 <= L['x'].size()[0] <= 4",
+                                                           "2 <= L['x'].size()[0] and L['x'].size()[0] <= 4")
+    sources = {t.rsplit(": ", 1)[0] for t in g.guards}
+    assert _cpp_sources(cpp) <= sources and "L['x']" in sources
+    # advice: the batch is held to one side of the branch, the feature size must stay static
+    assert "mark_dynamic does not avoid" in batch.advice and f"compile_models.py:{BRANCH}" in batch.advice
+    assert "leave it static" in feat.advice and "mark_dynamic(x, 1)" in feat.advice
+    rows = panels(cmap.graph)["shapes"]["rows"]
+    assert ["g0", batch.text(), f"compile_models.py:{BRANCH}"] in [r["cells"][:3] for r in rows]
+    again = CompileMap.from_json(cmap.to_json()).graphs[0]
+    assert (again.symbols, again.shape_guards, again.guards) == (g.symbols, g.shape_guards, g.guards)
+
+
+def test_specialised_dimension_cannot_be_marked_dynamic() -> None:
+    """The advice "leave it static" is torch's own behaviour: marking the specialised dim raises."""
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+    model, (x,) = cm.batch_branch()
+    x = x.clone()
+    dynamo.mark_dynamic(x, 1)
+    f = torch.compile(model, backend="eager")
+    try:
+        with pytest.raises(ConstraintViolationError, match=r"specialized it to be a constant \(8\)"), torch.no_grad():
+            f(x)
+    finally:
+        dynamo.reset()
+
+
+def test_recompile_on_a_new_batch_size_names_the_dimension_and_the_guard(trace: Trace) -> None:
+    model, (x,) = cm.batch_branch()
+    cmap = compile_map(model, (x,), backend="eager", inputs=cm.wide_batches())
+    reasons = [p for _, p in trace.of("recompile_reasons")]
+    torch_reasons = [re.sub(r"^\d+/\d+: ", "", (r[0] if isinstance(r, list) else r.strip("[]\n \"")).split("\n")[0])
+                     for r in reasons]
+    first, second = cmap.recompiles
+    # batch 3: the static graph's size check; Dynamo compiles a dynamic batch next (automatic dynamic)
+    assert (first.input_set, first.input, first.dim) == (1, "x", 0)
+    assert first.guard == torch_reasons[0] == "tensor 'x' size mismatch at index 0. expected 2, actual 3"
+    assert first.reason == "x: size of dim 0 is 3, the graph was compiled for 2"
+    assert "torch._dynamo.mark_dynamic(x, 0)" in first.advice
+    # batch 6: the dynamic graph's guard from the branch on the batch size
+    assert (second.input_set, second.input, second.dim) == (2, "x", 0)
+    g1_batch = cmap.graphs[1].symbols[0].name  # the symbol of the graph whose guard failed
+    assert torch_reasons[1].startswith(second.guard.split("  # ", 1)[0]) and "x.size()[0]" in second.guard
+    # the failed guard does not say the size: the graph compiled next was traced with it
+    assert second.reason.startswith(f"x dim 0 is 6 ({g1_batch}), outside [2, 4], the range the graph was compiled for")
+    assert f"compile_models.py:{BRANCH}" in second.reason
+    assert "mark_dynamic does not avoid" in second.advice
+    g1, g2 = cmap.graphs[1:]
+    assert [s.text().split(" = ", 1)[1] for s in g1.symbols] == ["x dim 0 in [2, 4]"]
+    assert [s.text().split(" = ", 1)[1] for s in g2.symbols] == ["x dim 0 in [5, ∞)"]
+    lines = guard_lines(cmap)
+    assert any(ln.startswith("recompile (input set 2, forward): x dim 0") for ln in lines)
+
+
+def test_mark_dynamic_advice_avoids_the_recompile() -> None:
+    """Following the advice given for BatchSized's recompile: torch compiles once for every batch."""
+    model, (x,) = cm.batch_sized()
+    cmap = compile_map(model, (x,), backend="eager", inputs=cm.more_batches())
+    (r,) = cmap.recompiles
+    assert (r.input, r.dim) == ("x", 0) and "mark_dynamic(x, 0)" in r.advice
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    x = x.clone()
+    dynamo.mark_dynamic(x, 0)
+    f = torch.compile(model, backend="eager")
+    try:
+        with torch.no_grad():
+            for batch in (x, *(b for (b,) in cm.more_batches())):
+                f(batch)
+        assert counters["stats"]["unique_graphs"] == 1
+    finally:
+        dynamo.reset()
+        counters.clear()
+
+
+def _deep() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(*(nn.Linear(4, 4) for _ in range(30))).eval()
+
+
+def test_every_guard_is_kept(trace: Trace) -> None:
+    model = _deep()
+    cmap = compile_map(model, (torch.randn(2, 4),), backend="eager")
+    (g,) = cmap.graphs
+    (cpp,) = [p for _, p in trace.of("dynamo_cpp_guards_str")]
+    assert len(g.guards) > 200  # fxviz cut them at 200 before
+    sources = {t.rsplit(": ", 1)[0] for t in g.guards}
+    assert _cpp_sources(cpp) <= sources
+    assert sum(1 for s in sources if s.endswith("._parameters['weight']")) == 30
+    assert len(panels(cmap.graph)["guards"]["rows"]) == len(g.guards)  # the report's panel: every one
+    text = str(cmap.graph)  # the tree prints a page of them
+    assert f"... {len(g.guards) - 20} more rows (the report and the JSON list all)" in text
+    assert sum(1 for ln in text.splitlines() if ln.startswith("│ g0 ")) == 20
+    assert any(ln.startswith(f"guards: g0 {len(g.guards)}") for ln in guard_lines(cmap))
+
+
+def test_the_terminal_pages_shape_guards() -> None:
+    model, (x,) = cm.batch_branch()
+    cmap = compile_map(model, (x,), backend="eager", dynamic=True)
+    full = guard_lines(cmap, limit=100)
+    short = guard_lines(cmap, limit=2)
+    assert len(full) > 4 and short[1:3] == full[1:3]
+    shown = sum(1 for ln in full[1:] if ln.startswith("  "))  # the lines of g0's symbols and guards
+    assert short[3] == f"  ... {shown - 2} more (--json and --html keep every one)"
+
