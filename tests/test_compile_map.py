@@ -279,6 +279,16 @@ def test_a_failing_backend_is_a_model_error_and_leaves_torch_as_found() -> None:
     assert InstructionTranslatorBase.log_graph_break is hook
 
 
+def test_a_model_that_fails_eagerly_is_the_eager_traces_error() -> None:
+    class Fails(torch.nn.Module):
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            return t @ torch.ones(3, 3)  # (2, 8) @ (3, 3): fails eagerly and compiled alike
+
+    with pytest.raises(ModelError, match="during eager capture: RuntimeError") as e:
+        run(Fails(), cm.x())
+    assert e.value.graph is not None and e.value.graph.error
+
+
 def test_categories_from_dynamo_text() -> None:
     assert category("Unsupported Tensor.item() call with capture_scalar_outputs=False", "") == "item"
     assert category("Data-dependent branching", "") == "branch"

@@ -35,7 +35,7 @@ from fxviz.analyze.compilemap.state import ModelSnapshot
 from fxviz.analyze.flops import CAPTURE_PASSES
 from fxviz.calls import CallTree
 from fxviz.errors import InputError, ModelError
-from fxviz.fallback.trace import trace_eager
+from fxviz.fallback.trace import trace_eager, uses_meta
 from fxviz.ir import Attempt, Graph
 from fxviz.passes import run_passes
 from fxviz.text import one_line
@@ -72,6 +72,7 @@ def compile_map(
     it has, and its buffers' values; not parameter values or plain tensor attributes written in
     place). Both runs are under ``torch.no_grad()`` unless ``grad=True``. An ``OptimizedModule``
     (what ``torch.compile(model)`` returns) is unwrapped to the model it wraps (a note says so).
+    Where Dynamo broke no graph, the eager trace runs on fake tensors (:func:`_eager_graph`).
     Dynamo's caches are reset before and after the run (so the user's other compiled functions
     compile again on their next call), its config and counters restored.
 
@@ -114,7 +115,7 @@ def compile_map(
 
         state.restore()
         t0 = time.perf_counter()
-        graph = trace_eager(model, args, kwargs, level="function", grad=grad)
+        graph = _eager_graph(model, args, kwargs, grad, state, fake=not recorder.rec.breaks)
         trace_s = time.perf_counter() - t0
     finally:
         state.restore()
@@ -128,6 +129,25 @@ def compile_map(
                      notes=notes + [lim.note() for lim in hit], limits=hit)
     cmap.timings = {"trace_s": trace_s, "compile_s": compile_s, "analysis_s": time.perf_counter() - t2}
     return cmap
+
+
+def _eager_graph(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], grad: bool, state: ModelSnapshot,
+                 *, fake: bool) -> Graph:
+    """The eager graph of the first input set. Where Dynamo broke no graph, the forward's ops
+    depend on no tensor's values (a value read in Python, ``.item()``, ``if tensor:``, breaks the
+    graph), so they are traced on fake tensors: the same ops, names, lines and shapes, without the
+    forward's arithmetic (a large share of the map's cost beside Dynamo's). Should the fake run
+    still fail (a value read Dynamo was told to capture), or where the graph broke, the real
+    forward is traced."""
+    if fake and not uses_meta(model, args, kwargs):
+        try:
+            graph = trace_eager(model, args, kwargs, level="function", grad=grad, fake=True)
+        except Exception:  # noqa: BLE001 - the real forward says what is wrong, if anything
+            state.restore()
+        else:
+            graph.method = "eager"
+            return graph
+    return trace_eager(model, args, kwargs, level="function", grad=grad)
 
 
 def _run_compiled(model: nn.Module, recorder: FramedRecorder, watch: LimitWatch, sets: Sequence[InputSet],
