@@ -220,7 +220,7 @@ def test_recompile_limit_is_said() -> None:
     # the reasons that led there: each batch size's recompile, the last one refused
     assert lim.reasons == [f"x: size of dim 0 is {b + 1}, the graph was compiled for {b}" for b in range(2, 10)]
     assert [r.input_set for r in cmap.recompiles] == list(range(1, 8))  # the refused one is no recompile
-    assert cmap.header().endswith("✗ recompile limit hit (recompile_limit=8): input sets 8-10 ran eagerly")
+    assert cmap.header().endswith("✗ recompile limit hit (recompile_limit=8): forward ran eagerly on input sets 8-10")
     assert any("torch._dynamo.config.recompile_limit (8)" in n and "input sets 8-10" in n for n in cmap.notes)
     rows = panels(cmap.graph)["recompiles"]["rows"]
     assert [(r["cells"][0], r["level"]) for r in rows if r["level"] == "error"] == [(8, "error"), (9, "error"), (10, "error")]
@@ -398,7 +398,7 @@ def test_cli_marks_the_recompile_limit() -> None:
     text = " ".join(out.split())  # the terminal wraps long lines
     assert text.startswith("BatchSized torch.compile: 8 graphs,")
     head = text.split(" note: ", 1)[0]
-    assert head.endswith("✗ recompile limit hit (recompile_limit=8): input sets 8-10 ran eagerly")
+    assert head.endswith("✗ recompile limit hit (recompile_limit=8): forward ran eagerly on input sets 8-10")
     assert "note: Dynamo hit torch._dynamo.config.recompile_limit (8) for forward" in text
 
 

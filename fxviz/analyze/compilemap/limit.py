@@ -122,6 +122,10 @@ def limits(hits: Sequence[LimitHit], rec: Recording, frames: Sequence[int | None
     for h in hits:
         if h.frame in out:
             continue
+        if h.func == "?":  # torch's record of the frame's compiles is gone: the guard that failed there
+            f = next((f for f in rec.guard_fails if f.input_set == h.input_set), None)
+            if f is not None:
+                h.func, h.file, h.line = f.func, f.file, f.line
         eager = [k for k in range(h.input_set, input_sets) if (h.frame, k) not in ran]
         reasons = [f.reason for f in _first_fails(rec.guard_fails, h) if f.input_set <= h.input_set]
         if h.reason and (not reasons or reasons[-1] != h.reason):

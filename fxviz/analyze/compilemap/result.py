@@ -239,8 +239,9 @@ class CompileMap:
 
     def header(self) -> str:
         """``3 graphs, 2 breaks (1 cause), 1 recompile, 91% of ops compiled (aot_eager)``, and a
-        mark when Dynamo hit its recompile limit (``✗ recompile limit hit (recompile_limit=8): input
-        sets 8-10 ran eagerly``; the share compiled is of the first input set)."""
+        mark for each function Dynamo stopped recompiling (``✗ recompile limit hit
+        (recompile_limit=8): forward ran eagerly on input sets 8-10``; the share compiled is of the
+        first input set)."""
         def n(k: int, word: str) -> str:
             return f"{k} {word}{'' if k == 1 else 's'}"
 
@@ -250,9 +251,9 @@ class CompileMap:
             parts.append(n(len(self.recompiles), "recompile"))
         parts.append(f"{_percent(self.share)} of ops compiled ({self.compiled_ops}/{self.ops})")
         out = ", ".join(parts) + f"  ·  backend {self.backend}" + (f", mode {self.mode}" if self.mode else "")
-        if self.limits:
-            settings = ", ".join(dict.fromkeys(f"{lim.setting}={lim.limit}" for lim in self.limits))
-            out += f"  ·  ✗ recompile limit hit ({settings}): input {_sets(self.eager_sets)} ran eagerly"
+        for lim in self.limits:
+            out += (f"  ·  ✗ recompile limit hit ({lim.setting}={lim.limit}): {lim.func} ran eagerly on input "
+                    f"{_sets(lim.eager_sets)}")
         return out
 
     def to_dict(self) -> dict[str, Any]:
