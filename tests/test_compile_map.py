@@ -176,6 +176,24 @@ def test_a_break_on_the_first_call_only_is_in_the_map() -> None:
     assert "first" not in model._buffers and dict(model.named_parameters()) == params
 
 
+def test_buffers_a_forward_writes_are_put_back() -> None:
+    class Normed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin, self.bn = torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8)
+
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            return self.bn(self.lin(t))
+
+    torch.manual_seed(0)
+    model = Normed().train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    cmap = run(model, cm.x(4))
+    assert cmap.break_count == 0 and cmap.share == 1.0
+    after = model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in before.items()) and model.training
+
+
 def test_recompile_limit_is_said() -> None:
     model, (x,) = cm.batch_sized()
     sets = cm.eleven_batches()

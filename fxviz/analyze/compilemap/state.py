@@ -50,8 +50,8 @@ class ModelSnapshot:
             d.update(attrs)
             for obj, saved in contents:
                 _put_back(obj, saved)
-        with torch.no_grad():
-            for b, saved in self._buffers:
+        with torch.no_grad():  # every time: kernels such as batch_norm's write its statistics without
+            for b, saved in self._buffers:  # moving the tensor's version counter
                 if b.shape == saved.shape and b.dtype == saved.dtype:
                     b.copy_(saved)
 
