@@ -126,12 +126,27 @@ def test_breaks_in_a_loop_leave_the_outer_forward_eager() -> None:
     assert r.reason.endswith("the value the graph was specialised on (return x / (1 + s))")
 
 
-def test_clean_model_is_one_graph() -> None:
+def test_clean_model_is_one_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fxviz.analyze.compilemap.run as cm_run
+
+    fakes: list[bool] = []
+    traced = cm_run.trace_eager
+    monkeypatch.setattr(cm_run, "trace_eager", lambda *a, **kw: fakes.append(kw.get("fake", False)) or traced(*a, **kw))
     model, (x,) = cm.clean()
     cmap = run(model, x)
+    assert fakes == [True]
     assert (len(cmap.graphs), cmap.break_count, cmap.share) == (1, 0, 1.0)
     assert set(cmap.assigned.values()) == {"g0"} and cmap.ranking() == []
     assert "breaks" not in panels(cmap.graph) and "modules" not in panels(cmap.graph)
+    # no break: the eager graph was traced on fake tensors, and is the real trace's, op for op
+    from fxviz.analyze.flops import CAPTURE_PASSES
+    from fxviz.fallback.trace import trace_eager
+    from fxviz.passes import run_passes
+
+    real = run_passes(trace_eager(model, (x,)), CAPTURE_PASSES)
+    assert cmap.graph.method == real.method == "eager"
+    assert [(n.name, n.target, n.module, n.source, n.outputs) for n in cmap.graph.nodes] == \
+        [(n.name, n.target, n.module, n.source, n.outputs) for n in real.nodes]
 
 
 def test_recompile_when_the_batch_size_changes() -> None:
