@@ -140,6 +140,26 @@ class LoopOfBreaks(nn.Module):
         return self.head(x + 1).tanh()
 
 
+class LazyScale(nn.Module):
+    """Initialises itself on its first call: reads its scale from the first batch (``.item()``,
+    which breaks the graph on that call only) and counts its calls in a cache filled on first use.
+    A map that ran the model before compiling it would miss the break."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.scale: float | None = None
+        self.seen: dict[str, int] = {}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.lin(x)
+        if self.scale is None:
+            self.scale = x.abs().max().item()  # BREAK:lazy
+            self.register_buffer("first", x.detach().clone())
+        self.seen["calls"] = self.seen.get("calls", 0) + 1
+        return x / self.scale
+
+
 def _lines() -> dict[str, int]:
     out = {}
     for i, line in enumerate(Path(__file__).read_text().splitlines(), 1):
@@ -170,6 +190,17 @@ def clean() -> tuple[nn.Module, tuple[Any, ...]]:
 def batch_sized() -> tuple[nn.Module, tuple[Any, ...]]:
     torch.manual_seed(0)
     return BatchSized().eval(), (x(2),)
+
+
+def lazy_scale() -> tuple[nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    return LazyScale().eval(), (x(),)
+
+
+def eleven_batches() -> list[tuple[torch.Tensor]]:
+    """Input sets for ``--inputs``: batch sizes 3 to 12 (after ``batch_sized``'s 2), eleven sizes
+    in all: with static shapes each recompiles, until Dynamo's recompile limit (8) stops it."""
+    return [(x(b),) for b in range(3, 13)]
 
 
 def more_batches() -> list[tuple[torch.Tensor]]:

@@ -29,12 +29,13 @@ BRANCH = cm.LINES["size-branch"]
 
 class Trace(logging.Handler):
     """torch's structured trace of a run: ``(kind, metadata, payload)`` per record, with the
-    interned file names resolved."""
+    interned file names resolved. torch writes a ``str`` record once per process for each name it
+    interns: names an earlier run of the process interned come from its intern table."""
 
     def __init__(self) -> None:
         super().__init__()
         self.records: list[tuple[str, dict[str, Any], Any]] = []
-        self.strings: dict[int, str] = {}
+        self.strings: dict[int, str] = {i: s for s, i in torch._logging.structured.INTERN_TABLE.items()}
 
     def emit(self, record: logging.LogRecord) -> None:
         md = record.metadata  # type: ignore[attr-defined]

@@ -126,12 +126,27 @@ def test_breaks_in_a_loop_leave_the_outer_forward_eager() -> None:
     assert r.reason.endswith("the value the graph was specialised on (return x / (1 + s))")
 
 
-def test_clean_model_is_one_graph() -> None:
+def test_clean_model_is_one_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fxviz.analyze.compilemap.run as cm_run
+
+    fakes: list[bool] = []
+    traced = cm_run.trace_eager
+    monkeypatch.setattr(cm_run, "trace_eager", lambda *a, **kw: fakes.append(kw.get("fake", False)) or traced(*a, **kw))
     model, (x,) = cm.clean()
     cmap = run(model, x)
+    assert fakes == [True]
     assert (len(cmap.graphs), cmap.break_count, cmap.share) == (1, 0, 1.0)
     assert set(cmap.assigned.values()) == {"g0"} and cmap.ranking() == []
     assert "breaks" not in panels(cmap.graph) and "modules" not in panels(cmap.graph)
+    # no break: the eager graph was traced on fake tensors, and is the real trace's, op for op
+    from fxviz.analyze.flops import CAPTURE_PASSES
+    from fxviz.fallback.trace import trace_eager
+    from fxviz.passes import run_passes
+
+    real = run_passes(trace_eager(model, (x,)), CAPTURE_PASSES)
+    assert cmap.graph.method == real.method == "eager"
+    assert [(n.name, n.target, n.module, n.source, n.outputs) for n in cmap.graph.nodes] == \
+        [(n.name, n.target, n.module, n.source, n.outputs) for n in real.nodes]
 
 
 def test_recompile_when_the_batch_size_changes() -> None:
@@ -156,6 +171,101 @@ def test_no_recompile_with_dynamic_shapes() -> None:
     model, (x,) = cm.batch_sized()
     cmap = run(model, x, inputs=cm.more_batches(), dynamic=True)
     assert cmap.recompiles == [] and len(cmap.graphs) == 1 and cmap.graphs[0].runs == 3
+
+
+def test_a_break_on_the_first_call_only_is_in_the_map() -> None:
+    model, (x,) = cm.lazy_scale()
+    fresh, _ = cm.lazy_scale()
+    seen, params = model.seen, dict(model.named_parameters())
+    cmap = run(model, x)
+    # the oracle: torch's own explain of a user's first call, on a fresh copy of the same model
+    truth = dynamo.explain(fresh)(x)
+    dynamo.reset()
+    assert truth.graph_break_count == 1
+    assert cmap.break_count == truth.graph_break_count and len(cmap.breaks) == 1
+    (b,) = cmap.breaks
+    line = truth.break_reasons[0].user_stack[-1].lineno
+    assert line == cm.LINES["lazy"] and (b.category, b.where.line) == ("item", line)  # type: ignore[union-attr]
+    # the eager graph is of the first call too: the .item() of the initialisation ran eagerly
+    assert cmap.assigned["item"] == "eager" and cmap.assigned["linear"] == "g0"
+    # the model is left as it was found: no scale, the same empty cache, no lazily added buffer
+    assert model.scale is None and model.seen is seen and seen == {}
+    assert "first" not in model._buffers and dict(model.named_parameters()) == params
+
+
+def test_buffers_a_forward_writes_are_put_back() -> None:
+    class Normed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin, self.bn = torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8)
+
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            return self.bn(self.lin(t))
+
+    torch.manual_seed(0)
+    model = Normed().train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    cmap = run(model, cm.x(4))
+    assert cmap.break_count == 0 and cmap.share == 1.0
+    after = model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in before.items()) and model.training
+
+
+def test_recompile_limit_is_said() -> None:
+    model, (x,) = cm.batch_sized()
+    sets = cm.eleven_batches()
+    assert len(sets) + 1 == 11 and dynamo.config.recompile_limit == 8
+    # the oracle: the same model and inputs under torch.compile, read from Dynamo's counters and
+    # from a backend that counts its graphs' calls per input set
+    from torch._dynamo.utils import counters
+
+    calls = [0]
+
+    def counting(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> object:
+        def f(*a: object) -> object:
+            calls[0] += 1
+            return gm.forward(*a)
+        return f
+
+    saved = {k: Counter(v) for k, v in counters.items()}
+    counters.clear()
+    dynamo.reset()
+    compiled, ran, hit_at = torch.compile(model, backend=counting, dynamic=False), [], None
+    with torch.no_grad():
+        for k, (t,) in enumerate([(x,), *sets]):
+            before = calls[0]
+            compiled(t)
+            ran.append(calls[0] > before)
+            if hit_at is None and any("recompile limit" in m for m in counters["unimplemented"]):
+                hit_at = k
+    graphs = counters["stats"]["unique_graphs"]
+    dynamo.reset()
+    counters.clear()
+    for k, v in saved.items():
+        counters[k].update(v)
+    eager = [k for k, r in enumerate(ran) if not r]
+    assert hit_at == 8 and eager == [8, 9, 10] and graphs == 8
+
+    cmap = run(model, x, inputs=sets, dynamic=False)
+    assert len(cmap.graphs) == graphs and cmap.eager_sets == eager
+    (lim,) = cmap.limits
+    assert (lim.input_set, lim.func, lim.line, lim.limit, lim.config) == (
+        hit_at, "forward", cm.BatchSized.forward.__code__.co_firstlineno, dynamo.config.recompile_limit,
+        "torch._dynamo.config.recompile_limit")
+    # the reasons that led there: each batch size's recompile, the last one refused
+    assert lim.reasons == [f"x: size of dim 0 is {b + 1}, the graph was compiled for {b}" for b in range(2, 10)]
+    assert [r.input_set for r in cmap.recompiles] == list(range(1, 8))  # the refused one is no recompile
+    assert cmap.header().endswith("✗ recompile limit hit (recompile_limit=8): forward ran eagerly on input sets 8-10")
+    assert any("torch._dynamo.config.recompile_limit (8)" in n and "input sets 8-10" in n for n in cmap.notes)
+    rows = panels(cmap.graph)["recompiles"]["rows"]
+    assert [(r["cells"][0], r["level"]) for r in rows if r["level"] == "error"] == [(8, "error"), (9, "error"), (10, "error")]
+    assert "recompile_limit (8) reached" in rows[-1]["cells"][2]
+    d = json.loads(cmap.to_json())
+    assert d["eager_input_sets"] == eager and d["recompile_limits"][0]["config"] == lim.config
+    assert CompileMap.from_json(cmap.to_json()).limits == cmap.limits
+    # without the limit in the way (dynamic shapes) nothing runs eagerly and nothing is said
+    again = run(model, x, inputs=sets)
+    assert again.limits == [] and "recompile limit" not in again.header()
 
 
 def test_optimized_module_is_unwrapped() -> None:
@@ -202,6 +312,16 @@ def test_a_failing_backend_is_a_model_error_and_leaves_torch_as_found() -> None:
         compile_map(model, (x,), backend=broken)
     assert isinstance(e.value.__cause__, Exception) and e.value.graph is None
     assert InstructionTranslatorBase.log_graph_break is hook
+
+
+def test_a_model_that_fails_eagerly_is_the_eager_traces_error() -> None:
+    class Fails(torch.nn.Module):
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            return t @ torch.ones(3, 3)  # (2, 8) @ (3, 3): fails eagerly and compiled alike
+
+    with pytest.raises(ModelError, match="during eager capture: RuntimeError") as e:
+        run(Fails(), cm.x())
+    assert e.value.graph is not None and e.value.graph.error
 
 
 def test_categories_from_dynamo_text() -> None:
@@ -304,6 +424,17 @@ def test_cli_json_stdout_stays_json_when_the_model_prints() -> None:
     code, out, err = invoke("compile", f"{TARGET}:PrintBreak", "-i", "2,8", "-b", "eager", "--json", "-")
     assert code == 0 and json.loads(out)["summary"]["breaks"] == 2
     assert "shape (2, 8)" in err
+
+
+def test_cli_marks_the_recompile_limit() -> None:
+    code, out, _ = invoke("compile", f"{TARGET}:batch_sized", "-b", "eager", "--no-dynamic", "--inputs",
+                          f"{TARGET}:eleven_batches")
+    assert code == 0
+    text = " ".join(out.split())  # the terminal wraps long lines
+    assert text.startswith("BatchSized torch.compile: 8 graphs,")
+    head = text.split(" note: ", 1)[0]
+    assert head.endswith("✗ recompile limit hit (recompile_limit=8): forward ran eagerly on input sets 8-10")
+    assert "note: Dynamo hit torch._dynamo.config.recompile_limit (8) for forward" in text
 
 
 def test_cli_refuses_a_saved_graph(tmp_path: Path) -> None:

@@ -6,8 +6,10 @@
 * overlay ``coverage`` (number, %): per module call the share of its ops (any depth) that ran
   inside a compiled graph;
 * panels ``breaks`` (grouped by cause and line, with the hint), ``modules`` (module calls ranked by
-  ops left outside graphs), ``recompiles`` (the guard that failed, and which input set), ``shapes``
-  (symbolic sizes and the guards on them, with their user lines) and ``guards`` (every guard).
+  ops left outside graphs), ``recompiles`` (the guard that failed, and which input set; the
+  input sets a function ran eagerly in after Dynamo hit its recompile limit, marked as errors),
+  ``shapes`` (symbolic sizes and the guards on them, with their user lines) and ``guards`` (every
+  guard).
 """
 
 from __future__ import annotations
@@ -92,11 +94,19 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
                             level="error" if m.compiled == 0 else "warn") for m in ranked[:limit]],
                   note=f"{_plural(len(ranked), 'module call')} with ops outside graphs"
                   + (f"; the first {limit} shown" if len(ranked) > limit else ""))
-    if cmap.recompiles:
+    if cmap.recompiles or cmap.limits:
+        rows = [(r.input_set, row(r.input_set, f"{r.func} ({r.file.rsplit('/', 1)[-1]}:{r.line})",
+                                  one_line(r.reason, limit=200), r.advice or None, level="warn")) for r in cmap.recompiles]
+        for lim in cmap.limits:  # each input set the function ran eagerly in, after its recompiles
+            rows += [(k, row(k, lim.where(), f"ran eagerly: {lim.config} ({lim.limit}) reached"
+                             + (f" (last guard failed: {one_line(lim.reasons[-1], limit=150)})"
+                                if k == lim.input_set and lim.reasons else ""), None, level="error"))
+                     for k in lim.eager_sets]
+        note = f"{_plural(cmap.input_sets, 'input set')}, {_plural(len(cmap.recompiles), 'recompile')}"
+        if cmap.limits:
+            note += "; " + "; ".join(lim.note() for lim in cmap.limits)
         set_panel(graph, "recompiles", title="recompiles", columns=["input set", "function", "guard failed", "advice"],
-                  rows=[row(r.input_set, f"{r.func} ({r.file.rsplit('/', 1)[-1]}:{r.line})", one_line(r.reason, limit=200),
-                            r.advice or None, level="warn") for r in cmap.recompiles],
-                  note=f"{_plural(cmap.input_sets, 'input set')}, {_plural(len(cmap.recompiles), 'recompile')}")
+                  rows=[r for _, r in sorted(rows, key=lambda kr: kr[0])], note=note)
     _guard_panels(cmap)
     return graph
 

@@ -195,6 +195,51 @@ class Recompile:
 
 
 @dataclass(slots=True)
+class RecompileLimit:
+    """Dynamo stopped compiling a function: it had compiled it ``limit`` times (the setting
+    ``torch._dynamo.config.<setting>``, ``recompile_limit`` unless the process-wide
+    ``accumulated_recompile_limit`` was reached first), so from input set ``input_set`` on, the
+    function ran eagerly on every input no compiled version accepted (``eager_sets``: the input
+    sets in which it ran no compiled graph). ``reasons``: the guard that failed at each recompile
+    that led there, in order, the last one the recompile Dynamo refused."""
+
+    input_set: int
+    func: str
+    file: str
+    line: int
+    setting: str
+    limit: int
+    eager_sets: list[int] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def config(self) -> str:
+        return f"torch._dynamo.config.{self.setting}"
+
+    def where(self) -> str:
+        return f"{self.func} ({self.file.rsplit('/', 1)[-1]}:{self.line})" if self.file else self.func
+
+    def note(self) -> str:
+        """The finding in one sentence, with what to change."""
+        sets = _sets(self.eager_sets)
+        last = f" (last guard failed: {self.reasons[-1]})" if self.reasons else ""
+        return (f"Dynamo hit {self.config} ({self.limit}) for {self.where()} at input set {self.input_set}: "
+                f"it compiles that function no more and ran it eagerly on input {sets}{last}; "
+                f"raise {self.config} or remove the recompiles' cause (dynamic=True, torch._dynamo.mark_dynamic)")
+
+
+def _sets(ks: list[int]) -> str:
+    """``set 3``, ``sets 8-10``, ``sets 2, 5``."""
+    if not ks:
+        return "no set"
+    if len(ks) == 1:
+        return f"set {ks[0]}"
+    if ks == list(range(ks[0], ks[-1] + 1)):
+        return f"sets {ks[0]}-{ks[-1]}"
+    return "sets " + ", ".join(map(str, ks))
+
+
+@dataclass(slots=True)
 class ModuleCoverage:
     """One module call: its ops, how many ran inside a compiled graph, and which graphs."""
 
@@ -233,6 +278,12 @@ class CompileMap:
     input_sets: int = 1
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    limits: list[RecompileLimit] = field(default_factory=list)
+
+    @property
+    def eager_sets(self) -> list[int]:
+        """The input sets in which a function Dynamo stopped recompiling ran eagerly."""
+        return sorted({k for lim in self.limits for k in lim.eager_sets})
 
     @property
     def break_count(self) -> int:
@@ -257,7 +308,10 @@ class CompileMap:
         return sorted((m for m in self.modules if m.eager and m.call), key=lambda m: (-m.eager, m.call))
 
     def header(self) -> str:
-        """``3 graphs, 2 breaks (1 cause), 1 recompile, 91% of ops compiled (aot_eager)``."""
+        """``3 graphs, 2 breaks (1 cause), 1 recompile, 91% of ops compiled (aot_eager)``, and a
+        mark for each function Dynamo stopped recompiling (``✗ recompile limit hit
+        (recompile_limit=8): forward ran eagerly on input sets 8-10``; the share compiled is of the
+        first input set)."""
         def n(k: int, word: str) -> str:
             return f"{k} {word}{'' if k == 1 else 's'}"
 
@@ -266,7 +320,11 @@ class CompileMap:
         if self.recompiles or self.input_sets > 1:
             parts.append(n(len(self.recompiles), "recompile"))
         parts.append(f"{_percent(self.share)} of ops compiled ({self.compiled_ops}/{self.ops})")
-        return ", ".join(parts) + f"  ·  backend {self.backend}" + (f", mode {self.mode}" if self.mode else "")
+        out = ", ".join(parts) + f"  ·  backend {self.backend}" + (f", mode {self.mode}" if self.mode else "")
+        for lim in self.limits:
+            out += (f"  ·  ✗ recompile limit hit ({lim.setting}={lim.limit}): {lim.func} ran eagerly on input "
+                    f"{_sets(lim.eager_sets)}")
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -278,6 +336,8 @@ class CompileMap:
             "graphs": [asdict(g) for g in self.graphs],
             "breaks": [{**asdict(b), "hint": b.hint, "link": b.link} for b in self.breaks],
             "recompiles": [asdict(r) for r in self.recompiles],
+            "recompile_limits": [{**asdict(lim), "config": lim.config} for lim in self.limits],
+            "eager_input_sets": self.eager_sets,
             "modules": [asdict(m) for m in self.modules],
             "assigned": self.assigned, "notes": self.notes, "timings": self.timings,
             "graph": json.loads(self.graph.to_json()),
@@ -300,6 +360,8 @@ class CompileMap:
             recompiles=[Recompile(**r) for r in d["recompiles"]], assigned=d["assigned"],
             modules=[ModuleCoverage(**m) for m in d["modules"]], input_sets=d["input_sets"],
             notes=d["notes"], timings=d["timings"],
+            limits=[RecompileLimit(**{k: v for k, v in lim.items() if k != "config"})
+                    for lim in d.get("recompile_limits", [])],
         )
 
 
@@ -325,4 +387,4 @@ def percent(share: float | None) -> str:
 
 
 __all__ = ["CATEGORIES", "HINTS", "BreakGroup", "CompileMap", "CompiledGraph", "Frame", "ModuleCoverage",
-           "Recompile", "ShapeGuard", "Symbol", "percent"]
+           "Recompile", "RecompileLimit", "ShapeGuard", "Symbol", "percent"]

@@ -7,26 +7,27 @@ import contextlib
 import re
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 from fxviz.analyze.compilemap.breaks import category, group_breaks
+from fxviz.analyze.compilemap.limit import FramedRecorder, LimitWatch, limits, refused
 from fxviz.analyze.compilemap.match import assign
 from fxviz.analyze.compilemap.overlay import EAGER, module_coverage, write
 from fxviz.analyze.compilemap.record import (
     GuardFailRecord,
-    Recorder,
     Recording,
     dynamo_state,
     module_paths,
 )
-from fxviz.analyze.compilemap.result import CompiledGraph, CompileMap, Recompile
+from fxviz.analyze.compilemap.result import CompiledGraph, CompileMap, Recompile, RecompileLimit
+from fxviz.analyze.compilemap.state import ModelSnapshot
 from fxviz.analyze.flops import CAPTURE_PASSES
 from fxviz.errors import InputError, ModelError
-from fxviz.fallback.trace import trace_eager
+from fxviz.fallback.trace import trace_eager, uses_meta
 from fxviz.ir import Attempt, Graph
 from fxviz.passes import run_passes
 from fxviz.text import one_line
@@ -53,11 +54,23 @@ def compile_map(
     of the first input set with each op marked by the compiled graph that ran it, the graph breaks
     grouped by cause and line, and the recompiles.
 
-    Both runs (the eager trace and the compiled run) are under ``torch.no_grad()`` unless
-    ``grad=True``. An ``OptimizedModule`` (what ``torch.compile(model)`` returns) is unwrapped to
-    the model it wraps (a note says so). Dynamo's caches are reset before and after the run (so the
-    user's other compiled functions compile again on their next call), its config and counters
-    restored, and the model's buffers and training flags restored.
+    The compiled run comes first and sees the model as the user's first call would (a model that
+    initialises itself on its first call, ``if self.scale is None: ...``, breaks there as it does
+    for the user); the eager trace of the first input set follows, on the model as it was before
+    the compiled run. Between the runs and after them the model is put back as it was found
+    (:class:`~fxviz.analyze.compilemap.state.ModelSnapshot`: every module's Python attributes,
+    ``dict``/``list``/``set`` attributes one level deep, which parameters, buffers and submodules
+    it has, and its buffers' values; not parameter values or plain tensor attributes written in
+    place). Both runs are under ``torch.no_grad()`` unless ``grad=True``. An ``OptimizedModule``
+    (what ``torch.compile(model)`` returns) is unwrapped to the model it wraps (a note says so).
+    Where Dynamo broke no graph, the eager trace runs on fake tensors (:func:`_eager_graph`).
+    Dynamo's caches are reset before and after the run (so the user's other compiled functions
+    compile again on their next call), its config and counters restored.
+
+    When Dynamo hits its recompile limit (``torch._dynamo.config.recompile_limit``, 8) it stops
+    compiling the function and runs it eagerly: ``cm.limits`` says where, from which input set,
+    the input sets it ran eagerly in (``cm.eager_sets``) and the recompile reasons that led there;
+    the header is marked and a note says what to change.
 
         >>> cm = compile_map(model, (x,), backend="aot_eager")   # tests/compile_models.py:item_break
         >>> cm.header()
@@ -66,7 +79,8 @@ def compile_map(
         ('g0', 'eager', 'compile_models.py:27', 'item')
 
     A model that raises under torch.compile (but not eagerly) is a
-    :class:`~fxviz.errors.ModelError` that chains torch's exception.
+    :class:`~fxviz.errors.ModelError` that chains torch's exception; one that raises eagerly too
+    is the eager trace's :class:`~fxviz.errors.ModelError`.
     """
     notes: list[str] = []
     orig = getattr(model, "_orig_mod", None)
@@ -77,35 +91,76 @@ def compile_map(
     args, kwargs = normalize_args(model, args, kwargs)
     sets: list[InputSet] = [(args, kwargs)] + [_input_set(model, i, k) for k, i in enumerate(inputs or (), 1)]
 
-    t0 = time.perf_counter()
-    graph = trace_eager(model, args, kwargs, level="function", grad=grad)
-    trace_s = time.perf_counter() - t0
+    state = ModelSnapshot(model)  # the model as the user's first call finds it, for both runs
+    try:
+        t1 = time.perf_counter()
+        recorder = FramedRecorder(backend, mode, dynamic, module_paths(model))
+        watch = LimitWatch()
+        try:
+            _run_compiled(model, recorder, watch, sets, grad, _name(backend))
+        except ModelError:
+            state.restore()
+            trace_eager(model, args, kwargs, level="function", grad=grad)  # a model that fails eagerly says so
+            raise
+        compile_s = time.perf_counter() - t1
+
+        state.restore()
+        t0 = time.perf_counter()
+        graph = _eager_graph(model, args, kwargs, grad, state, fake=not recorder.rec.breaks)
+        trace_s = time.perf_counter() - t0
+    finally:
+        state.restore()
     graph.attempts = [Attempt("eager", True, trace_s)]
     graph = run_passes(graph, CAPTURE_PASSES)
 
-    t1 = time.perf_counter()
-    recorder = Recorder(backend, mode, dynamic, module_paths(model))
-    with dynamo_state(), _model_state(model), recorder.breaks_logged(), quiet_torch(), warnings.catch_warnings():
+    t2 = time.perf_counter()
+    with gc_paused():  # a few objects per op: no full collections over what compiling left behind
+        hit = limits(watch.hits, recorder.rec, recorder.frames, len(sets))
+        cmap = build(graph, recorder.rec, backend=_name(backend), mode=mode, dynamic=dynamic, input_sets=len(sets),
+                     notes=notes + [lim.note() for lim in hit], limits=hit)
+    cmap.timings = {"trace_s": trace_s, "compile_s": compile_s, "analysis_s": time.perf_counter() - t2}
+    return cmap
+
+
+def _eager_graph(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], grad: bool, state: ModelSnapshot,
+                 *, fake: bool) -> Graph:
+    """The eager graph of the first input set. Where Dynamo broke no graph, the forward's ops
+    depend on no tensor's values (a value read in Python, ``.item()``, ``if tensor:``, breaks the
+    graph), so they are traced on fake tensors: the same ops, names, lines and shapes, without the
+    forward's arithmetic (a large share of the map's cost beside Dynamo's). Should the fake run
+    still fail (a value read Dynamo was told to capture), or where the graph broke, the real
+    forward is traced."""
+    if fake and not uses_meta(model, args, kwargs):
+        try:
+            graph = trace_eager(model, args, kwargs, level="function", grad=grad, fake=True)
+        except Exception:  # noqa: BLE001 - the real forward says what is wrong, if anything
+            state.restore()
+        else:
+            graph.method = "eager"
+            return graph
+    return trace_eager(model, args, kwargs, level="function", grad=grad)
+
+
+def _run_compiled(model: nn.Module, recorder: FramedRecorder, watch: LimitWatch, sets: Sequence[InputSet],
+                  grad: bool, backend: str) -> None:
+    """Run each input set through ``model`` compiled with ``recorder``'s backend, Dynamo reset
+    before and after."""
+    with dynamo_state(), recorder.breaks_logged(), quiet_torch(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Dynamo warns of some breaks too: they are in the map
         compiled = recorder.compile(model)
         grad_mode = contextlib.nullcontext() if grad else torch.no_grad()
         with grad_mode:
             for k, (a, kw) in enumerate(sets):
                 recorder.rec.input_set = k
+                watch.start()
                 try:
                     compiled(*a, **kw)
-                except Exception as e:  # the eager forward ran: this is torch.compile's failure on it
+                except Exception as e:  # told from an eager failure by the caller
                     raise ModelError(
-                        f"the model raised under torch.compile(backend={_name(backend)!r}) on input set {k}: "
+                        f"the model raised under torch.compile(backend={backend!r}) on input set {k}: "
                         f"{type(e).__name__}: {one_line(str(e), limit=300)} (--backend eager tells Dynamo's "
                         "failures from the backend's)") from e
-    compile_s = time.perf_counter() - t1
-
-    t2 = time.perf_counter()
-    with gc_paused():  # a few objects per op: no full collections over what compiling left behind
-        cmap = build(graph, recorder.rec, backend=_name(backend), mode=mode, dynamic=dynamic, input_sets=len(sets), notes=notes)
-    cmap.timings = {"trace_s": trace_s, "compile_s": compile_s, "analysis_s": time.perf_counter() - t2}
-    return cmap
+                watch.done(k)
 
 
 def _name(backend: str | Callable[..., Any]) -> str:
@@ -113,8 +168,9 @@ def _name(backend: str | Callable[..., Any]) -> str:
 
 
 def build(graph: Graph, rec: Recording, *, backend: str, mode: str | None, dynamic: bool | None,
-          input_sets: int = 1, notes: Sequence[str] = ()) -> CompileMap:
-    """The map from a recording: match, group, write the overlays and panels."""
+          input_sets: int = 1, notes: Sequence[str] = (), limits: Sequence[RecompileLimit] = ()) -> CompileMap:
+    """The map from a recording: match, group, write the overlays and panels. ``limits``: the
+    recompile limits Dynamo hit (their refused recompiles are not recompiles)."""
     runs = [(rec.graphs[g].id, rec.graphs[g].ops) for g, k in rec.runs if k == 0]
     ops = graph.ops
     hits = assign(ops, runs)
@@ -125,9 +181,9 @@ def build(graph: Graph, rec: Recording, *, backend: str, mode: str | None, dynam
                             g.shape_guards)
               for g in rec.graphs]
     cmap = CompileMap(graph=graph, backend=backend, mode=mode, dynamic=dynamic, graphs=graphs,
-                      breaks=group_breaks(rec.breaks, graph, tree, assigned, _resumed(rec)), recompiles=recompiles(rec.guard_fails),
+                      breaks=group_breaks(rec.breaks, graph, tree, assigned, _resumed(rec)), recompiles=recompiles(rec.guard_fails, refused(limits)),
                       assigned=assigned, modules=module_coverage(graph, assigned), input_sets=input_sets,
-                      notes=list(notes))
+                      notes=list(notes), limits=list(limits))
     write(cmap)
     return cmap
 
@@ -144,10 +200,11 @@ def _resumed(rec: Recording) -> dict[tuple[str, int], int]:
     return out
 
 
-def recompiles(fails: Sequence[GuardFailRecord]) -> list[Recompile]:
+def recompiles(fails: Sequence[GuardFailRecord], refused: Collection[tuple[int, str, str, int]] = ()) -> list[Recompile]:
     """One recompile per function and input set: the first guard that failed (Dynamo checks the
-    newest compiled version first)."""
-    seen: set[tuple[int, str, str, int]] = set()
+    newest compiled version first); none where the recompile limit refused it (``refused``:
+    ``(input set, function, file, line)``)."""
+    seen: set[tuple[int, str, str, int]] = set(refused)
     out = []
     for f in fails:
         key = (f.input_set, f.func, f.file, f.line)
@@ -169,22 +226,6 @@ def _input_set(model: nn.Module, value: Any, k: int) -> InputSet:
         return normalize_args(model, a, kw)
     except InputError as e:
         raise InputError(f"input set {k}: {e}") from e
-
-
-@contextlib.contextmanager
-def _model_state(model: nn.Module) -> Iterator[None]:
-    """The compiled run is a real forward: put buffers (BatchNorm statistics) and training flags back."""
-    training = [(m, m.training) for m in model.modules()]
-    buffers = [(b, b.detach().clone()) for b in model.buffers() if not b.is_meta]
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for b, saved in buffers:
-                if b.shape == saved.shape:
-                    b.copy_(saved)
-        for m, flag in training:
-            m.training = flag
 
 
 __all__ = ["build", "category", "compile_map", "group_breaks", "recompiles"]
