@@ -286,6 +286,18 @@ def test_a_deferred_check_is_confirmed_by_one_run_at_full_speed() -> None:
     assert "false for these inputs" in first.message
 
 
+def test_ids_beyond_the_embedding_table_are_confirmed_and_the_node_named() -> None:
+    """Export never sees values: an id past the table is a program export proved that does not run."""
+    model, ids = _Counted(check=False).eval(), torch.tensor([[1, 3, 99]])
+    with pytest.raises(IndexError):  # torch's own verdict on these inputs
+        model(ids)
+    with pytest.raises(fxviz.ModelError) as info:
+        fxviz.capture(model, (ids,), method="export")
+    first = info.value.graph.attempts[0]  # type: ignore[union-attr]
+    assert first.error_type == "RejectedInputs"
+    assert first.message.startswith("the exported graph does not run on these inputs at embedding:"), first.message
+
+
 def test_operands_only_the_real_kernel_checks_are_confirmed_and_the_node_named() -> None:
     """Fake kernels let ``linear`` take an int64 input and a float weight; the CPU kernel refuses."""
     model = nn.Sequential(nn.Linear(3, 4), nn.ReLU())

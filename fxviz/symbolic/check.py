@@ -186,10 +186,13 @@ def has_checks(ep: torch.export.ExportedProgram) -> bool:
     return any(n.target is cond or _is_assert(n) for m in _graphs(ep) for n in m.graph.nodes)
 
 
-def needs_running(ep: torch.export.ExportedProgram) -> str | None:
+def needs_running(ep: torch.export.ExportedProgram, flat: FlatInputs | None = None) -> str | None:
     """Why the program must run on the example inputs to be confirmed for them, or None when export
     proved all they need: a ``cond`` (the branch taken), a runtime assertion or constraint, a size
-    bound to tensor data, or operands whose dtypes only the real kernel checks."""
+    bound to tensor data, operands whose dtypes only the real kernel checks, or (given the inputs
+    ``flat``) token ids beyond the embedding table they index (export never sees values)."""
+    if flat is not None and _ids_out_of_range(ep, flat):
+        return "ids beyond the embedding table"
     unbacked = (SymT.UNBACKED_INT, SymT.UNBACKED_FLOAT)
     if any(symbol_is_type(s, unbacked) for s in ep.range_constraints):
         return "a size bound to tensor data"
@@ -210,6 +213,24 @@ def needs_running(ep: torch.export.ExportedProgram) -> str | None:
     return None
 
 
+def _ids_out_of_range(ep: torch.export.ExportedProgram, flat: FlatInputs) -> bool:
+    """Does an ``embedding`` read a user input directly whose values fall outside its table? (One
+    min/max over the ids: the common way real inputs break a program export proved.)"""
+    user = iter(flat.tensors)
+    inputs = {spec.arg.name: next(user, None) for spec in ep.graph_signature.input_specs
+              if spec.kind == InputKind.USER_INPUT and hasattr(spec.arg, "name")}
+    for n in ep.graph.nodes:
+        if n.op != "call_function" or getattr(getattr(n.target, "overloadpacket", None), "__name__", "") != "embedding":
+            continue
+        weight, ids = n.args[0], n.args[1]
+        t = inputs.get(ids.name) if isinstance(ids, torch.fx.Node) else None
+        rows = getattr(weight.meta.get("val"), "shape", (None,))[0] if isinstance(weight, torch.fx.Node) else None
+        if (isinstance(t, torch.Tensor) and t.numel() and isinstance(rows, int) and not t.is_floating_point()
+                and (int(t.min()) < 0 or int(t.max()) >= rows)):
+            return True
+    return False
+
+
 def _dtypes_differ(n: torch.fx.Node) -> bool:
     dtypes = {v.dtype for a in n.args if isinstance(a, torch.fx.Node)
               for v in (a.meta.get("val"),) if isinstance(v, torch.Tensor)}
@@ -224,7 +245,7 @@ def run_program(ep: torch.export.ExportedProgram, flat: FlatInputs) -> ProgramRu
     """Confirm ``ep`` on the real inputs ``flat``: run it once, under ``no_grad``, the generators
     forked, unless export proved all they need (:func:`needs_running`; then ``ran`` is False). What
     it raises is kept in the result, not raised, with the node that raised it."""
-    if needs_running(ep) is None:
+    if needs_running(ep, flat) is None:
         return ProgramRun(ran=False)
     run = ProgramRun()
     gm = ep.graph_module
