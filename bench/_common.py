@@ -145,3 +145,24 @@ def gpt2(n_layer: int = 12, seq: int = 128, device: str = "cpu") -> tuple[Any, t
         model = GPT2LMHeadModel(cfg).eval()
         ids = torch.randint(0, cfg.vocab_size, (1, seq))
     return model, (ids,)
+
+
+def build_gpt2_checked() -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """GPT-2 small behind a check on tensor data (``torch._check`` on a count of end-of-text tokens,
+    as LLaVA checks its image tokens): export defers it to a runtime assertion, so fxviz's
+    ``validate`` must run the program once on the inputs to confirm it."""
+    import torch
+    from torch import nn
+
+    class Checked(nn.Module):
+        def __init__(self, inner: nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: torch.Tensor) -> Any:
+            n = (input_ids == 50256).sum().item()
+            torch._check(n == 0, lambda: "no end-of-text token inside the prompt")
+            return self.inner(input_ids)
+
+    model, args = gpt2()
+    return Checked(model).eval(), args, {}

@@ -12,8 +12,15 @@ costs), with torch pinned to one thread:
   (transformers' ``DynamicCache`` output stops it; that is why fxviz wraps the model); then it is
   timed with ``use_cache=False`` and marked ``*``;
 - ``fxviz``: ``fxviz.capture(model, args, kwargs, method="export", validate=False)``, end to end;
-- ``fxviz (checked)``: the same with the default ``validate=True``: the exported program also runs
-  once on the inputs (issue 9; skipped for inputs on ``meta``), shown next to one plain ``forward``.
+- ``fxviz (checked)``: the same with the default ``validate=True``: the exported program runs once
+  on the inputs when export left something to confirm (runtime assertions, sizes bound to tensor
+  data, a ``cond``; issue 18), never on ``meta``; shown next to one plain ``forward``.
+
+``gpt2`` has nothing to confirm; ``gpt2-checked`` is GPT-2 behind a ``torch._check`` on tensor data,
+which export defers to a runtime assertion. The first table gives the ratios of issue 18 on process
+CPU time (wall beside): ``checked / export`` (targets: <= 1.10x with nothing to confirm, else
+<= export + 1.1 plain forwards: ``confirm`` = (checked - export) / forward), and ``no-validate /
+export`` (target <= 1.05x).
 
 ``overhead %`` = (fxviz - export) / export on the medians; ``paired %``: the median of the
 per-round ratios (each round runs both back to back, so the machine's drift hits both alike);
@@ -43,6 +50,7 @@ from typing import Any
 from _common import (  # noqa: E402
     build_cnn,
     build_gpt2,
+    build_gpt2_checked,
     environment,
     fmt_s,
     med,
@@ -162,6 +170,13 @@ def bench_model(name: str, build: Callable[[], Any], reps: int) -> dict[str, Any
     res["overhead_min"] = min(times["fxviz"]) / min(times["export"]) - 1
     res["cpu_s"] = cpu
     res["overhead_cpu"] = med(cpu["fxviz"]) / med(cpu["export"]) - 1
+    # issue 18's ratios to bare export, on process CPU time and on wall time
+    for clock, t in (("cpu", cpu), ("wall", times)):
+        e = med(t["export"])
+        res[f"ratio_{clock}"] = {"checked": med(t["fxviz (checked)"]) / e, "no-validate": med(t["fxviz"]) / e}
+        if "forward" in t:
+            res[f"confirm_forwards_{clock}"] = (med(t["fxviz (checked)"]) - e) / med(t["forward"])
+            res[f"validate_forwards_{clock}"] = (med(t["fxviz (checked)"]) - med(t["fxviz"])) / med(t["forward"])
     return res
 
 
@@ -249,7 +264,8 @@ def bench_chain(reps: int, size: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="cnn,gpt2,llama", help="comma-separated subset of cnn,gpt2,llama")
+    ap.add_argument("--models", default="cnn,gpt2,gpt2-checked,llama",
+                    help="comma-separated subset of cnn,gpt2,gpt2-checked,llama")
     ap.add_argument("--reps", type=int, default=None, help="measured rounds (default: 15 CNN, 9 GPT-2, 5 LLaMA)")
     ap.add_argument("--llama-layers", type=int, default=24)
     ap.add_argument("--tree-layers", type=int, default=48, help="GPT-2 depth for the tree timing (0: skip)")
@@ -265,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     builders = {
         "cnn": ("CoolCNN (fxviz.examples.cnn)", build_cnn, 15),
         "gpt2": ("GPT-2 small, seq 128", build_gpt2, 9),
+        "gpt2-checked": ("GPT-2 small behind a torch._check, seq 128", build_gpt2_checked, 9),
         "llama": (f"LLaMA-7B shape, {ns.llama_layers} layers, meta", build_llama(ns.llama_layers), 5),
     }
     results: list[dict[str, Any]] = []
@@ -273,6 +290,20 @@ def main(argv: list[str] | None = None) -> int:
         label, build, default_reps = builders[key.strip()]
         print(f"... {label}", file=sys.stderr, flush=True)
         results.append(bench_model(label, build, ns.reps or default_reps))
+
+    print(f"\n## Export path: time / bare torch.export ({ns.threads} thread, medians of process CPU time; wall)\n")
+    print(table(
+        ["model", "export", "fxviz (validate)", "fxviz --no-validate", "(validate - export) / forward",
+         "(validate - no-validate) / forward"],
+        [[r["model"], fmt_s(med(r["cpu_s"]["export"])),
+          f"{r['ratio_cpu']['checked']:.2f}x ({r['ratio_wall']['checked']:.2f}x)",
+          f"{r['ratio_cpu']['no-validate']:.2f}x ({r['ratio_wall']['no-validate']:.2f}x)",
+          *((f"{r[k + '_cpu']:.2f} ({r[k + '_wall']:.2f})" if k + "_cpu" in r else "n/a (meta)")
+            for k in ("confirm_forwards", "validate_forwards"))] for r in results],
+    ))
+    print("\nTargets (issue 18): validate <= 1.10x where export left nothing to confirm (gpt2), else <= export "
+          "+ 1.1 plain forwards (gpt2-checked: (validate - export) / forward <= 1.1; the last column is the "
+          "confirming run alone); --no-validate <= 1.05x")
 
     rows = []
     for r in results:

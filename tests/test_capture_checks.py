@@ -207,6 +207,110 @@ def test_checking_the_inputs_leaves_model_inputs_and_generators_as_found() -> No
         assert torch.equal(x, before[1]) and torch.equal(torch.get_rng_state(), before[2]), method
 
 
+# ---- what the confirming run runs -------------------------------------------------------------------
+
+_RUNS: list[int] = []
+
+
+@torch.library.custom_op("fxviz_confirm::tick", mutates_args=())
+def _tick(x: torch.Tensor) -> torch.Tensor:
+    """Counts the real executions of a model's ops (export traces the fake kernel below)."""
+    _RUNS.append(1)
+    return x.clone()
+
+
+@_tick.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class _Counted(nn.Module):
+    """A GPT-2-like plain model (embedding, projection, every size static), or with ``check`` a
+    LLaVA-like one whose export defers a check on tensor data to run time; ``tick`` counts runs."""
+
+    def __init__(self, check: bool) -> None:
+        super().__init__()
+        self.check = check
+        self.embed = nn.Embedding(16, 8)
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.check:
+            n = (ids == 3).sum().item()
+            torch._check(n == 2, lambda: "wants two 3s")
+        return self.proj(torch.ops.fxviz_confirm.tick(self.embed(ids)))
+
+
+@pytest.mark.parametrize("method", ["export", "auto"])
+def test_a_program_export_proved_is_not_run_again(method: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fxviz.symbolic.export as exporting
+
+    runs: list[bool] = []
+    real = exporting.run_program
+
+    def spy(*args: object) -> object:
+        run = real(*args)  # type: ignore[arg-type]
+        runs.append(run.ran)
+        return run
+
+    monkeypatch.setattr(exporting, "run_program", spy)
+    model, ids = _Counted(check=False).eval(), torch.tensor([[1, 3, 3, 5]])
+    del _RUNS[:]
+    g = fxviz.capture(model, (ids,), method=method, isolate=False)
+    assert g.method == "export" and any(n.target.startswith("fxviz_confirm::tick") for n in g.ops)
+    assert _RUNS == [] and runs == [False]  # confirmed by export itself: never run for real
+    model, args, kwargs = gpt2(n_layer=1)
+    g = fxviz.capture(model, args, kwargs, method=method, isolate=False)
+    assert g.method == "export" and runs == [False, False]
+
+
+def test_a_deferred_check_is_confirmed_by_one_run_at_full_speed() -> None:
+    from torch.export import export
+
+    from fxviz.symbolic.check import needs_running
+
+    model, ids = _Counted(check=True).eval(), torch.tensor([[1, 3, 3, 5]])
+    ep = export(model, (ids,))
+    assert any(n.target is torch.ops.aten._assert_scalar.default for n in ep.graph.nodes)  # torch's record
+    assert needs_running(ep) is not None
+    del _RUNS[:]
+    g = fxviz.capture(model, (ids,), method="export")
+    assert _RUNS == [1]  # once, not stepped node by node after a full-speed run
+    checks = {a.expr: a.holds for a in g.assumptions if a.kind == "assertion"}
+    assert checks.get("u0 == 2") is True and set(checks.values()) == {True}, checks
+    with pytest.raises(fxviz.ModelError, match="wants two 3s") as info:
+        fxviz.capture(model, (torch.tensor([[1, 3, 5, 5]]),), method="export")
+    first = info.value.graph.attempts[0]  # type: ignore[union-attr]
+    # the full-speed run failed, then the node-by-node run named the assertion that failed
+    assert first.error_type == "RejectedInputs" and "asserts u0 >= 2 (test_capture_checks.py:" in first.message
+    assert "false for these inputs" in first.message
+
+
+def test_ids_beyond_the_embedding_table_are_confirmed_and_the_node_named() -> None:
+    """Export never sees values: an id past the table is a program export proved that does not run."""
+    model, ids = _Counted(check=False).eval(), torch.tensor([[1, 3, 99]])
+    with pytest.raises(IndexError):  # torch's own verdict on these inputs
+        model(ids)
+    with pytest.raises(fxviz.ModelError) as info:
+        fxviz.capture(model, (ids,), method="export")
+    first = info.value.graph.attempts[0]  # type: ignore[union-attr]
+    assert first.error_type == "RejectedInputs"
+    assert first.message.startswith("the exported graph does not run on these inputs at embedding:"), first.message
+
+
+def test_operands_only_the_real_kernel_checks_are_confirmed_and_the_node_named() -> None:
+    """Fake kernels let ``linear`` take an int64 input and a float weight; the CPU kernel refuses."""
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
+    x = torch.randint(0, 4, (2, 3))
+    with pytest.raises(RuntimeError, match="same dtype"):  # torch's own verdict on these inputs
+        model(x)
+    with pytest.raises(fxviz.ModelError) as info:
+        fxviz.capture(model, (x,), method="export")
+    first = info.value.graph.attempts[0]  # type: ignore[union-attr]
+    assert first.error_type == "RejectedInputs"
+    assert first.message.startswith("the exported graph does not run on these inputs at linear:"), first.message
+
+
 # ---- the auto chain ----------------------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import sys
 from typing import Any, Literal, NamedTuple
 
 import torch
@@ -36,25 +37,52 @@ class Action(enum.Enum):
     EXIT = "exit"  #: leaves the graph (``x.item()``, ``bool(x)``): a node marked data-dependent
 
 
+class WritesWhen:
+    """When a call of a function that writes only for some argument values writes, decided per
+    call from those arguments: ``F.relu``/``F.dropout`` with ``inplace`` on, ``F.embedding``/
+    ``F.embedding_bag`` with a ``max_norm`` (renormalises rows of the weight), ``F.batch_norm`` in
+    training with running statistics (``F.instance_norm`` with ``use_input_stats``). Anything but
+    an off value (``None``; for a flag also ``False`` or ``0``) counts as on."""
+
+    __slots__ = ("tests",)
+
+    def __init__(self, tests: tuple[tuple[str, int, Any, bool], ...]) -> None:
+        #: ``(parameter, position, default, flag)``: every one on for the call to write
+        self.tests = tests
+
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        for name, pos, default, flag in self.tests:
+            v = kwargs[name] if name in kwargs else args[pos] if pos < len(args) else default
+            if v is None or (flag and (v is False or (type(v) is int and v == 0))):
+                return False
+        return True
+
+    def __repr__(self) -> str:
+        return f"WritesWhen({', '.join(name for name, *_ in self.tests)})"
+
+
 class Kind(NamedTuple):
     """A callable as the tracer records it."""
 
     action: Action
     target: str  #: how the graph names it: ``torch.nn.functional.linear``, ``aten.addmm.default``
     name: str  #: the base of its node names: ``linear``, ``addmm``
-    #: may write its tensor arguments (``add_``, ``x[i] = v``, ``F.relu(x, inplace=True)``,
-    #: ``F.batch_norm``'s running statistics, ``p.data = t``) or the ``.grad`` of the model's
-    #: parameters (``backward``): the tracer backs up a model tensor before such a call
+    #: every call may write its tensor arguments (``add_``, ``x[i] = v``, ``p.data = t``, an ATen op
+    #: whose schema says so) or the ``.grad`` of the model's parameters (``backward``): the tracer
+    #: backs up a model tensor before such a call
     writes: bool = False
+    #: a call writes for some argument values only (``F.relu(x, inplace=True)``): this says which
+    writes_when: WritesWhen | None = None
 
 
-#: Function-level calls that write their tensor arguments although their names do not end in
-#: ``_``: in-place operators, normalisations that update running statistics, ``embedding`` with
-#: ``max_norm`` (renormalises rows of its weight), and ``backward`` (accumulates into ``.grad``).
+#: Function-level calls that always write their tensor arguments although their names do not end
+#: in ``_``: in-place operators and ``backward`` (accumulates into ``.grad``); and the builtin
+#: spellings of the normalisations (``torch.batch_norm``), whose arguments have no signature to read
+#: a :class:`WritesWhen` from (the ``F.`` spellings users call have one).
 WRITERS = frozenset({
     "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
     "__ipow__", "__imatmul__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
-    "batch_norm", "instance_norm", "embedding", "embedding_bag", "native_batch_norm", "backward",
+    "batch_norm", "instance_norm", "native_batch_norm", "backward",
 })
 
 
@@ -100,17 +128,37 @@ def classify(func: Any, level: Level) -> Kind:
         if tensor and name in TENSOR_META_METHODS:
             return Kind(Action.SKIP, target, name)
     action = Action.EXIT if name in DATA_DEPENDENT else Action.OP
-    writes = (parts[-1] == "__set__" or name in WRITERS or (name.endswith("_") and not name.startswith("__"))
-              or _takes_inplace(func))
-    return Kind(action, target, name.strip("_") or name, writes)  # ``__add__`` -> ``add``
+    short = name.strip("_") or name  # ``__add__`` -> ``add``
+    if parts[-1] == "__set__" or (name.endswith("_") and not name.startswith("__")):
+        return Kind(action, target, short, True)
+    when = writes_when(func)
+    return Kind(action, target, short, when is None and name in WRITERS, when)
 
 
-def _takes_inplace(func: Any) -> bool:
-    """A function with an ``inplace`` parameter (``F.relu``, ``F.dropout``): it may write its input."""
+def writes_when(func: Any) -> WritesWhen | None:
+    """The arguments that make a call of ``func`` write, read from its signature: ``inplace``,
+    ``max_norm``, or running statistics with ``training`` / ``use_input_stats``; None for a function
+    with none of them (or no signature: a builtin)."""
     try:
-        return "inplace" in inspect.signature(func).parameters
+        params = inspect.signature(func).parameters
     except (TypeError, ValueError):
-        return False
+        return None
+    positional = [n for n, p in params.items() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+    def test(name: str, flag: bool) -> tuple[str, int, Any, bool]:
+        default = params[name].default
+        pos = positional.index(name) if name in positional else sys.maxsize
+        return name, pos, None if default is inspect.Parameter.empty else default, flag
+
+    if "inplace" in params:
+        return WritesWhen((test("inplace", True),))
+    if "max_norm" in params:
+        return WritesWhen((test("max_norm", False),))
+    if "running_mean" in params:
+        flag = next((n for n in ("training", "use_input_stats") if n in params), None)
+        stats = test("running_mean", False)
+        return WritesWhen((test(flag, True), stats) if flag else (stats,))
+    return None
 
 
 #: ATen op -> positions of the arguments its schema says it writes (``add_``'s ``self``)
@@ -168,5 +216,6 @@ def function_name(func: Any) -> str:
 
 
 __all__ = [
-    "LEVELS", "WRITERS", "Action", "Kind", "Level", "classify", "function_name", "kind_of", "kinds", "written_tensors",
+    "LEVELS", "WRITERS", "Action", "Kind", "Level", "WritesWhen", "classify", "function_name", "kind_of", "kinds",
+    "writes_when", "written_tensors",
 ]

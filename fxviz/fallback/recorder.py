@@ -160,7 +160,8 @@ class Recorder:
                 inputs, attrs, seen = self.collect(args, kwargs, names)
                 source = self.sources.find()
                 mutated = written_tensors(func, args, kwargs, names) if names is not None else ()
-                if kind.writes or (kwargs and "out" in kwargs):
+                when = kind.writes_when
+                if kind.writes or (when is not None and when(args, kwargs)) or (kwargs and "out" in kwargs):
                     self.before_write(kind, args, kwargs, seen, mutated)
         except Exception as e:
             raise TracerFault(f"tracer failed before {func}") from e
@@ -286,7 +287,7 @@ class Recorder:
         mutated: tuple[int, ...] = (),
     ) -> Node | None:
         """Add the node for one finished call, unless it computed nothing a graph shows."""
-        action, target, short, _ = kind
+        action, target, short = kind.action, kind.target, kind.name
         if isinstance(out, torch.Tensor):
             outs: tuple[Any, ...] = (out,)
             has_tensor = True

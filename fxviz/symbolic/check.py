@@ -1,17 +1,23 @@
-"""An exported program on the example inputs: run once for real, it confirms that the inputs run,
-checks every runtime assertion export deferred (``torch._check(n == 2)`` becomes
-``_assert_scalar``), and records which branch of each ``torch.cond`` the inputs take.
+"""An exported program on the example inputs: confirm, by running it once for real, what export did
+not prove for them. Export runs the model on fake tensors, which proves shapes and dtypes through
+each op's fake kernel; it leaves to run time what depends on tensor data: the runtime assertions it
+deferred (``torch._check(n == 2)`` becomes ``_assert_scalar``), sizes bound to data (unbacked
+symbols: ``.item()``, ``nonzero``), the branch each ``torch.cond`` takes; and a few fake kernels
+let through operands whose dtypes the real kernel refuses (``linear`` on int64 inputs). A program
+with none of these (GPT-2) is not run at all (:func:`needs_running`).
 
-The program's own graph is run (not ``ExportedProgram.module()``, which would copy it), node by
-node, with the bodies of ``cond``, ``no_grad`` and ``autocast`` run the same way so that a ``cond``
-inside them is seen too; any other higher-order op runs as itself. The program takes the model's
-parameters, buffers and constants as inputs: those it writes (export's graph keeps a BatchNorm's
-in-place update of its statistics, a forward's ``x.add_(1)``) are given copies (buffers, constants
-and inputs always), so the model and the user's inputs are left as found.
+The program runs at full speed (its ``GraphModule``, on the lifted inputs: cheaper than
+``ExportedProgram.module()``, which copies it); only when that raises is it stepped node by node,
+to name the node that failed. A program with a ``cond`` is stepped from the start, with the bodies of
+``cond``, ``no_grad`` and ``autocast`` run the same way, so that the branch each ``cond`` takes is
+seen; any other higher-order op runs as itself. The program takes the model's parameters, buffers
+and constants as inputs: those it writes (export's graph keeps a BatchNorm's in-place update of its
+statistics, a forward's ``x.add_(1)``) are given copies (buffers, constants and inputs always), so the
+model and the user's inputs are left as found.
 
     >>> run = run_program(ep, flat)
-    >>> run.error, run.taken
-    (None, {cond: True})
+    >>> run.ran, run.error, run.taken
+    (True, None, {cond: True})
 """
 
 from __future__ import annotations
@@ -24,8 +30,10 @@ from typing import Any
 import torch
 import torch.fx
 from torch.export.graph_signature import InputKind
+from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 from fxviz.ir import Assumption, SourceLoc
+from fxviz.ops import ASSERTS, op_family
 from fxviz.torchbridge.checks import forked_rng
 from fxviz.torchbridge.normalize import FlatInputs
 from fxviz.torchbridge.source import source_from_trace
@@ -36,11 +44,21 @@ ASSERT_TARGETS = frozenset({"_assert_scalar", "_assert_async", "_functional_asse
 _MESSAGE = re.compile(r"Runtime assertion failed for expression (?P<expr>.+?) on node '(?P<node>[^']*)'")
 
 
+#: Export's checks that only running evaluates: all of :data:`fxviz.ops.ASSERTS` but the one on
+#: tensor metadata (``.to(dtype)`` leaves one), which fake tensors have already proved.
+_RUNTIME_CHECKS = (ASSERTS | ASSERT_TARGETS) - {"_assert_tensor_metadata"}
+#: Op families whose fake kernels let operands of different dtypes through (``aten.linear`` on an
+#: int64 input and a float weight gives a float result) where the CPU and CUDA kernels refuse them.
+_DTYPE_CHECKED_AT_RUN_TIME = frozenset({"linear", "matmul", "conv"})
+
+
 @dataclass
 class ProgramRun:
     """What running the program taught: the branch each ``cond`` took, the assertions that held,
-    and what the program raised (``error``) at which node (``failed``)."""
+    and what the program raised (``error``) at which node (``failed``). ``ran`` is False when
+    export had proved all the inputs need (:func:`needs_running`): nothing was run."""
 
+    ran: bool = True
     taken: dict[torch.fx.Node, bool] = field(default_factory=dict)
     held: set[torch.fx.Node] = field(default_factory=set)
     failed: torch.fx.Node | None = None
@@ -165,21 +183,103 @@ class _Runner:
 def has_checks(ep: torch.export.ExportedProgram) -> bool:
     """Does the program hold a ``cond`` or a runtime assertion, which only running it evaluates?"""
     cond = torch.ops.higher_order.cond
-    return any(n.target is cond or _is_assert(n) for m in ep.graph_module.modules()
-               if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes)
+    return any(n.target is cond or _is_assert(n) for m in _graphs(ep) for n in m.graph.nodes)
+
+
+def needs_running(ep: torch.export.ExportedProgram, flat: FlatInputs | None = None) -> str | None:
+    """Why the program must run on the example inputs to be confirmed for them, or None when export
+    proved all they need: a ``cond`` (the branch taken), a runtime assertion or constraint, a size
+    bound to tensor data, operands whose dtypes only the real kernel checks, or (given the inputs
+    ``flat``) token ids beyond the embedding table they index (export never sees values)."""
+    if flat is not None and _ids_out_of_range(ep, flat):
+        return "ids beyond the embedding table"
+    unbacked = (SymT.UNBACKED_INT, SymT.UNBACKED_FLOAT)
+    if any(symbol_is_type(s, unbacked) for s in ep.range_constraints):
+        return "a size bound to tensor data"
+    cond = torch.ops.higher_order.cond
+    for module in _graphs(ep):
+        for n in module.graph.nodes:
+            if n.op != "call_function":
+                continue
+            if n.target is cond:
+                return "a torch.cond"
+            packet = getattr(getattr(n.target, "overloadpacket", None), "__name__", "")
+            if packet in _RUNTIME_CHECKS:
+                return f"a runtime check ({n.name})"
+            if n.meta.get("unbacked_bindings"):
+                return f"a size bound to tensor data ({n.name})"
+            if op_family(packet) in _DTYPE_CHECKED_AT_RUN_TIME and _dtypes_differ(n):
+                return f"operands of different dtypes ({n.name})"
+    return None
+
+
+def _ids_out_of_range(ep: torch.export.ExportedProgram, flat: FlatInputs) -> bool:
+    """Does an ``embedding`` read a user input directly whose values fall outside its table? (One
+    min/max over the ids: the common way real inputs break a program export proved.)"""
+    user = iter(flat.tensors)
+    inputs = {spec.arg.name: next(user, None) for spec in ep.graph_signature.input_specs
+              if spec.kind == InputKind.USER_INPUT and hasattr(spec.arg, "name")}
+    for n in ep.graph.nodes:
+        if n.op != "call_function" or getattr(getattr(n.target, "overloadpacket", None), "__name__", "") != "embedding":
+            continue
+        weight, ids = n.args[0], n.args[1]
+        t = inputs.get(ids.name) if isinstance(ids, torch.fx.Node) else None
+        rows = getattr(weight.meta.get("val"), "shape", (None,))[0] if isinstance(weight, torch.fx.Node) else None
+        if (isinstance(t, torch.Tensor) and t.numel() and isinstance(rows, int) and not t.is_floating_point()
+                and (int(t.min()) < 0 or int(t.max()) >= rows)):
+            return True
+    return False
+
+
+def _dtypes_differ(n: torch.fx.Node) -> bool:
+    dtypes = {v.dtype for a in n.args if isinstance(a, torch.fx.Node)
+              for v in (a.meta.get("val"),) if isinstance(v, torch.Tensor)}
+    return len(dtypes) > 1
+
+
+def _graphs(ep: torch.export.ExportedProgram) -> Iterable[torch.fx.GraphModule]:
+    return (m for m in ep.graph_module.modules() if isinstance(m, torch.fx.GraphModule))
 
 
 def run_program(ep: torch.export.ExportedProgram, flat: FlatInputs) -> ProgramRun:
-    """Run ``ep`` once on the real inputs ``flat``, under ``no_grad``, the generators forked; what it
-    raises is kept in the result, not raised."""
+    """Confirm ``ep`` on the real inputs ``flat``: run it once, under ``no_grad``, the generators
+    forked, unless export proved all they need (:func:`needs_running`; then ``ran`` is False). What
+    it raises is kept in the result, not raised, with the node that raised it."""
+    if needs_running(ep, flat) is None:
+        return ProgramRun(ran=False)
     run = ProgramRun()
+    gm = ep.graph_module
+    stepped = any(n.target is torch.ops.higher_order.cond for m in _graphs(ep) for n in m.graph.nodes)
     try:
-        inputs = _program_inputs(ep, flat)
         with torch.no_grad(), forked_rng(flat.tensors):
-            _Runner(run).graph(ep.graph_module, inputs)
+            if stepped:  # the branch each cond takes is seen only node by node
+                _Runner(run).graph(gm, _program_inputs(ep, flat))
+            else:
+                gm(*_program_inputs(ep, flat))
+                run.held.update(n for m in _always_run(gm) for n in m.graph.nodes if _is_assert(n))
     except Exception as e:
         run.error = e
+        if not stepped:  # once more, node by node, to name the node that raised
+            again = ProgramRun()
+            try:
+                with torch.no_grad(), forked_rng(flat.tensors):
+                    _Runner(again).graph(gm, _program_inputs(ep, flat))
+            except Exception as e2:
+                run.error, run.failed, run.held = e2, again.failed, again.held
     return run
+
+
+def _always_run(gm: torch.fx.GraphModule) -> Iterable[torch.fx.GraphModule]:
+    """``gm`` and the bodies every run of it runs (``no_grad`` and ``autocast`` regions)."""
+    from torch._higher_order_ops.wrap import wrap_with_autocast, wrap_with_set_grad_enabled
+
+    yield gm
+    for n in gm.graph.nodes:
+        if n.target is wrap_with_set_grad_enabled or n.target is wrap_with_autocast:
+            body = next((a for a in n.args if isinstance(a, torch.fx.Node) and a.op == "get_attr"), None)
+            sub = getattr(gm, str(body.target), None) if body is not None else None
+            if isinstance(sub, torch.fx.GraphModule):
+                yield from _always_run(sub)
 
 
 def runtime_assertions(ep: torch.export.ExportedProgram, run: ProgramRun | None) -> list[tuple[torch.fx.Node, Assumption]]:
@@ -217,4 +317,6 @@ def python_spelling(expr: str) -> str:
     return expr
 
 
-__all__ = ["ASSERT_TARGETS", "ProgramRun", "has_checks", "python_spelling", "run_program", "runtime_assertions"]
+__all__ = [
+    "ASSERT_TARGETS", "ProgramRun", "has_checks", "needs_running", "python_spelling", "run_program", "runtime_assertions",
+]
