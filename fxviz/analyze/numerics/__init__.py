@@ -14,7 +14,10 @@ the graph ``fxviz.capture(method="eager")`` draws) and, in the same run, the oth
   AOT forward graph, compared with the eager op it belongs to.
 
 Every value is reduced to an :class:`Error` (max abs, max rel, cosine, SNR; :mod:`.metrics`) as
-soon as both sides have it, so memory stays near one forward. The result (:class:`Numerics`,
+soon as both sides have it, so memory stays near one forward. What an empty op returns
+(``torch.empty_like``) is memory not yet written: never compared; the in-place write that fills it
+is. Eager runs twice, fingerprinted, and a value eager does not reproduce is beyond tolerance only
+past its own noise (:mod:`.floor`). The result (:class:`Numerics`,
 :mod:`.result`, torch-free) names the first divergence, where the error is born (:mod:`.find`),
 and writes the ``error`` overlay and the ``divergence`` panel on the eager graph.
 """

@@ -5,13 +5,13 @@ from outside torch, uninitialised memory a partial write left) differs from any 
 least its own noise: comparing it as if eager were exact flags it whatever the other side does.
 So every numerics run runs eager twice from the same RNG state (a run the side makes anyway where
 it has one: export's alignment run, the compile side's kept run) and fingerprints each op's output
-(:class:`Prints`: two integer sums of its bits, one weighted by position, so a permutation shows
-too; bit-identical runs cost no more). Only where the fingerprints differ (rare) is the size of the
-noise measured, by two more eager runs (:func:`measure`: one keeps those values, budgeted like the
-compile side's, the next measures ``‖run₂ − run₁‖₂``), and the value's verdict is taken again
-(:func:`apply`): it is beyond tolerance only when ``‖other − eager‖₂ > atol·√n + rtol·‖eager‖₂ +
-NOISE·floor``: the other side's value is one more draw of the same noise, and two draws differ by
-up to about twice what one pair did.
+(:class:`Prints`: a dot product with fixed weights of both signs, so a moved element shows too;
+a difference too small to move it is far below float32's tolerance). Only where the fingerprints
+differ (rare) is the size of the noise measured, by two more eager runs (:func:`measure`: one
+keeps those values, budgeted like the compile side's, the next measures ``‖run₂ − run₁‖₂``), and
+the value's verdict is taken again (:func:`apply`): it is beyond tolerance only when
+``‖other − eager‖₂ > atol·√n + rtol·‖eager‖₂ + NOISE·floor``: the other side's value is one more
+draw of the same noise, and two draws differ by up to about twice what one pair did.
 """
 
 from __future__ import annotations
@@ -33,9 +33,6 @@ from fxviz.ir import Node
 #: How many times the eager noise floor the other side may differ beyond tolerance.
 NOISE = 2.0
 
-_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
 @dataclass(slots=True)
 class Floor:
     """One value's eager noise: ``spread`` ``‖run₂ − run₁‖₂``, ``norm`` ``‖run₁‖₂``, ``n`` its size."""
@@ -51,7 +48,6 @@ class Prints(Watcher):
 
     def __init__(self) -> None:
         self.prints: dict[str, torch.Tensor] = {}
-        self._weights: dict[torch.device, torch.Tensor] = {}
 
     def after(self, node: Node | None, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
               out: Any, state: Any) -> None:
@@ -61,7 +57,7 @@ class Prints(Watcher):
         if sums:
             self.prints[node.name] = torch.cat(sums) if len(sums) > 1 else sums[0]
 
-    def read(self) -> dict[str, tuple[int, ...]]:
+    def read(self) -> dict[str, tuple[float, ...]]:
         """Each node's fingerprint as integers (one synchronisation)."""
         names = list(self.prints)
         if not names:
@@ -69,9 +65,9 @@ class Prints(Watcher):
         by_device: dict[torch.device, list[str]] = {}
         for name in names:
             by_device.setdefault(self.prints[name].device, []).append(name)
-        out: dict[str, tuple[int, ...]] = {}
+        out: dict[str, tuple[float, ...]] = {}
         for group in by_device.values():
-            flat = torch.cat([self.prints[n] for n in group]).tolist()
+            flat = torch.cat([self.prints[n] for n in group]).double().tolist()
             i = 0
             for n in group:
                 k = self.prints[n].numel()
@@ -85,32 +81,42 @@ class Prints(Watcher):
         x = t.detach()
         if x.is_complex():
             x = torch.view_as_real(x)
+        if x.numel() == 0:
+            return torch.zeros(1, device=x.device)
+        if not x.is_contiguous():  # a transposed or expanded view: summed where it lies, not copied
+            return torch.sum(x, dtype=torch.float64).reshape(1)
         x = x.reshape(-1)
-        if x.dtype == torch.bool:
-            x = x.view(torch.uint8)
-        bits = _BITS.get(x.element_size())
-        if bits is None:
-            return None
-        if x.dtype != bits:
-            x = x.view(bits)
-        parts = []
-        for i in range(0, x.numel(), CHUNK):
-            c = x[i : i + CHUNK].to(torch.int64)
-            w = self._weight(c.device, c.numel())
-            parts.append(torch.stack([c.sum(), (c * w).sum()]))
-        return torch.stack(parts).sum(0) if parts else torch.zeros(2, dtype=torch.int64, device=t.device)
+        if x.dtype not in (torch.float32, torch.float64):
+            x = x.to(torch.float32 if x.is_floating_point() else torch.float64)
+        w = _weight(x.device, x.dtype)
+        if x.numel() <= CHUNK:
+            return torch.dot(x, w[: x.numel()]).reshape(1)
+        return torch.stack([torch.dot(x[i : i + CHUNK], w[: min(CHUNK, x.numel() - i)])
+                            for i in range(0, x.numel(), CHUNK)])
 
-    def _weight(self, device: torch.device, n: int) -> torch.Tensor:
-        w = self._weights.get(device)
-        if w is None:  # odd weights: every position counts, none can cancel another by being 0
-            w = self._weights[device] = torch.arange(1, 2 * CHUNK, 2, dtype=torch.int64, device=device)
-        return w[:n]
+
+#: The fingerprints' weights, per device and dtype, made once per process.
+_WEIGHTS: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+
+def _weight(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    w = _WEIGHTS.get((device, dtype))
+    if w is None:  # fixed pseudo-random weights, both signs: a moved element changes the sum
+        g = torch.Generator().manual_seed(0x5EED)
+        w = (torch.rand(CHUNK, generator=g, dtype=torch.float64) + 0.5) * \
+            (torch.randint(0, 2, (CHUNK,), generator=g) * 2 - 1)
+        w = _WEIGHTS[(device, dtype)] = w.to(device=device, dtype=dtype)
+    return w
 
 
 def differing(a: Prints, b: Prints) -> set[str]:
     """The ops whose outputs differ between the two fingerprinted runs."""
     pa, pb = a.read(), b.read()
-    return {name for name, p in pa.items() if pb.get(name, p) != p}
+    return {name for name, p in pa.items() if not _same(p, pb.get(name, p))}
+
+
+def _same(p: tuple[float, ...], q: tuple[float, ...]) -> bool:
+    return len(p) == len(q) and all(x == y or (x != x and y != y) for x, y in zip(p, q, strict=True))
 
 
 class _Spread(Watcher):
