@@ -191,8 +191,8 @@ def floor_table(model: str, sides: list[str], reps: int, seq: int) -> list[list[
     for k in cpu:
         rows.append([model, k, f"{cpu[k]:.3f} s", f"{cpu[k] / cpu['forward']:.2f}", f"{wall[k]:.3f} s",
                      f"{wall[k] / wall['forward']:.2f}", ""])
-    prints_c = cpu["trace+prints"] - cpu["trace"]
-    prints_w = wall["trace+prints"] - wall["trace"]
+    prints_c = max(cpu["trace+prints"] - cpu["trace"], 0.0)  # within the rounds' noise it can come out below 0
+    prints_w = max(wall["trace+prints"] - wall["trace"], 0.0)
     for side in sides:
         k = f"numerics {side}"
         extra_c = 2 * prints_c if side == "export" else cpu["trace+prints"] + prints_c
