@@ -20,6 +20,14 @@ peak RSS (``VmHWM``), with the RSS before the work (model built) as the baseline
   the warm-up call, for this and for numerics alike);
 - ``numerics SIDE``: ``fxviz.numerics(model, args, against=SIDE)``, end to end.
 
+``--floor``: what the eager noise floor costs (:mod:`fxviz.analyze.numerics.floor`), in one process,
+torch on one thread, interleaved rounds (``_common.round_robin``), medians of process CPU time with
+wall time beside: ``forward``; ``trace`` the numerics eager run (the tracer, no side);
+``trace+prints`` the same with each op's output fingerprinted; each ``numerics SIDE`` end to end.
+The floor adds ``trace+prints`` (one more eager run) plus the fingerprints of the side's own run to
+``dtype:*``/``compile:*``, and the fingerprints of its two runs to ``export`` (its alignment run is
+the first): the table prints that estimate as a share of each side's time.
+
 ``x plain`` = numerics / (eager + the side's plain run) on the medians (target: at most 3);
 ``x memory`` = numerics' peak RSS / eager's peak RSS (target: at most 2); ``side peak`` is the
 plain side run's; ``added e/n`` is what eager and numerics each add above the built model, and
@@ -133,6 +141,67 @@ def _work(work: str, model: Any, args: tuple[Any, ...]) -> Any:
     raise SystemExit(f"unknown work {work!r}")
 
 
+def floor_child(model_name: str, sides: list[str], reps: int, seq: int) -> dict[str, Any]:
+    """``--floor``: the works side by side in this process (see the module's docstring)."""
+    sys.path.insert(0, HERE)
+    from _common import gpt2, pin_threads, quiet_transformers, round_robin
+
+    pin_threads(1)
+    quiet_transformers()
+    import torch
+
+    import fxviz
+    from fxviz.analyze.numerics.floor import Prints
+    from fxviz.analyze.numerics.run import Watcher, run_eager
+
+    model, args = gpt2(MODELS[model_name], seq=seq)
+
+    def forward() -> None:
+        with torch.no_grad():
+            model(*args)
+
+    def printed() -> None:  # the run and the one read of its fingerprints
+        prints = Prints()
+        run_eager(model, args, {}, prints, seed=0)
+        prints.read()
+
+    fns: dict[str, Any] = {
+        "forward": forward,
+        "trace": lambda: run_eager(model, args, {}, Watcher(), seed=0),
+        "trace+prints": printed,
+    }
+    for side in sides:
+        fns[f"numerics {side}"] = lambda side=side: fxviz.numerics(model, args, against=side)
+    cpu: dict[str, list[float]] = {}
+    wall = round_robin(fns, reps, warmup=1, cpu=cpu)
+    return {"wall": wall, "cpu": cpu}
+
+
+def floor_table(model: str, sides: list[str], reps: int, seq: int) -> list[list[str]]:
+    cmd = [sys.executable, __file__, "--floor-child", model, "--sides", ",".join(sides), "--reps", str(reps),
+           "--seq", str(seq)]
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(HERE) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"{model} --floor failed:\n{out.stderr[-3000:]}")
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    cpu = {k: statistics.median(v) for k, v in got["cpu"].items()}
+    wall = {k: statistics.median(v) for k, v in got["wall"].items()}
+    rows = []
+    for k in cpu:
+        rows.append([model, k, f"{cpu[k]:.3f} s", f"{cpu[k] / cpu['forward']:.2f}", f"{wall[k]:.3f} s",
+                     f"{wall[k] / wall['forward']:.2f}", ""])
+    prints_c = max(cpu["trace+prints"] - cpu["trace"], 0.0)  # within the rounds' noise it can come out below 0
+    prints_w = max(wall["trace+prints"] - wall["trace"], 0.0)
+    for side in sides:
+        k = f"numerics {side}"
+        extra_c = 2 * prints_c if side == "export" else cpu["trace+prints"] + prints_c
+        extra_w = 2 * prints_w if side == "export" else wall["trace+prints"] + prints_w
+        rows.append([model, f"floor in {k}", f"{extra_c:.3f} s", f"{extra_c / cpu['forward']:.2f}", f"{extra_w:.3f} s",
+                     f"{extra_w / wall['forward']:.2f}", f"{extra_c / cpu[k]:.0%} CPU / {extra_w / wall[k]:.0%} wall"])
+    return rows
+
+
 def measure(model: str, work: str, reps: int, seq: int) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", model, work, "--reps", str(reps), "--seq", str(seq)]
     env = {**os.environ, "PYTHONPATH": os.path.dirname(HERE) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -150,12 +219,22 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--out", default=None)
+    p.add_argument("--floor", action="store_true", help="what the eager noise floor costs (see the docstring)")
+    p.add_argument("--floor-child", default=None)
     a = p.parse_args()
     if a.child:
         print(json.dumps(child(a.child[0], a.child[1], a.reps, a.seq)))
         return
+    if a.floor_child:
+        print(json.dumps(floor_child(a.floor_child, a.sides.split(","), a.reps, a.seq)))
+        return
     sys.path.insert(0, HERE)
     from _common import fmt_s, table, write_json
+
+    if a.floor:
+        rows = [r for m in a.models.split(",") for r in floor_table(m, a.sides.split(","), a.reps, a.seq)]
+        print(table(["model", "work", "CPU", "x forward", "wall", "x forward (wall)", "share of numerics"], rows))
+        return
 
     rows, results = [], {}
     for model in a.models.split(","):

@@ -4,6 +4,7 @@ fixed seed."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -83,3 +84,131 @@ def gelu_net() -> tuple[nn.Module, tuple[Any, ...]]:
 def dropped() -> tuple[nn.Module, tuple[Any, ...]]:
     torch.manual_seed(0)
     return Dropped().train(), (torch.randn(4, 8),)
+
+
+class TinyMoE(nn.Module):
+    """Mixture-of-experts routing as MoE language models write it, with static shapes (Dynamo
+    compiles it whole): each token's top-2 of 4 experts; the (token, expert) slots are sorted by
+    expert and put back through an inverse permutation made with ``torch.empty_like`` and slice
+    assignment; the slots' outputs are added into a buffer made with ``new_empty`` and zeroed
+    (``index_add_``), which ``index_copy_`` copies into another ``torch.empty_like``. Every value an
+    empty op makes is written before it is read."""
+
+    def __init__(self, width: int = 16, experts: int = 4) -> None:
+        super().__init__()
+        self.router = nn.Linear(width, experts, bias=False)
+        self.experts = nn.ModuleList(nn.Sequential(nn.Linear(width, 2 * width), nn.GELU(), nn.Linear(2 * width, width))
+                                     for _ in range(experts))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = x.reshape(-1, x.shape[-1])
+        n = tokens.shape[0]
+        weights, chosen = torch.topk(torch.softmax(self.router(tokens), dim=-1), 2, dim=-1)
+        expert_of, token_of = chosen.reshape(-1), torch.arange(n).repeat_interleave(2)
+        perm = torch.argsort(expert_of, stable=True)
+        inverse = torch.empty_like(perm)
+        inverse[perm] = torch.arange(perm.numel())
+        sorted_tokens = tokens[token_of[perm]]
+        every = torch.stack([expert(sorted_tokens) for expert in self.experts])
+        slots = every[expert_of[perm], torch.arange(2 * n)][inverse] * weights.reshape(-1, 1)
+        acc = tokens.new_empty(tokens.shape)
+        acc.zero_()
+        acc.index_add_(0, token_of, slots)
+        out = torch.empty_like(acc)
+        out.index_copy_(0, torch.arange(n), acc)
+        return out.reshape(x.shape) + x
+
+
+def tiny_moe() -> tuple[nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    return TinyMoE().eval(), (torch.randn(2, 6, 16),)
+
+
+def qwen2_moe() -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+    """A tiny Qwen2-MoE (transformers, random weights, nothing downloaded): its experts sort tokens
+    and put them back through ``torch.empty_like`` and slice assignment."""
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2MoeConfig(vocab_size=96, hidden_size=32, intermediate_size=64, moe_intermediate_size=32,
+                         shared_expert_intermediate_size=32, num_experts=4, num_experts_per_tok=2, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return Qwen2MoeForCausalLM(cfg).eval(), (torch.randint(0, 96, (1, 7)),), {}
+
+
+def modernbert() -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+    """A tiny ModernBERT (transformers, random weights): one full-attention and one sliding-window
+    layer, whose rotary embeddings it computes iterating ``set(layer_types)``, whose order follows
+    the strings' hashes (``PYTHONHASHSEED``) in CPython and insertion order under Dynamo."""
+    from transformers import ModernBertConfig, ModernBertModel
+
+    torch.manual_seed(0)
+    cfg = ModernBertConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, max_position_embeddings=64, global_attn_every_n_layers=2,
+                           local_attention=16, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1,
+                           sep_token_id=2)
+    return ModernBertModel(cfg).eval(), (torch.randint(0, 96, (1, 7)),), {}
+
+
+class Rotary(nn.Module):
+    """cos of the positions times one of two frequency buffers, chosen by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("f1", torch.tensor([1.0, 2.0, 0.5, 0.25]))
+        self.register_buffer("f3", torch.tensor([3.0, 5.0, 7.0, 0.125]))
+
+    def forward(self, x: torch.Tensor, kind: int) -> torch.Tensor:
+        return torch.cos(x * getattr(self, f"f{kind}"))
+
+
+class SetOrder(nn.Module):
+    """ModernBERT's pattern, deterministic: ``for k in set([3, 1])`` runs 1 then 3 in CPython (small
+    ints hash to themselves) and 3 then 1 under Dynamo (a set traced in insertion order), so the
+    two calls of ``rot`` come in opposite orders on the two sides."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rot = Rotary()
+        self.kinds = [3, 1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = {}
+        for k in set(self.kinds):
+            out[k] = self.rot(x, k)
+        return out[1] + 2 * out[3]
+
+
+def set_order() -> tuple[nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    return SetOrder().eval(), (torch.randn(3, 4),)
+
+
+@torch.library.custom_op("fxviz_numerics_test::jitter", mutates_args=())
+def jitter(x: torch.Tensor) -> torch.Tensor:
+    """``x`` plus noise of 1e-3 drawn from the operating system's entropy, not torch's RNG: an op
+    whose eager result no seed reproduces (as a kernel that adds in a racing order is)."""
+    g = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+    return x + 1e-3 * torch.randn(x.shape, generator=g, dtype=x.dtype)
+
+
+@jitter.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class Jittery(nn.Module):
+    """``fc1 -> jitter -> fc2``: every value from jitter on differs between two eager runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(jitter(self.fc1(x))))
+
+
+def jittery() -> tuple[nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    return Jittery().eval(), (torch.randn(3, 8),)

@@ -14,7 +14,10 @@ the graph ``fxviz.capture(method="eager")`` draws) and, in the same run, the oth
   AOT forward graph, compared with the eager op it belongs to.
 
 Every value is reduced to an :class:`Error` (max abs, max rel, cosine, SNR; :mod:`.metrics`) as
-soon as both sides have it, so memory stays near one forward. The result (:class:`Numerics`,
+soon as both sides have it, so memory stays near one forward. What an empty op returns
+(``torch.empty_like``) is memory not yet written: never compared; the in-place write that fills it
+is. Eager runs twice, fingerprinted, and a value eager does not reproduce is beyond tolerance only
+past its own noise (:mod:`.floor`). The result (:class:`Numerics`,
 :mod:`.result`, torch-free) names the first divergence, where the error is born (:mod:`.find`),
 and writes the ``error`` overlay and the ``divergence`` panel on the eager graph.
 """
@@ -28,15 +31,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from fxviz.analyze.numerics.compiled import compiled_errors
+from fxviz.analyze.numerics.compiled import budget, compiled_errors
 from fxviz.analyze.numerics.find import births, module_errors
+from fxviz.analyze.numerics.floor import Prints, settle
 from fxviz.analyze.numerics.metrics import TOLERANCES
 from fxviz.analyze.numerics.program import ProgramWatcher, aligned, export_program, stage_program
 from fxviz.analyze.numerics.result import Error, Numerics, annotate
-from fxviz.analyze.numerics.run import Watcher, run_eager
+from fxviz.analyze.numerics.run import SameRng, Watcher, Watchers, run_eager
 from fxviz.analyze.numerics.shadow import ShadowWatcher
 from fxviz.errors import InputError, TargetError
 from fxviz.fallback.trace import uses_meta
+from fxviz.ir import Graph
 from fxviz.torchbridge.normalize import flatten_inputs
 from fxviz.torchbridge.run import normalize_args, quiet_torch
 
@@ -83,6 +88,13 @@ def numerics(
     _check_real(model, args, kwargs)
     t0 = time.perf_counter()
     notes: list[str] = []
+    same_rng = SameRng(seed)
+
+    def run(watcher: Watcher) -> Graph:  # one eager run, from the same RNG state as every other
+        same_rng()
+        return run_eager(model, args, kwargs, watcher, seed=None)[0]
+
+    prints = Prints(), Prints()  # two eager runs' fingerprints: the noise floor
     with quiet_torch():
         if side in ("dtype", "autocast"):
             dtype = _DTYPES.get(detail)
@@ -91,7 +103,8 @@ def numerics(
             r_default, a_default = TOLERANCES[detail]
             rtol, atol = (rtol if rtol is not None else r_default), (atol if atol is not None else a_default)
             shadow = ShadowWatcher(dtype, autocast=side == "autocast", rtol=rtol, atol=atol)
-            graph, _ = run_eager(model, args, kwargs, shadow, seed=seed)
+            run(prints[0])
+            graph = run(Watchers(shadow, prints[1]))
             errors, random = shadow.errors, shadow.random
             seconds = {"run": time.perf_counter() - t0}
         elif side in ("export", "decompose", "stage"):
@@ -108,11 +121,11 @@ def numerics(
                 ep, program_graph, inputs = export_program(model, args, kwargs, decompose=side == "decompose",
                                                            decompositions=decompositions)
             t1 = time.perf_counter()
-            first, _ = run_eager(model, args, kwargs, Watcher(), seed=seed)
+            first = run(prints[0])
             pairs = aligned(program_graph, first)
             t2 = time.perf_counter()
             watcher = ProgramWatcher(ep.graph_module, inputs, pairs, rtol=rtol, atol=atol)
-            graph, _ = run_eager(model, args, kwargs, watcher, seed=seed)
+            graph = run(Watchers(watcher, prints[1]))
             if [n.name for n in graph.nodes] != [n.name for n in first.nodes]:
                 notes.append("the model ran differently the second time: the alignment may be off")
             errors, random = watcher.errors, watcher.not_comparable
@@ -130,6 +143,10 @@ def numerics(
             notes.extend(found.notes)
         else:  # pragma: no cover - every side is handled above
             raise TargetError(f"--against {against!r} is not one of {', '.join(SIDES)}")
+        if side != "compile":  # the compile side settles its own floor, with its own runs
+            t3 = time.perf_counter()
+            notes.extend(settle(errors, *prints, run, budget=budget(model), rtol=rtol, atol=atol))
+            seconds["floor"] = time.perf_counter() - t3
     flat = {k: w for k, v in errors.items() if (w := Error.worst(v)) is not None}
     result = Numerics(against=against, rtol=rtol, atol=atol, graph=graph, nodes=flat,
                       modules=module_errors(graph, errors), not_comparable=list(random), notes=notes,

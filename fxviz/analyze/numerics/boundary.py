@@ -28,6 +28,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from fxviz.analyze.compilemap.record import Recorder, op_nodes
+from fxviz.analyze.numerics.pairing import Reads
 
 
 class Observer(Protocol):
@@ -49,19 +50,22 @@ class GraphSpec:
     flat output, ``None`` where no op makes it (an input handed back, a constant). With
     ``aot_eager``, ``values``: ATen node name -> op index, the node that carries the op's value;
     ``inside``: ATen nodes inside a decomposed op or a tuple's ``getitem``; ``orphans``: ATen nodes
-    whose op could not be told."""
+    whose op could not be told. ``reads``: what each op reads (other ops, parameters and buffers by
+    path), to tell apart ops of one source line (:mod:`~fxviz.analyze.numerics.pairing`)."""
 
     inputs: list[tuple[int, int, int]]
     arity: list[int]
     outputs: list[tuple[int, int] | None]
     structural: set[int]
+    reads: Reads
     values: dict[str, int] = field(default_factory=dict)
     inside: int = 0
     orphans: int = 0
     aten: bool = False
 
     @classmethod
-    def of(cls, gm: torch.fx.GraphModule) -> GraphSpec:
+    def of(cls, gm: torch.fx.GraphModule, tensors: Mapping[int, str] | None = None) -> GraphSpec:
+        """``gm``'s spec; ``tensors``: ``id()`` -> path of the model's parameters and buffers."""
         ops = op_nodes(gm)
         index = {n: i for i, n in enumerate(ops)}
         inputs = []
@@ -84,7 +88,8 @@ class GraphSpec:
                     spec = (index[leaf], 0)
             outputs.append(spec)
         structural = {i for i, n in enumerate(ops) if _tuple_item(n) is not None}
-        return cls(inputs, [len(_tensor_args(n)) for n in ops], outputs, structural)
+        return cls(inputs, [len(_tensor_args(n)) for n in ops], outputs, structural,
+                   _reads(gm, ops, index, tensors or {}))
 
     def align(self, aten: torch.fx.GraphModule, gm: torch.fx.GraphModule) -> None:
         """Pair the nodes of ``aten`` (the AOT forward graph of ``gm``) with ``gm``'s ops."""
@@ -101,7 +106,7 @@ class GraphSpec:
                 by_op.setdefault(j, []).append(n)
         for j, nodes in by_op.items():
             fit = [] if j in self.structural else \
-                [n for n in nodes if _fits(n.meta.get("val"), ops[j].meta.get("example_value"))]
+                [n for n in nodes if _fits(n.meta.get("val"), _value(ops[j]))]
             if fit:
                 self.values[fit[-1].name] = j
                 self.inside += len(nodes) - 1
@@ -110,6 +115,30 @@ class GraphSpec:
             else:
                 self.orphans += len(nodes)
         self.aten = True
+
+
+def _reads(gm: torch.fx.GraphModule, ops: list[torch.fx.Node], index: Mapping[torch.fx.Node, int],
+           tensors: Mapping[int, str]) -> Reads:
+    """What each op reads: the ops, and the model's parameters and buffers (a placeholder's real
+    tensor, ``meta["grapharg"].example``, or a ``get_attr``'s), by path."""
+    source: dict[torch.fx.Node, str] = {}
+    for n in gm.graph.nodes:
+        t = None
+        if n.op == "placeholder" and n.meta.get("grapharg") is not None:
+            try:
+                t = n.meta["grapharg"].example
+            except Exception:  # noqa: BLE001 - a symbolic or freed input: no path to read
+                t = None
+        elif n.op == "get_attr":
+            t = getattr(gm, str(n.target), None)
+        if isinstance(t, torch.Tensor) and id(t) in tensors:
+            source[n] = tensors[id(t)]
+    reads, anchors = [], []
+    for n in ops:
+        args = n.all_input_nodes
+        reads.append([index[a] for a in args if a in index])
+        anchors.append(frozenset(source[a] for a in args if a in source))
+    return Reads(reads, anchors)
 
 
 def _tensor(n: Any) -> bool:
@@ -146,6 +175,14 @@ def _origin(n: torch.fx.Node, names: Mapping[str, int], graph_id: int) -> int | 
     return fallback
 
 
+def _value(n: torch.fx.Node) -> Any:
+    """What a Dynamo op's value is: its example value, or for ``x[i] = v`` (which returns nothing)
+    the tensor it wrote."""
+    if n.op == "call_function" and n.target is operator.setitem and n.args and isinstance(n.args[0], torch.fx.Node):
+        return n.args[0].meta.get("example_value")
+    return n.meta.get("example_value")
+
+
 def _fits(val: Any, example: Any) -> bool:
     """Whether an ATen node's value has the shape of the Dynamo op's value (dtype too)."""
     if isinstance(val, torch.Tensor) and isinstance(example, torch.Tensor):
@@ -172,11 +209,13 @@ class CompiledSide(Recorder):
     """compilemap's recording backend (ops, run order, breaks) with each graph's :class:`GraphSpec`
     and its calls handed to ``observer``. ``per_node`` (backend ``aot_eager``): the graph goes
     through AOT Autograd as ``aot_eager`` does, its forward graph run by an fx Interpreter;
-    ``decompositions`` are given to AOT Autograd."""
+    ``decompositions`` are given to AOT Autograd; ``tensors``: ``id()`` -> path of the model's
+    parameters and buffers (what the ops of each graph read)."""
 
     def __init__(self, backend: str | Callable[..., Any], paths: dict[int, str], *, per_node: bool,
-                 decompositions: Mapping[Any, Any] | None = None) -> None:
+                 decompositions: Mapping[Any, Any] | None = None, tensors: Mapping[int, str] | None = None) -> None:
         super().__init__(backend, None, None, paths)
+        self.tensors = dict(tensors or {})
         self.specs: list[GraphSpec] = []
         self.observer: Observer | None = None
         self.decompositions = dict(decompositions or {})
@@ -185,7 +224,7 @@ class CompiledSide(Recorder):
 
     def backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         index = len(self.specs)
-        self.specs.append(GraphSpec.of(gm))
+        self.specs.append(GraphSpec.of(gm, self.tensors))
         run = super().backend(gm, example_inputs)
 
         def call(*args: Any, **kwargs: Any) -> Any:

@@ -12,7 +12,8 @@ The runs, each with the same RNG state (``seed``):
 
 1. the first compiled call: compiles, and records which graph ran when (nothing compared);
 2. the eager run (the graph every result lands on), keeping the values the compiled side will ask
-   for (:class:`~fxviz.analyze.numerics.keep.Keeper`), at most a budget of bytes;
+   for (:class:`~fxviz.analyze.numerics.keep.Keeper`), at most a budget of bytes, and one more
+   eager run: the two give each op's eager noise floor (:mod:`~fxviz.analyze.numerics.floor`);
 3. the compiled model again, comparing each value as it is made and freeing the eager one after
    its last use (:class:`~fxviz.analyze.numerics.plan.Pass`);
 4. only if the budget was reached: another eager run and compiled run for the values past it, and
@@ -37,12 +38,13 @@ from torch import nn
 from fxviz.analyze.compilemap.match import op_key, pair
 from fxviz.analyze.compilemap.record import dynamo_state, module_paths
 from fxviz.analyze.numerics.boundary import CompiledSide
+from fxviz.analyze.numerics.floor import Prints, settle
 from fxviz.analyze.numerics.keep import Keeper, Want
 from fxviz.analyze.numerics.metrics import compare
 from fxviz.analyze.numerics.plan import Pass, Plan, record
 from fxviz.analyze.numerics.result import Error
-from fxviz.analyze.numerics.run import run_eager
-from fxviz.analyze.numerics.shadow import is_random
+from fxviz.analyze.numerics.run import SameRng, Watcher, Watchers, run_eager
+from fxviz.analyze.numerics.shadow import UNWRITTEN, is_random, is_uninitialised
 from fxviz.errors import ModelError, TargetError
 from fxviz.ir import Graph, Node
 from fxviz.text import one_line
@@ -81,7 +83,11 @@ def compiled_errors(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
     per_node = backend == "aot_eager"
     if decompositions and not per_node:
         raise TargetError(f"decompositions apply to --against decompose and compile:aot_eager, not compile:{_name(backend)}")
-    side = CompiledSide(backend, module_paths(model), per_node=per_node, decompositions=decompositions)
+    tensors: dict[int, str] = {}
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        tensors.setdefault(id(t), name)
+    side = CompiledSide(backend, module_paths(model), per_node=per_node, decompositions=decompositions,
+                        tensors=tensors)
     limit = budget_bytes if budget_bytes is not None else budget(model)
     errors: dict[str, list[Error]] = {}
     notes: list[str] = []
@@ -91,7 +97,9 @@ def compiled_errors(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
         runs.compiled(first=True)
         called = [g for g, _ in side.rec.runs]
         keeper = Keeper(_first_wants(side, per_node), budget=limit)
-        graph, eager_out = runs.eager(keeper)
+        prints = Prints(), Prints()  # the eager noise floor: the kept run and one more
+        graph, eager_out = runs.eager(Watchers(keeper, prints[0]))
+        runs.eager(prints[1])
         recorded = [(side.rec.graphs[g].id, side.rec.graphs[g].ops) for g in called]
         plan = Plan(graph, side.specs, [g.ops for g in side.rec.graphs], called, pair(graph.ops, recorded))
         wanted = set(plan.uses())
@@ -124,11 +132,14 @@ def compiled_errors(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
             if [n.name for n in again.nodes] != [n.name for n in graph.nodes] or not set(keeper.values) & remaining:
                 notes.append(f"the eager model ran differently the second time: {len(remaining)} value(s) not compared")
                 break
+        notes.extend(settle(errors, *prints, runs.eager, budget=limit, rtol=rtol, atol=atol))
     random = [n.name for n in graph.ops if is_random(n)]
     tainted = _taint(graph, set(random) - plan.given, errors)
     for name in random:
         errors[name] = [Error(comparable=False, note="random op: " + (
             "the compiled side is given eager's draw" if name in plan.given else "the compiled code draws its own numbers"))]
+    for name in plan.unwritten:
+        errors[name] = [Error(comparable=False, note=UNWRITTEN)]
     seen = {name for name, errs in errors.items() if any(e.comparable for e in errs)}
     notes.insert(0, _note(_name(backend), side, plan, boundary & seen, per_node_seen & seen, per_node))
     if tainted:
@@ -146,9 +157,8 @@ class _Runs:
 
     def __init__(self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], side: CompiledSide,
                  seed: int | None, name: str) -> None:
-        self.model, self.args, self.kwargs, self.side, self.seed, self.name = model, args, kwargs, side, seed, name
-        self.rng = torch.random.get_rng_state() if seed is None else None
-        self.cuda_rng = torch.cuda.get_rng_state_all() if seed is None and torch.cuda.is_initialized() else None
+        self.model, self.args, self.kwargs, self.side, self.name = model, args, kwargs, side, name
+        self._same_rng = SameRng(seed)
         self.seconds: dict[str, float] = {"compile": 0.0, "eager": 0.0, "compare": 0.0}
 
     def __enter__(self) -> _Runs:
@@ -159,14 +169,6 @@ class _Runs:
 
     def __exit__(self, *exc: object) -> None:
         self._restore()
-
-    def _same_rng(self) -> None:
-        if self.seed is not None:
-            torch.manual_seed(self.seed)
-        elif self.rng is not None:
-            torch.random.set_rng_state(self.rng)
-            if self.cuda_rng is not None:
-                torch.cuda.set_rng_state_all(self.cuda_rng)
 
     def _restore(self) -> None:
         with torch.no_grad():
@@ -194,7 +196,7 @@ class _Runs:
             self._restore()
             self.seconds["compile" if first else "compare"] += time.perf_counter() - t0
 
-    def eager(self, keeper: Keeper) -> tuple[Graph, Any]:
+    def eager(self, keeper: Watcher) -> tuple[Graph, Any]:
         t0 = time.perf_counter()
         self._same_rng()
         try:
@@ -243,7 +245,8 @@ def _compare_outputs(graph: Graph, eager: Any, other: Any, errors: dict[str, lis
     for node, a, b in zip(outputs, eager_leaves, other_leaves, strict=False):
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and node.inputs:
             ref = node.inputs[0]
-            if graph.node(ref.node).kind == "op" and not is_random(graph.node(ref.node)):
+            made = graph.node(ref.node)
+            if made.kind == "op" and not is_random(made) and not is_uninitialised(made):
                 record(errors, ref.node, ref.index, ref.index + 1, compare(a, b, rtol, atol))
                 seen.add(ref.node)
     return seen

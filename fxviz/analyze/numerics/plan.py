@@ -3,7 +3,8 @@ observer that compares them while the compiled model runs (:class:`Pass`).
 
 The plan is made once, after the first compiled call (which compiles, and records which graph ran
 when) and the eager run: compilemap's matching (:func:`~fxviz.analyze.compilemap.match.pair`)
-pairs each Dynamo op of each graph run with an eager op, so a graph's output is the value of the
+pairs each Dynamo op of each graph run with an eager op (ops of one source line told apart by what they
+read, :mod:`~fxviz.analyze.numerics.pairing`, not by order alone), so a graph's output is the value of the
 eager op that makes it, a graph's input the eager value the matched op reads at that position, and
 with ``aot_eager`` each ATen node that carries an op's value that op's eager value. Every value is
 put on the eager node it belongs to, so module calls, the first divergence and the overlays read
@@ -25,8 +26,9 @@ from fxviz.analyze.compilemap.match import DynamoOp, pair
 from fxviz.analyze.numerics.boundary import GraphSpec
 from fxviz.analyze.numerics.keep import Keeper
 from fxviz.analyze.numerics.metrics import compare
+from fxviz.analyze.numerics.pairing import Reads, refine
 from fxviz.analyze.numerics.result import Error
-from fxviz.analyze.numerics.shadow import is_random
+from fxviz.analyze.numerics.shadow import is_random, is_uninitialised
 from fxviz.ir import Graph
 
 #: The note of an output of an eager op that the compiled side never showed.
@@ -51,7 +53,7 @@ class Plan:
     of its eager op). ``given``: random eager ops whose draw the compiled side is given (an ATen
     node carries their value); ``unaligned``: ATen nodes not compared (no eager op), ``inside``:
     ATen nodes inside a decomposed op. Random ops' values are never compared (each side draws its
-    own).
+    own), nor uninitialised memory (``unwritten``: ``empty_like``; what writes it is).
 
     A later run may call another graph compiled from the same code where the first called one
     (Dynamo compiles a dynamic version when a specialised value changes, and prefers it from then
@@ -59,10 +61,13 @@ class Plan:
 
     def __init__(self, graph: Graph, specs: Sequence[GraphSpec], ops: Sequence[Sequence[DynamoOp]],
                  runs: Sequence[int], pairs: Sequence[Sequence[int | None]]) -> None:
-        self.specs, self.graph_ops, self.runs, self.pairs = specs, ops, list(runs), pairs
+        self.specs, self.graph_ops, self.runs = specs, ops, list(runs)
         self.ops = graph.ops
+        self.reads = Reads.of_eager(graph)
+        self.pairs = [self._refine(g, row) for g, row in zip(self.runs, pairs, strict=True)]
         self.kind = {n.name: n.kind for n in graph.nodes}
         self.random = {n.name for n in self.ops if is_random(n)}
+        self.unwritten = {n.name for n in self.ops if is_uninitialised(n)}  # never compared
         self.given: set[str] = set()
         self.unaligned = self.inside = 0
         self._entries: dict[tuple[int, int], Entry] = {}
@@ -85,8 +90,13 @@ class Plan:
         row = None
         if g != self.runs[r] and _keys(self.graph_ops[g]) != _keys(self.graph_ops[self.runs[r]]):
             start = max((i for p in self.pairs[:r] for i in p if i is not None), default=-1) + 1
-            row = pair(self.ops, [("", self.graph_ops[g])], start=start)[0]
+            row = self._refine(g, pair(self.ops, [("", self.graph_ops[g])], start=start)[0])
         return self._make(r, g, row)
+
+    def _refine(self, g: int, row: Sequence[int | None]) -> list[int | None]:
+        """``row`` with ops of one source line told apart by what they read (:func:`refine`)."""
+        ops = self.graph_ops[g]
+        return refine(row, _keys(ops), [o.module for o in ops], self.specs[g].reads, self.ops, self.reads)
 
     def uses(self) -> Counter[str]:
         """How often each eager op's value is asked for: it is freed after the last time."""
@@ -106,14 +116,15 @@ class Plan:
             if e is None or len(ops[e].inputs) != spec.arity[j]:
                 continue
             ref = ops[e].inputs[k]
-            if self.kind.get(ref.node) == "op" and ref.node not in self.random:
+            if self.kind.get(ref.node) == "op" and ref.node not in self.random | self.unwritten:
                 ins.append((p, ref.node, ref.index))
         outs = []
         for pos, o in enumerate(spec.outputs):
             e = pair[o[0]] if o is not None else None
-            if o is not None and e is not None and ops[e].name not in self.random:
+            if o is not None and e is not None and ops[e].name not in self.random | self.unwritten:
                 outs.append((pos, ops[e].name, o[1]))
-        aten = {a: ops[e].name for a, j in spec.values.items() if (e := pair[j]) is not None}
+        aten = {a: ops[e].name for a, j in spec.values.items()
+                if (e := pair[j]) is not None and ops[e].name not in self.unwritten}
         entry = self._entries[(r, g)] = Entry(ins, outs, len(spec.outputs), aten)
         return entry
 

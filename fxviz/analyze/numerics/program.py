@@ -20,7 +20,7 @@ from torch.utils import _pytree as pytree
 from fxviz.analyze.numerics.metrics import compare
 from fxviz.analyze.numerics.result import Error
 from fxviz.analyze.numerics.run import Watcher
-from fxviz.analyze.numerics.shadow import is_random
+from fxviz.analyze.numerics.shadow import UNWRITTEN, is_random, is_uninitialised
 from fxviz.errors import PassError, TargetError
 from fxviz.graphdiff import diff
 from fxviz.ir import Graph, Node
@@ -170,6 +170,9 @@ class ProgramWatcher(Watcher):
             return
         self.advance(x)
         value = self.pending.pop(x, None)
+        if is_uninitialised(node):
+            self.errors[node.name] = [Error(comparable=False, note=UNWRITTEN)]
+            return
         eager_out = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
         other = [o for o in pytree.tree_leaves(value) if isinstance(o, torch.Tensor)]
         if len(eager_out) != len(other):

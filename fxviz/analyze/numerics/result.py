@@ -14,7 +14,7 @@ from fxviz.ir import Graph
 from fxviz.passes.overlays import set_overlay
 from fxviz.passes.panels import row, set_panel
 
-_FLOATS = ("max_abs", "max_rel", "cosine", "snr_db", "rel_rms")
+_FLOATS = ("max_abs", "max_rel", "cosine", "snr_db", "rel_rms", "floor")
 #: How many modules the ``divergence`` panel lists after the first divergence.
 WORST = 10
 
@@ -29,6 +29,9 @@ class Error:
     ``‖other − eager‖₂ > atol·√n + rtol·‖eager‖₂`` (the RMS form of ``allclose``, so one element
     that cancels to nearly zero does not count as a divergence), or NaN/inf where eager has none, or
     integers that differ. ``note`` says why a value was not compared (``comparable`` False).
+    ``floor`` is eager's own noise, ``‖eager₂ − eager₁‖₂ / ‖eager₁‖₂`` between two identical eager
+    runs (0: reproducible); a value with noise is beyond tolerance only past it
+    (:mod:`fxviz.analyze.numerics.floor`).
     """
 
     max_abs: float = 0.0
@@ -39,14 +42,16 @@ class Error:
     exceeds: bool = False
     comparable: bool = True
     note: str = ""
+    floor: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for k in _FLOATS:
             if not math.isfinite(d[k]):
                 d[k] = None if d[k] != d[k] else ("inf" if d[k] > 0 else "-inf")
-        if not d["note"]:
-            del d["note"]
+        for k in ("note", "floor"):
+            if not d[k]:
+                del d[k]
         return d
 
     @classmethod
@@ -65,6 +70,7 @@ class Error:
             return f"not comparable: {self.note}" if self.note else "not comparable"
         snr = "exact" if self.rel_rms == 0 else f"SNR {self.snr_db:.1f} dB"
         return (f"{snr} · max abs {self.max_abs:.3g} · max rel {self.max_rel:.3g} · cos {self.cosine:.6f}"
+                + (f" · eager noise {self.floor:.3g} (not reproducible)" if self.floor else "")
                 + (" · beyond tolerance" if self.exceeds else ""))
 
     @staticmethod

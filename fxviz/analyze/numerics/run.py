@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils import _pytree as pytree
 
 from fxviz.analyze.flops import CAPTURE_PASSES
 from fxviz.errors import ModelError
@@ -30,7 +31,8 @@ class Watcher:
     """What a numerics side does around each torch-function call of the eager run. ``before``
     returns what ``after`` needs (a side that shadows the call resolves its arguments there, before
     an in-place call changes them); ``node`` is the op's node, ``None`` when the tracer recorded
-    nothing for the call (a metadata query)."""
+    nothing for the call (a metadata query). ``out`` is what the call returned, or for a call that
+    returns nothing but writes its arguments (``x[i] = v``) the tensors it wrote."""
 
     def before(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return None
@@ -38,6 +40,21 @@ class Watcher:
     def after(self, node: Node | None, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
               out: Any, state: Any) -> None:
         return None
+
+
+class Watchers(Watcher):
+    """Several watchers on one run, told in order."""
+
+    def __init__(self, *watchers: Watcher) -> None:
+        self.watchers = watchers
+
+    def before(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return [w.before(func, args, kwargs) for w in self.watchers]
+
+    def after(self, node: Node | None, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+              out: Any, state: Any) -> None:
+        for w, s in zip(self.watchers, state, strict=True):
+            w.after(node, func, args, kwargs, out, s)
 
 
 class _Recorder(Recorder):
@@ -55,11 +72,45 @@ class _Recorder(Recorder):
         n = len(self.nodes)
         out = super().observe(func, args, kwargs)
         node = self.nodes[-1] if len(self.nodes) > n and self.nodes[-1].kind == "op" else None
+        if out is None and node is not None and node.outputs:
+            out = self._written(node, args, kwargs)
         try:
             self.watcher.after(node, func, args, kwargs, out, state)
         except Exception as e:
             raise TracerFault(f"numerics failed after {func}") from e
         return out
+
+    def _written(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The tensors a call that returns nothing wrote (``x[i] = v``): the node's outputs, as the
+        tracer numbers them, so a side compares the value the write left."""
+        found: dict[int, torch.Tensor] = {}
+        for t in pytree.tree_leaves((args, kwargs)):
+            if isinstance(t, torch.Tensor):
+                entry = self._values.get(t)
+                if entry is not None and entry[0].node == node.name:
+                    found.setdefault(entry[0].index, t)
+        if not found:
+            return None
+        items = [found.get(k) for k in range(max(found) + 1)]
+        return items[0] if len(items) == 1 else tuple(items)
+
+
+class SameRng:
+    """Calling it puts torch's RNG where the first call found it (``seed``: seeds it instead), so
+    each run of the model draws the same numbers."""
+
+    def __init__(self, seed: int | None) -> None:
+        self.seed = seed
+        self.rng = torch.random.get_rng_state() if seed is None else None
+        self.cuda = torch.cuda.get_rng_state_all() if seed is None and torch.cuda.is_initialized() else None
+
+    def __call__(self) -> None:
+        if self.seed is not None:
+            torch.manual_seed(self.seed)
+        elif self.rng is not None:
+            torch.random.set_rng_state(self.rng)
+            if self.cuda is not None:
+                torch.cuda.set_rng_state_all(self.cuda)
 
 
 def run_eager(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], watcher: Watcher,
@@ -96,4 +147,4 @@ def run_eager(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], w
     return run_passes(graph, CAPTURE_PASSES), out
 
 
-__all__ = ["Watcher", "run_eager"]
+__all__ = ["SameRng", "Watcher", "Watchers", "run_eager"]

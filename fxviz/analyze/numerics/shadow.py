@@ -89,6 +89,8 @@ class ShadowWatcher(Watcher):
         except Exception as e:  # noqa: BLE001 - an op without a kernel for this dtype is a finding, not a crash
             self.errors[node.name] = [Error(comparable=False, note=f"{type(e).__name__} in {self.dtype}: {e}"[:200])]
             return
+        if s_out is None and out is not None:  # ``x[i] = v`` wrote x's shadow: that is its value
+            s_out = _shadow_of(out, args, kwargs, s_args, s_kwargs)
         shadow_out = pytree.tree_leaves(s_out)
         if len(shadow_out) != len(eager_out):
             self.errors[node.name] = [Error(comparable=False, note="outputs differ in structure")]
@@ -99,6 +101,8 @@ class ShadowWatcher(Watcher):
                 if s is not o:
                     self.shadows[o] = s
                 errs.append(compare(o, s, self.rtol, self.atol))
+        if is_uninitialised(node):  # the shadow is made (an in-place op fills it), not compared
+            errs = [Error(comparable=False, note=UNWRITTEN)]
         if errs:
             self.errors[node.name] = errs
 
@@ -115,8 +119,30 @@ def is_random(node: Node) -> bool:
     return bool(a.get("training", a.get("train", a.get("arg2", True)))) and a.get("p", a.get("arg1", 0.5)) != 0
 
 
+#: Ops whose value is memory the model has not written yet (``torch.empty_like`` before the
+#: ``index_add_`` or slice assignment that fills it): what is in it means nothing on either side.
+UNINITIALISED = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"})
+#: The note of such an op's value.
+UNWRITTEN = "uninitialised memory: compared once written, at the in-place op that fills it"
+
+
+def is_uninitialised(node: Node) -> bool:
+    """Whether an op returns memory it does not write (:data:`UNINITIALISED`): its value is never
+    compared; a later in-place write's output is."""
+    return op_name(node.target) in UNINITIALISED
+
+
+def _shadow_of(out: Any, args: tuple[Any, ...], kwargs: dict[str, Any], s_args: Any, s_kwargs: Any) -> Any:
+    """The shadow arguments at the places of the eager arguments a call wrote (``out``)."""
+    eager, shadow = pytree.tree_leaves((args, kwargs)), pytree.tree_leaves((s_args, s_kwargs))
+    if len(eager) != len(shadow):
+        return None
+    where = {id(t): s for t, s in zip(eager, shadow, strict=True) if isinstance(t, torch.Tensor)}
+    return pytree.tree_map(lambda t: where.get(id(t)) if isinstance(t, torch.Tensor) else t, out)
+
+
 def _device(values: list[Any]) -> str:
     return next((v.device.type for v in values if isinstance(v, torch.Tensor)), "cpu")
 
 
-__all__ = ["ShadowWatcher", "is_random", "may_write"]
+__all__ = ["UNINITIALISED", "UNWRITTEN", "ShadowWatcher", "is_random", "is_uninitialised", "may_write"]
