@@ -8,16 +8,90 @@ from typing import Any
 import torch
 import torch.fx
 from torch import nn
+from torch.nn.utils.stateless import _reparametrize_module
 
-from fxviz.ir import Graph
+from fxviz.ir import Graph, ModuleCall
 from fxviz.symbolic.convert import Converter, Placeholder
-from fxviz.torchbridge.checks import confirm_forward, real_inputs
+from fxviz.symbolic.silent import opaque_note, with_silent_calls
+from fxviz.torchbridge.checks import confirm_forward, first_line, real_inputs
 from fxviz.torchbridge.normalize import flatten_inputs, flatten_outputs
 from fxviz.torchbridge.values import mark_tied, module_infos
 
 
 class _Tracer(torch.fx.Tracer):
+    """torch.fx's tracer, which keeps every module of ``torch.nn`` as one ``call_module`` op, made
+    to trace through each module that has submodules (``TransformerEncoder``, ``Sequential``): only
+    a module without children is a leaf. A module whose forward cannot be traced through (Python
+    control flow on a traced value, as in ``MultiheadAttention``'s fast-path checks) is rolled back
+    and kept as one op, and ``opaque`` says why: its internals are not in the graph.
+
+    ``called`` lists every module call in the order the calls started, each by its stack (path and
+    call index per level, as the nodes' ``nn_module_stack`` numbers them): a call that records no
+    op (an ``Identity`` traced through) is still a call of the graph."""
+
     record_stack_traces = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opaque: dict[str, str] = {}  # module path -> why fx kept it as one op
+        self.called: list[tuple[ModuleCall, ...]] = []
+        self._current: tuple[ModuleCall, ...] = ()
+        self._leaves: set[int] = set()  # modules with children that could not be traced through
+        self._proxy_cache: dict[str, Any] | None = None
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        if id(m) in self._leaves:
+            return True
+        return next(iter(m.children()), None) is None and super().is_leaf_module(m, module_qualified_name)
+
+    def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
+        self._proxy_cache = parameter_proxy_cache  # the trace's own: rolled back with the graph
+        return super().getattr(attr, attr_val, parameter_proxy_cache)
+
+    def call_module(self, m: nn.Module, forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        path = self.path_of_module(m)
+        outer = self._current
+        self._current = (*outer, (path, self.num_calls.get(path, 0)))
+        self.called.append(self._current)
+        try:
+            if self.is_leaf_module(m, path) or not any(True for _ in m.children()):
+                return super().call_module(m, forward, args, kwargs)
+            return self._through(m, path, forward, args, kwargs)
+        finally:
+            self._current = outer
+
+    def _through(self, m: nn.Module, path: str, forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Trace through ``m``; when its forward cannot be traced, erase what it added and keep it
+        as one op."""
+        last = self.graph._root.prev  # type: ignore[attr-defined]
+        stack, calls, called = dict(self.module_stack), dict(self.num_calls), len(self.called)
+        try:
+            return super().call_module(m, forward, args, kwargs)
+        except Exception as e:
+            if isinstance(e, (torch.fx.proxy.TraceError, NotImplementedError, TypeError, AssertionError,
+                              RuntimeError, ValueError, AttributeError)):
+                why = first_line(e)
+            else:
+                raise
+        added = []
+        n = last.next
+        while n is not self.graph._root:  # type: ignore[attr-defined]
+            added.append(n)
+            n = n.next
+        for n in reversed(added):
+            self.graph.erase_node(n)
+        gone = set(added)
+        if self._proxy_cache is not None:
+            for k in [k for k, p in self._proxy_cache.items() if getattr(p, "node", None) in gone]:
+                del self._proxy_cache[k]
+        self.module_stack.clear()
+        self.module_stack.update(stack)
+        self.num_calls.clear()
+        self.num_calls.update(calls)
+        del self.called[called:]
+        self._leaves.add(id(m))
+        self.opaque[path] = why
+        return super().call_module(m, forward, args, kwargs)
 
 
 def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, validate: bool = True) -> Graph:
@@ -38,7 +112,13 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
         raise TypeError(f"forward takes {len(placeholders)} inputs, {len(args)} were given")
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
-    FakeTensorProp(gm, mode).propagate(*fake_args)
+    # on fake copies of the model's state: the graph's in-place writes (a momentum update under
+    # no_grad, which fx does not record) would otherwise land in the real parameters; and without
+    # grad, as that no_grad ran (shapes do not depend on it)
+    state: dict[str, torch.Tensor] = {k: mode.from_tensor(t) for k, t in [*gm.named_parameters(remove_duplicate=False),
+                                                 *gm.named_buffers(remove_duplicate=False)]}
+    with _reparametrize_module(gm, state), torch.no_grad():
+        FakeTensorProp(gm, mode).propagate(*fake_args)
 
     out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     returned = _unpack_dataclasses(out_node.args[0])
@@ -63,7 +143,14 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
             items.append((path, None, repr(value)))
     conv.add_outputs(items)
     mark_tied(conv.nodes, model)
-    g = Graph(name=type(model).__name__, nodes=conv.nodes, method="fx", modules=module_infos(model))
+    nodes = with_silent_calls(conv.nodes, tracer.called, conv.modules)
+    notes = []
+    for n in nodes:
+        why = tracer.opaque.get(n.module) if n.kind == "op" else None
+        if why is not None:
+            n.attrs["opaque"] = why
+            notes.append(opaque_note(n, why, "fx"))
+    g = Graph(name=type(model).__name__, nodes=nodes, method="fx", modules=module_infos(model), notes=notes)
     if validate and real_inputs(flat.tensors):
         confirm_forward(model, flat, g)
     return g
