@@ -170,12 +170,39 @@ def test_json_of_the_tiny_graph() -> None:
     assert d["schema"] == SCHEMA_VERSION
     assert d["nodes"][2] == {
         "name": "linear", "kind": "op", "target": "aten.linear.default", "inputs": ["x", "fc.weight"],
-        "stack": [["fc", 0]], "outputs": [{"shape": ["s0", 3], "dtype": "float32"}],
+        "stack": 1, "outputs": [{"shape": ["s0", 3], "dtype": "float32"}],
         "source": {"file": "/src/model.py", "line": 12, "func": "forward", "code": "return self.fc(x)"},
     }
+    assert d["stacks"] == [[-1, "fc", 0]]  # each call level once; a node's stack is 1 + its index
     back = Graph.from_json(g.to_json(indent=2))
     assert back.to_dict() == g.to_dict()
     assert back.node("linear").source == g.node("linear").source
+    old = {**d, "nodes": [{**n, "stack": [["fc", 0]]} if n.get("stack") else n for n in d["nodes"]]}
+    del old["stacks"]  # a graph saved with a list of levels per node reads the same
+    assert Graph.from_dict(old).to_dict() == g.to_dict()
+
+
+def nested(depth: int) -> Graph:
+    """One op in each module of a chain ``depth`` deep (``m``, ``m.m``, ...), as a model of nested
+    blocks captures: paths grow with the depth, and so do the stacks."""
+    nodes = [Node("x", "input", "x", outputs=(TensorMeta((2,)),))]
+    stack: tuple[tuple[str, int], ...] = ()
+    for k in range(depth):
+        stack = (*stack, (stack[-1][0] + ".m" if stack else "m", 0))
+        nodes.append(Node(f"op{k}", "op", "aten.relu.default", (Ref(nodes[-1].name),), stack, (TensorMeta((2,)),)))
+    nodes.append(Node("out", "output", "out", (Ref(nodes[-1].name),)))
+    return Graph(name="Nested", nodes=nodes)
+
+
+def test_json_grows_with_the_nodes_not_with_the_depth_cubed() -> None:
+    """Each node wrote its whole stack of full paths: O(depth^2) characters per node, 1 GB at a
+    depth of 1,000. The table of call levels writes each level once, its path relative to its parent's."""
+    small, large = (len(nested(d).to_json()) for d in (100, 400))
+    assert large / small < 4.5, (small, large)  # 4x the nodes and levels; it was 57x
+    g = nested(300)
+    back = Graph.from_json(g.to_json())
+    assert [n.stack for n in back.nodes] == [n.stack for n in g.nodes]
+    assert back.node("op299").stack[-1] == (".".join(["m"] * 300), 0)
 
 
 # ---- passes on hand-built graphs -----------------------------------------------------------------
