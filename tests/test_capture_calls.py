@@ -69,30 +69,42 @@ class PassThrough(nn.Module):
         return self.inner(x)
 
 
+class Noop(nn.Module):
+    """No child, no op: traced through by fx too."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
 class Silent(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.lin = nn.Linear(4, 4)
         self.ident = nn.Identity()
         self.wrap = PassThrough()
+        self.noop = Noop()
         self.out = nn.Linear(4, 2)
         self.unused = nn.Linear(2, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.wrap(self.ident(self.lin(x))))
+        return self.out(self.noop(self.wrap(self.ident(self.lin(self.noop(x))))))
 
 
 @pytest.mark.parametrize("method", [*METHODS, "export-decomposed"])
 def test_module_calls_without_ops_are_in_every_graph(method: str) -> None:
     model, args = Silent().eval(), (torch.randn(3, 4),)
     g = fxviz.capture(model, args, method=method)
-    assert graph_calls(g) == eager_calls(model, args) == {"lin", "ident", "wrap", "wrap.inner", "out"}
-    order = [c.path for c in g.calls.root.walk() if c.path]
-    assert order == ["lin", "ident", "wrap", "wrap.inner", "out"], order
-    if method != "fx":  # fx keeps an Identity as one op; the others have a call node
-        calls = {n.stack[-1][0]: n for n in g.nodes if n.kind == "call"}
-        assert set(calls) == {"ident", "wrap.inner"}
-        assert calls["ident"].target == "Identity" and calls["wrap.inner"].stack == (("wrap", 0), ("wrap.inner", 0))
+    assert graph_calls(g) == eager_calls(model, args) == {"noop", "lin", "ident", "wrap", "wrap.inner", "out"}
+    order = [c.id for c in g.calls.root.walk() if c.path]
+    assert order == ["noop#0", "lin#0", "ident#0", "wrap#0", "wrap.inner#0", "noop#1", "out#0"], order
+    calls = {(n.stack[-1], n.target) for n in g.nodes if n.kind == "call"}
+    noops = {(("noop", 0), "Noop"), (("noop", 1), "Noop")}
+    if method == "fx":  # fx keeps an Identity as one op; the others have a call node
+        assert calls == noops
+    else:
+        assert calls == noops | {(("ident", 0), "Identity"), (("wrap.inner", 0), "Identity")}
+        assert next(n for n in g.nodes if n.kind == "call" and n.module == "wrap.inner").stack == (
+            ("wrap", 0), ("wrap.inner", 0))
 
 
 class Encoder(nn.Module):

@@ -103,13 +103,16 @@ def with_silent_calls(nodes: list[Node], called: Sequence[Stack], modules: Mappi
     """``nodes`` with a ``call`` node for each call of ``called`` that no node's stack holds,
     placed before the first op of a call that started after it (and before the outputs)."""
     covered: set[Stack] = set()
+    ran: set[str] = set()  # modules some node names: a call of theirs is never taken for silent
     for s in {n.stack for n in nodes}:
+        ran.update(p for p, _ in s)
         while s and s not in covered:
             covered.add(s)
             s = s[:-1]
     order = {s: i for i, s in enumerate(called)}
-    inner = {s[:-1] for s in called if s not in covered}  # a call around a silent call needs no node
-    silent = [(i, s) for i, s in enumerate(called) if s not in covered and s not in inner]
+    candidates = [s for s in called if s not in covered and s[-1][0] not in ran]
+    inner = {s[:-1] for s in candidates}  # a call around a silent call needs no node of its own
+    silent = [(order[s], s) for s in candidates if s not in inner]
     if not silent:
         return nodes
     names = {n.name for n in nodes}
