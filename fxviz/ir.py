@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from fxviz.calls import CallTree, ModuleCall, call_tree
+from fxviz.calls import CallTree, ModuleCall, call_tree, stack_indexer
 from fxviz.errors import GraphFormatError, RenderError
 from fxviz.nodelist import NodeList
 from fxviz.schema import NODE_KINDS as NODE_KINDS  # re-exported: the IR's node kinds
@@ -430,7 +430,7 @@ class Graph:
         the JSON of a model nested ``d`` deep grow with ``d`` cubed. ``stack_table=False`` writes
         each node's levels in the node (as graphs saved before the table; both read back)."""
         table: list[list[Any]] = []
-        stack_index = _stack_indexer(table)
+        stack_index = stack_indexer(table)
         d = {
             "schema": SCHEMA_VERSION,
             "name": self.name,
@@ -475,33 +475,6 @@ class Graph:
         except (TypeError, ValueError, AttributeError) as e:
             raise GraphFormatError(f"graph {self.name!r} has a field of the wrong type: {e}") from e
         check(data)
-
-
-def _stack_indexer(table: list[list[Any]]) -> Callable[[tuple[ModuleCall, ...]], int]:
-    """A function that gives a stack's index in ``table``, adding its levels on first sight."""
-    index: dict[tuple[ModuleCall, ...], int] = {}
-    by_id: dict[int, tuple[tuple[ModuleCall, ...], int]] = {}  # stacks are shared tuples: skip the hash
-
-    def of(stack: tuple[ModuleCall, ...]) -> int:
-        seen = by_id.get(id(stack))
-        if seen is not None and seen[0] is stack:
-            return seen[1]
-        missing = []
-        s = stack
-        while s and s not in index:
-            missing.append(s)
-            s = s[:-1]
-        parent = index[s] if s else -1
-        for level in reversed(missing):
-            outer = level[-2][0] if len(level) > 1 else ""
-            path, call = level[-1]
-            rel = "." + path[len(outer) + 1:] if outer and path.startswith(outer + ".") else path
-            table.append([parent, rel, call])
-            parent = index[level] = len(table) - 1
-        by_id[id(stack)] = (stack, index[stack])
-        return index[stack]
-
-    return of
 
 
 def _build(d: dict[str, Any]) -> Graph:
