@@ -25,6 +25,7 @@ from fxviz.symbolic.export import capture_export
 from fxviz.symbolic.fx import capture_fx
 from fxviz.torchbridge.apart import can_fork, run_apart, worth_isolating
 from fxviz.torchbridge.checks import RejectedInputs, count_ops, forget_failed_compiles, real_inputs
+from fxviz.torchbridge.lazy import initialised
 from fxviz.torchbridge.normalize import flatten_inputs
 from fxviz.torchbridge.run import capture_session, failed_attempt, gc_paused, interrupts_kept, normalize_args
 from fxviz.torchbridge.values import module_infos
@@ -238,7 +239,8 @@ def capture(
     forward: export runs its graph, which also checks its runtime assertions and takes each
     ``torch.cond``'s branch; fx runs the model), and inputs the model rejects are a ``ModelError``,
     never a graph called a success. ``validate=False`` skips that; inputs on ``meta`` or fake
-    tensors are never run. A ``torch.compile``, ``DataParallel`` or ``DistributedDataParallel``
+    tensors are never run. Lazy modules (``nn.LazyLinear``) not initialised yet are initialised by one
+    forward on a copy of the model, and the copy is captured (``graph.notes`` says so). A ``torch.compile``, ``DataParallel`` or ``DistributedDataParallel``
     wrapper is taken off (``graph.notes`` says so); a TorchScript module is refused.
 
     ``isolate`` runs the symbolic attempts in a forked child process, which gives back everything
@@ -251,6 +253,8 @@ def capture(
     model, notes = unwrap(model)
     args, kwargs = normalize_args(model, args, kwargs)
     _refuse_scripted(model)
+    model, lazy = initialised(model, args, kwargs)  # a copy, when lazy modules wait for a first forward
+    notes += lazy
     methods = AUTO_CHAIN if method == "auto" else (method,)
     with interrupts_kept(), gc_paused():
         try:

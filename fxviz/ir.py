@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from fxviz.calls import CallTree, ModuleCall, call_tree
+from fxviz.calls import CallTree, ModuleCall, call_tree, stack_indexer
 from fxviz.errors import GraphFormatError, RenderError
 from fxviz.nodelist import NodeList
 from fxviz.schema import NODE_KINDS as NODE_KINDS  # re-exported: the IR's node kinds
@@ -166,11 +166,13 @@ class Node:
         """Metadata of the first output, if any."""
         return self.outputs[0] if self.outputs else None
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data for JSON; empty fields are left out (:mod:`fxviz.schema` fills them in)."""
+    def to_dict(self, stack: int | None = None) -> dict[str, Any]:
+        """Plain data for JSON; empty fields are left out (:mod:`fxviz.schema` fills them in).
+        ``stack``: the index of this node's stack in the graph's table of stacks, written in place
+        of the stack itself (see :meth:`Graph.to_dict`)."""
         d: dict[str, Any] = {"name": self.name, "kind": self.kind, "target": self.target,
                              "inputs": [r.to_json() for r in self.inputs],
-                             "stack": [[p, c] for p, c in self.stack],
+                             "stack": [[p, c] for p, c in self.stack] if stack is None else stack + 1,
                              "outputs": [m.to_dict() for m in self.outputs],
                              "source": self.source.to_dict() if self.source is not None else None,
                              "attrs": self.attrs}
@@ -420,17 +422,27 @@ class Graph:
 
     # ---- serialisation -----------------------------------------------------------------------
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, stack_table: bool = True) -> dict[str, Any]:
+        """Plain data for JSON. Module call stacks are written once, as a table ``stacks`` of call
+        levels ``[parent, path, call index]`` (``parent``: the index of the level around it, -1 for
+        none; ``path`` relative to the parent's when it starts with ``.``), and each node's
+        ``stack`` is 1 + the index of its innermost level: a node's own list of full paths made
+        the JSON of a model nested ``d`` deep grow with ``d`` cubed. ``stack_table=False`` writes
+        each node's levels in the node (as graphs saved before the table; both read back)."""
+        table: list[list[Any]] = []
+        stack_index = stack_indexer(table)
         d = {
             "schema": SCHEMA_VERSION,
             "name": self.name,
             "method": self.method,
             "attempts": [a.to_dict() for a in self.attempts],
             "modules": {p: m.to_dict() for p, m in self.modules.items()},
-            "nodes": [n.to_dict() for n in self.nodes],
+            "nodes": [n.to_dict(stack_index(n.stack) if n.stack and stack_table else None) for n in self.nodes],
             "annotations": self.annotations,
             "error": self.error,
         }
+        if table:
+            d["stacks"] = table
         if self.assumptions:
             d["assumptions"] = [a.to_dict() for a in self.assumptions]
         if self.notes:
@@ -459,7 +471,7 @@ class Graph:
         """Raise :class:`GraphFormatError` (a ``ValueError``) naming the first broken rule of those a
         saved graph is read by (unique names, inputs defined before use, output indices, types)."""
         try:
-            data = self.to_dict()
+            data = self.to_dict(stack_table=False)  # a broken stack is named by its node
         except (TypeError, ValueError, AttributeError) as e:
             raise GraphFormatError(f"graph {self.name!r} has a field of the wrong type: {e}") from e
         check(data)

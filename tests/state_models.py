@@ -234,6 +234,23 @@ class EvalDropout(nn.Module):
         return self.ident(self.drop(self.lin(x)))
 
 
+class MomentumNoGrad(nn.Module):
+    """A key layer that follows the query layer in place under ``no_grad``; fx does not record the
+    ``no_grad``, and shape propagation of its graph wrote the real weights."""
+
+    def __init__(self, frozen: bool) -> None:
+        super().__init__()
+        self.q = nn.Linear(4, 4)
+        self.k = nn.Linear(4, 4)
+        for p in self.k.parameters():
+            p.requires_grad_(not frozen)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.k.weight.mul_(0.9).add_(0.1 * self.q.weight)
+        return self.k(self.q(x))
+
+
 class Nested(nn.Module):
     """A chain of modules ``depth`` levels deep, each calling the next."""
 
@@ -284,6 +301,8 @@ SCENARIOS: dict[str, Callable[[], Built]] = {
     "backward_in_forward": _seeded(lambda: (BackwardInForward().train(), (torch.randn(3, 4),), {})),
     "backward_into_grads": _seeded(_with_grads),
     "momentum_update": _seeded(lambda: (MomentumUpdate().eval(), (torch.randn(3, 4),), {})),
+    "momentum_no_grad": _seeded(lambda: (MomentumNoGrad(frozen=False).eval(), (torch.randn(3, 4),), {})),
+    "momentum_no_grad_frozen": _seeded(lambda: (MomentumNoGrad(frozen=True).eval(), (torch.randn(3, 4),), {})),
     "input_in_place": _seeded(lambda: (
         InputInPlace().eval(), (torch.randn(3, 4), {"bias": torch.ones(4)}), {})),
     "rebind_modules": _seeded(lambda: (RebindModules().eval(), (torch.randn(3, 4),), {})),

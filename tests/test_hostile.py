@@ -124,8 +124,8 @@ MALFORMED: list[tuple[str, Edit, str]] = [
     ("replay", lambda d: d["annotations"].update(replay={"ok": "yes"}), r"annotation 'replay' 'ok': expected true or false"),
     ("unknown-annotation", lambda d: d["annotations"].update(overlay={"x": deep(MAX_NESTING + 1)}),
      r"annotation 'overlay': nested more than"),
-    ("schema-true", lambda d: d.update(schema=True), r"graph JSON has schema True, this fxviz reads schema 1"),
-    ("schema-float", lambda d: d.update(schema=1.0), r"graph JSON has schema 1.0, this fxviz reads schema 1"),
+    ("schema-true", lambda d: d.update(schema=True), r"graph JSON has schema True, this fxviz reads schemas 1, 2"),
+    ("schema-float", lambda d: d.update(schema=1.0), r"graph JSON has schema 1.0, this fxviz reads schemas 1, 2"),
     ("schema-missing", lambda d: d.pop("schema"), r"graph JSON has schema None"),
 ]
 

@@ -152,9 +152,34 @@ def test_from_json_rejects_another_schema_version(schema: Any) -> None:
         del d["schema"]
     else:
         d["schema"] = schema
-    with pytest.raises(ValueError, match=f"schema {schema!r}, this fxviz reads schema {SCHEMA_VERSION}") as e:
+    with pytest.raises(ValueError, match=f"schema {schema!r}, this fxviz reads schemas 1, {SCHEMA_VERSION}") as e:
         Graph.from_json(json.dumps(d))
     assert "re-capture" in str(e.value)
+
+
+def test_a_schema_1_graph_still_reads() -> None:
+    """Schema 2 changed how stacks are written (one table); a graph saved by the fxviz before it,
+    each node's stack a list of [path, call] pairs, reads to the same graph."""
+    g = tiny()
+    g.nodes.insert(3, Node("gelu", "op", target="aten.gelu.default", inputs=(Ref("linear"),),
+                           stack=(("fc", 0), ("fc.act", 0)), outputs=(meta("s0", 3),)))
+    d = g.to_dict()
+    assert d["schema"] == SCHEMA_VERSION == 2
+    assert any(path.startswith(".") for _, path, _ in d["stacks"])  # a level written below its parent
+    old = {**d, "schema": 1}
+    table = old.pop("stacks", [])
+    paths = []
+    for parent, path, _call in table:
+        full = paths[parent] + path if path.startswith(".") else path
+        paths.append(full)
+    def stack_of(k: int) -> list[list[Any]]:
+        out = []
+        while k >= 0:
+            out.append([paths[k], table[k][2]])
+            k = table[k][0]
+        return out[::-1]
+    old["nodes"] = [{**n, "stack": stack_of(n["stack"] - 1) if n.get("stack") else []} for n in d["nodes"]]
+    assert Graph.from_json(json.dumps(old)) == g
 
 
 def test_from_json_rejects_an_unknown_node_kind() -> None:
@@ -170,12 +195,39 @@ def test_json_of_the_tiny_graph() -> None:
     assert d["schema"] == SCHEMA_VERSION
     assert d["nodes"][2] == {
         "name": "linear", "kind": "op", "target": "aten.linear.default", "inputs": ["x", "fc.weight"],
-        "stack": [["fc", 0]], "outputs": [{"shape": ["s0", 3], "dtype": "float32"}],
+        "stack": 1, "outputs": [{"shape": ["s0", 3], "dtype": "float32"}],
         "source": {"file": "/src/model.py", "line": 12, "func": "forward", "code": "return self.fc(x)"},
     }
+    assert d["stacks"] == [[-1, "fc", 0]]  # each call level once; a node's stack is 1 + its index
     back = Graph.from_json(g.to_json(indent=2))
     assert back.to_dict() == g.to_dict()
     assert back.node("linear").source == g.node("linear").source
+    old = {**d, "nodes": [{**n, "stack": [["fc", 0]]} if n.get("stack") else n for n in d["nodes"]]}
+    del old["stacks"]  # a graph saved with a list of levels per node reads the same
+    assert Graph.from_dict(old).to_dict() == g.to_dict()
+
+
+def nested(depth: int) -> Graph:
+    """One op in each module of a chain ``depth`` deep (``m``, ``m.m``, ...), as a model of nested
+    blocks captures: paths grow with the depth, and so do the stacks."""
+    nodes = [Node("x", "input", "x", outputs=(TensorMeta((2,)),))]
+    stack: tuple[tuple[str, int], ...] = ()
+    for k in range(depth):
+        stack = (*stack, (stack[-1][0] + ".m" if stack else "m", 0))
+        nodes.append(Node(f"op{k}", "op", "aten.relu.default", (Ref(nodes[-1].name),), stack, (TensorMeta((2,)),)))
+    nodes.append(Node("out", "output", "out", (Ref(nodes[-1].name),)))
+    return Graph(name="Nested", nodes=nodes)
+
+
+def test_json_grows_with_the_nodes_not_with_the_depth_cubed() -> None:
+    """Each node wrote its whole stack of full paths: O(depth^2) characters per node, 1 GB at a
+    depth of 1,000. The table of call levels writes each level once, its path relative to its parent's."""
+    small, large = (len(nested(d).to_json()) for d in (100, 400))
+    assert large / small < 4.5, (small, large)  # 4x the nodes and levels; it was 57x
+    g = nested(300)
+    back = Graph.from_json(g.to_json())
+    assert [n.stack for n in back.nodes] == [n.stack for n in g.nodes]
+    assert back.node("op299").stack[-1] == (".".join(["m"] * 300), 0)
 
 
 # ---- passes on hand-built graphs -----------------------------------------------------------------

@@ -33,6 +33,7 @@ from fxviz.render.panels import panel_view
 from fxviz.render.view import (
     ERROR_COLOR,
     KIND_COLORS,
+    MAX_LABEL,
     Group,
     ModuleBoxes,
     bounded,
@@ -286,7 +287,12 @@ def _node_columns(graph: Graph, nindex: dict[str, int], box_of: dict[str, int], 
     units, as the script counts; 0: none; the details panel parses a node's own when shown: one
     string, where 90,000 small ones cost the page a 30 ms garbage collection), and ``e``, by node
     index, the error of the op that raised. Readers are not written: they are the inputs read
-    the other way, which the script indexes."""
+    the other way, which the script indexes.
+
+    A name longer than a label is cut (it keeps its end and its node index, so it stays unique),
+    and so is a state name that is its node's name: the state name of a parameter 2,000 modules
+    deep is 12,000 characters, and whole names made the report grow with the square of the
+    nesting. An op's target is written whole (once per distinct op, in the table)."""
     table = _Interner()
     by_name = {n.name: n for n in graph.nodes}
     cols: dict[str, list[Any]] = {k: [] for k in ("n", "g", "f", "ni", "i", "no", "out", "s", "np", "al")}
@@ -303,8 +309,11 @@ def _node_columns(graph: Graph, nindex: dict[str, int], box_of: dict[str, int], 
         return sum(params_of(by_name[p]) for p in read)
 
     for k, n in enumerate(graph.nodes):
-        target: str | int | None = 1 if n.target and n.target == n.name else n.target or None
-        cols["n"].append(n.name)
+        name = n.name if len(n.name) <= MAX_LABEL else f"…{n.name[-(MAX_LABEL - 12):]}#{k}"
+        target: str | int | None = n.target or None
+        if n.target and n.target == n.name:  # a parameter's state name: cut as its name is
+            target = 1 if name is n.name else bounded(n.target)
+        cols["n"].append(name)
         cols["g"].append(box_of.get(n.name, -1))
         cols["f"].append(table.add([n.kind, op_kind(n), node_label(n), target]))
         cols["ni"].append(len(n.inputs))

@@ -45,6 +45,7 @@ from fxviz.schema.values import (
     MAX_STACK,
     MAX_STACK_CELLS,
     NODE_KINDS,
+    READABLE_SCHEMAS,
     SCHEMA_VERSION,
     Where,
     _array,
@@ -90,9 +91,45 @@ def _meta(v: Any, where: Where) -> dict[str, Any]:
 Stack = tuple[tuple[str, int], ...]
 
 
-def _stack(v: Any, where: Where, stacks: dict[Stack, Stack]) -> Stack:
-    """A module call stack; equal stacks are one tuple (as capture makes them: cheaper to keep,
-    and passes cache per stack object)."""
+def _stack_table(v: Any) -> list[Stack]:
+    """The graph's table of call levels (``stacks``: ``[parent, path, call index]``, a path that
+    starts with ``.`` relative to the parent's), as the stack each level ends."""
+    out: list[Stack] = []
+    cells = 0
+    for k, entry in enumerate(_array(v, lambda: "'stacks'")):
+        if not isinstance(entry, list) or len(entry) != 3:
+            _fail(f"'stacks'[{k}]", "[parent index, module path, call index]", entry)
+        parent, path, index = entry
+        if type(parent) is not int or not -1 <= parent < k:
+            _fail(f"'stacks'[{k}] parent", f"an index of an earlier level (-1 to {k - 1})", parent)
+        outer = out[parent] if parent >= 0 else ()
+        if isinstance(path, str) and path.startswith(".") and outer:
+            path = outer[-1][0] + path
+        if not (isinstance(path, str) and path and not path.startswith(".")):
+            _fail(f"'stacks'[{k}] module path", "a non-empty string (a '.' first only below a parent)", path)
+        if type(index) is not int or not 0 <= index <= MAX_INT:
+            _fail(f"'stacks'[{k}] call index", "a non-negative integer", index)
+        if len(outer) >= MAX_STACK:
+            _fail(f"'stacks'[{k}]", f"at most {MAX_STACK} module calls", entry)
+        cells += len(outer) + 1
+        if cells > MAX_STACK_CELLS:
+            raise GraphFormatError(f"graph JSON: the table of module stacks holds more than {MAX_STACK_CELLS:,} levels "
+                                   "in all, more than fxviz draws")
+        out.append((*outer, (path, index)))
+    return out
+
+
+def _stack(v: Any, where: Where, stacks: dict[Stack, Stack], table: list[Stack] | None = None) -> Stack:
+    """A module call stack: its levels, or 1 + an index in the graph's table (``0``: none);
+    equal stacks are one tuple (as capture makes them: cheaper to keep, and passes cache per
+    stack object)."""
+    if type(v) is int:
+        if not 0 <= v <= len(table or ()):
+            _fail(where(), f"a stack (1 + an index of 'stacks', below {len(table or ()) + 1})", v)
+        if v == 0:
+            return ()
+        stack = (table or [])[v - 1]
+        return stacks.setdefault(stack, stack)
     levels = _array(v, where)
     if len(levels) > MAX_STACK:
         _fail(where(), f"at most {MAX_STACK} module calls", levels)
@@ -111,7 +148,8 @@ def _stack(v: Any, where: Where, stacks: dict[Stack, Stack]) -> Stack:
 
 
 def _node(
-    d: Any, i: int, outputs_of: dict[str, int], later: Callable[[str], bool], stacks: dict[Stack, Stack]
+    d: Any, i: int, outputs_of: dict[str, int], later: Callable[[str], bool], stacks: dict[Stack, Stack],
+    table: list[Stack] | None = None,
 ) -> dict[str, Any]:
     """One node, checked against the nodes before it (``outputs_of``: name -> number of outputs)."""
     d = _object(d, lambda: f"nodes[{i}]")
@@ -157,7 +195,7 @@ def _node(
     ]
     attrs = _object(d.get("attrs", {}), lambda: f"{at()} 'attrs'")
     check_value(attrs, lambda: f"{at()} 'attrs'")
-    stack = _stack(d.get("stack", []), lambda: f"{at()} 'stack'", stacks)
+    stack = _stack(d.get("stack", []), lambda: f"{at()} 'stack'", stacks, table)
     if kind == "call" and (inputs or outputs or not stack):
         raise GraphFormatError(
             f"graph JSON: {at()} is a module call that ran no op: it has a module stack and no inputs or outputs"
@@ -240,10 +278,10 @@ def check(data: Any) -> dict[str, Any]:
     if not isinstance(data, dict):
         _fail("the document", "an object with 'schema' and 'nodes'", data)
     schema = data.get("schema")
-    if type(schema) is not int or schema != SCHEMA_VERSION:
+    if type(schema) is not int or schema not in READABLE_SCHEMAS:
         raise GraphFormatError(
-            f"graph JSON has schema {show(schema)}, this fxviz reads schema {SCHEMA_VERSION}: "
-            "re-capture the model with this version"
+            f"graph JSON has schema {show(schema)}, this fxviz reads schemas "
+            f"{', '.join(map(str, READABLE_SCHEMAS))}: re-capture the model with this version"
         )
     raw = _array(data.get("nodes", []), lambda: "'nodes'")
     outputs_of: dict[str, int] = {}
@@ -256,7 +294,8 @@ def check(data: Any) -> dict[str, Any]:
         return name in names
 
     stacks: dict[Stack, Stack] = {}
-    nodes = [_node(d, i, outputs_of, later, stacks) for i, d in enumerate(raw)]
+    table = _stack_table(data["stacks"]) if "stacks" in data else None
+    nodes = [_node(d, i, outputs_of, later, stacks, table) for i, d in enumerate(raw)]
     cells = sum(len(s) * (len(s) + 1) // 2 for s in stacks)
     if cells > MAX_STACK_CELLS:
         raise GraphFormatError(
@@ -313,5 +352,5 @@ def parse(text: str | bytes | bytearray) -> dict[str, Any]:
 
 
 __all__ = ["ANNOTATIONS", "MAX_INT", "MAX_NESTING", "MAX_STACK", "MAX_STACK_CELLS", "NODE_KINDS", "OVERLAY_KINDS",
-           "OVERLAY_REDUCES", "OVERLAY_SCALES", "SCHEMA_VERSION", "check", "check_overlay", "check_value", "parse",
+           "OVERLAY_REDUCES", "OVERLAY_SCALES", "READABLE_SCHEMAS", "SCHEMA_VERSION", "check", "check_overlay", "check_value", "parse",
            "show", "source"]

@@ -11,7 +11,12 @@ from typing import Any, NoReturn
 
 from fxviz.errors import GraphFormatError
 
-SCHEMA_VERSION = 1
+#: The graph JSON this fxviz writes. 2: node stacks as one table of call levels (``stacks``, each
+#: node's ``stack`` an index into it), so a graph nested N modules deep is not N^2 in size; 1:
+#: each node wrote its whole stack of module paths. Both are read (:data:`READABLE_SCHEMAS`); an
+#: older fxviz meets a 2 with "reads schema 1: re-capture", not a missing key.
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS: tuple[int, ...] = (1, 2)
 #: ``call``: a module call that ran but dispatched no op (an eval-mode ``Dropout`` at ATen level, an
 #: ``Identity``); it has no inputs or outputs, only the call's ``stack`` and the module class as target.
 NODE_KINDS: tuple[str, ...] = ("input", "parameter", "buffer", "constant", "op", "output", "call")

@@ -163,6 +163,7 @@ class Converter:
     inherit: list[tuple[ModuleCall, ...]] = field(default_factory=list)
     traces: dict[str, str] = field(default_factory=dict)
     regions: int = 0
+    stacks: dict[tuple[str, ...], tuple[ModuleCall, ...]] = field(default_factory=dict)  # by nn_module_stack keys
 
     def unique(self, name: str) -> str:
         base, i = name, 1
@@ -242,7 +243,11 @@ class Converter:
         """The module calls ``n`` ran in. Inside a body of a higher-order op that export traced
         without them (non-strict cond, while_loop, map): the calls around the op, and the owner of
         a parameter ``n`` reads (:func:`~fxviz.symbolic.hops.inferred_stack`)."""
-        stack = stack_from_meta(n.meta.get("nn_module_stack"), self.strip)
+        meta = n.meta.get("nn_module_stack")
+        key = tuple(meta) if meta else ()
+        stack = self.stacks.get(key)
+        if stack is None:  # one tuple per call: nodes of a call 2,000 modules deep share it
+            stack = self.stacks[key] = stack_from_meta(meta, self.strip)
         if self.inherit and not stack:
             return inferred_stack(self, inputs)
         return stack

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import traceback
 from collections.abc import Sequence
@@ -17,7 +18,9 @@ from fxviz.errors import TargetError
 from fxviz.ir import Assumption, Graph, NodeKind, SourceLoc
 from fxviz.symbolic.check import ProgramRun, has_checks, python_spelling, run_program, runtime_assertions
 from fxviz.symbolic.convert import Converter, Placeholder
+from fxviz.symbolic.silent import fake_run_calls, logged_calls, uncovered, with_silent_calls
 from fxviz.torchbridge.checks import RejectedInputs, confirm_forward, first_line, real_inputs
+from fxviz.torchbridge.guard import named_modules
 from fxviz.torchbridge.normalize import FlatInputs, NormalizedModel, flatten_inputs
 from fxviz.torchbridge.source import is_user_file
 from fxviz.torchbridge.values import mark_tied, module_infos
@@ -54,15 +57,22 @@ def capture_export(
     flat = flatten_inputs(model, args, kwargs)
     box: dict[str, Any] = {}
     wrapper = NormalizedModel(model, flat, box)
-    ep = torch.export.export(
-        wrapper, flat.tensors, strict=strict, dynamic_shapes=_flat_dynamic_shapes(dynamic_shapes, flat)
-    )
+    # non-strict export runs the forward's Python, hooks too (they do nothing inside a cond's
+    # branches, which Dynamo traces); strict export fails on a global hook: none there
+    logged: contextlib.AbstractContextManager[list[Any]] = contextlib.nullcontext([]) if strict else logged_calls(model)
+    with logged as called:
+        ep = torch.export.export(
+            wrapper, flat.tensors, strict=strict, dynamic_shapes=_flat_dynamic_shapes(dynamic_shapes, flat)
+        )
     if decompose:
         ep = ep.run_decompositions()
     method = ("export-strict" if strict else "export") + ("-decomposed" if decompose else "")
     check = validate and real_inputs(flat.tensors)
     run = run_program(ep, flat) if check and (not strict or has_checks(ep)) else None
     graph = graph_from_exported(ep, model, flat, box, method=method, run=run)
+    if strict and uncovered(graph.nodes, model):  # Dynamo ran no hook: which modules ran without ops?
+        called = fake_run_calls(model, flat) or []
+    graph.nodes = with_silent_calls(graph.nodes, called, dict(named_modules(model)))
     if run is not None and run.error is not None:
         raise _rejected(graph, run) from run.error
     if check and strict:

@@ -3,21 +3,116 @@
 from __future__ import annotations
 
 import dataclasses
+import linecache
+import sys
+import types
 from typing import Any
 
 import torch
 import torch.fx
 from torch import nn
+from torch.nn.utils.stateless import _reparametrize_module
 
-from fxviz.ir import Graph
+from fxviz.ir import Graph, ModuleCall
 from fxviz.symbolic.convert import Converter, Placeholder
-from fxviz.torchbridge.checks import confirm_forward, real_inputs
+from fxviz.symbolic.silent import opaque_note, with_silent_calls
+from fxviz.torchbridge.checks import confirm_forward, first_line, real_inputs
+from fxviz.torchbridge.guard import named_modules
 from fxviz.torchbridge.normalize import flatten_inputs, flatten_outputs
+from fxviz.torchbridge.source import is_user_file
 from fxviz.torchbridge.values import mark_tied, module_infos
 
 
 class _Tracer(torch.fx.Tracer):
-    record_stack_traces = True
+    """torch.fx's tracer, which keeps every module of ``torch.nn`` as one ``call_module`` op, made
+    to trace through each module that has submodules (``TransformerEncoder``, ``Sequential``): only
+    a module without children is a leaf. A module whose forward cannot be traced through (Python
+    control flow on a traced value, as in ``MultiheadAttention``'s fast-path checks) is rolled back
+    and kept as one op, and ``opaque`` says why: its internals are not in the graph.
+
+    ``called`` lists every module call in the order the calls started, each by its stack (path and
+    call index per level, as the nodes' ``nn_module_stack`` numbers them): a call that records no
+    op (an ``Identity`` traced through) is still a call of the graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opaque: dict[str, str] = {}  # module path -> why fx kept it as one op
+        self.called: list[tuple[ModuleCall, ...]] = []
+        self._current: tuple[ModuleCall, ...] = ()
+        self._leaves: set[int] = set()  # modules with children that could not be traced through
+        self._proxy_cache: dict[str, Any] | None = None
+        self._stacks: dict[tuple[str, ...], Any] = {}  # one nn_module_stack per call
+
+    def create_node(self, *args: Any, **kwargs: Any) -> torch.fx.Node:
+        """fx's node, with the module stack shared by the nodes of one call and only the innermost
+        user frame as its stack trace: fx copies the whole module stack into every node and, with
+        ``record_stack_traces``, formats every user frame of the Python stack, which costs the
+        square of the nesting (a model 2,000 modules deep ran out of memory)."""
+        node = super().create_node(*args, **kwargs)
+        stack = node.meta.get("nn_module_stack")
+        if stack is not None:
+            node.meta["nn_module_stack"] = self._stacks.setdefault(tuple(stack), stack)
+        frame: types.FrameType | None = sys._getframe(1)
+        while frame is not None and not is_user_file(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is not None:
+            code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+            node.stack_trace = f'  File "{frame.f_code.co_filename}", line {frame.f_lineno}, in {frame.f_code.co_name}\n    {code}'
+        return node
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        if id(m) in self._leaves:
+            return True
+        return next(iter(m.children()), None) is None and super().is_leaf_module(m, module_qualified_name)
+
+    def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
+        self._proxy_cache = parameter_proxy_cache  # the trace's own: rolled back with the graph
+        return super().getattr(attr, attr_val, parameter_proxy_cache)
+
+    def call_module(self, m: nn.Module, forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        path = self.path_of_module(m)
+        outer = self._current
+        self._current = (*outer, (path, self.num_calls.get(path, 0)))
+        self.called.append(self._current)
+        try:
+            if self.is_leaf_module(m, path) or not any(True for _ in m.children()):
+                return super().call_module(m, forward, args, kwargs)
+            return self._through(m, path, forward, args, kwargs)
+        finally:
+            self._current = outer
+
+    def _through(self, m: nn.Module, path: str, forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Trace through ``m``; when its forward cannot be traced, erase what it added and keep it
+        as one op."""
+        last = self.graph._root.prev  # type: ignore[attr-defined]
+        stack, calls, called = dict(self.module_stack), dict(self.num_calls), len(self.called)
+        try:
+            return super().call_module(m, forward, args, kwargs)
+        except Exception as e:
+            if isinstance(e, (torch.fx.proxy.TraceError, NotImplementedError, TypeError, AssertionError,
+                              RuntimeError, ValueError, AttributeError)):
+                why = first_line(e)
+            else:
+                raise
+        added = []
+        n = last.next
+        while n is not self.graph._root:  # type: ignore[attr-defined]
+            added.append(n)
+            n = n.next
+        for n in reversed(added):
+            self.graph.erase_node(n)
+        gone = set(added)
+        if self._proxy_cache is not None:
+            for k in [k for k, p in self._proxy_cache.items() if getattr(p, "node", None) in gone]:
+                del self._proxy_cache[k]
+        self.module_stack.clear()
+        self.module_stack.update(stack)
+        self.num_calls.clear()
+        self.num_calls.update(calls)
+        del self.called[called:]
+        self._leaves.add(id(m))
+        self.opaque[path] = why
+        return super().call_module(m, forward, args, kwargs)
 
 
 def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, validate: bool = True) -> Graph:
@@ -25,27 +120,32 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
     inputs (and ``validate``) the model runs once on them, and what it raises is a
     :class:`~fxviz.torchbridge.checks.RejectedInputs`: fake tensors check less than real kernels."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     flat = flatten_inputs(model, args, kwargs)
     if kwargs:
         raise TypeError("fx capture takes positional tensor inputs only; use method='export' for kwargs")
     tracer = _Tracer()
     graph = tracer.trace(model)
-    gm = torch.fx.GraphModule(tracer.root, graph)
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    root = tracer.root
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     if len(placeholders) < len(args):
         raise TypeError(f"forward takes {len(placeholders)} inputs, {len(args)} were given")
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
-    FakeTensorProp(gm, mode).propagate(*fake_args)
+    # on fake copies of the model's state: the graph's in-place writes (a momentum update under
+    # no_grad, which fx does not record) would otherwise land in the real parameters; and without
+    # grad, as that no_grad ran (shapes do not depend on it)
+    state: dict[str, torch.Tensor] = {k: mode.from_tensor(t) for k, t in [*root.named_parameters(remove_duplicate=False),
+                                                 *root.named_buffers(remove_duplicate=False)]}
+    with _reparametrize_module(root, state), torch.no_grad():
+        _prop(root, graph, mode).propagate(*fake_args)
 
-    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    out_node = next(n for n in reversed(graph.nodes) if n.op == "output")
     returned = _unpack_dataclasses(out_node.args[0])
     out_node.args = (returned,)
-    for n in reversed(list(gm.graph.nodes)):
+    for n in reversed(list(graph.nodes)):
         if not n.users and _is_dataclass_call(n):
-            gm.graph.erase_node(n)
+            graph.erase_node(n)
 
     # the tensors given name the first placeholders; a keyword input left at its default keeps its own
     names = dict(zip([p.name for p in placeholders],
@@ -54,7 +154,7 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
         {p.name: Placeholder("input", names[p.name], names[p.name]) for p in placeholders},
         modules=dict(model.named_modules()),
     )
-    conv.convert(gm.graph)
+    conv.convert(graph)
     items: list[tuple[str, torch.fx.Node | None, str | None]] = []
     for path, value in flatten_outputs(returned, leaf_types=(torch.fx.Node,)):
         if isinstance(value, torch.fx.Node):
@@ -63,10 +163,38 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
             items.append((path, None, repr(value)))
     conv.add_outputs(items)
     mark_tied(conv.nodes, model)
-    g = Graph(name=type(model).__name__, nodes=conv.nodes, method="fx", modules=module_infos(model))
+    nodes = with_silent_calls(conv.nodes, tracer.called, conv.modules)
+    notes = []
+    for n in nodes:
+        why = tracer.opaque.get(n.module) if n.kind == "op" else None
+        if why is not None:
+            n.attrs["opaque"] = why
+            notes.append(opaque_note(n, why, "fx"))
+    g = Graph(name=type(model).__name__, nodes=nodes, method="fx", modules=module_infos(model), notes=notes)
     if validate and real_inputs(flat.tensors):
         confirm_forward(model, flat, g)
     return g
+
+
+class _Traced:
+    """What fx's interpreter reads of a module (its graph, its submodules) without building a
+    ``GraphModule``, whose generated code names every attribute by its whole path: the square of
+    the nesting (48 MB of code and 14 s for a model 2,000 modules deep)."""
+
+    def __init__(self, root: nn.Module, graph: torch.fx.Graph) -> None:
+        self.root, self.graph = root, graph
+
+    def named_modules(self) -> list[tuple[str, nn.Module]]:
+        return named_modules(self.root)
+
+
+def _prop(root: nn.Module, graph: torch.fx.Graph, mode: Any) -> Any:
+    """Fake-tensor propagation of ``graph`` on ``root`` itself (its attributes and submodules)."""
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    prop = FakeTensorProp(_Traced(root, graph), mode)  # type: ignore[arg-type]
+    prop.module = root
+    return prop
 
 
 def _unpack_dataclasses(v: Any) -> Any:
