@@ -235,10 +235,12 @@ def capture(
     raises on the inputs, :class:`~fxviz.errors.ModelError` reaches the caller with the annotated
     partial graph as ``err.graph``.
 
-    A symbolic capture on real inputs is confirmed on them (``validate``, at the cost of one
-    forward: export runs its graph, which also checks its runtime assertions and takes each
-    ``torch.cond``'s branch; fx runs the model), and inputs the model rejects are a ``ModelError``,
-    never a graph called a success. ``validate=False`` skips that; inputs on ``meta`` or fake
+    A symbolic capture on real inputs is confirmed on them where the capture did not already prove
+    it (``validate``): export runs its program, at the cost of one forward, only when it carries
+    runtime assertions, sizes bound to tensor data, a ``torch.cond`` (to take its branch) or
+    inputs that fake kernels accept and real ones may refuse (mixed dtypes, token ids past a
+    table); fx runs the model. Inputs the model rejects are a ``ModelError``, never a graph called a
+    success. ``validate=False`` skips that; inputs on ``meta`` or fake
     tensors are never run. Lazy modules (``nn.LazyLinear``) not initialised yet are initialised by one
     forward on a copy of the model, and the copy is captured (``graph.notes`` says so). A ``torch.compile``, ``DataParallel`` or ``DistributedDataParallel``
     wrapper is taken off (``graph.notes`` says so); a TorchScript module is refused.
