@@ -75,3 +75,22 @@ def bert_in_sequential() -> tuple[nn.Module, tuple[Any, ...]]:
     config = BertConfig(hidden_size=16, num_attention_heads=2, intermediate_size=32, num_hidden_layers=1)
     config._attn_implementation = "eager"
     return nn.Sequential(nn.Linear(16, 16), BertLayer(config), nn.Linear(16, 4)).eval(), (_x(2, 5, 16),)
+
+
+class Nested(nn.Module):
+    """A user module calling a ``torch.nn.Sequential`` with a break inside one of its children:
+    the Sequential runs eagerly, its user child compiles on its own, the head after it resumes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seq = nn.Sequential(nn.Linear(8, 8), ItemBlock(), nn.Linear(8, 8))
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.seq(x)
+        return self.head(x).tanh()
+
+
+def nested_sequential_with_break() -> tuple[nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    return Nested().eval(), (_x(4, 8),)

@@ -95,6 +95,14 @@ def test_a_break_in_the_middle_of_a_sequential_of_user_modules() -> None:
     assert eager == ["1", "2", "3", "5"] and cmap.assigned["item"] == "eager"
 
 
+def test_a_break_inside_a_sequential_a_user_module_calls() -> None:
+    model, args = mm.nested_sequential_with_break()
+    truth = explain(model, args)
+    cmap = compile_map(model, args, backend="aot_eager")
+    check_against_explain(cmap, truth)
+    assert sorted(n.name for n in cmap.graph.ops if cmap.assigned[n.name] == "eager") == ["item", "linear", "linear_2"]
+
+
 def test_a_library_module_in_a_users_sequential() -> None:
     model, args = mm.bert_in_sequential()
     truth = explain(model, args)
