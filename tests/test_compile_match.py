@@ -115,8 +115,20 @@ def test_cli_on_a_torch_only_model() -> None:
     target = f"{Path(mm.__file__).parent / 'compile_match_models.py'}:torch_sequential"
     r = CliRunner().invoke(cli, ["compile", target, "-b", "aot_eager", "--json", "-"])
     assert r.exit_code == 0, r.output
-    summary = json.loads(r.stdout)["summary"]
-    assert (summary["graphs"], summary["breaks"], summary["share"]) == (1, 0, 1.0)
+    d = json.loads(r.stdout)
+    assert (d["summary"]["graphs"], d["summary"]["breaks"], d["summary"]["share"]) == (1, 0, 1.0)
+    # no line of the user's is behind these ops: none is shown (it was click's, that called fxviz)
+    assert [n.get("source") for n in d["graph"]["nodes"] if n["kind"] == "op"] == [None] * 4
+
+
+def test_the_eager_tracer_gives_no_line_from_outside_the_model() -> None:
+    from fxviz.fallback.trace import trace_eager
+
+    model, args = mm.torch_sequential()
+    assert [n.source for n in trace_eager(model, args).ops] == [None] * 4  # was this test's line
+    model, args = mm.sequential_with_break()
+    lines = {n.module: n.source.func if n.source else None for n in trace_eager(model, args).ops}
+    assert lines["0.lin"] == lines["2"] == "forward" and lines["1"] is None
 
 
 # ---- the matching itself, without torch.compile ----------------------------------------------------

@@ -13,11 +13,11 @@ made that the tracer never saw cannot pull the cursor far ahead.
 
 The user source line is the innermost user frame on both sides, told by one predicate
 (:func:`~fxviz.torchbridge.source.is_user_file`: not torch, not fxviz). But Dynamo's frames begin at
-the function it compiled, the tracer's at the line that called the model: where the compiled
-function and all it inlined are library code (an ``nn.Sequential`` of ``torch.nn`` layers, the
-resumed ``Sequential.forward`` after a break in a child), the Dynamo op has no user line and the
-eager op the caller's. Such a Dynamo op (``file == ""``) matches by name and module alone, in order
-(:func:`matchable` says which eager ops a set of Dynamo ops can match).
+the function it compiled, the tracer's at the model's call: where the compiled function and all it
+inlined are library code called from a user's line (a ``torch.nn.Sequential`` a user's module
+calls, resumed after a break in one of its children), the Dynamo op has no user line and the eager
+op the user's line that called it. A Dynamo op without a user line (``file == ""``) matches by name
+and module alone, in order (:func:`matchable` says which eager ops a set of Dynamo ops can match).
 
 A Dynamo op of a name the tracer never recorded, in a named module, stands for a whole call of that
 module that the tracer saw as other ops (eval-mode ``nn.TransformerEncoderLayer`` is one fused op

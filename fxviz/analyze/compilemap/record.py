@@ -142,8 +142,9 @@ def _user_frame(stack_trace: str) -> tuple[str, int]:
     """The line the user wrote behind a Dynamo op: the innermost user frame of its ``stack_trace``
     as the eager tracer finds it (:func:`~fxviz.torchbridge.source.source_from_trace`, the tracer's
     :func:`~fxviz.torchbridge.source.is_user_file`), or ``("", 0)`` where the compiled code holds
-    none (a ``torch.nn`` container's ``forward``: Dynamo keeps no frame of ``torch.nn.modules``, and
-    the eager op's line is then one outside the compiled code, which :mod:`.match` does not ask for)."""
+    none (a ``torch.nn`` container's ``forward``: Dynamo keeps no frame of ``torch.nn.modules``; the
+    eager op's line may then be the user's line that called the container, which :mod:`.match`
+    does not ask for)."""
     src = source_from_trace(stack_trace)
     return (src.file, src.line) if src is not None else ("", 0)
 
