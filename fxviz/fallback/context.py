@@ -33,14 +33,21 @@ class Names:
         return name
 
 
+#: The code of the functions that call the model (:func:`fxviz.fallback.trace.trace_eager`): a
+#: frame outside the model's call is not the op's line (an op of a model made of ``torch.nn``
+#: layers only has none, as under Dynamo and export, not the line that called fxviz).
+MODEL_CALLERS: set[types.CodeType] = set()
+
+
 class Sources:
-    """The innermost user frame behind the current op. Decisions and locations are cached per code
-    object and line, so a model's hot loop costs a few dict lookups per op."""
+    """The innermost user frame behind the current op, inside the model's call (up to a frame of
+    :data:`MODEL_CALLERS`). Decisions and locations are cached per code object and line, so a
+    model's hot loop costs a few dict lookups per op."""
 
     __slots__ = ("_locs", "_user_code")
 
     def __init__(self) -> None:
-        self._user_code: dict[types.CodeType, bool] = {}
+        self._user_code: dict[types.CodeType, int] = {}
         self._locs: dict[tuple[types.CodeType, int], SourceLoc] = {}
 
     def find(self) -> SourceLoc | None:
@@ -50,8 +57,10 @@ class Sources:
         while f is not None:
             code = f.f_code
             u = user.get(code)
-            if u is None:
-                u = user[code] = is_user_file(code.co_filename)
+            if u is None:  # 1: user code, 0: not, -1: the model's caller (the rest is outside the model)
+                u = user[code] = -1 if code in MODEL_CALLERS else int(is_user_file(code.co_filename))
+            if u < 0:
+                return None
             if u:
                 key = (code, f.f_lineno)
                 loc = self._locs.get(key)

@@ -15,6 +15,7 @@ from torch import nn
 
 from fxviz.errors import ModelError, TargetError
 from fxviz.fallback.classify import LEVELS, Level
+from fxviz.fallback.context import MODEL_CALLERS
 from fxviz.fallback.modes import module_hooks, recording
 from fxviz.fallback.recorder import Recorder, TracerFault
 from fxviz.ir import Graph
@@ -171,5 +172,7 @@ def _model_error(graph: Graph, rec: Recorder, exc: Exception) -> ModelError:
     graph.annotations["replay"] = {"ok": False, "reason": "the graph is partial: the model raised"}
     return ModelError(f"the model raised during eager capture: {message}", graph=graph)
 
+
+MODEL_CALLERS.add(trace_eager.__code__)  # an op's line is one inside the model's call
 
 __all__ = ["trace_eager", "uses_meta"]

@@ -6,10 +6,23 @@ is laid three times), and each of their ops is matched to the next eager op, fro
 match stopped, with the same name (:func:`fxviz.ops.op_name`: ``torch._C._nn.linear`` and
 ``torch.nn.functional.linear`` are both ``linear``) and the same user source line, in the same
 module when Dynamo names one (``nn_module_stack``, up to list indices: a graph compiled for
-``blocks.0``'s own ``forward`` is reused for ``blocks.1`` with its first paths; an empty path, an op
-of the compiled function's own ``self``, matches any module). A match is looked for
-within ``WINDOW`` eager ops, so an op Dynamo made that the tracer never saw cannot pull the cursor
-far ahead.
+``blocks.0``'s own ``forward`` is reused for ``blocks.1`` with its first paths, and for ``4`` of a
+top-level ``nn.Sequential`` with ``0``'s; an empty path, an op of the compiled function's own
+``self``, matches any module). A match is looked for within ``WINDOW`` eager ops, so an op Dynamo
+made that the tracer never saw cannot pull the cursor far ahead.
+
+The user source line is the innermost user frame on both sides, told by one predicate
+(:func:`~fxviz.torchbridge.source.is_user_file`: not torch, not fxviz). But Dynamo's frames begin at
+the function it compiled, the tracer's at the model's call: where the compiled function and all it
+inlined are library code called from a user's line (a ``torch.nn.Sequential`` a user's module
+calls, resumed after a break in one of its children), the Dynamo op has no user line and the eager
+op the user's line that called it. A Dynamo op without a user line (``file == ""``) matches by name
+and module alone, in order (:func:`matchable` says which eager ops a set of Dynamo ops can match).
+
+A Dynamo op of a name the tracer never recorded, in a named module, stands for a whole call of that
+module that the tracer saw as other ops (eval-mode ``nn.TransformerEncoderLayer`` is one fused op
+under torch.compile): it takes that call's eager ops if none of them matched (:func:`_claim`; for
+:func:`assign` only, :func:`pair` stays op for op).
 
 Then the ops Dynamo folded away (``x.size(0)`` becomes a constant, ``dropout`` in eval a no-op)
 are filled in: an unmatched op whose nearest matched neighbours on both sides belong to the same
@@ -17,17 +30,16 @@ run of the same graph was inside that graph (a graph runs whole: nothing runs ea
 before the first and after the last matched op only tensor-metadata ops (``size``, ``dim``,
 ``shape``) are filled in. Everything else ran eagerly.
 
-Limits: the forward must take the same path in both runs (no randomness in control flow); an op
-whose source line Dynamo attributes elsewhere (a ``torch`` function implemented in Python is seen
-inside it: the innermost frame outside torch is used, as the tracer does) can stay unmatched; ops
-on one line with one name in one module are told apart by order only.
+Limits: the forward must take the same path in both runs (no randomness in control flow); ops on
+one line with one name in one module (or, without a user line, of one name in one module) are told
+apart by order only.
 """
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Protocol
 
 from fxviz.ir import Node
@@ -60,22 +72,78 @@ def assign(ops: Sequence[Node], runs: Sequence[Run]) -> dict[str, tuple[str, int
     """Node name -> (graph id, run number) for the eager ``ops`` a compiled graph ran; ops left
     out ran eagerly."""
     hit: list[tuple[str, int] | None] = [None] * len(ops)
-    for r, ((gid, _), row) in enumerate(zip(runs, pair(ops, runs), strict=True)):
+    rows = pair(ops, runs)
+    for r, ((gid, _), row) in enumerate(zip(runs, rows, strict=True)):
         for i in row:
             if i is not None:
                 hit[i] = (gid, r)
+    _claim(ops, runs, rows, hit)
     _fill(ops, hit)
     return {ops[i].name: h for i, h in enumerate(hit) if h is not None}
+
+
+def _claim(ops: Sequence[Node], runs: Sequence[Run], rows: Sequence[Sequence[int | None]],
+           hit: list[tuple[str, int] | None]) -> None:
+    """A Dynamo op of a name the tracer never recorded, in module ``M``, stands for a call of ``M``
+    whose inside the tracer saw as other ops (eval-mode ``nn.TransformerEncoderLayer`` is one
+    ``_transformer_encoder_layer_fwd`` under torch.compile and its Python path while the tracer's
+    mode is on): it takes the next whole call of ``M`` in the eager ops, between the eager ops
+    matched before and after it, when none of that call's ops matched and none reads a tensor's
+    value."""
+    names = {op_key(n)[2] for n in ops}
+    seq = [(r, j, row[j]) for r, row in enumerate(rows) for j in range(len(row))]
+    after = [len(ops)] * (len(seq) + 1)  # the eager op matched next after each position
+    for k in range(len(seq) - 1, -1, -1):
+        e = seq[k][2]
+        after[k] = e if e is not None else after[k + 1]
+    cursor = 0
+    for k, (r, j, i) in enumerate(seq):
+        if i is not None:
+            cursor = i + 1
+            continue
+        d = runs[r][1][j]
+        block = _call_of(ops, d.module, cursor, min(after[k], cursor + WINDOW)) \
+            if d.module and d.name not in names else None
+        if block is not None and all(hit[b] is None and not ops[b].attrs.get("data_dependent") for b in block):
+            for b in block:
+                hit[b] = (runs[r][0], r)
+            cursor = block[-1] + 1
+
+
+def _call_of(ops: Sequence[Node], module: str, lo: int, hi: int) -> range | None:
+    """The eager ops of the first call of ``module`` (up to list indices, :func:`_same_module`)
+    in ``ops[lo:hi]``, if it starts there: its first op and the ops after it inside the same call."""
+    depth = module.count(".") + 1
+    for i in range(lo, hi):
+        parts = ops[i].module.split(".")
+        if len(parts) >= depth and _same_module(".".join(parts[:depth]), module):
+            prefix = ".".join(parts[:depth])
+
+            def inside(m: str, prefix: str = prefix) -> bool:
+                return m == prefix or m.startswith(prefix + ".")
+
+            if i > 0 and inside(ops[i - 1].module):  # the call began before: not all of it is here
+                return None
+            end = i + 1
+            while end < len(ops) and inside(ops[end].module):
+                end += 1
+            return range(i, end)
+    return None
 
 
 def pair(ops: Sequence[Node], runs: Sequence[Run], *, start: int = 0) -> list[list[int | None]]:
     """For each run, for each of its Dynamo ops in order, the index in ``ops`` of the eager op it
     is (``None``: none found), looking from ``ops[start]`` on: the op-for-op matching
     :func:`assign` is built on, which numerics use to compare a compiled graph's values with the
-    eager ones."""
+    eager ones. A Dynamo op with a user line matches an eager op of the same :func:`op_key`; one
+    without (``file == ""``: no user frame inside the compiled code) an eager op of the same name
+    on any line (:func:`matchable`). Matched indices increase along the runs."""
     by_key: dict[tuple[str, int, str], list[int]] = {}
+    by_name: dict[str, list[int]] = {}
     for i, n in enumerate(ops):
-        by_key.setdefault(op_key(n), []).append(i)
+        key = op_key(n)
+        by_key.setdefault(key, []).append(i)
+        by_name.setdefault(key[2], []).append(i)
     taken = [False] * len(ops)
     cursor = start
     out: list[list[int | None]] = []
@@ -83,7 +151,7 @@ def pair(ops: Sequence[Node], runs: Sequence[Run], *, start: int = 0) -> list[li
         row: list[int | None] = []
         for d in dops:
             found = None
-            cands = by_key.get((d.file, d.line, d.name))
+            cands = by_key.get((d.file, d.line, d.name)) if d.file else by_name.get(d.name)
             if cands:
                 j = bisect_left(cands, cursor)
                 while j < len(cands) and cands[j] < cursor + WINDOW:
@@ -97,12 +165,25 @@ def pair(ops: Sequence[Node], runs: Sequence[Run], *, start: int = 0) -> list[li
     return out
 
 
-_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
+def matchable(n: Node, keys: Collection[tuple[str, int, str]]) -> bool:
+    """Whether eager op ``n`` can match a Dynamo op whose ``(file, line, name)`` is in ``keys``: the
+    same :func:`op_key`, or the same name where the Dynamo op has no user line (``("", 0, name)``).
+    Both sides take the innermost user frame the same way
+    (:func:`~fxviz.torchbridge.source.is_user_file`), but Dynamo's frames start at the function it
+    compiled: where that function and all it inlined are library code (an ``nn.Sequential`` of
+    ``torch.nn`` layers, the frame resumed after a break inside one), Dynamo has no user frame while
+    the eager op's is further out (the line that called the model)."""
+    key = op_key(n)
+    return key in keys or ("", 0, key[2]) in keys
+
+
+_INDEX = re.compile(r"(?:(?<=\.)|^)\d+(?=\.|$)")
 
 
 def _same_module(eager: str, dynamo: str) -> bool:
     """Paths equal up to the indices of list entries: a graph compiled for ``blocks.0``'s own
-    ``forward`` runs again for ``blocks.1`` and keeps the paths of its first compile."""
+    ``forward`` runs again for ``blocks.1`` and keeps the paths of its first compile (``0.lin`` and
+    ``4.lin`` in a top-level ``nn.Sequential`` too)."""
     return eager == dynamo or _INDEX.sub("#", eager) == _INDEX.sub("#", dynamo)
 
 
@@ -127,4 +208,4 @@ def _folded(n: Node) -> bool:
     return (short_name(n.target) in _FOLDED or op_name(n.target) in _FOLDED) and not n.attrs.get("data_dependent")
 
 
-__all__ = ["WINDOW", "DynamoOp", "Run", "assign", "op_key", "pair"]
+__all__ = ["WINDOW", "DynamoOp", "Run", "assign", "matchable", "op_key", "pair"]

@@ -37,10 +37,10 @@ from fxviz.analyze.compilemap.result import ShapeGuard, Symbol
 from fxviz.analyze.compilemap.shapes import every_guard, explain_fail, graph_inputs, read_shape_env
 from fxviz.errors import TargetError
 from fxviz.ops import op_name
+from fxviz.torchbridge.source import source_from_trace
 
 BACKENDS: tuple[str, ...] = ("inductor", "aot_eager", "eager")
 
-_TORCH_DIR = torch.__file__.rsplit("/", 1)[0] + "/"
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _PATH_PART = re.compile(r"\._modules\['([^']*)'\]|\['([^']*)'\]|\[(\d+)\]")
 
@@ -139,12 +139,14 @@ def _dynamo_path(key: str, value: Any, paths: dict[int, str]) -> str:
 
 
 def _user_frame(stack_trace: str) -> tuple[str, int]:
-    """The innermost frame of a node's ``stack_trace`` outside torch (the line the user wrote)."""
-    frames = _FRAME.findall(stack_trace or "")
-    for file, line, _ in reversed(frames):
-        if not file.startswith(_TORCH_DIR):
-            return file, int(line)
-    return ("", 0) if not frames else (frames[-1][0], int(frames[-1][1]))
+    """The line the user wrote behind a Dynamo op: the innermost user frame of its ``stack_trace``
+    as the eager tracer finds it (:func:`~fxviz.torchbridge.source.source_from_trace`, the tracer's
+    :func:`~fxviz.torchbridge.source.is_user_file`), or ``("", 0)`` where the compiled code holds
+    none (a ``torch.nn`` container's ``forward``: Dynamo keeps no frame of ``torch.nn.modules``; the
+    eager op's line may then be the user's line that called the container, which :mod:`.match`
+    does not ask for)."""
+    src = source_from_trace(stack_trace)
+    return (src.file, src.line) if src is not None else ("", 0)
 
 
 def op_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:

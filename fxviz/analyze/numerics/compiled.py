@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fxviz.analyze.compilemap.match import op_key, pair
+from fxviz.analyze.compilemap.match import matchable, pair
 from fxviz.analyze.compilemap.record import dynamo_state, module_paths
 from fxviz.analyze.numerics.boundary import CompiledSide
 from fxviz.analyze.numerics.floor import Prints, settle
@@ -222,8 +222,7 @@ def _first_wants(side: CompiledSide, per_node: bool) -> Callable[[Node], Want]:
     def want(node: Node) -> Want:
         if is_random(node):
             return "carry" if per_node else None
-        key = op_key(node)
-        return "new" if key in wanted or (feeders and key not in dynamo) else None
+        return "new" if matchable(node, wanted) or (feeders and not matchable(node, dynamo)) else None
 
     return want
 
