@@ -18,6 +18,7 @@ from torch.utils import _pytree as pytree
 from fxviz.analyze.flops import CAPTURE_PASSES
 from fxviz.errors import ModelError
 from fxviz.fallback.classify import Action, kind_of
+from fxviz.fallback.context import MODEL_CALLERS
 from fxviz.fallback.modes import module_hooks, recording
 from fxviz.fallback.recorder import Recorder, TracerFault
 from fxviz.ir import Graph, Node
@@ -146,5 +147,7 @@ def run_eager(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], w
     graph.nodes = rec.nodes
     return run_passes(graph, CAPTURE_PASSES), out
 
+
+MODEL_CALLERS.add(run_eager.__code__)  # an op's line is one inside the model's call, as in trace_eager
 
 __all__ = ["SameRng", "Watcher", "Watchers", "run_eager"]
