@@ -18,6 +18,7 @@ from typing import Any
 
 from fxviz.calls import CallTree
 from fxviz.ir import Graph
+from fxviz.passes.tree import tree_of
 from fxviz.scopes import Scope, build_scopes
 
 
@@ -128,7 +129,7 @@ def _chained(graph: Graph, a: str, b: str, members: dict[str, set[str]]) -> bool
 
 
 def fold_repeats(graph: Graph) -> Graph:
-    tree = graph.calls
+    tree = tree_of(graph)
     root = build_scopes(graph.nodes, graph.modules, graph.name, tree)
     sigs = _signatures(graph, _candidates(root))
     members = _members(tree)
