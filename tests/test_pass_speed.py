@@ -101,3 +101,30 @@ def test_shared_tree_and_flop_memo_change_no_graph(
     assert slow.annotations["overlays"]["flops"]["nodes"]  # the models have matmuls or convolutions
     assert fast.annotations["fold"] == slow.annotations["fold"]
     assert fast.to_json() == slow.to_json()
+
+
+def test_a_trace_leaves_no_cycle_for_the_collector() -> None:
+    import gc
+
+    from fxviz.fallback.recorder import Recorder
+    from fxviz.fallback.trace import trace_eager
+
+    model, args, _ = _stack()
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        g = trace_eager(model, args, {})
+        found = gc.collect()
+        garbage = list(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if enabled:
+            gc.enable()
+    # the recorder and its map of every tensor the forward made go by reference counting: before,
+    # each op left a tuple, a list and a weak reference for the collector
+    assert not [o for o in garbage if isinstance(o, Recorder)]
+    ops = sum(n.kind == "op" for n in g.nodes)
+    assert ops == 36 and found < ops
