@@ -106,25 +106,41 @@ COUNTERS: dict[str, Callable[[Sequence[Shape], Node], int | None]] = {
     "_scaled_dot_product_flash_attention_for_cpu": _sdpa, "_scaled_dot_product_efficient_attention": _sdpa,
     "_scaled_dot_product_cudnn_attention": _sdpa,
 }
+#: The shape of a value with a symbolic size (no count), apart from a scalar's (``None``: skipped).
+_SYMBOLIC: Shape = (-1,)
 #: How many tensor inputs each kind of counter reads.
 _ARITY = {"linear": 2, "matmul": 2, "mm": 2, "bmm": 2, "addmm": 3, "baddbmm": 3}
 
 
-def node_flops(graph: Graph, node: Node) -> int | None:
+def node_flops(graph: Graph, node: Node, shape_of: dict[int, Shape | None] | None = None) -> int | None:
     """The FLOPs of ``node`` by torch's formulas at its captured shapes; ``None`` when torch
-    counts none for it or a shape is unknown or symbolic."""
+    counts none for it or a shape is unknown or symbolic. ``shape_of`` remembers each metadata
+    object's shape across the nodes of one graph (a capture shares one per shape)."""
     name = op_name(node.target)
     counter = COUNTERS.get(name)
     if counter is None:
         return None
+    if shape_of is None:
+        shape_of = {}
     shapes: list[Shape] = []
     for r in node.inputs:
         m = graph.meta_of(r)
-        if m is None or not m.is_tensor:
+        if m is None:
             continue
-        if not all(isinstance(d, int) for d in m.shape):
+        shape = shape_of.get(id(m), ())
+        if shape == ():
+            if not m.is_tensor:
+                shape = None
+            elif not all(isinstance(d, int) for d in m.shape):
+                shape = _SYMBOLIC
+            else:
+                shape = tuple(int(d) for d in m.shape)
+            shape_of[id(m)] = shape
+        if shape is None:
+            continue
+        if shape is _SYMBOLIC:
             return None
-        shapes.append(tuple(int(d) for d in m.shape))
+        shapes.append(shape)
     need = _ARITY.get(name, 3 if "attention" in name else 2)
     if len(shapes) < need:
         return None
@@ -138,9 +154,10 @@ def node_flops(graph: Graph, node: Node) -> int | None:
 def count_flops(graph: Graph) -> Graph:
     """Write the overlay ``flops`` (see the module docstring)."""
     nodes = {}
+    shape_of: dict[int, Shape | None] = {}  # by id: the graph keeps every metadata object alive
     for n in graph.nodes:
         if n.kind == "op":
-            f = node_flops(graph, n)
+            f = node_flops(graph, n, shape_of)
             if f:
                 nodes[n.name] = f
     modules = {}
