@@ -16,6 +16,7 @@ Registered as the pass ``flops`` when imported; :data:`CAPTURE_PASSES` is what
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,6 +28,7 @@ from fxviz.ir import Graph, Node
 from fxviz.ops import op_name
 from fxviz.passes import DEFAULT, PASSES
 from fxviz.passes.overlays import set_overlay
+from fxviz.passes.tree import tree_of
 
 aten = torch.ops.aten
 Shape = tuple[int, ...]
@@ -39,9 +41,20 @@ def _formula(packet: Any) -> Callable[..., int] | None:
     return flop_counter.flop_registry.get(packet)
 
 
+@functools.lru_cache(maxsize=4096)
+def _apply(packet: Any, shapes: tuple[Any, ...], out: Shape | None = None) -> int | None:
+    """torch's formula for ``packet`` at ``shapes`` (its positional arguments; ``out`` its
+    ``out_val``), remembered: the formulas are pure functions of the shapes, a model repeats a few
+    shapes many times, and torch's wrapper around each formula walks its arguments with a
+    ``tree_map`` on every call (most of this pass's cost before)."""
+    f = _formula(packet)
+    if f is None:
+        return None
+    return f(*shapes) if out is None else f(*shapes, out_val=out)
+
+
 def _mm(a: Shape, b: Shape) -> int | None:
-    f = _formula(aten.mm)
-    return f(a, b) if f is not None else None
+    return _apply(aten.mm, (a, b))
 
 
 def _linear(shapes: Sequence[Shape], node: Node) -> int | None:
@@ -60,8 +73,7 @@ def _matmul(shapes: Sequence[Shape], node: Node) -> int | None:
     if len(b) == 1:
         b = [*b, 1]
     batch = math.prod(torch.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))) if len(a) > 2 or len(b) > 2 else 1
-    f = _formula(aten.bmm)
-    return f((batch, a[-2], a[-1]), (batch, b[-2], b[-1])) if f is not None else None
+    return _apply(aten.bmm, ((batch, a[-2], a[-1]), (batch, b[-2], b[-1])))
 
 
 def _conv(shapes: Sequence[Shape], node: Node) -> int | None:
@@ -69,19 +81,16 @@ def _conv(shapes: Sequence[Shape], node: Node) -> int | None:
     if out is None or not all(isinstance(d, int) for d in out):
         return None
     transposed = "transpose" in op_name(node.target) or bool(node.attrs.get("transposed"))
-    f = _formula(aten.convolution)
-    return f(shapes[0], shapes[1], None, None, None, None, transposed, out_val=out) if f is not None else None
+    return _apply(aten.convolution, (shapes[0], shapes[1], None, None, None, None, transposed), out)
 
 
 def _sdpa(shapes: Sequence[Shape], node: Node) -> int | None:
-    f = _formula(aten._scaled_dot_product_flash_attention)
-    return f(shapes[0], shapes[1], shapes[2]) if f is not None else None
+    return _apply(aten._scaled_dot_product_flash_attention, (shapes[0], shapes[1], shapes[2]))
 
 
 def _registered(packet: Any) -> Callable[[Sequence[Shape], Node], int | None]:
     def count(shapes: Sequence[Shape], node: Node) -> int | None:
-        f = _formula(packet)
-        return f(*shapes) if f is not None else None
+        return _apply(packet, tuple(shapes))
 
     return count
 
@@ -97,25 +106,41 @@ COUNTERS: dict[str, Callable[[Sequence[Shape], Node], int | None]] = {
     "_scaled_dot_product_flash_attention_for_cpu": _sdpa, "_scaled_dot_product_efficient_attention": _sdpa,
     "_scaled_dot_product_cudnn_attention": _sdpa,
 }
+#: The shape of a value with a symbolic size (no count), apart from a scalar's (``None``: skipped).
+_SYMBOLIC: Shape = (-1,)
 #: How many tensor inputs each kind of counter reads.
 _ARITY = {"linear": 2, "matmul": 2, "mm": 2, "bmm": 2, "addmm": 3, "baddbmm": 3}
 
 
-def node_flops(graph: Graph, node: Node) -> int | None:
+def node_flops(graph: Graph, node: Node, shape_of: dict[int, Shape | None] | None = None) -> int | None:
     """The FLOPs of ``node`` by torch's formulas at its captured shapes; ``None`` when torch
-    counts none for it or a shape is unknown or symbolic."""
+    counts none for it or a shape is unknown or symbolic. ``shape_of`` remembers each metadata
+    object's shape across the nodes of one graph (a capture shares one per shape)."""
     name = op_name(node.target)
     counter = COUNTERS.get(name)
     if counter is None:
         return None
+    if shape_of is None:
+        shape_of = {}
     shapes: list[Shape] = []
     for r in node.inputs:
         m = graph.meta_of(r)
-        if m is None or not m.is_tensor:
+        if m is None:
             continue
-        if not all(isinstance(d, int) for d in m.shape):
+        shape = shape_of.get(id(m), ())
+        if shape == ():
+            if not m.is_tensor:
+                shape = None
+            elif not all(isinstance(d, int) for d in m.shape):
+                shape = _SYMBOLIC
+            else:
+                shape = tuple(int(d) for d in m.shape)
+            shape_of[id(m)] = shape
+        if shape is None:
+            continue
+        if shape is _SYMBOLIC:
             return None
-        shapes.append(tuple(int(d) for d in m.shape))
+        shapes.append(shape)
     need = _ARITY.get(name, 3 if "attention" in name else 2)
     if len(shapes) < need:
         return None
@@ -129,14 +154,15 @@ def node_flops(graph: Graph, node: Node) -> int | None:
 def count_flops(graph: Graph) -> Graph:
     """Write the overlay ``flops`` (see the module docstring)."""
     nodes = {}
+    shape_of: dict[int, Shape | None] = {}  # by id: the graph keeps every metadata object alive
     for n in graph.nodes:
         if n.kind == "op":
-            f = node_flops(graph, n)
+            f = node_flops(graph, n, shape_of)
             if f:
                 nodes[n.name] = f
     modules = {}
     if nodes:
-        for c in graph.calls.walk():
+        for c in tree_of(graph).walk():
             if c.stack:
                 total = sum(nodes.get(x, 0) for x in c.nodes)
                 if total:

@@ -110,6 +110,14 @@ class Recorder:
         self.versions.finish_pending()
         self.flush_elsewhere()
 
+    def close(self) -> None:
+        """The trace is over: drop the module stack, whose callback into the recorder is a
+        reference cycle. The recorder and its map of every tensor the forward made (a tuple, a list
+        and a weak reference each: ~4,000 objects for 900 ops) are then freed by reference counting
+        when the trace returns, instead of waiting for the collector, whose young generation a
+        capture walks when it ends (``capture_session``)."""
+        self.module_stack = ModuleStack()
+
     # ---- module calls without ops ------------------------------------------------------------
 
     def module_class(self, path: str) -> str:

@@ -125,6 +125,7 @@ def _trace(
         raise _model_error(graph, rec, e) from e
     finally:
         rec.state.restore()
+        rec.close()
     graph.nodes = rec.nodes
     graph.annotations["replay"] = _replay_verdict(rec)
     return graph

@@ -20,6 +20,7 @@ from fxviz.passes.modules import annotate_module_paths
 from fxviz.passes.plumbing import mark_plumbing
 from fxviz.passes.shapes import propagate_shapes
 from fxviz.passes.stats import compute_stats
+from fxviz.passes.tree import KEEPS_TREE, sharing
 
 Pass = Callable[[Graph], Graph]
 
@@ -39,15 +40,18 @@ def run_passes(graph: Graph, names: Iterable[str]) -> Graph:
     """Run the passes called ``names`` in order; a failure is a :class:`PassError` that names the
     pass, the passes that ran before it and the graph."""
     done: list[str] = []
-    for name in names:
-        fn = PASSES.get(name)
-        if fn is None:
-            raise PassError(f"unknown pass {name!r}; known passes: {', '.join(PASSES)}")
-        try:
-            graph = fn(graph)
-        except Exception as e:
-            raise PassError(f"pass {name!r} failed after {done} on graph {graph.name!r}: {e}") from e
-        done.append(name)
+    with sharing() as trees:  # the call tree is built once for the passes that keep it
+        for name in names:
+            fn = PASSES.get(name)
+            if fn is None:
+                raise PassError(f"unknown pass {name!r}; known passes: {', '.join(PASSES)}")
+            try:
+                graph = fn(graph)
+            except Exception as e:
+                raise PassError(f"pass {name!r} failed after {done} on graph {graph.name!r}: {e}") from e
+            if name not in KEEPS_TREE:
+                trees.clear()
+            done.append(name)
     return graph
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from fxviz.calls import CallTree
 from fxviz.ir import Graph
+from fxviz.passes.tree import tree_of
 from fxviz.scopes import Scope, build_scopes
 
 
@@ -45,41 +46,54 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[str, ...]
     # per-object caches, keyed by id: the tracer shares one TensorMeta per shape and one stack
     # tuple per module call, and hashing those values on every node costs more than the work saved
     shape_text: dict[int, str] = {}
-    # what depends only on a node's stack (or a state node's owner) is worked out once per stack
-    op_levels: dict[int, list[tuple[str, str, str]]] = {}
-    state_levels: dict[str, list[tuple[str, str]]] = {}
+    # what depends only on a node's stack (or a state node's owner) is worked out once per stack:
+    # per level, the token list of the candidate, the path relative to it and the call indices
+    op_levels: dict[int, list[tuple[list[str], str, str]]] = {}
+    state_levels: dict[str, list[tuple[list[str], str, str]]] = {}
     around: dict[str, list[str]] = {"": []}  # module path -> the candidates it is in, outer first
     for n in graph.nodes:
-        if n.kind in ("input", "output"):
-            continue
-        if n.kind == "op":
+        kind = n.kind
+        if kind == "op":
             levels = op_levels.get(id(n.stack))
             if levels is None:
                 module = n.module
                 # the call index is structure too: a block that calls a child twice differs from
                 # one that calls it once
                 levels = op_levels[id(n.stack)] = [
-                    (path, _relative(module, path), str([c for _, c in n.stack[d + 1 :]]))
+                    (tokens.setdefault(path, []), _relative(module, path), str([c for _, c in n.stack[d + 1 :]]))
                     for d, (path, _) in enumerate(n.stack) if path in candidates
                 ]
+        elif kind == "input" or kind == "output":
+            continue
         else:  # state belongs to its owner and to every module around it
-            owner = state_levels.get(n.module)
-            if owner is None:
-                owner = state_levels[n.module] = [
-                    (p, _relative(n.module, p)) for p in _candidate_prefixes(n.module, candidates, around)
+            module = n.module
+            levels = state_levels.get(module)
+            if levels is None:
+                levels = state_levels[module] = [
+                    (tokens.setdefault(p, []), _relative(module, p), p)
+                    for p in _candidate_prefixes(module, candidates, around)
                 ]
-            levels = [(p, rel, "") for p, rel in owner]
         if not levels:
             continue
-        shapes = "|".join(
-            shape_text.get(id(m)) or shape_text.setdefault(id(m), m.shape_str() + m.dtype)
-            for m in n.outputs
-        )
-        for path, rel, calls in levels:
+        outs = n.outputs
+        if len(outs) == 1:
+            m = outs[0]
+            shapes = shape_text.get(id(m))
+            if shapes is None:
+                shapes = shape_text[id(m)] = m.shape_str() + m.dtype
+        else:
+            shapes = "|".join(
+                shape_text.get(id(m)) or shape_text.setdefault(id(m), m.shape_str() + m.dtype) for m in outs
+            )
+        if kind == "op":
+            for into, rel, calls in levels:
+                into.append(f"op:{n.target}:{rel}:{calls}:{shapes}")
+        else:
             # export numbers lifted constants graph-wide (``h.0.attn.lifted_tensor_0``, then ``_2``
             # in ``h.1``): their names are not structure, their owner and shape are
-            name = n.target if n.kind == "op" else "" if n.kind == "constant" else _relative(n.target, path)
-            tokens.setdefault(path, []).append(f"{n.kind}:{name}:{rel}:{calls}:{shapes}")
+            for into, rel, path in levels:
+                name = "" if kind == "constant" else _relative(n.target, path)
+                into.append(f"{kind}:{name}:{rel}::{shapes}")
     return {p: tuple(t) for p, t in tokens.items()}
 
 
@@ -128,7 +142,7 @@ def _chained(graph: Graph, a: str, b: str, members: dict[str, set[str]]) -> bool
 
 
 def fold_repeats(graph: Graph) -> Graph:
-    tree = graph.calls
+    tree = tree_of(graph)
     root = build_scopes(graph.nodes, graph.modules, graph.name, tree)
     sigs = _signatures(graph, _candidates(root))
     members = _members(tree)

@@ -35,6 +35,8 @@ Categories name what the plumbing is for: ``mask`` (boolean, or feeding a boolea
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from fxviz.calls import STATE_KINDS
 from fxviz.ir import Graph, Node
 from fxviz.ops import ASSERTS, DATA_DEPENDENT, RANDOM, op_family, op_name, short_name
@@ -100,20 +102,31 @@ def _identity_conversion(n: Node, graph: Graph) -> bool:
         not src.device or not out.device or src.device == out.device)
 
 
+@lru_cache(maxsize=8192)
+def _facts(target: str) -> tuple[str, str, bool, str | None, str | None]:
+    """What an op's target alone decides, once per target (a model repeats a few targets many
+    times): its short name, its family, whether it is never plumbing (data-dependent or random),
+    its category by name (rule 2: ``assert``, ``alias``, ``detach``), and whether export wraps
+    regions in it (``wrapper``, or ``hop`` for a higher-order op that wraps a body)."""
+    name, short, family = op_name(target), short_name(target), op_family(target)
+    if family == "reduction" and target.endswith(".other"):
+        family = "elementwise"  # torch.min(a, b), torch.max(a, b): element by element
+    skip = short in DATA_DEPENDENT or name in DATA_DEPENDENT or short in RANDOM
+    named = ("assert" if name in ASSERTS or short in ASSERTS else "alias" if short in _ALIASES
+             else "detach" if short in _DETACHES or name == "detach" else None)
+    wrapper = ("hop" if "higher_order" in target else "wrapper") if any(w in target for w in _WRAPPERS) else None
+    return short, family, skip, named, wrapper
+
+
 def _by_name(n: Node, graph: Graph, inlined: bool, wrappers: set[str]) -> str | None:
     """Rule 2: the category of an op that is plumbing whatever it reads, or ``None``."""
-    name = op_name(n.target)
-    short = short_name(n.target)
-    if name in ASSERTS or short in ASSERTS:
-        return "assert"
-    if short in _ALIASES:
-        return "alias"
-    if short in _DETACHES or name == "detach":
-        return "detach"
+    short, _, _, named, wrapper = _facts(n.target)
+    if named is not None:
+        return named
     if short in _CONVERSIONS and _identity_conversion(n, graph):
         return "alias"
-    if any(w in n.target for w in _WRAPPERS):
-        if "higher_order" not in n.target or inlined:
+    if wrapper is not None:
+        if wrapper == "wrapper" or inlined:
             wrappers.add(n.name)
             return "wrapper"
         return None  # the op stands for a body the graph does not show: it is the computation
@@ -145,10 +158,8 @@ def classify_plumbing(graph: Graph) -> dict[str, str]:
             continue
         if n.kind != "op" or n.error is not None or n.attrs.get("data_dependent"):
             continue
-        short, family = short_name(n.target), op_family(n.target)
-        if family == "reduction" and n.target.endswith(".other"):
-            family = "elementwise"  # torch.min(a, b), torch.max(a, b): element by element
-        if short in DATA_DEPENDENT or op_name(n.target) in DATA_DEPENDENT or short in RANDOM:
+        short, family, skip, _, _ = _facts(n.target)
+        if skip:
             continue
         named = _by_name(n, graph, inlined, wrappers)
         if named is not None:

@@ -16,6 +16,7 @@ from collections import Counter
 
 from fxviz.ir import Graph
 from fxviz.ops import short_name
+from fxviz.passes.tree import tree_of
 
 
 def compute_stats(graph: Graph) -> Graph:
@@ -26,7 +27,7 @@ def compute_stats(graph: Graph) -> Graph:
         if n.kind == "parameter" and "tied_to" not in n.attrs:
             own_params[n.module] += (n.meta.numel if n.meta else 0) or 0
     own_ops: Counter[str] = Counter()
-    for call in graph.calls.walk():
+    for call in tree_of(graph).walk():
         own_ops[call.path] += len(call.ops)
     ops = Counter(short_name(n.target) for n in graph.nodes if n.kind == "op")
 

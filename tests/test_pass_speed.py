@@ -1,0 +1,130 @@
+"""What makes the passes of a capture cheap, and that it changes no graph: the call tree is built once
+per run of passes, and torch's FLOP formulas run once per distinct shape (issue 18 point 9)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils import flop_counter
+from torch.utils.flop_counter import FlopCounterMode
+
+import fxviz
+import fxviz.passes.tree as tree_mod
+from fxviz.analyze import flops as flops_mod
+from fxviz.analyze.flops import CAPTURE_PASSES
+from fxviz.ir import Graph
+from fxviz.passes import PASSES, run_passes
+from tests.models import cnn
+
+
+class _Stack(nn.Module):
+    def __init__(self, layers: int = 12, dim: int = 16) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(dim, dim) for _ in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for b in self.blocks:
+            x = x + torch.relu(b(x))
+        return x
+
+
+def _tiny_gpt2() -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=32)
+    return transformers.GPT2Model(cfg).eval(), (torch.randint(0, 100, (1, 8)),), {}
+
+
+def _stack() -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+    torch.manual_seed(0)
+    return _Stack().eval(), (torch.randn(4, 16),), {}
+
+
+def test_a_flop_formula_runs_once_per_distinct_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    aten = torch.ops.aten
+    formula = flop_counter.flop_registry[aten.mm]
+    calls: list[tuple[Any, ...]] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return formula(*args, **kwargs)
+
+    monkeypatch.setitem(flop_counter.flop_registry, aten.mm, counted)
+    flops_mod._apply.cache_clear()
+    model, args, _ = _stack()
+    g = fxviz.capture(model, args, method="eager", passes=("module_paths", "flops"))
+    # twelve linears of one shape: torch's formula (and the tree_map its wrapper runs) once
+    assert len(calls) == 1
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(*args)
+    nodes = g.annotations["overlays"]["flops"]["nodes"]
+    assert len(nodes) == 12 and set(nodes.values()) == {2 * 4 * 16 * 16}
+    assert sum(nodes.values()) == counter.get_total_flops()
+
+
+def test_a_run_of_passes_builds_the_call_tree_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[int] = []
+    real = tree_mod.call_tree
+
+    def counted(nodes: Any) -> Any:
+        built.append(len(nodes))
+        return real(nodes)
+
+    monkeypatch.setattr(tree_mod, "call_tree", counted)
+    model, args, _ = _stack()
+    g = fxviz.capture(model, args, method="eager", passes=())
+    run_passes(g, CAPTURE_PASSES)
+    # stats, fold and flops read the tree; module_paths (which may change stacks) runs first
+    assert built == [len(g.nodes)]
+    # a pass that may change the stacks drops the shared tree: the next reader builds it anew
+    built.clear()
+    run_passes(g, ("stats", "module_paths", "fold"))
+    assert built == [len(g.nodes), len(g.nodes)]
+
+
+@pytest.mark.parametrize("factory", [cnn, _tiny_gpt2, _stack], ids=["cnn", "gpt2", "stack"])
+def test_shared_tree_and_flop_memo_change_no_graph(
+    factory: Callable[[], tuple[nn.Module, tuple[Any, ...], dict[str, Any]]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model, args, kwargs = factory()
+    bare = fxviz.capture(model, args, kwargs, method="eager", passes=())
+    fast = run_passes(Graph.from_json(bare.to_json()), CAPTURE_PASSES)
+    # the reference: each pass on its own (a fresh call tree each time), torch's formulas uncached
+    monkeypatch.setattr(flops_mod, "_apply", flops_mod._apply.__wrapped__)
+    slow = Graph.from_json(bare.to_json())
+    for name in CAPTURE_PASSES:
+        slow = PASSES[name](slow)
+    assert slow.annotations["overlays"]["flops"]["nodes"]  # the models have matmuls or convolutions
+    assert fast.annotations["fold"] == slow.annotations["fold"]
+    assert fast.to_json() == slow.to_json()
+
+
+def test_a_trace_leaves_no_cycle_for_the_collector() -> None:
+    import gc
+
+    from fxviz.fallback.recorder import Recorder
+    from fxviz.fallback.trace import trace_eager
+
+    model, args, _ = _stack()
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        g = trace_eager(model, args, {})
+        found = gc.collect()
+        garbage = list(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if enabled:
+            gc.enable()
+    # the recorder and its map of every tensor the forward made go by reference counting: before,
+    # each op left a tuple, a list and a weak reference for the collector
+    assert not [o for o in garbage if isinstance(o, Recorder)]
+    ops = sum(n.kind == "op" for n in g.nodes)
+    assert ops == 36 and found < ops
