@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
+
 from fxviz.ir import Graph, ModuleInfo, Node, Ref, TensorMeta
 from fxviz.render.html import view_model
 
@@ -56,29 +58,30 @@ def strings(v: object) -> list[str]:
     return out
 
 
-def capture_nested(depth: int) -> Graph:
+def capture_nested(depth: int, method: str) -> Graph:
     import torch
 
     import fxviz
     from tests.state_models import deep_nested
 
     torch.manual_seed(0)
-    g = fxviz.capture(deep_nested(depth).eval(), (torch.randn(3, 4),), method="fx", isolate=False)
+    g = fxviz.capture(deep_nested(depth).eval(), (torch.randn(3, 4),), method=method, isolate=False)
     assert not g.notes and g.node("inner." * (depth - 1) + "lin.weight").kind == "parameter", g.notes
     return g
 
 
-def test_the_graph_json_grows_with_the_nodes_not_with_the_square_of_the_depth() -> None:
+@pytest.mark.parametrize("method", ["fx", "export"])
+def test_the_graph_json_grows_with_the_nodes_not_with_the_square_of_the_depth(method: str) -> None:
     """Parameter names and targets (``inner.inner. ... .lin.weight``), fx's op names
     (``inner_inner_lin``), references to them, module paths in ``modules``, ``stacks`` and the
-    ``stats`` annotation were each written in full, O(depth) characters: 158 MB at a depth of 2,000
+    ``stats`` annotation and of the FLOPs overlay were each written in full, O(depth) characters: 158 MB at a depth of 2,000
     for 1.7 MB at 200. Each long string is now written after an earlier one, and reads back the same."""
     texts, graphs = [], []
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(20_000)  # fx traces 400 modules deep; at the default it leaves them a leaf
     try:
         for depth in (100, 400):
-            graphs.append(capture_nested(depth))
+            graphs.append(capture_nested(depth, method))
             texts.append(graphs[-1].to_json())
     finally:
         sys.setrecursionlimit(limit)
@@ -94,8 +97,6 @@ def test_the_graph_json_grows_with_the_nodes_not_with_the_square_of_the_depth() 
 def test_shared_prefixes_cannot_expand_a_small_file_into_a_huge_graph(monkeypatch: object) -> None:
     """Each name written after the one before plus a letter: a file linear in the nodes whose
     names are quadratic. The reader stops at a cap on what the prefixes expand to."""
-    import pytest
-
     from fxviz.errors import GraphFormatError
     from fxviz.schema import compact
 

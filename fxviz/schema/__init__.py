@@ -39,7 +39,7 @@ from fxviz.schema.annotations import (
     _annotations,
     check_overlay,
 )
-from fxviz.schema.compact import Expander
+from fxviz.schema.compact import Expander, _tables
 from fxviz.schema.values import (
     MAX_INT,
     MAX_NESTING,
@@ -290,13 +290,10 @@ def _module(path: Any, d: Any) -> dict[str, str]:
     return {"cls": _text(d.get("cls"), lambda: f"{at()} 'cls'"), "qualname": _opt_text(d, "qualname", at)}
 
 
-def _stats_table(v: Any, ex: Expander) -> Any:
-    """The annotations with the ``stats`` annotation's ``modules`` as an object (schema 2 writes a
-    list of ``[path, entry]``); what :func:`_annotations` checks."""
-    stats = v.get("stats") if isinstance(v, dict) else None
-    if not isinstance(stats, dict) or not isinstance(stats.get("modules"), list):
-        return v
-    return {**v, "stats": {**stats, "modules": ex.keyed(stats["modules"], lambda: "annotation 'stats' 'modules'")}}
+def _keyed_tables(v: Any, ex: Expander) -> Any:
+    """The annotations with their tables keyed by module path as objects (schema 2 writes each as a
+    list of ``[path, entry]``, :func:`fxviz.schema.compact.keyed`); what :func:`_annotations` checks."""
+    return _tables(v, lambda t: ex.keyed(t, lambda: "annotation 'modules'"))
 
 
 # ---- the whole graph -----------------------------------------------------------------------------
@@ -344,7 +341,7 @@ def check(data: Any) -> dict[str, Any]:
         "attempts": [_attempt(a, k) for k, a in enumerate(_array(data.get("attempts", []), lambda: "'attempts'"))],
         "modules": {p: _module(p, m) for p, m in _object(ex.keyed(data.get("modules", {}), lambda: "'modules'"),
                                                             lambda: "'modules'").items()},
-        "annotations": _annotations(_stats_table(data.get("annotations", {}), ex)),
+        "annotations": _annotations(_keyed_tables(data.get("annotations", {}), ex)),
         "error": None if error is None else _text(error, lambda: "graph 'error'"),
         "assumptions": [
             _assumption(a, k) for k, a in enumerate(_array(data.get("assumptions", []), lambda: "'assumptions'"))

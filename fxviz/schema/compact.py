@@ -133,6 +133,22 @@ def keyed(table: dict[str, Any]) -> list[list[Any]]:
     return out
 
 
+def _tables(ann: Any, fn: Callable[[Any], Any]) -> Any:
+    """``ann`` with ``fn`` applied to the annotations' tables keyed by module path (the ``stats``
+    annotation's ``modules``, each overlay's ``modules``), copied where they are."""
+    if not isinstance(ann, dict):
+        return ann
+    out = dict(ann)
+    stats = ann.get("stats")
+    if isinstance(stats, dict) and "modules" in stats:
+        out["stats"] = {**stats, "modules": fn(stats["modules"])}
+    overlays = ann.get("overlays")
+    if isinstance(overlays, dict):
+        out["overlays"] = {k: {**o, "modules": fn(o["modules"])} if isinstance(o, dict) and "modules" in o else o
+                           for k, o in overlays.items()}
+    return out
+
+
 def _ref(r: Any, index: dict[str, int]) -> Any:
     name = r if isinstance(r, str) else r[0]
     if len(name) < MIN_SHARED or name not in index:
@@ -160,9 +176,7 @@ def pack(d: dict[str, Any]) -> dict[str, Any]:
         if n.get("inputs"):
             n["inputs"] = [_ref(r, index) for r in n["inputs"]]
     d["modules"] = keyed(d["modules"])
-    stats = d["annotations"].get("stats")
-    if isinstance(stats, dict) and isinstance(stats.get("modules"), dict):
-        d["annotations"] = {**d["annotations"], "stats": {**stats, "modules": keyed(stats["modules"])}}
+    d["annotations"] = _tables(d["annotations"], lambda t: keyed(t) if isinstance(t, dict) else t)
     full: list[str] = []
     seen: dict[str, int] = {}
     outer = None  # the last level written in full
