@@ -34,6 +34,7 @@ from fxviz.errors import GraphFormatError, RenderError
 from fxviz.nodelist import NodeList
 from fxviz.schema import NODE_KINDS as NODE_KINDS  # re-exported: the IR's node kinds
 from fxviz.schema import SCHEMA_VERSION, check, parse
+from fxviz.schema.compact import pack
 from fxviz.scopes import Scope, build_scopes
 
 NodeKind = Literal["input", "parameter", "buffer", "constant", "op", "output", "call"]
@@ -427,8 +428,8 @@ class Graph:
         levels ``[parent, path, call index]`` (``parent``: the index of the level around it, -1 for
         none; ``path`` relative to the parent's when it starts with ``.``), and each node's
         ``stack`` is 1 + the index of its innermost level: a node's own list of full paths made
-        the JSON of a model nested ``d`` deep grow with ``d`` cubed. ``stack_table=False`` writes
-        each node's levels in the node (as graphs saved before the table; both read back)."""
+        the JSON of a model nested ``d`` deep grow with ``d`` cubed; long strings are written after
+        earlier ones (:func:`fxviz.schema.compact.pack`). ``stack_table=False`` writes it all in full."""
         table: list[list[Any]] = []
         stack_index = stack_indexer(table)
         d = {
@@ -447,7 +448,7 @@ class Graph:
             d["assumptions"] = [a.to_dict() for a in self.assumptions]
         if self.notes:
             d["notes"] = list(self.notes)
-        return d
+        return pack(d) if stack_table else d
 
     def to_json(self, *, indent: int | None = None) -> str:
         """JSON text :meth:`from_json` reads back; NaN or infinity raises :class:`GraphFormatError`."""

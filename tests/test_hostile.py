@@ -82,7 +82,17 @@ MALFORMED: list[tuple[str, Edit, str]] = [
     ("duplicate", lambda d: d["nodes"].append(dict(d["nodes"][-2])), r"duplicate node name 'add_2'"),
     ("kind", lambda d: node(d, "x").update(kind="tensor"), r"node 'x' has unknown kind 'tensor': expected one of input"),
     ("kind-list", lambda d: node(d, "x").update(kind=["op"]), r"node 'x' has unknown kind a list of 1 items"),
-    ("ref-shape", lambda d: node(d, "output").update(inputs=[[1, 2]]), r"'inputs'\[0\]: expected a node name or \[node name, output index\]"),
+    ("ref-shape", lambda d: node(d, "output").update(inputs=[[None, 2]]), r"'inputs'\[0\]: expected a node name or \[node name, output index\]"),
+    ("ref-node-index-later", lambda d: node(d, "output").update(inputs=[len(d["nodes"])]),
+     r"'inputs'\[0\]: expected the index of an earlier node"),
+    ("ref-node-index-bool", lambda d: node(d, "output").update(inputs=[True]), r"'inputs'\[0\]: expected a node name"),
+    ("name-prefix-index", lambda d: d["nodes"][1].update(name=[1, 0, "x"]), r"nodes\[1\] 'name' \[index, length, suffix\]: expected an earlier index"),
+    ("name-prefix-length", lambda d: d["nodes"][1].update(name=[0, 99, "x"]), r"nodes\[1\] 'name' shared length: expected 0 to"),
+    ("target-prefix-suffix", lambda d: d["nodes"][1].update(target=[1, 5]), r"'target' suffix: expected a string, got 5"),
+    ("module-entry", lambda d: d.update(modules=[["h", "Block", ""]]), r"'modules'\[0\]: expected \[module path, value\]"),
+    ("module-prefix", lambda d: d["modules"].append([[0, 1, "x"], {"cls": "A"}]), r"'modules'\[\d+\] path shared length: expected 0 to 0"),
+    ("stats-entry", lambda d: d["annotations"]["stats"]["modules"].append([5, {}]), r"annotation 'modules'\[\d+\] path: expected a string"),
+    ("stack-path-prefix", lambda d: d.update(stacks=[[-1, [0, 0, "x"], 0]]), r"'stacks'\[0\] module path \[index, length, suffix\]"),
     ("ref-index-bool", lambda d: node(d, "output").update(inputs=[["add_2", True]]), r"output index: expected a non-negative integer"),
     ("ref-index-range", lambda d: node(d, "output").update(inputs=[["add_2", 3]]), r"node 'output' reads output 3 of 'add_2', which has 1"),
     ("graph-error", lambda d: d.update(error=5), r"graph 'error': expected a string, got 5"),
@@ -107,12 +117,12 @@ MALFORMED: list[tuple[str, Edit, str]] = [
     ("attempt-ok", lambda d: d.update(attempts=[{"method": "export", "ok": 1}]), r"attempts\[0\] 'ok': expected true or false, got 1"),
     ("attempt-seconds", lambda d: d.update(attempts=[{"method": "export", "ok": True, "seconds": "1s"}]), r"'seconds': expected a finite number"),
     ("assumption", lambda d: d.update(assumptions=[{"expr": 3}]), r"assumptions\[0\] 'expr': expected a string"),
-    ("module-cls", lambda d: d["modules"].update({"h": {"cls": 5}}), r"modules\['h'\] 'cls': expected a string, got 5"),
-    ("modules", lambda d: d.update(modules=[]), r"'modules': expected an object, got a list"),
+    ("module-cls", lambda d: d["modules"].append(["h", {"cls": 5}]), r"modules\['h'\] 'cls': expected a string, got 5"),
+    ("modules", lambda d: d.update(modules=5), r"'modules': expected an object, got 5"),
     ("nodes", lambda d: d.update(nodes={}), r"'nodes': expected a list, got an object"),
     ("annotations", lambda d: d.update(annotations=[]), r"'annotations': expected an object"),
     ("stats", lambda d: d["annotations"].update(stats=5), r"annotation 'stats': expected an object, got 5"),
-    ("stats-params", lambda d: d["annotations"]["stats"]["modules"]["h"].update(params="many"),
+    ("stats-params", lambda d: next(e for e in d["annotations"]["stats"]["modules"] if e[0] == "h")[1].update(params="many"),
      r"annotation 'stats' 'modules'\['h'\] 'params': expected a non-negative integer"),
     ("stats-total", lambda d: d["annotations"]["stats"].update(total_params=2**70), r"'total_params': expected a non-negative integer below 2\*\*63"),
     ("fold-list", lambda d: d["annotations"].update(fold={"paths": []}), r"annotation 'fold': expected a list"),
@@ -240,7 +250,7 @@ def test_a_module_path_5000_levels_deep_renders() -> None:
     d = base()
     path = ".".join(f"m{i}" for i in range(5000))
     node(d, "ln_0")["stack"] = [[path, 0]]
-    d["modules"][path] = {"cls": "Deep", "qualname": ""}
+    d["modules"].append([path, {"cls": "Deep", "qualname": ""}])
     g = Graph.from_json(json.dumps(d))
     assert len(list(g.scopes.walk())) > 5000 and "Scope(" in repr(g.scopes)
     text = render_all(g)
@@ -427,7 +437,7 @@ def test_damaged_json_at_length(text: str | bytes) -> None:
 def test_odd_strings_in_every_field_render(text: str) -> None:
     d = base()
     d.update(name=text, method=text, error=text)
-    d["modules"]["h.0"]["cls"] = text
+    next(m for m in d["modules"] if m[0] == "h.0")[1]["cls"] = text
     d["attempts"] = [{"method": text, "ok": False, "error_type": text, "message": text}]
     node(d, "ln_0").update(target=text, error=text, attrs={text: text, "value": text})
     node(d, "x")["outputs"][0].update(dtype=text or "f", shape=[text or "s", 2])

@@ -39,6 +39,7 @@ from fxviz.schema.annotations import (
     _annotations,
     check_overlay,
 )
+from fxviz.schema.compact import Expander, _tables
 from fxviz.schema.values import (
     MAX_INT,
     MAX_NESTING,
@@ -91,10 +92,12 @@ def _meta(v: Any, where: Where) -> dict[str, Any]:
 Stack = tuple[tuple[str, int], ...]
 
 
-def _stack_table(v: Any) -> list[Stack]:
+def _stack_table(v: Any, ex: Expander) -> list[Stack]:
     """The graph's table of call levels (``stacks``: ``[parent, path, call index]``, a path that
-    starts with ``.`` relative to the parent's), as the stack each level ends."""
+    starts with ``.`` relative to the parent's, ``[j, k, suffix]`` after level ``j``'s path), as
+    the stack each level ends."""
     out: list[Stack] = []
+    paths: list[str] = []
     cells = 0
     for k, entry in enumerate(_array(v, lambda: "'stacks'")):
         if not isinstance(entry, list) or len(entry) != 3:
@@ -103,7 +106,10 @@ def _stack_table(v: Any) -> list[Stack]:
         if type(parent) is not int or not -1 <= parent < k:
             _fail(f"'stacks'[{k}] parent", f"an index of an earlier level (-1 to {k - 1})", parent)
         outer = out[parent] if parent >= 0 else ()
-        if isinstance(path, str) and path.startswith(".") and outer:
+        if isinstance(path, list):
+            at = _item(lambda: "'stacks'", "", k, " module path")
+            path = _text(ex.front(path, paths, at), at)
+        elif isinstance(path, str) and path.startswith(".") and outer:
             path = outer[-1][0] + path
         if not (isinstance(path, str) and path and not path.startswith(".")):
             _fail(f"'stacks'[{k}] module path", "a non-empty string (a '.' first only below a parent)", path)
@@ -116,6 +122,7 @@ def _stack_table(v: Any) -> list[Stack]:
             raise GraphFormatError(f"graph JSON: the table of module stacks holds more than {MAX_STACK_CELLS:,} levels "
                                    "in all, more than fxviz draws")
         out.append((*outer, (path, index)))
+        paths.append(path)
     return out
 
 
@@ -149,11 +156,12 @@ def _stack(v: Any, where: Where, stacks: dict[Stack, Stack], table: list[Stack] 
 
 def _node(
     d: Any, i: int, outputs_of: dict[str, int], later: Callable[[str], bool], stacks: dict[Stack, Stack],
-    table: list[Stack] | None = None,
+    table: list[Stack] | None, names: list[str], ex: Expander,
 ) -> dict[str, Any]:
-    """One node, checked against the nodes before it (``outputs_of``: name -> number of outputs)."""
+    """One node, checked against the nodes before it (``outputs_of``: name -> number of outputs;
+    ``names``: their names in order, which ``[j, k, suffix]`` names and index references read)."""
     d = _object(d, lambda: f"nodes[{i}]")
-    name = d.get("name")
+    name = ex.front(d.get("name"), names, lambda: f"nodes[{i}] 'name'")
     if not (type(name) is str and name and name.isascii()):
         _text(name, lambda: f"nodes[{i}] 'name'", empty=False)
 
@@ -169,10 +177,18 @@ def _node(
         )
     inputs = []
     for k, r in enumerate(_array(d.get("inputs", []), lambda: f"{at()} 'inputs'")):
-        if isinstance(r, str):
-            src, index = r, 0
-        elif isinstance(r, list | tuple) and len(r) == 2 and isinstance(r[0], str):
-            src, index = r[0], _int(r[1], _item(at, " 'inputs'", k, " output index"))
+        if isinstance(r, list | tuple) and len(r) == 2:
+            r, index = r[0], _int(r[1], _item(at, " 'inputs'", k, " output index"))
+            if not isinstance(r, str | int) or isinstance(r, bool):
+                _fail(f"{at()} 'inputs'[{k}]", "a node name or [node name, output index]", [r, index])
+        else:
+            index = 0
+        if type(r) is int:
+            if not 0 <= r < i:
+                _fail(f"{at()} 'inputs'[{k}]", f"the index of an earlier node (0 to {i - 1})", r)
+            src = names[r]
+        elif isinstance(r, str):
+            src = r
         else:
             _fail(f"{at()} 'inputs'[{k}]", "a node name or [node name, output index]", r)
         count = outputs_of.get(src)
@@ -201,10 +217,16 @@ def _node(
             f"graph JSON: {at()} is a module call that ran no op: it has a module stack and no inputs or outputs"
         )
     outputs_of[name] = len(outputs)
+    names.append(name)
+    target = d.get("target")
+    if isinstance(target, list):
+        target = _text(ex.after(target, name, lambda: f"{at()} 'target'"), lambda: f"{at()} 'target'")
+    else:
+        target = _opt_text(d, "target", at)
     return {
         "name": name,
         "kind": kind,
-        "target": _opt_text(d, "target", at),
+        "target": target,
         "inputs": inputs,
         "stack": stack,
         "outputs": outputs,
@@ -268,6 +290,12 @@ def _module(path: Any, d: Any) -> dict[str, str]:
     return {"cls": _text(d.get("cls"), lambda: f"{at()} 'cls'"), "qualname": _opt_text(d, "qualname", at)}
 
 
+def _keyed_tables(v: Any, ex: Expander) -> Any:
+    """The annotations with their tables keyed by module path as objects (schema 2 writes each as a
+    list of ``[path, entry]``, :func:`fxviz.schema.compact.keyed`); what :func:`_annotations` checks."""
+    return _tables(v, lambda t: ex.keyed(t, lambda: "annotation 'modules'"))
+
+
 # ---- the whole graph -----------------------------------------------------------------------------
 
 
@@ -294,8 +322,10 @@ def check(data: Any) -> dict[str, Any]:
         return name in names
 
     stacks: dict[Stack, Stack] = {}
-    table = _stack_table(data["stacks"]) if "stacks" in data else None
-    nodes = [_node(d, i, outputs_of, later, stacks, table) for i, d in enumerate(raw)]
+    ex = Expander()
+    table = _stack_table(data["stacks"], ex) if "stacks" in data else None
+    order: list[str] = []
+    nodes = [_node(d, i, outputs_of, later, stacks, table, order, ex) for i, d in enumerate(raw)]
     cells = sum(len(s) * (len(s) + 1) // 2 for s in stacks)
     if cells > MAX_STACK_CELLS:
         raise GraphFormatError(
@@ -309,8 +339,9 @@ def check(data: Any) -> dict[str, Any]:
         "method": _opt_text(data, "method", lambda: "graph"),
         "nodes": nodes,
         "attempts": [_attempt(a, k) for k, a in enumerate(_array(data.get("attempts", []), lambda: "'attempts'"))],
-        "modules": {p: _module(p, m) for p, m in _object(data.get("modules", {}), lambda: "'modules'").items()},
-        "annotations": _annotations(data.get("annotations", {})),
+        "modules": {p: _module(p, m) for p, m in _object(ex.keyed(data.get("modules", {}), lambda: "'modules'"),
+                                                            lambda: "'modules'").items()},
+        "annotations": _annotations(_keyed_tables(data.get("annotations", {}), ex)),
         "error": None if error is None else _text(error, lambda: "graph 'error'"),
         "assumptions": [
             _assumption(a, k) for k, a in enumerate(_array(data.get("assumptions", []), lambda: "'assumptions'"))
