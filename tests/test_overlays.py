@@ -48,7 +48,10 @@ def test_an_overlay_round_trips_through_json_and_the_view_model() -> None:
     ({"kind": "category", "nodes": {"x": 3}}, "expected a category"),
     ({"kind": "number", "scale": "sqrt"}, "'scale': expected 'linear' or 'log'"),
     ({"kind": "category", "categories": {"a": {"color": "red"}}}, "'color': expected a colour '#rrggbb'"),
-    ({"kind": "number", "modules": []}, "'modules': expected an object"),
+    # graph JSON schema 2 writes a per-module table as [path, value] pairs (an empty list is an
+    # empty table); anything else is refused
+    ({"kind": "number", "modules": "x"}, "'modules': expected an object"),
+    ({"kind": "number", "modules": [["a"]]}, r"expected \[module path, value\]"),
 ])
 def test_a_saved_graph_with_a_malformed_overlay_is_refused_naming_it(spec: dict[str, Any], message: str) -> None:
     d = json.loads(stack_graph().to_json())
