@@ -91,7 +91,7 @@ MALFORMED: list[tuple[str, Edit, str]] = [
     ("target-prefix-suffix", lambda d: d["nodes"][1].update(target=[1, 5]), r"'target' suffix: expected a string, got 5"),
     ("module-entry", lambda d: d.update(modules=[["h", "Block", ""]]), r"'modules'\[0\]: expected \[module path, value\]"),
     ("module-prefix", lambda d: d["modules"].append([[0, 1, "x"], {"cls": "A"}]), r"'modules'\[\d+\] path shared length: expected 0 to 0"),
-    ("stats-entry", lambda d: d["annotations"]["stats"]["modules"].append([5, {}]), r"annotation 'modules'\[\d+\] path: expected a string"),
+    ("stats-entry", lambda d: d["annotations"]["stats"]["modules"].append([5, {}]), r"annotation 'stats' 'modules'\[\d+\] path: expected a string"),
     ("stack-path-prefix", lambda d: d.update(stacks=[[-1, [0, 0, "x"], 0]]), r"'stacks'\[0\] module path \[index, length, suffix\]"),
     ("ref-index-bool", lambda d: node(d, "output").update(inputs=[["add_2", True]]), r"output index: expected a non-negative integer"),
     ("ref-index-range", lambda d: node(d, "output").update(inputs=[["add_2", 3]]), r"node 'output' reads output 3 of 'add_2', which has 1"),

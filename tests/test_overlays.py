@@ -51,7 +51,7 @@ def test_an_overlay_round_trips_through_json_and_the_view_model() -> None:
     # graph JSON schema 2 writes a per-module table as [path, value] pairs (an empty list is an
     # empty table); anything else is refused
     ({"kind": "number", "modules": "x"}, "'modules': expected an object"),
-    ({"kind": "number", "modules": [["a"]]}, r"expected \[module path, value\]"),
+    ({"kind": "number", "modules": [["a"]]}, r"'overlays'\['mine'\] 'modules'\[0\]: expected \[module path, value\]"),
 ])
 def test_a_saved_graph_with_a_malformed_overlay_is_refused_naming_it(spec: dict[str, Any], message: str) -> None:
     d = json.loads(stack_graph().to_json())

@@ -293,7 +293,7 @@ def _module(path: Any, d: Any) -> dict[str, str]:
 def _keyed_tables(v: Any, ex: Expander) -> Any:
     """The annotations with their tables keyed by module path as objects (schema 2 writes each as a
     list of ``[path, entry]``, :func:`fxviz.schema.compact.keyed`); what :func:`_annotations` checks."""
-    return _tables(v, lambda t: ex.keyed(t, lambda: "annotation 'modules'"))
+    return _tables(v, lambda t, where: ex.keyed(t, lambda: where))
 
 
 # ---- the whole graph -----------------------------------------------------------------------------

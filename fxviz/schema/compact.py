@@ -133,18 +133,20 @@ def keyed(table: dict[str, Any]) -> list[list[Any]]:
     return out
 
 
-def _tables(ann: Any, fn: Callable[[Any], Any]) -> Any:
-    """``ann`` with ``fn`` applied to the annotations' tables keyed by module path (the ``stats``
-    annotation's ``modules``, each overlay's ``modules``), copied where they are."""
+def _tables(ann: Any, fn: Callable[[Any, str], Any]) -> Any:
+    """``ann`` with ``fn(table, where)`` applied to the annotations' tables keyed by module path
+    (the ``stats`` annotation's ``modules``, each overlay's ``modules``), copied where they are;
+    ``where`` names the table as the reader's errors do."""
     if not isinstance(ann, dict):
         return ann
     out = dict(ann)
     stats = ann.get("stats")
     if isinstance(stats, dict) and "modules" in stats:
-        out["stats"] = {**stats, "modules": fn(stats["modules"])}
+        out["stats"] = {**stats, "modules": fn(stats["modules"], "annotation 'stats' 'modules'")}
     overlays = ann.get("overlays")
     if isinstance(overlays, dict):
-        out["overlays"] = {k: {**o, "modules": fn(o["modules"])} if isinstance(o, dict) and "modules" in o else o
+        out["overlays"] = {k: {**o, "modules": fn(o["modules"], f"annotation 'overlays'[{k!r}] 'modules'")}
+                           if isinstance(o, dict) and "modules" in o else o
                            for k, o in overlays.items()}
     return out
 
@@ -176,7 +178,7 @@ def pack(d: dict[str, Any]) -> dict[str, Any]:
         if n.get("inputs"):
             n["inputs"] = [_ref(r, index) for r in n["inputs"]]
     d["modules"] = keyed(d["modules"])
-    d["annotations"] = _tables(d["annotations"], lambda t: keyed(t) if isinstance(t, dict) else t)
+    d["annotations"] = _tables(d["annotations"], lambda t, _where: keyed(t) if isinstance(t, dict) else t)
     full: list[str] = []
     seen: dict[str, int] = {}
     outer = None  # the last level written in full
