@@ -424,12 +424,10 @@ class Graph:
     # ---- serialisation -----------------------------------------------------------------------
 
     def to_dict(self, *, stack_table: bool = True) -> dict[str, Any]:
-        """Plain data for JSON. Module call stacks are written once, as a table ``stacks`` of call
-        levels ``[parent, path, call index]`` (``parent``: the index of the level around it, -1 for
-        none; ``path`` relative to the parent's when it starts with ``.``), and each node's
-        ``stack`` is 1 + the index of its innermost level: a node's own list of full paths made
-        the JSON of a model nested ``d`` deep grow with ``d`` cubed; long strings are written after
-        earlier ones (:func:`fxviz.schema.compact.pack`). ``stack_table=False`` writes it all in full."""
+        """Plain data for JSON, linear in nodes + depth: call stacks as one table ``stacks`` of
+        ``[parent, path, call index]`` (each node's ``stack`` is 1 + its innermost level's index),
+        long strings after earlier ones (:func:`fxviz.schema.compact.pack`). ``stack_table=False``
+        writes it all in full."""
         table: list[list[Any]] = []
         stack_index = stack_indexer(table)
         d = {
