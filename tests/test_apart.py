@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +146,44 @@ def test_an_interrupt_in_the_child_ends_the_capture() -> None:
 def test_the_result_comes_back_whole() -> None:
     assert run_apart(lambda: {"pid": os.getpid(), "t": torch.arange(3)}, lambda e: None)["t"].tolist() == [0, 1, 2]
     assert run_apart(lambda: os.getpid(), lambda e: None) != os.getpid()
+
+
+def test_a_child_past_its_memory_budget_is_stopped_and_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.export's memory grows with the square of the nesting depth (past 24 GB at 2,000
+    modules deep): the child is stopped at its budget with that said, before the kernel's
+    out-of-memory killer picks a process."""
+    monkeypatch.setenv(apart_module.MEMORY_ENV, "64M")
+
+    def hungry() -> int:
+        held = torch.ones(64 * 2**20)  # 256 MB, written
+        time.sleep(2)  # the watcher reads every 50 ms
+        return int(held[0])
+
+    with pytest.raises(CaptureError, match=r"used more than 64 MB of memory and was stopped after [\d.]+ s .*FXVIZ_CAPTURE_MEMORY"):
+        run_apart(hungry, lambda e: None)
+    assert run_apart(lambda: int(torch.ones(1024)[0]), lambda e: None) == 1  # a small child is left alone
+
+
+def test_a_capture_whose_symbolic_attempts_pass_the_budget_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every attempt run apart is held to the budget; the eager tracer, which runs in process, is
+    the chain's answer, and each stopped attempt says why."""
+    monkeypatch.setenv(apart_module.MEMORY_ENV, "1M")
+    g = fxviz.capture(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), (torch.randn(2, 4),), isolate=True)
+    assert g.method == "eager" and len(g.ops) == 2
+    stopped = [a for a in g.attempts if not a.ok and not a.skipped]
+    assert stopped and all("used more than 1 MB of memory" in a.message for a in stopped)
+
+
+@pytest.mark.parametrize(("text", "size"), [("4G", 4 * 2**30), ("800m", 800 * 2**20), ("1.5K", 1536), ("1000", 1000)])
+def test_the_memory_budget_reads_sizes(monkeypatch: pytest.MonkeyPatch, text: str, size: int) -> None:
+    monkeypatch.setenv(apart_module.MEMORY_ENV, text)
+    assert apart_module.memory_budget() == size
+
+
+def test_a_malformed_memory_budget_says_how_to_write_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(apart_module.MEMORY_ENV, "lots")
+    with pytest.raises(CaptureError, match="FXVIZ_CAPTURE_MEMORY='lots' is not a size: write it as 4G, 800M"):
+        apart_module.memory_budget()
+    monkeypatch.delenv(apart_module.MEMORY_ENV)
+    budget = apart_module.memory_budget()
+    assert budget is not None and 0 < budget < os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -13,6 +13,13 @@ Only where fork is safe: Linux (macOS forbids it after Objective-C runtimes load
 is initialised (a forked child cannot use it). The child runs torch on one thread: OpenMP's thread
 pool does not survive a fork, and a child that uses it after the parent did hangs.
 
+A child is watched: its private memory (``/proc/<pid>/smaps_rollup``, the pages it wrote, not
+the ones it shares with the parent) may not pass a budget, ``FXVIZ_CAPTURE_MEMORY`` (``4G``,
+``800M``) or else 80% of the memory available when it starts. torch.export's memory grows with
+the square of a model's nesting depth (3.6 GB at 1,000 modules deep, more than 24 GB at 2,000):
+a child past its budget is stopped and the attempt fails with that said, so the next method gets
+its turn before the kernel's out-of-memory killer picks a process, maybe not this one.
+
 Failures travel back too: the exception itself when it pickles (``ModelError`` with its partial
 graph, ``RejectedInputs``), else a :class:`Relayed` error with the type name and message; either way
 the child attaches the :class:`~fxviz.ir.Attempt` it made from the original, with its source line
@@ -25,9 +32,11 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import re
 import signal
 import struct
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -45,6 +54,12 @@ T = TypeVar("T")
 #: caches the child warms and loses): +16% on a 24-layer LLaMA on meta (3.9 s), under 5% on the
 #: captures of 10 s and more that models of this size take.
 ISOLATE_FROM_MODULES = 1024
+
+#: The environment variable that sets the budget of a child's private memory (``4G``, ``800M``).
+MEMORY_ENV = "FXVIZ_CAPTURE_MEMORY"
+
+#: How often the parent reads the child's memory, in seconds.
+WATCH_EVERY = 0.05
 
 #: The attribute a relayed exception carries its :class:`~fxviz.ir.Attempt` in.
 ATTEMPT_ATTR = "fxviz_attempt"
@@ -69,6 +84,69 @@ def can_fork() -> bool:
 def worth_isolating(model: nn.Module) -> bool:
     """Whether ``model`` is deep enough that export's leftovers matter (``ISOLATE_FROM_MODULES``)."""
     return any(k + 1 >= ISOLATE_FROM_MODULES for k, _ in enumerate(model.modules()))
+
+
+def memory_budget() -> int | None:
+    """The bytes a child may write: ``FXVIZ_CAPTURE_MEMORY``, else 80% of ``MemAvailable``;
+    ``None`` where neither can be read. A malformed setting is a :class:`CaptureError`."""
+    text = os.environ.get(MEMORY_ENV, "").strip()
+    if text:
+        m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)B?", text, re.IGNORECASE)
+        if m is None:
+            raise CaptureError(f"{MEMORY_ENV}={text!r} is not a size: write it as 4G, 800M or a number of bytes")
+        return int(float(m[1]) * 1024 ** " KMGT".index(m[2].upper() or " "))
+    available = _meminfo_kb("/proc/meminfo", "MemAvailable")
+    return None if available is None else int(available * 1024 * 0.8)
+
+
+def _meminfo_kb(path: str, *fields: str) -> int | None:
+    """The sum of ``fields`` (in kB) of a ``/proc`` file of ``Name: value kB`` lines, or ``None``."""
+    try:
+        with open(path) as f:
+            values = [int(line.split()[1]) for line in f if line.split(":")[0] in fields]
+    except (OSError, ValueError, IndexError):
+        return None
+    return sum(values) if values else None
+
+
+def _private_bytes(pid: int) -> int | None:
+    """The memory ``pid`` holds for itself: pages it wrote or made, not those it shares (kB → bytes)."""
+    kb = _meminfo_kb(f"/proc/{pid}/smaps_rollup", "Private_Clean", "Private_Dirty", "SwapPss")
+    return None if kb is None else kb * 1024
+
+
+class _Watch:
+    """A thread that stops the child ``pid`` when its private memory passes ``budget`` bytes."""
+
+    def __init__(self, pid: int, budget: int | None) -> None:
+        self.pid, self.budget, self.used = pid, budget, 0
+        self.over = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fxviz-apart-watch", daemon=True)
+        if budget is not None:
+            self._thread.start()
+
+    def _run(self) -> None:
+        assert self.budget is not None
+        while not self._done.wait(WATCH_EVERY):
+            used = _private_bytes(self.pid)
+            if used is None:  # gone, or /proc is not there
+                return
+            self.used = max(self.used, used)
+            if used > self.budget:
+                self.over = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+                return
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
+def _size(n: float) -> str:
+    return f"{n / 2**30:.1f} GB" if n >= 2**30 else f"{n / 2**20:.0f} MB"
 
 
 def _send(fd: int, payload: bytes) -> None:
@@ -146,6 +224,7 @@ def run_apart(fn: Callable[[], T], make_attempt: Callable[[BaseException], Any])
     """``fn()`` run in a forked child: its result, or its exception raised here with the attempt
     ``make_attempt`` made of the original attached (``ATTEMPT_ATTR``). A child that dies (killed
     for memory, a crash in native code) is a :class:`CaptureError` naming the signal."""
+    budget = memory_budget()
     _flush(sys.stdout, sys.stderr)  # what is buffered now must not be written twice
     read, write = os.pipe()
     t0 = time.perf_counter()
@@ -154,10 +233,16 @@ def run_apart(fn: Callable[[], T], make_attempt: Callable[[BaseException], Any])
         os.close(read)
         _child(fn, make_attempt, write)
     os.close(write)
+    watch = _Watch(pid, budget)
     try:
         data = _receive(read)
     finally:
+        watch.stop()
         status = _reap(pid)
+    if watch.over and budget is not None:
+        raise CaptureError(f"the capture process used more than {_size(budget)} of memory and was stopped after "
+                           f"{time.perf_counter() - t0:.1f} s (the budget is {MEMORY_ENV}, or 80% of the memory "
+                           "available when it started)")
     if not data:
         how = (f"was killed by signal {signal.Signals(-status).name}" if status < 0 else f"exited with {status}")
         hint = " (out of memory?)" if status == -signal.SIGKILL else ""
@@ -190,4 +275,4 @@ def _reap(pid: int) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-__all__ = ["ISOLATE_FROM_MODULES", "Relayed", "can_fork", "run_apart", "worth_isolating"]
+__all__ = ["ISOLATE_FROM_MODULES", "MEMORY_ENV", "Relayed", "memory_budget", "can_fork", "run_apart", "worth_isolating"]
