@@ -174,8 +174,8 @@ export class DiffPage {
     return box === null || box === undefined ? null : "g" + box;
   }
 
-  /** Show difference d on both sides: its first node on each (or the box where the other side's
-   * node would be), selected, the others marked. */
+  /** Show difference d on both sides: its first node on each (or, opened, the box where the
+   * other side's nodes would be), selected, the others marked. */
   async showDifference(d) {
     for (const li of this.r.differences.querySelectorAll(".fx-diff-current")) li.classList.remove("fx-diff-current");
     const li = this.r.differences.querySelector(`[data-diff="${CSS.escape(String(d.id))}"]`);
@@ -183,7 +183,12 @@ export class DiffPage {
     const keys = Object.fromEntries(SIDES.map((s) => [s, this.target(d, s)]));
     this.syncing = true;
     try {
-      await Promise.all(SIDES.filter((s) => keys[s]).map((s) => this.viewers[s].go(keys[s], { mark: false })));
+      await Promise.all(SIDES.filter((s) => keys[s]).map(async (s) => {
+        const v = this.viewers[s];
+        // a side without the difference's nodes opens the box they would be in
+        if (!(d[s] || []).length) await v.setOpen([+keys[s].slice(1)]);
+        await v.go(keys[s], { mark: false });
+      }));
     } finally {
       this.syncing = false;
     }
