@@ -10,6 +10,7 @@ import { Model } from "./model.js";
 import { groupDetails, nodeDetails, renderHeader, renderLegend } from "./panels.js";
 import { boxPairs, pairMaps, partnerKey } from "./pairs.js";
 import { Look, bindCommon } from "./report.js";
+import { layoutRunner } from "./runner.js";
 import { Search, bindSearch } from "./search.js";
 import { sourceLink } from "./settings.js";
 import { clip, grouped } from "./text.js";
@@ -125,6 +126,9 @@ export class DiffPage {
 
   async start() {
     await Promise.all(SIDES.map((s) => this.viewers[s].firstView(this.diff[s].budget || 60)));
+    // once both are drawn, side b gets a layout worker of its own: from then on the sides lay out
+    // at once (expand all: 0.8x), and starting it does not delay the first view
+    this.viewers.b.engine.run = layoutRunner();
     const first = this.diff.differences.find((d) => !d.informational) || this.diff.differences[0];
     if (first) await this.showDifference(first);
   }
