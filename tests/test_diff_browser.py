@@ -205,6 +205,10 @@ def test_the_compare_page_draws_both_graphs_and_links_each_node_to_its_pair(brow
     page.locator(f'.fx-diff-item[data-diff="{shape["id"]}"] .fx-diff-words').click()
     page_.settle()
     assert selected(page, "a") == f"n{shape['a'][0]}" and selected(page, "b") == f"n{shape['b'][0]}"
+    # its link to one side shows that side's node in the details
+    page.locator(f'.fx-diff-item[data-diff="{shape["id"]}"] .fx-diff-link[data-side="b"]').click()
+    page_.settle()
+    assert (page.text_content("[data-ref=details] .fx-diff-side") or "").startswith("in eager · pair in export: ")
     only = next(d for d in data["differences"] if d["kind"] == "only_in_a")
     page.locator(f'.fx-diff-item[data-diff="{only["id"]}"] .fx-diff-words').click()
     page_.settle()
@@ -246,7 +250,7 @@ def x_site(d: Any, x: Any) -> str:
 
 def test_a_region_that_differs_is_highlighted_on_both_sides_while_closed(browser: Any, tmp_path: Path) -> None:
     from fxviz.render.diffpage import DIFF_COLORS
-    from tests.test_diff_page import stack_diff
+    from tests.test_diff_page import page_data, stack_diff
 
     path = tmp_path / "stack.html"
     stack_diff().to_html(str(path))
@@ -258,4 +262,14 @@ def test_a_region_that_differs_is_highlighted_on_both_sides_while_closed(browser
         assert box.get_attribute("data-path") == "h.0-1"
         colour = box.evaluate("el => getComputedStyle(el).getPropertyValue('--box').trim()")
         assert colour.lower() == DIFF_COLORS["differs"], (side, colour)
+    # the row of an op only in old selects it on old's side and, on new's, opens the call it
+    # would be in (h.1.fc, which holds new's matmul instead)
+    data = page_data(path.read_text(encoding="utf-8"))["diff"]
+    only = next(x for x in data["differences"] if x["kind"] == "only_in_a")
+    page.locator(f'.fx-diff-item[data-diff="{only["id"]}"] .fx-diff-words').click()
+    r.settle()
+    assert selected(page, "a") == f"n{only['a'][0]}"
+    assert selected(page, "b") == f"g{only['at'][1]}"
+    assert page.locator('.fx-pane[data-side="b"] .fx-cluster[data-path="h.1.fc"]').count() == 1
+    assert page.locator('.fx-pane[data-side="b"] .fx-cluster[data-path="h.1.fc"] .fx-node').count() >= 1
     r.close()

@@ -205,12 +205,15 @@ export class DiffPage {
   }
 
   async goSide(side, d) {
+    const key = "n" + d[side][0];
     this.syncing = true;
     try {
-      await this.viewers[side].go("n" + d[side][0], { mark: false });
+      await this.viewers[side].go(key, { mark: false });
     } finally {
       this.syncing = false;
     }
+    this.selected = { side, key };
+    this.showDetails();
     this.mark(d);
   }
 
