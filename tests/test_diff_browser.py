@@ -1,8 +1,10 @@
 """The diff page in headless Chromium: both graphs drawn side by side in the same viewer, kept in
 step (opening a box opens its pair, selecting a node selects its pair, panning one side moves
-the other), and the list of differences, in words, linking each to both sides. The data follows
-WAVE2.md §3 (``{"v": 3, "diff": {...}}``), built here from two captures of one model and pairs
-by node name; a data-dependent model's diff shows the eager ops and the failure site."""
+the other), and the list of differences, in words, linking each to both sides. The first tests
+draw data built by hand (pairs by node name); the later ones open the page fxviz writes
+(`fxviz diff --html`, ``Diff.to_html``) for models with control flow that depends on the input:
+what differs is coloured on its side, the pair of a node is the one the diff aligned, a failed
+export says why on its side."""
 
 from __future__ import annotations
 
