@@ -328,18 +328,6 @@ def test_report_with_notes_lists_informational_differences() -> None:
     assert "s0 in export is 2 in eager" in render(d.report(notes=True))
 
 
-def test_html_is_self_contained_and_links_every_difference(tmp_path: Path) -> None:
-    d = _golden_diff()
-    text = d.to_html(str(tmp_path / "d.html"))
-    assert (tmp_path / "d.html").read_text() == text
-    assert "http://" not in text and "https://" not in text
-    for x in d.differences:
-        assert f'id="list-{x.id}"' in text
-    anchors = [a.split('"')[0] for a in text.split('href="#')[1:]]
-    for anchor in anchors:
-        assert f'id="{anchor}"' in text, anchor
-
-
 def test_report_folds_a_run_of_matched_calls_the_diff_found() -> None:
     a = stack_graph(4)
     b = Graph.from_json(a.to_json())
@@ -367,25 +355,6 @@ def test_report_cleans_what_the_model_named() -> None:
     for text in (report_text(d), render(d.report(notes=True))):
         assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
         assert "\\x1b]0;PWNED\\x07" in text and "Net⟨U+202E⟩" in text
-
-
-def test_html_shows_kinds_and_statuses_in_words() -> None:
-    d = _golden_diff()
-    text = d.to_html()
-    assert ">only_in" not in text and ">symbolic_shape<" not in text
-    assert '<a href="#list-d0">only in eager</a>' in text  # the row of the extra relu
-    assert '<span class="bad">2 significant</span>, <span class="info">1 informational</span>' in text
-    assert "<td>symbolic shape</td><td>1 (informational)</td>" in text
-
-
-def test_html_names_a_failure_repeated_by_a_retry_once() -> None:
-    why = ("GuardOnDataDependentSymNode", "Could not guard on data-dependent expression u0 > 0")
-    failed = Graph(name="Net", attempts=[Attempt("export (symbolic sizes)", False, 0.1, *why),
-                                         Attempt("export", False, 0.1, *why)])
-    text = diff(failed, _block_graph(), labels=("export", "eager")).to_html()
-    # once in the failed-attempts cell, then in the difference and its detail
-    assert text.count("Could not guard on data-dependent expression u0 &gt; 0") == 3
-    assert "<div>export (symbolic sizes), export: GuardOnDataDependentSymNode: Could not guard" in text
 
 
 MODEL_FILE = '''

@@ -1,8 +1,10 @@
 """The diff page in headless Chromium: both graphs drawn side by side in the same viewer, kept in
 step (opening a box opens its pair, selecting a node selects its pair, panning one side moves
-the other), and the list of differences, in words, linking each to both sides. The data follows
-WAVE2.md §3 (``{"v": 3, "diff": {...}}``), built here from two captures of one model and pairs
-by node name; a data-dependent model's diff shows the eager ops and the failure site."""
+the other), and the list of differences, in words, linking each to both sides. The first tests
+draw data built by hand (pairs by node name); the later ones open the page fxviz writes
+(`fxviz diff --html`, ``Diff.to_html``) for models with control flow that depends on the input:
+what differs is coloured on its side, the pair of a node is the one the diff aligned, a failed
+export says why on its side."""
 
 from __future__ import annotations
 
@@ -132,4 +134,144 @@ def test_a_data_dependent_diff_shows_the_eager_ops_and_the_failure_site(browser:
     assert "export failed here" in (page.text_content(".fx-diff-list") or "")
     assert "not in export" in (page.text_content(".fx-diff-list") or "")
     r.shot("diff-data-dependent")
+    r.close()
+
+
+# ---- the page fxviz writes: `fxviz diff --html`, Diff.to_html --------------------------------------
+
+
+def rgb(hex_colour: str) -> str:
+    r, g, b = (int(hex_colour[k:k + 2], 16) for k in (1, 3, 5))
+    return f"rgb({r}, {g}, {b})"
+
+
+FILL = """el => getComputedStyle(el.querySelector('rect:not(.fx-stack)')).fill"""
+
+
+def node(page: Any, side: str, name: str) -> Any:
+    return page.locator(f'.fx-pane[data-side="{side}"] .fx-node[data-name="{name}"]')
+
+
+def test_the_compare_page_draws_both_graphs_and_links_each_node_to_its_pair(browser: Any, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from fxviz.cli import cli
+    from fxviz.render.diffpage import DIFF_COLORS
+    from tests import compile_models
+    from tests.test_diff_page import page_data
+
+    # BatchBranch branches on its batch size: export, with symbolic sizes, reads the size with a
+    # sym_size op eager never runs; the page is what a user gets from `fxviz diff --html`
+    path = tmp_path / "compare.html"
+    r = CliRunner().invoke(cli, ["diff", f"{compile_models.__file__}:batch_branch", "--html", str(path)])
+    assert r.exit_code == 0, r.output
+    data = page_data(path.read_text(encoding="utf-8"))["diff"]
+    na, nb = data["a"]["nodes"]["n"], data["b"]["nodes"]["n"]
+    (sym,) = [n for n in na if n.startswith("sym_size")]
+    assert not [n for n in nb if n.startswith("sym_size")]
+    page_ = ReportPage(browser, path, width=1600, height=1000)
+    page = page_.page
+    # two drawn graphs, each titled with its capture
+    assert page.eval_on_selector_all(".fx-pane-label", "els => els.map(e => e.textContent)") == ["export", "eager"]
+    facts = page.eval_on_selector_all(".fx-pane-facts", "els => els.map(e => e.textContent)")
+    for f, cap in zip(facts, data["captures"], strict=True):
+        assert f.startswith(f"{cap['method']} · {cap['ops']} ops · "), f
+    for side in ("a", "b"):
+        drawn = page.eval_on_selector_all(f'.fx-pane[data-side="{side}"] .fx-node', "els => els.map(e => e.dataset.name)")
+        assert {"x", "div", "output"} <= set(drawn), (side, drawn)
+    # what only export has is highlighted on its side, in the colour the legend gives it; what
+    # matched is muted on both sides
+    assert node(page, "a", sym).evaluate(FILL) == rgb(DIFF_COLORS["only_in_a"])
+    for side in ("a", "b"):
+        assert node(page, side, "div").evaluate(FILL) == rgb(DIFF_COLORS["matched"])
+    legend = page.text_content(".fx-legend") or ""
+    assert "only in export" in legend and "matched" in legend and "only_in" not in legend
+    # selecting a node selects its pair, the pair the diff aligned
+    div_a = na.index("div")
+    (div_b,) = [j for i, j in data["pairs"] if i == div_a]
+    assert nb[div_b] == "div"
+    node(page, "a", "div").click()
+    page_.settle()
+    assert selected(page, "a") == f"n{div_a}" and selected(page, "b") == f"n{div_b}"
+    assert "pair in eager: div" in (page.text_content("[data-ref=details] .fx-diff-side") or "")
+    # and the other way
+    x_b = nb.index("x")
+    node(page, "b", "x").click()
+    page_.settle()
+    assert selected(page, "b") == f"n{x_b}" and selected(page, "a") == f"n{na.index('x')}"
+    # hovering a node outlines its pair
+    node(page, "b", "div").dispatch_event("mouseover")
+    assert "fx-pair-hover" in (node(page, "a", "div").get_attribute("class") or "")
+    # a row of the differences selects both sides
+    shape = next(d for d in data["differences"] if d["a"] and d["b"])
+    page.locator(f'.fx-diff-item[data-diff="{shape["id"]}"] .fx-diff-words').click()
+    page_.settle()
+    assert selected(page, "a") == f"n{shape['a'][0]}" and selected(page, "b") == f"n{shape['b'][0]}"
+    # its link to one side shows that side's node in the details
+    page.locator(f'.fx-diff-item[data-diff="{shape["id"]}"] .fx-diff-link[data-side="b"]').click()
+    page_.settle()
+    assert (page.text_content("[data-ref=details] .fx-diff-side") or "").startswith("in eager · pair in export: ")
+    only = next(d for d in data["differences"] if d["kind"] == "only_in_a")
+    page.locator(f'.fx-diff-item[data-diff="{only["id"]}"] .fx-diff-words').click()
+    page_.settle()
+    assert selected(page, "a") == f"n{na.index(sym)}"
+    assert page.locator(f'.fx-pane[data-side="a"] [data-key="n{na.index(sym)}"].fx-diff-hit').count() == 1
+    page_.shot("compare-batch-branch")
+    page_.close()
+
+
+def test_a_compare_whose_export_failed_says_why_on_the_export_side(browser: Any, tmp_path: Path) -> None:
+    from tests.models import data_dependent
+    from tests.test_diff_page import page_data
+
+    model, args, kwargs = data_dependent()
+    d = fxviz.compare(model, args, kwargs)
+    path = tmp_path / "failed.html"
+    d.to_html(str(path))
+    nb = page_data(path.read_text(encoding="utf-8"))["diff"]["b"]["nodes"]["n"]
+    r = ReportPage(browser, path, width=1600, height=1000)
+    page = r.page
+    empty = page.locator('.fx-pane[data-side="a"] .fx-pane-empty')
+    text = empty.text_content() or ""
+    assert "export could not capture this model" in text and "data-dependent" in text
+    assert page.locator('.fx-pane[data-side="a"] .fx-node').count() == 0
+    assert "export failed vs eager" in (page.text_content("[data-ref=method]") or "")
+    # the eager side is drawn, the op the forward read a value at is selected and coloured
+    site = next(x for x in d.differences if x.kind == "capture_failed")
+    assert x_site(d, site) in nb
+    assert selected(page, "b") == f"n{nb.index(x_site(d, site))}"
+    assert "only in eager" in (page.text_content(".fx-legend") or "")
+    r.shot("compare-export-failed")
+    r.close()
+
+
+def x_site(d: Any, x: Any) -> str:
+    assert x.b is not None and x.b.nodes
+    return str(x.b.nodes[0])
+
+
+def test_a_region_that_differs_is_highlighted_on_both_sides_while_closed(browser: Any, tmp_path: Path) -> None:
+    from fxviz.render.diffpage import DIFF_COLORS
+    from tests.test_diff_page import page_data, stack_diff
+
+    path = tmp_path / "stack.html"
+    stack_diff().to_html(str(path))
+    r = ReportPage(browser, path, width=1600, height=1000)
+    page = r.page
+    r.js("fxvizReport.viewers.a.collapseAll().then(() => fxvizReport.viewers.b.collapseAll())")
+    for side in ("a", "b"):
+        box = page.locator(f'.fx-pane[data-side="{side}"] .fx-box').first
+        assert box.get_attribute("data-path") == "h.0-1"
+        colour = box.evaluate("el => getComputedStyle(el).getPropertyValue('--box').trim()")
+        assert colour.lower() == DIFF_COLORS["differs"], (side, colour)
+    # the row of an op only in old selects it on old's side and, on new's, opens the call it
+    # would be in (h.1.fc, which holds new's matmul instead)
+    data = page_data(path.read_text(encoding="utf-8"))["diff"]
+    only = next(x for x in data["differences"] if x["kind"] == "only_in_a")
+    page.locator(f'.fx-diff-item[data-diff="{only["id"]}"] .fx-diff-words').click()
+    r.settle()
+    assert selected(page, "a") == f"n{only['a'][0]}"
+    assert selected(page, "b") == f"g{only['at'][1]}"
+    assert page.locator('.fx-pane[data-side="b"] .fx-cluster[data-path="h.1.fc"]').count() == 1
+    assert page.locator('.fx-pane[data-side="b"] .fx-cluster[data-path="h.1.fc"] .fx-node').count() >= 1
     r.close()

@@ -210,11 +210,13 @@ class Diff:
         return self.report()
 
     def to_html(self, path: str | None = None) -> str:
-        """Both graphs side by side per module call, as one self-contained HTML page."""
+        """Both graphs drawn side by side, paired nodes linked and differences coloured, with the
+        list of differences: one self-contained HTML page (written to ``path`` when given)."""
         return view("diff_html")(self, path)  # type: ignore[no-any-return]
 
     def _repr_html_(self) -> str:
-        return self.to_html()
+        """The same page in a notebook cell, isolated in an iframe."""
+        return view("diff_repr_html")(self)  # type: ignore[no-any-return]
 
     def __str__(self) -> str:
         return view("diff_text")(self)  # type: ignore[no-any-return]

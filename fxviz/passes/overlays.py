@@ -176,12 +176,14 @@ BUILTIN: dict[str, Callable[[Graph, CallTree], dict[str, Any]]] = {
 
 def reduce_values(spec: Mapping[str, Any], values: Iterable[Any]) -> Any:
     """What a box holding nodes with ``values`` shows: the overlay's ``reduce`` of the numbers
-    (``None`` without one), or for a category the one value all of them share."""
+    (``None`` without one), or for a category the one value all of them share, else its
+    ``mixed`` category if it names one (the diff page's ``differs``: a box where anything
+    differs), else ``None``."""
     present = [v for v in values if v is not None]
     if not present:
         return None
     if spec.get("kind") == "category":
-        return present[0] if all(v == present[0] for v in present) else None
+        return present[0] if all(v == present[0] for v in present) else spec.get("mixed")
     how = spec.get("reduce")
     if how == "sum":
         return sum(present)

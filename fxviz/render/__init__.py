@@ -41,6 +41,7 @@ VIEWS.update({
     "diff_report": _on_first_call("diff", "DiffView"),
     "diff_text": _on_first_call("diff", "report_text"),
     "diff_html": _on_first_call("diffpage", "to_html"),
+    "diff_repr_html": _on_first_call("diffpage", "repr_html"),
 })
 
 __all__ = ["diff", "dot", "html", "tree", "write_text"]

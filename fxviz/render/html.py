@@ -46,8 +46,8 @@ from fxviz.render.view import (
     text_color,
 )
 
-__all__ = ["BUNDLE_DIR", "VIEW_MODEL_VERSION", "headline", "json_for_script", "repr_html", "split_view_model", "to_html",
-           "view_model"]
+__all__ = ["BUNDLE_DIR", "VIEW_MODEL_VERSION", "headline", "in_frame", "json_for_script", "page", "repr_html",
+           "split_view_model", "to_html", "view_model"]
 
 #: Where ``scripts/build_web.sh`` writes the bundle (``report.js``, ``report.css``).
 BUNDLE_DIR = Path(__file__).parent / "static"
@@ -404,6 +404,14 @@ def split_view_model(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
     return first, {"nodes": attrs, "boundaries": boundaries, "overlays": later_overlays}
 
 
+def page(data_json: str, later_json: str = "null", *, title: str) -> str:
+    """The report's page (script, styles, the data in its two blocks) around data already made
+    safe for a script element (:func:`json_for_script`): a graph's view-model, or the diff page's
+    (:mod:`fxviz.render.diffpage`), which the same script draws side by side."""
+    js, css = _bundle()
+    return _template().render(title=title, data_json=data_json, later_json=later_json, js=js, css=css)
+
+
 def to_html(
     graph: Graph,
     path: str | os.PathLike[str] | None = None,
@@ -420,15 +428,8 @@ def to_html(
     :class:`~fxviz.errors.RenderError` when the script bundle was not built, ``overlay`` is not one
     of the graph's, or ``path`` cannot be written.
     """
-    js, css = _bundle()
     first, later = split_view_model(view_model(graph, budget=budget, overlay=overlay))
-    text = _template().render(
-        title=title or f"{graph.name or 'model'} — fxviz",
-        data_json=json_for_script(first),
-        later_json=json_for_script(later),
-        js=js,
-        css=css,
-    )
+    text = page(json_for_script(first), json_for_script(later), title=title or f"{graph.name or 'model'} — fxviz")
     if path is not None:
         write_text(path, text, what="HTML report")
     return text
@@ -443,7 +444,11 @@ def repr_html(graph: Graph, *, height: int = 640) -> str:
     mostly JSON, whose double quotes a double-quoted attribute would turn into ``&quot;`` (six
     bytes each), and the notebook file stores the cell as JSON again. This way a displayed report
     adds about 1.1 times the standalone file to the notebook, where full escaping added 1.45."""
-    doc = to_html(graph)
+    return in_frame(to_html(graph), height=height)
+
+
+def in_frame(doc: str, *, height: int = 640) -> str:
+    """A whole page in an isolated ``<iframe srcdoc>`` for a notebook cell (see :func:`repr_html`)."""
     frame_id = f"fxviz-{uuid.uuid4().hex[:12]}"
     srcdoc = doc.replace("&", "&amp;").replace("'", "&#39;").replace("<", "&lt;").replace(">", "&gt;")
     return (

@@ -1,18 +1,27 @@
-// The diff page (`fxviz diff --html`): both graphs in the same viewer, side by side, kept in step.
-// Opening or closing a box opens or closes its pair; selecting a node selects its pair; panning
-// or zooming one side moves the other so that the pair of the item nearest the centre stays
-// level with it. The list of differences links each one to both sides. Data: WAVE2.md §3.
+// The diff page (`fxviz diff --html`, `fxviz passes --before-after`, `Diff.to_html()`, a notebook
+// showing `fxviz.compare(...)`): both graphs in the same viewer, side by side, kept in step.
+// Opening or closing a box opens or closes its pair; selecting a node selects its pair (hovering
+// one outlines its pair); panning or zooming one side moves the other so that the pair of the
+// item nearest the centre stays level with it. The `diff` overlay colours what differs on both
+// sides (matched is muted). The list of differences selects each one on both sides. Data:
+// fxviz/render/diffpage.py.
 import { action, h, refs } from "./dom.js";
 import { Model } from "./model.js";
 import { groupDetails, nodeDetails, renderHeader, renderLegend } from "./panels.js";
 import { boxPairs, pairMaps, partnerKey } from "./pairs.js";
 import { Look, bindCommon } from "./report.js";
+import { layoutRunner } from "./runner.js";
 import { Search, bindSearch } from "./search.js";
 import { sourceLink } from "./settings.js";
 import { clip, grouped } from "./text.js";
 import { Viewer } from "./viewer.js";
 
 const SIDES = ["a", "b"];
+
+function seconds(x) {
+  if (x === null || x === undefined) return "";
+  return x < 1 ? `${(x * 1e3).toPrecision(3).replace(/\.?0+$/, "")} ms` : `${x.toPrecision(3).replace(/\.?0+$/, "")} s`;
+}
 
 export class DiffPage {
   constructor(root, diff, run) {
@@ -50,23 +59,57 @@ export class DiffPage {
     this.viewer = this.viewers.a;
     renderHeader(this.r, { ...diff.a, name: this.data.name, attempts: [], error: null }, () => {});
     this.r.totals.textContent = this.summaryText();
-    this.r.method.textContent = `${diff.a.method || "?"} vs ${diff.b.method || "?"}`;
-    renderLegend(this.r.legend, this.models.a, this.looks.a.paint && this.looks.a.paint.legend);
+    this.r.method.textContent = SIDES.map((s) => this.captureMethod(s)).join(" vs ");
+    this.r.method.title = "how each graph was captured";
+    renderLegend(this.r.legend, this.models.a, this.legend());
     this.renderDifferences();
     this.bindSearch();
     bindCommon(this, root);
     for (const b of root.querySelectorAll("[data-action]")) b.addEventListener("click", () => this.tool(b.dataset.action));
   }
 
+  /** How side `side`'s graph was captured, or that its capture failed. */
+  captureMethod(side) {
+    const cap = (this.diff.captures || [])[side === "a" ? 0 : 1];
+    const failed = this.diff.failure && this.diff.failure.side === side;
+    return failed ? `${this.diff.failure.method} failed` : (cap && cap.method) || this.diff[side].method || "?";
+  }
+
+  /** One legend for both sides: the categories either side uses, once each. */
+  legend() {
+    const seen = new Map();
+    let label = "diff";
+    for (const side of SIDES) {
+      const lg = this.looks[side].paint && this.looks[side].paint.legend;
+      if (!lg || lg.kind !== "category") continue;
+      label = lg.label;
+      for (const [name, color] of lg.items) if (!seen.has(name)) seen.set(name, color);
+    }
+    return seen.size ? { kind: "category", label, items: [...seen] } : null;
+  }
+
   buildPanes() {
     const canvas = this.r.canvas;
-    const pane = (side, label) => h("div", { class: "fx-pane", "data-ref": `pane_${side}`, "data-side": side },
-      h("div", { class: "fx-pane-title", "data-ref": `title_${side}`, text: label }),
-      (() => {
-        const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-        svg.append(document.createElementNS("http://www.w3.org/2000/svg", "g"));
-        return svg;
-      })());
+    const caps = this.diff.captures || [];
+    const pane = (side, label) => {
+      const cap = caps[side === "a" ? 0 : 1];
+      const failure = this.diff.failure && this.diff.failure.side === side ? this.diff.failure : null;
+      const facts = failure ? `${failure.method} failed`
+        : cap ? [cap.method, `${grouped(cap.ops)} op${cap.ops === 1 ? "" : "s"}`, seconds(cap.seconds)].filter(Boolean).join(" · ") : "";
+      const other = this.diff.labels[side === "a" ? 1 : 0];
+      return h("div", { class: "fx-pane", "data-ref": `pane_${side}`, "data-side": side },
+        h("div", { class: "fx-pane-title", "data-ref": `title_${side}` },
+          h("span", { class: "fx-pane-label", text: label }), facts ? h("span", { class: "fx-pane-facts", text: facts }) : null),
+        failure ? h("div", { class: "fx-pane-empty", role: "note" },
+          h("strong", { text: `${label} could not capture this model` }),
+          h("p", { text: clip(failure.reason || "", 400) }),
+          h("p", { text: failure.at && failure.at.length ? `The ${other} side shows where the forward left the graph (selected).` : `The ${other} side shows what ran.` })) : null,
+        (() => {
+          const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+          svg.append(document.createElementNS("http://www.w3.org/2000/svg", "g"));
+          return svg;
+        })());
+    };
     canvas.replaceChildren(h("div", { class: "fx-panes" }, pane("a", this.diff.labels[0]), pane("b", this.diff.labels[1])));
     this.r.tree.replaceChildren();
     this.r.tree.setAttribute("data-ref", "differences");
@@ -83,6 +126,9 @@ export class DiffPage {
 
   async start() {
     await Promise.all(SIDES.map((s) => this.viewers[s].firstView(this.diff[s].budget || 60)));
+    // once both are drawn, side b gets a layout worker of its own: from then on the sides lay out
+    // at once (expand all: 0.8x), and starting it does not delay the first view
+    this.viewers.b.engine.run = layoutRunner();
     const first = this.diff.differences.find((d) => !d.informational) || this.diff.differences[0];
     if (first) await this.showDifference(first);
   }
@@ -115,35 +161,59 @@ export class DiffPage {
         const url = sourceLink(this.settings ? this.settings.link : "", file, line);
         src = url ? h("a", { class: "fx-src", href: url, target: "_blank", rel: "noopener", text }) : h("code", { class: "fx-src", text });
       }
+      const detail = d.detail ? h("details", { class: "fx-diff-detail" }, h("summary", { text: "detail" }), h("pre", { text: clip(d.detail, 4000) })) : null;
       return h("li", { class: `fx-diff-item${d.informational ? " fx-diff-info" : ""}`, "data-diff": d.id !== undefined ? d.id : k, "data-kind": d.kind },
         action(d.words || d.kind, () => this.showDifference(d), { class: "fx-diff-words" }), " ",
         h("span", { class: "fx-diff-message", text: clip(d.message || "", 300) }),
-        h("div", { class: "fx-diff-links" }, link("a"), " ", link("b"), src ? " " : null, src));
+        h("div", { class: "fx-diff-links" }, link("a"), " ", link("b"), src ? " " : null, src), detail);
     });
     this.r.differences.replaceChildren(list.length ? h("ol", { class: "fx-diff-list" }, list) : h("p", { class: "fx-muted", text: "No differences: the graphs agree." }));
   }
 
-  /** Show difference d on both sides: its first node on each, the others marked. */
+  /** Where difference d is on side `side`: its first node there, else the box of its module call
+   * there (an op only in the other graph sits in this box on this side), else null. */
+  target(d, side) {
+    if ((d[side] || []).length) return "n" + d[side][0];
+    const box = d.at ? d.at[side === "a" ? 0 : 1] : null;
+    return box === null || box === undefined ? null : "g" + box;
+  }
+
+  /** Show difference d on both sides: its first node on each (or, opened, the box where the
+   * other side's nodes would be), selected, the others marked. */
   async showDifference(d) {
     for (const li of this.r.differences.querySelectorAll(".fx-diff-current")) li.classList.remove("fx-diff-current");
     const li = this.r.differences.querySelector(`[data-diff="${CSS.escape(String(d.id))}"]`);
     if (li) li.classList.add("fx-diff-current");
+    const keys = Object.fromEntries(SIDES.map((s) => [s, this.target(d, s)]));
     this.syncing = true;
     try {
-      await Promise.all(SIDES.filter((s) => (d[s] || []).length).map((s) => this.viewers[s].go("n" + d[s][0], { mark: false })));
+      await Promise.all(SIDES.filter((s) => keys[s]).map(async (s) => {
+        const v = this.viewers[s];
+        // a side without the difference's nodes opens the box they would be in
+        if (!(d[s] || []).length) await v.setOpen([+keys[s].slice(1)]);
+        await v.go(keys[s], { mark: false });
+      }));
     } finally {
       this.syncing = false;
+    }
+    const first = SIDES.find((s) => (d[s] || []).length) || SIDES.find((s) => keys[s]);
+    if (first) {
+      this.selected = { side: first, key: keys[first] };
+      this.showDetails();
     }
     this.mark(d);
   }
 
   async goSide(side, d) {
+    const key = "n" + d[side][0];
     this.syncing = true;
     try {
-      await this.viewers[side].go("n" + d[side][0], { mark: false });
+      await this.viewers[side].go(key, { mark: false });
     } finally {
       this.syncing = false;
     }
+    this.selected = { side, key };
+    this.showDetails();
     this.mark(d);
   }
 
@@ -166,9 +236,11 @@ export class DiffPage {
   }
 
   onSelect(side, key) {
+    // a selection that follows the other side's keeps the details of what the user chose
+    if (this.syncing) return;
     this.selected = { side, key };
     this.showDetails();
-    if (this.syncing || !key) return;
+    if (!key) return;
     const partner = partnerKey(key, this.maps[side].nodes, this.maps[side].boxes);
     if (!partner) return;
     this.syncing = true;
@@ -228,7 +300,13 @@ export class DiffPage {
     const go = (k) => this.viewers[side].go(k);
     const opts = { overlays: this.diff[side].overlays, linkPattern: this.settings ? this.settings.link : "" };
     const body = key[0] === "n" ? nodeDetails(model, +key.slice(1), go, opts) : groupDetails(model, +key.slice(1), go, opts);
-    body.prepend(h("p", { class: "fx-diff-side", text: `in ${this.diff.labels[side === "a" ? 0 : 1]}` }));
+    const other = this.other(side);
+    const partner = partnerKey(key, this.maps[side].nodes, this.maps[side].boxes);
+    const otherLabel = this.diff.labels[other === "a" ? 0 : 1];
+    const pair = partner
+      ? action(this.label(other, partner), () => this.viewers[other].go(partner), { class: "fx-diff-pair", "data-side": other, "data-key": partner })
+      : h("span", { class: "fx-diff-none", text: "none" });
+    body.prepend(h("p", { class: "fx-diff-side" }, `in ${this.diff.labels[side === "a" ? 0 : 1]} · pair in ${otherLabel}: `, pair));
     this.r.details.replaceChildren(body);
   }
 
@@ -248,6 +326,22 @@ export class DiffPage {
     });
   }
 
+  /** A node's or box's label on side `side` ("n12" / "g3"). */
+  label(side, key) {
+    return clip(this.models[side].labelOf(key) || "", 60);
+  }
+
+  /** Outline the drawn pair of `key` (on side `side`) on the other side; null clears it. */
+  hoverPair(side, key) {
+    const w = this.viewers[this.other(side)];
+    for (const el of w.scene.viewport.querySelectorAll(".fx-pair-hover")) el.classList.remove("fx-pair-hover");
+    const partner = key && partnerKey(key, this.maps[side].nodes, this.maps[side].boxes);
+    const shown = partner && w.model.repOf(partner);
+    if (!shown) return;
+    const el = w.scene.viewport.querySelector(`[data-key="${shown}"]`);
+    if (el) el.classList.add("fx-pair-hover");
+  }
+
   bindCanvas(side) {
     const v = this.viewers[side];
     const svg = v.svg;
@@ -255,6 +349,8 @@ export class DiffPage {
       const el = t.closest && t.closest("[data-key]");
       return el && svg.contains(el) ? el.dataset.key : null;
     };
+    svg.addEventListener("mouseover", (ev) => this.hoverPair(side, keyOf(ev.target)));
+    svg.addEventListener("mouseleave", () => this.hoverPair(side, null));
     svg.addEventListener("click", (ev) => {
       if (v.pz.dragged) return;
       const far = ev.target.closest && ev.target.closest("[data-go]");
