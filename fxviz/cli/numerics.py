@@ -59,7 +59,7 @@ def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | No
     if passes and not against.startswith("stage:"):
         raise TargetError("--pass applies to --against stage:N (a stage of the pass pipeline)")
     pass_list = [load_pass(p) for p in passes] or None
-    with spinner(f"running {type(t.model).__name__} eagerly and against {against}"):
+    with t.runs(), spinner(f"running {type(t.model).__name__} eagerly and against {against}"):
         result = numerics(t.model, t.args, t.kwargs, against=against, rtol=rtol, atol=atol, passes=pass_list)
     if json_out is not None:
         write_json(result.to_json(indent=1), json_out, what="numerics JSON")
