@@ -92,3 +92,12 @@ def test_capture_without_inputs_asks_for_them(call: str) -> None:
     assert str(info.value) == ("Linear.forward needs input: pass example inputs as torch.export takes them, "
                                "e.g. fxviz.capture(model, (input,)) with input a tensor of the shape it expects")
     assert info.value.__cause__ is None  # asked before forward ran, not a TypeError from inside it
+
+
+def test_a_layer_further_in_is_not_blamed_on_the_input_shape(model_file: str) -> None:
+    """After a Flatten the Linear sees a shape the model made: the model's own error is shown."""
+    with open(model_file, "a") as f:
+        f.write("\n\ndef flat():\n    return nn.Sequential(nn.Flatten(), nn.Linear(784, 4))\n")
+    res = CliRunner().invoke(cli, ["tree", f"{model_file}:flat", "-i", "1,1,28,27"])
+    assert res.exit_code == ModelError.exit_code and "does not fit" not in res.output
+    assert "mat1 and mat2 shapes cannot be multiplied (1x756 and 784x4)" in _last(res.output)

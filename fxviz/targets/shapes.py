@@ -55,13 +55,14 @@ def _example(shape: Sequence[int], want: list[Any]) -> list[int]:
 
 
 def first_layer(model: nn.Module, failed: str | None = None) -> tuple[str, nn.Module] | None:
-    """The layer the input meets: the module the model raised in where it is one :func:`expects`
-    knows, else the first such module in the model's registration order."""
-    if failed is not None:
-        layer = dict(model.named_modules()).get(failed)
-        if layer is not None and expects(layer) is not None:
-            return failed, layer
-    return next(((n, m) for n, m in model.named_modules() if expects(m) is not None), None)
+    """The layer the input meets, where :func:`expects` knows it: the model's first leaf module in
+    registration order, when the model raised there (or where it raised is not known). ``None``
+    otherwise: a layer further in (after a ``Flatten``, say) sees a shape the model made, and a
+    wrong input shape is only a guess there."""
+    leaf = next(((n, m) for n, m in model.named_modules() if next(iter(m.children()), None) is None), None)
+    if leaf is None or expects(leaf[1]) is None or (failed is not None and failed != leaf[0]):
+        return None
+    return leaf
 
 
 def misfit(model: nn.Module, shapes: Sequence[str], args: tuple[Any, ...], failed: str | None = None) -> str | None:
