@@ -23,7 +23,8 @@ _SIDES = ("export, decompose, compile[:backend] (compile:aot_eager per op; other
 @verbose_option
 @click.option("--against", "-a", default="export", show_default=True, metavar="SIDE",
               help=f"What to compare eager float32 with: {_SIDES}.")
-@click.option("--rtol", type=float, default=None, help="Relative tolerance (default: by the side's dtype).")
+@click.option("--rtol", type=float, default=None, help="Relative tolerance (default: by the side's dtype: 4 unit roundoffs of bfloat16 or float16, "
+                   "what that dtype is expected to give; torch.testing's for float32 sides).")
 @click.option("--atol", type=float, default=None, help="Absolute tolerance (default: 1e-5).")
 @click.option("--depth", "-d", type=click.IntRange(min=0), default=None, help="Levels of modules to show.")
 @click.option("--unfold", is_flag=True, help="Show every block of a folded run (h.0-11 ×12): each has its own error.")
