@@ -101,3 +101,29 @@ def test_a_layer_further_in_is_not_blamed_on_the_input_shape(model_file: str) ->
     res = CliRunner().invoke(cli, ["tree", f"{model_file}:flat", "-i", "1,1,28,27"])
     assert res.exit_code == ModelError.exit_code and "does not fit" not in res.output
     assert "mat1 and mat2 shapes cannot be multiplied (1x756 and 784x4)" in _last(res.output)
+
+
+@pytest.mark.parametrize(("factory", "hint"), [
+    ("only_linear", "pass --input-shape 1,10 (its first layer 0 (Linear(in_features=10, out_features=4, bias=True)) "
+                    "expects (*, 10))"),
+    ("only_conv", "pass --input-shape 1,3,32,32 (its first layer 0 (Conv2d(3, 8, kernel_size=(3, 3), stride=(1, 1))) "
+                  "expects (N, 3, H, W))"),
+    ("only_embedding", "pass --input-shape 1,16 --dtype int64 (its first layer 0 (Embedding(20, 4)) takes integer "
+                       "token ids below 20)"),
+])
+def test_a_model_without_inputs_is_told_a_shape_that_fits(model_file: str, factory: str, hint: str) -> None:
+    res = CliRunner().invoke(cli, ["tree", f"{model_file}:{factory}"])
+    assert res.exit_code == TargetError.exit_code
+    assert _last(res.output) == (f"error: factory '{model_file}:{factory}' returned a model without inputs: "
+                                 f"{hint} or return (model, args) from the factory")
+    args = hint.removeprefix("pass ").split(" (")[0].split()
+    ok = CliRunner().invoke(cli, ["tree", f"{model_file}:{factory}", *args])  # the hint, as given, runs
+    assert ok.exit_code == 0, ok.output
+
+
+def test_integer_inputs_to_a_float_layer_say_to_drop_the_dtype(model_file: str) -> None:
+    res = CliRunner().invoke(cli, ["tree", f"{model_file}:only_linear", "-i", "1,10", "--dtype", "int64"])
+    assert res.exit_code == ModelError.exit_code
+    assert _last(res.output).startswith(
+        "error: --input-shape 1,10 does not fit Sequential: its first layer 0 (Linear(in_features=10, out_features=4, "
+        "bias=True)) takes floating-point values, got torch.int64; drop --dtype (float32 is the default)")

@@ -26,7 +26,7 @@ from fxviz.ir import Graph
 from fxviz.passes import DEFAULT, run_passes
 from fxviz.symbolic.pt2 import graph_from_pt2
 from fxviz.targets.parse import TargetSpec, parse_shape, read_graph
-from fxviz.targets.shapes import shapes_fit
+from fxviz.targets.shapes import shapes_fit, suggest
 
 _INT_DTYPES = {torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
 
@@ -166,9 +166,9 @@ def load_factory(spec: TargetSpec, *, input_shapes: Sequence[str] = (), dtype: s
     if input_shapes:
         return Target(model, make_inputs(input_shapes, dtype), {}, tuple(input_shapes))
     if not args and not kwargs:
+        hint = suggest(model) or "--input-shape 1,3,224,224 (repeat it for several inputs)"
         raise TargetError(
-            f"factory {target!r} returned a model without inputs: pass --input-shape 1,3,224,224 "
-            "(repeat it for several inputs) or return (model, args) from the factory"
+            f"factory {target!r} returned a model without inputs: pass {hint} or return (model, args) from the factory"
         )
     return Target(model, args, kwargs)
 

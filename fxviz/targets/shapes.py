@@ -81,10 +81,26 @@ def misfit(model: nn.Module, shapes: Sequence[str], args: tuple[Any, ...], faile
         if args[0].is_floating_point():
             return f"{where} takes {text}, got {args[0].dtype} values; add --dtype int64"
         return None
-    if _fits(shape, want):
+    if not _fits(shape, want):
+        example = ",".join(map(str, _example(shape, want)))
+        return f"{where} expects {text}, got {shape}; pass e.g. --input-shape {example}"
+    if not args[0].is_floating_point():
+        return f"{where} takes floating-point values, got {args[0].dtype}; drop --dtype (float32 is the default)"
+    return None
+
+
+def suggest(model: nn.Module) -> str | None:
+    """An ``--input-shape`` the model's first layer takes (``1,10`` for ``Linear(10, ...)``,
+    ``1,3,32,32`` for ``Conv2d(3, ...)``), with why: for a factory that returns only a model."""
+    found = first_layer(model)
+    if found is None:
         return None
-    example = ",".join(map(str, _example(shape, want)))
-    return f"{where} expects {text}, got {shape}; pass e.g. --input-shape {example}"
+    name, layer = found
+    text, want = expects(layer)  # type: ignore[misc]
+    if isinstance(layer, nn.Embedding):
+        return f"--input-shape 1,16 --dtype int64 (its first layer {name} ({_describe(layer)}) takes {text})"
+    example = ",".join(map(str, _example((1,), want) if want[0] is Ellipsis else [1, *_example((), want)[1:]]))
+    return f"--input-shape {example} (its first layer {name} ({_describe(layer)}) expects {text})"
 
 
 def _describe(layer: nn.Module) -> str:
@@ -121,4 +137,4 @@ def shapes_fit(model: nn.Module, shapes: Sequence[str], args: tuple[Any, ...]) -
         raise TargetError(line) from e
 
 
-__all__ = ["expects", "first_layer", "misfit", "shapes_fit"]
+__all__ = ["expects", "first_layer", "misfit", "shapes_fit", "suggest"]
