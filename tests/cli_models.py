@@ -84,3 +84,18 @@ def interrupted() -> NoReturn:
 
 def unprintable() -> NoReturn:
     raise Unprintable()
+
+
+def only_linear() -> Any:
+    """A model without inputs: ``--input-shape`` must give ``(*, 10)``."""
+    return nn.Sequential(nn.Linear(10, 4), nn.ReLU())
+
+
+def only_conv() -> Any:
+    """A model without inputs: ``--input-shape`` must give ``(N, 3, H, W)``."""
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())
+
+
+def only_embedding() -> Any:
+    """A model without inputs: ``--input-shape`` must come with ``--dtype int64``."""
+    return nn.Sequential(nn.Embedding(20, 4), nn.Linear(4, 2))

@@ -129,7 +129,7 @@ def test_bfloat16_gpt2_error_is_born_in_the_first_block_and_grows() -> None:
     from tests.transformers_zoo import gpt2
 
     model, args, kwargs = gpt2(4)
-    r = numerics(model, args, kwargs, against="dtype:bfloat16", seed=0)
+    r = numerics(model, args, kwargs, against="dtype:bfloat16", seed=0, rtol=2.0**-8)  # one rounding's worth
     blocks = {c.path: r.modules[c.id] for c in r.graph.calls.walk() if c.path.count(".") == 2
               and c.path.startswith("transformer.h.")}
     assert sorted(blocks) == [f"transformer.h.{i}" for i in range(4)]
@@ -184,7 +184,7 @@ def test_cli_json_to_stdout(models_py: str) -> None:
     res = CliRunner().invoke(cli, ["numerics", f"{models_py}:gelu_net", "-a", "dtype:float16", "--json", "-"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
-    assert data["against"] == "dtype:float16" and data["rtol"] == 2.0**-11
+    assert data["against"] == "dtype:float16" and data["rtol"] == 4 * 2.0**-11 and data["expected"] == "float16"
     assert set(data["nodes"]) == {"linear", "gelu", "linear_1"}
 
 
@@ -297,7 +297,7 @@ def test_each_analysis_gives_the_same_answer_every_time(against: str) -> None:
     if against != "dtype:bfloat16":
         assert answers[0][0] == [] and answers[0][3] == math.inf  # export and aot_eager: exact
     else:
-        assert answers[0][0] and answers[0][3] < 100  # bfloat16 does drift: the same drift each time
+        assert answers[0][3] < 100  # bfloat16 does drift: the same drift each time
 
 
 @pytest.mark.slow

@@ -82,7 +82,7 @@ def compile_cmd(target: str, backend: str, mode: str | None, dynamic: bool | Non
 
     # with --json -, stdout is the JSON: what the model prints goes to stderr
     model_out = contextlib.redirect_stdout(sys.stderr) if json_out == "-" else contextlib.nullcontext()
-    with spinner(f"compiling with {backend} …"), model_out:
+    with t.runs(), spinner(f"compiling with {backend} …"), model_out:
         cmap = compile_map(t.model, t.args, t.kwargs, backend=backend, mode=mode, dynamic=dynamic, inputs=sets)
     _write(cmap, depth=depth, html_out=html_out, json_out=json_out)
     if fail_on_break and cmap.break_count:

@@ -23,7 +23,8 @@ _SIDES = ("export, decompose, compile[:backend] (compile:aot_eager per op; other
 @verbose_option
 @click.option("--against", "-a", default="export", show_default=True, metavar="SIDE",
               help=f"What to compare eager float32 with: {_SIDES}.")
-@click.option("--rtol", type=float, default=None, help="Relative tolerance (default: by the side's dtype).")
+@click.option("--rtol", type=float, default=None, help="Relative tolerance (default: by the side's dtype: 4 unit roundoffs of bfloat16 or float16, "
+                   "what that dtype is expected to give; torch.testing's for float32 sides).")
 @click.option("--atol", type=float, default=None, help="Absolute tolerance (default: 1e-5).")
 @click.option("--depth", "-d", type=click.IntRange(min=0), default=None, help="Levels of modules to show.")
 @click.option("--unfold", is_flag=True, help="Show every block of a folded run (h.0-11 ×12): each has its own error.")
@@ -59,7 +60,7 @@ def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | No
     if passes and not against.startswith("stage:"):
         raise TargetError("--pass applies to --against stage:N (a stage of the pass pipeline)")
     pass_list = [load_pass(p) for p in passes] or None
-    with spinner(f"running {type(t.model).__name__} eagerly and against {against}"):
+    with t.runs(), spinner(f"running {type(t.model).__name__} eagerly and against {against}"):
         result = numerics(t.model, t.args, t.kwargs, against=against, rtol=rtol, atol=atol, passes=pass_list)
     if json_out is not None:
         write_json(result.to_json(indent=1), json_out, what="numerics JSON")

@@ -176,7 +176,8 @@ def _run(spec: Any, pass_list: list[Any] | None, table: Any, numbers: bool, inpu
     if spec.kind == "pt2":
         return pipeline(load_program(spec.path), passes=pass_list, decompose_table=table, numbers=numbers)
     t = factory.load_factory(spec, input_shapes=input_shapes, dtype=dtype)
-    return pipeline(t.model, t.args, t.kwargs, passes=pass_list, decompose_table=table, numbers=numbers)
+    with t.runs():
+        return pipeline(t.model, t.args, t.kwargs, passes=pass_list, decompose_table=table, numbers=numbers)
 
 
 def _write_reports(p: Any, html_out: str, selected: int, show_all: bool, shown: range) -> list[str]:

@@ -54,7 +54,8 @@ class _Tracer(torch.fx.Tracer):
             node.meta["nn_module_stack"] = self._stacks.setdefault(tuple(stack), stack)
         frame: types.FrameType | None = sys._getframe(1)
         while frame is not None and not is_user_file(frame.f_code.co_filename):
-            frame = frame.f_back
+            # past capture_fx are fxviz's callers (the CLI, click), never a line of the model
+            frame = None if frame.f_code is capture_fx.__code__ else frame.f_back
         if frame is not None:
             code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
             node.stack_trace = f'  File "{frame.f_code.co_filename}", line {frame.f_lineno}, in {frame.f_code.co_name}\n    {code}'

@@ -26,6 +26,7 @@ from fxviz.ir import Graph
 from fxviz.passes import DEFAULT, run_passes
 from fxviz.symbolic.pt2 import graph_from_pt2
 from fxviz.targets.parse import TargetSpec, parse_shape, read_graph
+from fxviz.targets.shapes import shapes_fit, suggest
 
 _INT_DTYPES = {torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
 
@@ -35,6 +36,12 @@ class Target:
     model: nn.Module
     args: tuple[Any, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
+    shapes: tuple[str, ...] = ()  # the --input-shape texts the inputs were made from
+
+    def runs(self) -> contextlib.AbstractContextManager[None]:
+        """Around a run of the model: inputs from ``--input-shape`` that do not fit its first layer
+        are a :class:`TargetError` that says which shape it expects (:func:`shapes_fit`)."""
+        return shapes_fit(self.model, self.shapes, self.args)
 
 
 def parse_dtype(name: str) -> torch.dtype:
@@ -157,11 +164,11 @@ def load_factory(spec: TargetSpec, *, input_shapes: Sequence[str] = (), dtype: s
             "(model, args) or (model, args, kwargs)"
         )
     if input_shapes:
-        args, kwargs = make_inputs(input_shapes, dtype), {}
-    elif not args and not kwargs:
+        return Target(model, make_inputs(input_shapes, dtype), {}, tuple(input_shapes))
+    if not args and not kwargs:
+        hint = suggest(model) or "--input-shape 1,3,224,224 (repeat it for several inputs)"
         raise TargetError(
-            f"factory {target!r} returned a model without inputs: pass --input-shape 1,3,224,224 "
-            "(repeat it for several inputs) or return (model, args) from the factory"
+            f"factory {target!r} returned a model without inputs: pass {hint} or return (model, args) from the factory"
         )
     return Target(model, args, kwargs)
 
@@ -191,7 +198,7 @@ def load_graph(
     if spec.kind == "pt2":
         return run_passes(graph_from_pt2(spec.path), DEFAULT)
     t = load_factory(spec, input_shapes=input_shapes, dtype=dtype)
-    with _model_runs():
+    with t.runs(), _model_runs():
         return capture(t.model, t.args, t.kwargs, method=method, validate=validate)
 
 
@@ -201,7 +208,7 @@ def compare_target(
 ) -> Diff:
     """:func:`fxviz.compare` on a factory's model: export against eager on the same inputs."""
     t = load_factory(spec, input_shapes=input_shapes, dtype=dtype)
-    with _model_runs():
+    with t.runs(), _model_runs():
         return compare(t.model, t.args, t.kwargs, decompose=decompose, level=level)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import inspect
 import logging
 import os
 import re
@@ -59,7 +60,24 @@ def normalize_args(model: Any, args: Any, kwargs: Any) -> tuple[tuple[Any, ...],
         kwargs = {}
     if not isinstance(kwargs, dict):
         raise InputError(f"kwargs must be a dict of keyword inputs, got {type(kwargs).__name__}")
+    if not args and not kwargs:
+        needs = required_inputs(model)
+        if needs:
+            raise InputError(
+                f"{type(model).__name__}.forward needs {', '.join(needs)}: pass example inputs as torch.export "
+                f"takes them, e.g. fxviz.capture(model, ({needs[0]},)) with {needs[0]} a tensor of the shape it expects")
     return args, kwargs
+
+
+def required_inputs(model: nn.Module) -> list[str]:
+    """The parameters of ``model.forward`` that have no default (``[]`` where its signature cannot
+    be read, as for a C++ or wrapped forward)."""
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in sig.parameters.values() if p.kind in kinds and p.default is inspect.Parameter.empty]
 
 
 @contextlib.contextmanager

@@ -18,6 +18,12 @@ _FXVIZ_EXAMPLES = os.path.join(_FXVIZ_PKG, "examples.py")
 FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n(?P<code>[^\n]*)')
 
 
+def _is_fxviz(path: str) -> bool:
+    """fxviz's own code: a stack quoted outermost first holds, before it, only fxviz's callers (the
+    CLI, click, a test runner), never the model's frames."""
+    return path.startswith(_FXVIZ_PKG) and path != _FXVIZ_EXAMPLES
+
+
 def is_user_file(path: str) -> bool:
     """True for code a user would want to be pointed at: not torch's internals, not fxviz's."""
     if path.startswith(_FXVIZ_PKG):
@@ -34,6 +40,8 @@ def source_from_trace(stack_trace: str | None) -> SourceLoc | None:
     for m in FRAME_RE.finditer(stack_trace):
         if is_user_file(m["file"]):
             best = m
+        elif _is_fxviz(m["file"]):  # what came before called fxviz: not the model's line
+            best = None
     if best is None:
         return None
     return SourceLoc(best["file"], int(best["line"]), best["func"], best["code"].strip())
@@ -46,9 +54,13 @@ def error_location(exc: BaseException) -> SourceLoc | None:
     for m in FRAME_RE.finditer(str(exc)):
         if is_user_file(m["file"]):
             best = SourceLoc(m["file"], int(m["line"]), m["func"], m["code"].strip())
+        elif _is_fxviz(m["file"]):  # fx quotes the whole stack at trace time: its callers first
+            best = None
     if best is not None:
         return best
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename and _is_fxviz(frame.filename):
+            break  # what is above fxviz called it
         if frame.filename and is_user_file(frame.filename) and frame.lineno is not None:
             return SourceLoc(frame.filename, frame.lineno, frame.name, (frame.line or "").strip())
     return None

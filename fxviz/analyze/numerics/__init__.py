@@ -34,7 +34,7 @@ from torch import nn
 from fxviz.analyze.numerics.compiled import budget, compiled_errors
 from fxviz.analyze.numerics.find import births, module_errors
 from fxviz.analyze.numerics.floor import Prints, settle
-from fxviz.analyze.numerics.metrics import TOLERANCES
+from fxviz.analyze.numerics.metrics import FLOAT32, TOLERANCES, tolerance
 from fxviz.analyze.numerics.program import ProgramWatcher, aligned, export_program, stage_program
 from fxviz.analyze.numerics.result import Error, Numerics, annotate
 from fxviz.analyze.numerics.run import SameRng, Watcher, Watchers, run_eager
@@ -65,8 +65,9 @@ def numerics(
     """Compare ``model(*args, **kwargs)`` run eagerly in float32 with the same model run another
     way (``against``, one of :data:`SIDES`), op by op and module call by module call.
 
-    ``rtol``/``atol`` override the tolerance of the side's dtype (:data:`TOLERANCES`): a value is
-    beyond it when ``‖other − eager‖₂ > atol·√n + rtol·‖eager‖₂``. ``seed`` seeds torch's RNG
+    ``rtol``/``atol`` override the tolerance of the side's dtype (:func:`~.metrics.tolerance`: for
+    bfloat16 and float16 four unit roundoffs from ``torch.finfo``, what the dtype is expected to give;
+    float32 sides torch.testing's): a value is beyond it when ``‖other − eager‖₂ > atol·√n + rtol·‖eager‖₂``. ``seed`` seeds torch's RNG
     before the run (``None``: leave it). ``decompositions`` (op overload -> function) are added to
     torch's default table for ``against="decompose"``, and given to AOT Autograd for
     ``against="compile:aot_eager"``. ``against="stage:N"`` compares stage N of
@@ -75,6 +76,9 @@ def numerics(
     or fake there are no numbers to compare (:class:`~fxviz.errors.InputError`).
 
         >>> r = fxviz.numerics(gpt2, (ids,), against="dtype:bfloat16")
+        >>> r.headline()
+        'GPT2LMHeadModel against dtype:bfloat16: ... all within what bfloat16 is expected to give ...'
+        >>> r = fxviz.numerics(gpt2, (ids,), against="dtype:bfloat16", rtol=2**-8)  # one rounding's worth
         >>> r.where(r.first)
         'addmm (torch.addmm) in transformer.h.0.attn.c_attn at pytorch_utils.py:119'
         >>> r.worst_snr()   # dB, the module call whose output drifted most
@@ -94,13 +98,15 @@ def numerics(
         same_rng()
         return run_eager(model, args, kwargs, watcher, seed=None)[0]
 
+    expected = ""  # the low-precision dtype whose expected error the default tolerance stands for
     prints = Prints(), Prints()  # two eager runs' fingerprints: the noise floor
     with quiet_torch():
         if side in ("dtype", "autocast"):
             dtype = _DTYPES.get(detail)
             if dtype is None or (side == "autocast" and detail != "bfloat16"):
                 raise TargetError(f"{against!r}: give dtype:bfloat16, dtype:float16 or autocast:bfloat16")
-            r_default, a_default = TOLERANCES[detail]
+            expected = detail if rtol is None and atol is None else ""
+            r_default, a_default = tolerance(dtype)
             rtol, atol = (rtol if rtol is not None else r_default), (atol if atol is not None else a_default)
             shadow = ShadowWatcher(dtype, autocast=side == "autocast", rtol=rtol, atol=atol)
             run(prints[0])
@@ -112,8 +118,7 @@ def numerics(
                 raise TargetError(f"{against!r}: {side} takes no ':' part")
             if side == "stage" and not detail.isdigit():
                 raise TargetError(f"{against!r}: give stage:N, N a stage of the pass pipeline (0: the export)")
-            rtol, atol = (rtol if rtol is not None else TOLERANCES["float32"][0]), \
-                (atol if atol is not None else TOLERANCES["float32"][1])
+            rtol, atol = (rtol if rtol is not None else FLOAT32[0]), (atol if atol is not None else FLOAT32[1])
             if side == "stage":
                 ep, program_graph, inputs, name = stage_program(model, args, kwargs, int(detail), passes)
                 notes.append(f"stage {detail} of the pass pipeline: {name}")
@@ -135,8 +140,7 @@ def numerics(
                              "in-place ops export rewrites, or ops it folded away): not compared")
             seconds = {"export": t1 - t0, "align": t2 - t1, "run": time.perf_counter() - t2}
         elif side == "compile":
-            rtol, atol = (rtol if rtol is not None else TOLERANCES["float32"][0]), \
-                (atol if atol is not None else TOLERANCES["float32"][1])
+            rtol, atol = (rtol if rtol is not None else FLOAT32[0]), (atol if atol is not None else FLOAT32[1])
             found = compiled_errors(model, args, kwargs, backend=detail or "inductor", rtol=rtol, atol=atol,
                                     seed=seed, decompositions=decompositions)
             graph, errors, random, seconds = found.graph, found.errors, found.random, found.seconds
@@ -148,7 +152,7 @@ def numerics(
             notes.extend(settle(errors, *prints, run, budget=budget(model), rtol=rtol, atol=atol))
             seconds["floor"] = time.perf_counter() - t3
     flat = {k: w for k, v in errors.items() if (w := Error.worst(v)) is not None}
-    result = Numerics(against=against, rtol=rtol, atol=atol, graph=graph, nodes=flat,
+    result = Numerics(against=against, rtol=rtol, atol=atol, expected=expected, graph=graph, nodes=flat,
                       modules=module_errors(graph, errors), not_comparable=list(random), notes=notes,
                       seconds=seconds)
     result.births = births(graph, flat)

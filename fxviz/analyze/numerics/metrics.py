@@ -7,17 +7,39 @@ import math
 
 import torch
 
-from fxviz.analyze.numerics.result import Error
+from fxviz.analyze.numerics.result import ROUNDINGS, Error
 
-#: Default (rtol, atol) by the dtype the other side computes in. For a low-precision side rtol is
-#: the dtype's unit roundoff (2⁻⁸ for bfloat16, 2⁻¹¹ for float16): one rounding moves a value by
-#: at most that much of itself, about half of it in RMS, so a relative RMS error beyond it is error
-#: that was carried and grown, not just rounded. float32 gets torch.testing's tolerance.
+#: The absolute tolerance of every side (torch.testing's for every floating dtype).
+ATOL = 1e-5
+#: float32 sides (export, compile) round nothing to fewer bits; they differ by the order of a sum:
+#: torch.testing's float32 tolerance.
+FLOAT32 = (1.3e-6, ATOL)
+
+
+def unit_roundoff(dtype: torch.dtype) -> float:
+    """The most one rounding to ``dtype`` moves a value, relative to it (``finfo.eps / 2``: 2⁻⁸ for
+    bfloat16's 8-bit significand, 2⁻¹¹ for float16, 2⁻²⁴ for float32)."""
+    return torch.finfo(dtype).eps / 2
+
+
+def tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """Default ``(rtol, atol)`` of a side that computes in ``dtype``: :data:`ROUNDINGS` unit
+    roundoffs of a lower precision than float32, :data:`FLOAT32` otherwise."""
+    if torch.finfo(dtype).eps <= torch.finfo(torch.float32).eps:
+        return FLOAT32
+    return ROUNDINGS * unit_roundoff(dtype), ATOL
+
+
+#: Default (rtol, atol) by the dtype the other side computes in (:func:`tolerance`).
 TOLERANCES: dict[str, tuple[float, float]] = {
-    "float32": (1.3e-6, 1e-5),
-    "bfloat16": (2.0**-8, 1e-5),
-    "float16": (2.0**-11, 1e-5),
+    name: tolerance(getattr(torch, name)) for name in ("float32", "bfloat16", "float16")
 }
+
+#: Where the reference is *near zero* its relative error is not taken: an element smaller than
+#: this fraction of the value's RMS (or than atol) carries the absolute error of the value's scale
+#: (a sum that cancels), so ``|other − eager| / |eager|`` there measures the cancellation, not the
+#: precision (GPT-2 in bfloat16 showed "max rel 143" on such an element).
+NEAR_ZERO = 0.1
 
 
 def compare(eager: torch.Tensor, other: torch.Tensor, rtol: float, atol: float) -> Error:
@@ -43,7 +65,7 @@ def compare(eager: torch.Tensor, other: torch.Tensor, rtol: float, atol: float) 
     # dot products and one sync. A NaN or inf on either side (or a square past float32's range)
     # shows in the sums: only then is the slow path taken
     stats = _stats(a, b, atol)
-    if not all(math.isfinite(x) for x in stats):
+    if not all(math.isfinite(x) for x in stats[:5]) or stats[5] != stats[5] or stats[5] == math.inf:
         finite = torch.isfinite(a) & torch.isfinite(b)
         same = (a == b) | (torch.isnan(a) & torch.isnan(b))
         if other.is_floating_point() and other.dtype.itemsize < a.dtype.itemsize:
@@ -54,6 +76,8 @@ def compare(eager: torch.Tensor, other: torch.Tensor, rtol: float, atol: float) 
         # in float64: float32 squares overflow past 1.8e19 (attention masks hold finfo.min)
         stats = _stats(torch.where(finite, a, 0.0).double(), torch.where(finite, b.to(a.dtype), 0.0), atol)
     ss_a, ss_b, ss_d, dot, max_abs, max_rel = stats
+    if max_rel == -math.inf:  # every element is near zero: no relative error to show
+        max_rel = math.nan
     del a, b
     norm = math.sqrt(ss_a)
     if ss_d == 0:
@@ -76,19 +100,23 @@ CHUNK = 1 << 20
 
 def _stats(a: torch.Tensor, b: torch.Tensor, atol: float) -> list[float]:
     """Sums of squares of ``a``, ``b`` and ``a − b``, ``a·b``, max ``|a − b|`` and max
-    ``|a − b| / (|a| + atol)``, chunk by chunk (``b`` is cast to ``a``'s dtype a chunk at a time),
-    with one synchronisation at the end."""
+    ``|a − b| / |a|`` over the elements not near zero (:data:`NEAR_ZERO`; ``-inf`` when every one
+    is), chunk by chunk (``b`` is cast to ``a``'s dtype a chunk at a time), with one
+    synchronisation at the end."""
     a, b = a.reshape(-1), b.reshape(-1)
+    near = torch.clamp_min(torch.dot(a, a).div(a.numel()).sqrt().mul(NEAR_ZERO), max(atol, torch.finfo(a.dtype).tiny))
     parts = []
     for i in range(0, a.numel(), CHUNK):
         x, y = a[i : i + CHUNK], b[i : i + CHUNK].to(a.dtype)
         d = x - y
         sums = [torch.dot(x, x), torch.dot(y, y), torch.dot(d, d), torch.dot(x, y)]
         d.abs_()
-        parts.append(torch.stack([*sums, d.max(), d.div_(x.abs().add_(atol)).max()]))
+        m = x.abs()
+        rel = torch.where(m >= near, d / m, -math.inf)
+        parts.append(torch.stack([*sums, d.max(), rel.max().to(d.dtype)]))
     p = torch.stack(parts)
     out = torch.cat([p[:, :4].sum(0), p[:, 4:].amax(0)])
     return [float(x) for x in out.tolist()]
 
 
-__all__ = ["TOLERANCES", "compare"]
+__all__ = ["ATOL", "FLOAT32", "NEAR_ZERO", "ROUNDINGS", "TOLERANCES", "compare", "tolerance", "unit_roundoff"]

@@ -17,6 +17,13 @@ from fxviz.passes.panels import row, set_panel
 _FLOATS = ("max_abs", "max_rel", "cosine", "snr_db", "rel_rms", "floor")
 #: How many modules the ``divergence`` panel lists after the first divergence.
 WORST = 10
+#: How many unit roundoffs of a low-precision dtype a value may be off by (relative RMS) before it is
+#: beyond what that dtype is expected to give (:func:`fxviz.analyze.numerics.metrics.tolerance`). An
+#: op run in bfloat16 or float16 carries the rounding of each input and of its result (three
+#: roundings of up to one unit roundoff ``u``, about ``u`` RMS together) plus what it was handed
+#: from the ops before; ``4u`` leaves room for a few ops' worth of it and is torch.testing's own
+#: bfloat16 rtol (1.6e-2 = 4.1u).
+ROUNDINGS = 4
 
 
 @dataclass(slots=True)
@@ -25,7 +32,8 @@ class Error:
 
     ``rel_rms`` is ``‖other − eager‖₂ / ‖eager‖₂`` (0 when equal; the overlay's value, bigger is
     worse), ``snr_db`` ``−20·log10(rel_rms)`` (``inf`` when equal), ``max_rel`` the largest
-    ``|other − eager| / (|eager| + atol)``. ``exceeds`` says the value is beyond tolerance:
+    ``|other − eager| / |eager|`` where eager is not near zero (NaN when every element is:
+    :data:`~fxviz.analyze.numerics.metrics.NEAR_ZERO`). ``exceeds`` says the value is beyond tolerance:
     ``‖other − eager‖₂ > atol·√n + rtol·‖eager‖₂`` (the RMS form of ``allclose``, so one element
     that cancels to nearly zero does not count as a divergence), or NaN/inf where eager has none, or
     integers that differ. ``note`` says why a value was not compared (``comparable`` False).
@@ -69,7 +77,7 @@ class Error:
         if not self.comparable:
             return f"not comparable: {self.note}" if self.note else "not comparable"
         snr = "exact" if self.rel_rms == 0 else f"SNR {self.snr_db:.1f} dB"
-        return (f"{snr} · max abs {self.max_abs:.3g} · max rel {self.max_rel:.3g} · cos {self.cosine:.6f}"
+        return (f"{snr} · max abs {self.max_abs:.3g} · max rel {rel_text(self.max_rel)} · cos {self.cosine:.6f}"
                 + (f" · eager noise {self.floor:.3g} (not reproducible)" if self.floor else "")
                 + (" · beyond tolerance" if self.exceeds else ""))
 
@@ -89,7 +97,9 @@ class Numerics:
     ``first`` is the first node, in execution order, whose value is beyond tolerance while every
     value it reads is within: where the error is born (``None`` when none is). ``births`` lists
     every such node. ``not_comparable`` lists the random ops (the other side is given eager's value
-    there, so what follows stays comparable). ``graph`` is the eager graph with the ``error`` overlay,
+    there, so what follows stays comparable). ``expected`` names the low-precision dtype
+    (``"bfloat16"``) whose default tolerance was used: what that dtype is expected to give (``""``:
+    a float32 side, or a tolerance given). ``graph`` is the eager graph with the ``error`` overlay,
     the ``divergence`` panel and each node's metrics in ``attrs["numerics"]``.
     """
 
@@ -97,6 +107,7 @@ class Numerics:
     rtol: float
     atol: float
     graph: Graph
+    expected: str = ""
     nodes: dict[str, Error] = field(default_factory=dict)
     modules: dict[str, Error] = field(default_factory=dict)
     first: str | None = None
@@ -127,14 +138,20 @@ class Numerics:
         beyond = sum(1 for e in self.nodes.values() if e.comparable and e.exceeds)
         snr = self.worst_snr()
         worst = "every module exact" if snr == math.inf else f"worst module SNR {snr:.1f} dB"
-        return (f"{self.graph.name} against {self.against}: {compared} values compared, {beyond} beyond "
-                f"tolerance (rtol {self.rtol:g}, atol {self.atol:g}), {worst}")
+        if self.expected:  # the default tolerance of a low-precision dtype: say what it stands for
+            what = f"what {self.expected} is expected to give"
+            verdict = f"{beyond} beyond {what}" if beyond else f"all within {what}"
+            tol = f"rtol {self.rtol:.3g} = {ROUNDINGS} unit roundoffs of {self.expected}, atol {self.atol:g}"
+        else:
+            verdict, tol = f"{beyond} beyond tolerance", f"rtol {self.rtol:g}, atol {self.atol:g}"
+        return f"{self.graph.name} against {self.against}: {compared} values compared, {verdict} ({tol}), {worst}"
 
     # ---- JSON ------------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "against": self.against, "rtol": self.rtol, "atol": self.atol, "first": self.first,
+            "against": self.against, "rtol": self.rtol, "atol": self.atol, "expected": self.expected,
+            "first": self.first,
             "first_where": self.where(self.first) if self.first else None,
             "births": self.births, "not_comparable": self.not_comparable, "notes": self.notes,
             "seconds": self.seconds,
@@ -151,6 +168,7 @@ class Numerics:
         d = json.loads(text)
         return cls(
             against=d["against"], rtol=d["rtol"], atol=d["atol"], graph=Graph.from_json(json.dumps(d["graph"])),
+            expected=d.get("expected", ""),
             nodes={k: Error.from_dict(v) for k, v in d["nodes"].items()},
             modules={k: Error.from_dict(v) for k, v in d["modules"].items()},
             first=d.get("first"), births=list(d.get("births", [])),
@@ -194,7 +212,7 @@ def annotate(result: Numerics) -> None:
     if result.first is not None:
         n = g.node(result.first)
         e = result.nodes[result.first]
-        rows.append(row("first divergence", _module_of(g, result.first), _snr(e), f"{e.max_rel:.3g}",
+        rows.append(row("first divergence", _module_of(g, result.first), _snr(e), rel_text(e.max_rel),
                         n.source.short() if n.source is not None else "", node=n.name,
                         module=tree.of(n.name).id or None, level="error"))
     calls = [(cid, e) for cid, e in result.modules.items() if cid and e.comparable and e.rel_rms > 0]
@@ -203,14 +221,21 @@ def annotate(result: Numerics) -> None:
     for cid, e in calls[:WORST]:
         c = by_id.get(cid)
         label = f"{c.path} ({g.modules[c.path].cls})" if c is not None and c.path in g.modules else cid
-        rows.append(row("module", label, _snr(e), f"{e.max_rel:.3g}", "", module=cid,
+        rows.append(row("module", label, _snr(e), rel_text(e.max_rel), "", module=cid,
                         level="error" if e.exceeds else "warn"))
-    note = ("no value is beyond tolerance" if result.first is None else
+    within = f"every value within what {result.expected} is expected to give" if result.expected \
+        else "no value is beyond tolerance"
+    note = (within if result.first is None else
             f"the error is born at {result.where(result.first)}")
     if result.not_comparable:
         note += f"; {len(result.not_comparable)} random op(s) not comparable"
     set_panel(g, "divergence", title=f"numerics against {result.against}",
               columns=["what", "where", "SNR dB", "max rel", "line"], rows=rows, note=note)
+
+
+def rel_text(max_rel: float) -> str:
+    """``max_rel`` as shown: ``-`` where every element of the reference is near zero (NaN)."""
+    return "-" if max_rel != max_rel else f"{max_rel:.3g}"
 
 
 def _snr(e: Error) -> str:
@@ -222,4 +247,4 @@ def _module_of(g: Graph, name: str) -> str:
     return f"{n.stack[-1][0]} · {n.name}" if n.stack else n.name
 
 
-__all__ = ["WORST", "Error", "Numerics", "annotate"]
+__all__ = ["ROUNDINGS", "WORST", "Error", "Numerics", "annotate", "rel_text"]
