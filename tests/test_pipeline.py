@@ -264,7 +264,10 @@ def test_cli_prints_the_stage_table() -> None:
                                  "--pass", "tests.pipeline_passes:do_nothing", "--pass", "decompose"])
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    assert lines[0].strip() == "CoolCNN: 4 stages"
+    # the answer first (the report opens with the same sentence), then the table; every pass named in order
+    assert lines[0] == ("CoolCNN: 4 stages (export → fuse_linear_relu → do_nothing → decompose), 15 → 15 ops; "
+                        "every stage's outputs within tolerance of eager (max abs error 0)")
+    assert lines[1].strip() == "CoolCNN: 4 stages"
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in lines if line.startswith("│")]
     assert [row[:2] for row in rows] == [["0", "export"], ["1", "fuse_linear_relu"], ["3", "decompose"]]
     assert rows[1][3:6] == ["15 → 14", "+1", "-2"]
@@ -277,7 +280,8 @@ def test_cli_prints_the_stage_table() -> None:
 def test_cli_stage_tree_marks_changes_and_shows_the_table_as_a_panel() -> None:
     r = CliRunner().invoke(cli, ["passes", CNN, "--pass", "tests.pipeline_passes:fuse_linear_relu", "--stage", "1"])
     assert r.exit_code == 0, r.output
-    assert "change in stage 1 (fuse_linear_relu)" in r.output.splitlines()[0]
+    assert r.output.splitlines()[0].startswith("CoolCNN: 2 stages (export → fuse_linear_relu), 15 → 14 ops;")
+    assert "change in stage 1 (fuse_linear_relu)" in r.output.splitlines()[1]
     line = next(x for x in r.output.splitlines() if x.startswith("├── fxviz_test::linear_relu"))  # the fused op
     assert line.rstrip().endswith("replaced")
     assert "pass pipeline" in r.output and "showing stage 1 (fuse_linear_relu)" in r.output

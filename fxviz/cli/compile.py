@@ -96,7 +96,7 @@ def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_ou
         write_json(cmap.to_json(indent=1), json_out, what="compile map JSON")
     if json_out != "-":
         console = out_console()
-        console.print(f"{one_line(cmap.graph.name)}  torch.compile: {cmap.header()}", markup=False)
+        console.print(f"{one_line(cmap.graph.name)}  {cmap.headline()}", markup=False)
         for note in cmap.notes:
             console.print(f"note: {one_line(note)}", markup=False)
         with without_panels(cmap.graph, "shapes", "guards"):  # a page of them below; all in --json/--html

@@ -207,6 +207,24 @@ def check_panel(name: Any, spec: Any, where: str) -> dict[str, Any]:
     return d
 
 
+def check_headline(spec: Any, where: str) -> dict[str, Any]:
+    """An analysis's answer in words (:func:`fxviz.passes.panels.set_headline`): ``{"text": the
+    sentence, "level": one of PANEL_LEVELS or null, "panel": the panel holding the facts behind it or
+    null, "node": a node name or null, "module": a call id or null}``."""
+    d = _object(spec, lambda: where)
+    _text(d.get("text"), _const(f"{where} 'text'"), empty=False)
+    for key in ("panel", "node", "module"):
+        if d.get(key) is not None:
+            _text(d[key], _const(f"{where} {show(key)}"))
+    if d.get("level") not in (None, *PANEL_LEVELS):
+        _fail(f"{where} 'level'", " or ".join(repr(c) for c in PANEL_LEVELS) + " or null", d.get("level"))
+    return d
+
+
+def _headline(v: Any, where: str) -> None:
+    check_headline(v, where)
+
+
 def _panels(v: Any, where: str) -> None:
     for name, spec in _object(v, lambda: where).items():
         check_panel(name, spec, where)
@@ -216,7 +234,7 @@ def _panels(v: Any, where: str) -> None:
 #: as a free-form value.
 ANNOTATIONS: dict[str, Callable[[Any, str], None]] = {
     "stats": _stats, "fold": _fold, "shapes": _shapes, "failure": _failure, "replay": _replay,
-    "overlays": _overlays, "panels": _panels,
+    "overlays": _overlays, "panels": _panels, "headline": _headline,
 }
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from fxviz.analyze.compilemap.result import CATEGORIES, BreakGroup, CompileMap, ModuleCoverage, percent
 from fxviz.ir import Graph, module_class
 from fxviz.passes.overlays import set_overlay
-from fxviz.passes.panels import row, set_panel
+from fxviz.passes.panels import row, set_headline, set_panel
 from fxviz.text import one_line
 
 #: Graph colours, cycled; red stays for eager and breaks.
@@ -108,6 +108,10 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
         set_panel(graph, "recompiles", title="recompiles", columns=["input set", "function", "guard failed", "advice"],
                   rows=[r for _, r in sorted(rows, key=lambda kr: kr[0])], note=note)
     _guard_panels(cmap)
+    first = cmap.breaks[0].node if cmap.breaks else None
+    set_headline(graph, cmap.headline(), level="error" if cmap.limits else "warn" if cmap.break_count else "ok",
+                 panel="breaks" if cmap.breaks else "modules" if ranked else None,
+                 node=first if first in {n.name for n in graph.nodes} else None)
     return graph
 
 

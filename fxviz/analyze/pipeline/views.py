@@ -15,11 +15,14 @@ from typing import Any
 from fxviz.analyze.pipeline.result import Pipeline, Stage
 from fxviz.ir import Graph
 from fxviz.passes.overlays import set_overlay
-from fxviz.passes.panels import row, set_panel
+from fxviz.passes.panels import row, set_headline, set_panel
 
 OVERLAY = "pass_change"
 PANEL = "pipeline"
-COLUMNS = ["#", "pass", "time", "ops", "+added", "-removed", "max error"]
+#: The last column is one measure, named: the largest |stage - eager| over the stage's outputs,
+#: ✗ when an element is beyond its dtype's tolerance (:func:`tolerance_note`).
+ERROR_COLUMN = "outputs' max abs error"
+COLUMNS = ["#", "pass", "time", "ops", "+added", "-removed", ERROR_COLUMN]
 CATEGORIES = {
     "added": {"label": "added", "color": "#2ca02c"},
     "replaced": {"label": "replaced", "color": "#ff7f0e"},
@@ -39,6 +42,19 @@ def max_error(stage: Stage) -> str:
     if not n.checked:
         return "skipped"
     return f"{n.max_abs:.3g}" + ("" if n.ok else " ✗")
+
+
+def tolerance_note(p: Pipeline) -> str:
+    """What the error column measures and the tolerance its ✗ compares with, by output dtype:
+    ``outputs' max abs error: the largest |stage − eager| over the outputs; ✗: an element beyond
+    atol + rtol·|eager| (float32: atol 0.0001, rtol 0.0001)``."""
+    tols = sorted({(o.dtype, o.atol, o.rtol) for s in p.stages if s.numbers is not None for o in s.numbers.outputs
+                   if o.atol is not None and o.rtol is not None and (o.atol or o.rtol)})
+    if not any(s.numbers is not None and s.numbers.checked for s in p.stages):
+        return ""
+    by = ", ".join(f"{d}: atol {a:g}, rtol {r:g}" for d, a, r in tols)
+    return (f"{ERROR_COLUMN}: the largest |stage − eager| over the stage's outputs; ✗: an element beyond "
+            f"atol + rtol·|eager|" + (f" ({by})" if by else ""))
 
 
 def stage_cells(stage: Stage) -> list[Any]:
@@ -118,9 +134,15 @@ def annotate(p: Pipeline, index: int, *, show_unchanged: bool = False,
     failed = p.failed
     if failed is not None and failed.error is not None:
         note.append(f"stage {failed.index} ({failed.name}) failed: {failed.error}")
+    if tolerance_note(p):
+        note.append(tolerance_note(p))
     set_panel(graph, PANEL, title="pass pipeline", columns=COLUMNS, rows=rows, note="; ".join(note))
+    div = p.first_divergence
+    set_headline(graph, p.headline(), panel=PANEL,
+                 level="error" if failed is not None or div is not None else "ok",
+                 node=div.node if div is not None and div.stage == index and div.node else None)
     return graph
 
 
-__all__ = ["CATEGORIES", "COLUMNS", "OVERLAY", "PANEL", "annotate", "categories", "fmt_seconds", "provenance_text",
-           "stage_cells"]
+__all__ = ["CATEGORIES", "COLUMNS", "ERROR_COLUMN", "OVERLAY", "PANEL", "annotate", "categories", "fmt_seconds", "provenance_text",
+           "stage_cells", "tolerance_note"]
