@@ -140,6 +140,26 @@ def test_the_first_divergence_names_the_pass_and_the_node() -> None:
     assert div is not None and (div.stage, div.pass_name, div.node, div.previous) == (2, "swap_add_for_sub", "add", "add")
     # main_path + parallel_path became main_path - parallel_path: the node differs by 2 * parallel_path
     assert div.max_abs > swap.numbers.max_abs
+    # one error measure, named: the column is the outputs' max abs error, ✗ beyond the tolerance
+    # torch.testing's float32 check uses too (atol + rtol·|eager|), which the note states
+    g = annotate(p, 2)
+    panel = g.annotations["panels"][PANEL]
+    assert panel["columns"][-1] == "outputs' max abs error"
+    assert panel["rows"][-1]["cells"][-1] == f"{swap.numbers.max_abs:.3g} ✗"
+    (out,) = swap.numbers.outputs
+    assert (out.atol, out.rtol) == (1e-4, 1e-4)
+    assert not torch.allclose(got, want, atol=out.atol, rtol=out.rtol)  # torch's own check agrees with ✗
+    assert "✗: an element beyond atol + rtol·|eager| (float32: atol 0.0001, rtol 0.0001)" in panel["note"]
+    assert f"at node 'add': that node's max abs error {div.max_abs:.3g}" in panel["note"]  # not "max error"
+    # every pass, in order, in the stage's capture method (the report's badge) and the answer
+    assert [s.graph.method for s in p.stages] == [
+        "export", "export + decompose", "export + decompose + swap_add_for_sub",
+        "export + decompose + swap_add_for_sub + do_nothing"]
+    assert g.annotations["headline"] == {
+        "text": p.headline(), "panel": PANEL, "level": "error", "node": "add"}
+    assert p.headline().startswith("CoolCNN: 4 stages (export → decompose → swap_add_for_sub → do_nothing), ")
+    assert p.headline().endswith(f"numbers first diverge at {div}")
+    assert json.loads(p.to_json())["headline"] == p.headline()
 
 
 def test_a_pass_that_edits_a_constant_changes_the_node() -> None:
