@@ -212,7 +212,7 @@ def annotate(result: Numerics) -> None:
     set_panel(g, "divergence", title=f"numerics against {result.against}",
               columns=["what", "where", "SNR dB", "max rel", "line"], rows=rows, note=note)
     set_headline(g, result.headline(), panel="divergence", node=result.first,
-                 level="ok" if result.first is None else "error")
+                 level="ok" if result.first is None else "warn")
 
 
 def _snr(e: Error) -> str:
