@@ -1,5 +1,5 @@
 """Pass results in a saved graph's ``annotations``: those the renderers and replay read are checked
-field by field (statistics, folded runs, overlays, panels); any other is a free-form value."""
+field by field (statistics, folded runs, overlays, panels, headline); any other is a free-form value."""
 
 from __future__ import annotations
 
