@@ -121,6 +121,16 @@ def test_the_break_table_is_readable_sorts_and_selects_and_the_hint_is_in_the_no
         r.page.locator(f"[data-ref=drawerBar] .fx-drawer-tab[data-panel={name}]").click()
         fit = r.page.evaluate(FITS)
         assert fit["outside"] == [] and all(sw <= cw for sw, cw in [fit["body"], *fit["tables"]]), (name, fit)
+    # the drawer resizes: drag its top edge up and the table gets that much taller, the graph shorter
+    body, svg = r.page.locator("[data-ref=findings]"), r.page.locator("[data-ref=svg]")
+    h0, g0 = body.bounding_box()["height"], svg.bounding_box()["height"]
+    handle = r.page.locator("[data-ref=drawerBar] .fx-drawer-handle").bounding_box()
+    x, y = handle["x"] + handle["width"] / 2, handle["y"] + handle["height"] / 2
+    r.page.mouse.move(x, y)
+    r.page.mouse.down()
+    r.page.mouse.move(x, y - 150, steps=5)
+    r.page.mouse.up()
+    assert abs(body.bounding_box()["height"] - (h0 + 150)) <= 2 and svg.bounding_box()["height"] < g0 - 140
     # sorting: click a header (numbers as numbers: 1 < 3 < 12, not "1" < "12" < "3"), again to reverse
     wide = r.page.locator("[data-ref=findings] [data-panel=wide]")
 
