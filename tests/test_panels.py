@@ -96,8 +96,13 @@ def test_the_sort_keys_are_the_numbers_python_wrote_not_their_text() -> None:
     rows = view_model(Graph.from_json(g.to_json()))["panels"][0]["rows"]
     assert [r.get("k") for r in rows] == [[None, None, 3], [None, None, 1], [None, None, 4.5]]
     g2 = stack_graph(layers=1)
-    set_panel(g2, "t", title="t", columns=["a"], rows=[row("text only")])
-    assert "k" not in view_model(g2)["panels"][0]["rows"][0]
+    set_panel(g2, "t", title="t", columns=["a", "time"], rows=[row("text only", "fast"), row("x", "50.5 ms", sort=[None, 0.0505])])
+    first, second = view_model(g2)["panels"][0]["rows"]
+    assert "k" not in first and second["k"] == [None, 0.0505]  # a row's own keys: "4.1 s" sorts after "50.5 ms"
+    with pytest.raises(GraphFormatError, match="'sort': expected 2 numbers or nulls"):
+        set_panel(g2, "t", title="t", columns=["a", "b"], rows=[row("x", "y", sort=[1])])
+    with pytest.raises(GraphFormatError, match=r"'sort'\[0\]: expected a number or null"):
+        set_panel(g2, "t", title="t", columns=["a"], rows=[row("x", sort=["1"])])
 
 
 def test_an_analysis_headline_is_saved_checked_and_points_the_view_model_at_its_panel_and_node() -> None:

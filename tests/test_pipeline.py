@@ -146,6 +146,8 @@ def test_the_first_divergence_names_the_pass_and_the_node() -> None:
     panel = g.annotations["panels"][PANEL]
     assert panel["columns"][-1] == "outputs' max abs error"
     assert panel["rows"][-1]["cells"][-1] == f"{swap.numbers.max_abs:.3g} ✗"
+    # the report sorts the text cells by the numbers behind them ("50.5 ms" before "2.1 s")
+    assert panel["rows"][-1]["sort"] == [2, None, swap.seconds, 17, 1, 1, swap.numbers.max_abs]
     (out,) = swap.numbers.outputs
     assert (out.atol, out.rtol) == (1e-4, 1e-4)
     assert not torch.allclose(got, want, atol=out.atol, rtol=out.rtol)  # torch's own check agrees with ✗

@@ -30,10 +30,13 @@ from fxviz.schema.annotations import check_headline, check_panel
 
 
 def row(*cells: Any, node: str | None = None, module: str | None = None, level: str | None = None,
-        href: str | None = None) -> dict[str, Any]:
+        href: str | None = None, sort: Sequence[float | None] | None = None) -> dict[str, Any]:
     """One row: its cells, what it points at, and a page beside the report it links to (``href``, a
-    bare ``.html`` file name: a pipeline's other stages)."""
+    bare ``.html`` file name: a pipeline's other stages); ``sort``, one number (or ``None``) per cell
+    that the report sorts a column by where a cell is text made of a number (``"50.5 ms"``)."""
     out: dict[str, Any] = {"cells": list(cells)}
+    if sort is not None:
+        out["sort"] = list(sort)
     if node is not None:
         out["node"] = node
     if module is not None:

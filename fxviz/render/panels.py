@@ -74,8 +74,10 @@ def panel_view(graph: Graph, nindex: Mapping[str, int], gindex: Mapping[str, int
         for r in spec.get("rows", []):
             cells = r.get("cells", [])
             entry: dict[str, Any] = {"c": [cell_text(v) for v in cells]}
-            if any(_number(v) for v in cells):  # the numbers themselves, for sorting a column
-                entry["k"] = [v if _number(v) else None for v in cells]
+            keys = r.get("sort") or [None] * len(cells)  # what to sort by: the row's own keys, else its numbers
+            keys = [k if _number(k) else v if _number(v) else None for k, v in zip(keys, cells, strict=False)]
+            if any(k is not None for k in keys):
+                entry["k"] = keys
             if r.get("node") in nindex:
                 entry["n"] = nindex[r["node"]]
             if r.get("module") in gindex:

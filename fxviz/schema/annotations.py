@@ -174,7 +174,7 @@ def check_panel(name: Any, spec: Any, where: str) -> dict[str, Any]:
     """One panel (:mod:`fxviz.passes.panels`): text ``title`` and ``note``; ``columns``, a list of
     text; ``rows``, each ``{"cells": [text | number | null, ...] (one per column), "node": a node
     name or null, "module": a call id or null, "level": one of PANEL_LEVELS or null, "href": a
-    sibling .html file or null}``."""
+    sibling .html file or null, "sort": a number or null per cell, what the report sorts by}``."""
     at = f"{where}[{show(_text(name, _const(f'{where} (a name)'), empty=False))}]"
     d = _object(spec, lambda: at)
     for key in ("title", "note"):
@@ -199,6 +199,15 @@ def check_panel(name: Any, spec: Any, where: str) -> dict[str, Any]:
         for key in ("node", "module"):
             if row.get(key) is not None:
                 _text(row[key], _const(f"{rat} {show(key)}"))
+        if "sort" in row:
+            keys = _array(row["sort"], _const(f"{rat} 'sort'"))
+            if len(keys) != len(columns):
+                _fail(f"{rat} 'sort'", f"{len(columns)} numbers or nulls, one per column", keys)
+            for j, v in enumerate(keys):
+                if v is not None and (type(v) is bool or not isinstance(v, int | float)):
+                    _fail(f"{rat} 'sort'[{j}]", "a number or null", v)
+                if v is not None:
+                    _number(v, _const(f"{rat} 'sort'[{j}]"))
         href = row.get("href")
         if href is not None and not (isinstance(href, str) and _SIBLING.fullmatch(href)):
             _fail(f"{rat} 'href'", "the name of a sibling .html file (letters, digits, '.', '_', '-')", href)

@@ -10,6 +10,7 @@ them with no renderer change.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fxviz.analyze.pipeline.result import Pipeline, Stage
@@ -64,6 +65,15 @@ def stage_cells(stage: Stage) -> list[Any]:
     ops = str(after) if stage.index == 0 else f"{before} → {after}"
     return [stage.index, name, fmt_seconds(stage.seconds), ops,
             f"+{len(stage.added) + len(stage.replaced)}", f"-{len(stage.removed)}", max_error(stage)]
+
+
+def stage_keys(stage: Stage) -> list[float | None]:
+    """What the report sorts each of the stage's cells by: seconds, ops after, nodes added and
+    removed, the outputs' max abs error (a stage without numbers: none)."""
+    n = stage.numbers
+    err = n.max_abs if n is not None and n.checked else None
+    return [stage.index, None, stage.seconds, sum(stage.ops_after.values()), len(stage.added) + len(stage.replaced),
+            len(stage.removed), err if err is not None and math.isfinite(err) else None]
 
 
 def stage_level(p: Pipeline, stage: Stage) -> str:
@@ -124,7 +134,7 @@ def annotate(p: Pipeline, index: int, *, show_unchanged: bool = False,
             continue
         first = next(iter([*s.replaced, *s.added]), None) if s.index == index else None
         href = (pages or {}).get(s.index) if s.index != index else None
-        rows.append(row(*stage_cells(s), node=first, level=stage_level(p, s), href=href))
+        rows.append(row(*stage_cells(s), node=first, level=stage_level(p, s), href=href, sort=stage_keys(s)))
     hidden = len(p.stages) - len(p.visible(show_unchanged=show_unchanged))
     note = [f"showing stage {index} ({stage.name})"]
     if hidden:
@@ -145,4 +155,4 @@ def annotate(p: Pipeline, index: int, *, show_unchanged: bool = False,
 
 
 __all__ = ["CATEGORIES", "COLUMNS", "ERROR_COLUMN", "OVERLAY", "PANEL", "annotate", "categories", "fmt_seconds", "provenance_text",
-           "stage_cells", "tolerance_note"]
+           "stage_cells", "stage_keys", "tolerance_note"]
