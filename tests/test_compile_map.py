@@ -73,6 +73,18 @@ def test_item_break_is_written_on_the_eager_graph() -> None:
         "node": "item", "module": "scale#0", "level": "error"}]
     assert [r["cells"][:4] for r in p["modules"]["rows"]] == [["scale", "Scale", 1, 5]]
     assert "recompiles" not in p
+    # the facts behind the headline's "4 graphs ... (8/9)": one row per graph, with the eager ops
+    # it holds (they add up to the compiled ops), its function, and a pointer to its first op;
+    # torch's own count of the graphs (explain, on a fresh copy) agrees
+    fresh, (x2,) = cm.item_break()
+    truth = dynamo.explain(fresh)(x2)
+    dynamo.reset()
+    rows = p["graphs"]["rows"]
+    assert len(rows) == truth.graph_count == 4
+    assert [(r["cells"][0], r["cells"][3], r["node"]) for r in rows] == [
+        ("g0", 2, "linear"), ("g1", 3, "linear_1"), ("g2", 1, "mul"), ("g3", 2, "linear_2")]
+    assert sum(r["cells"][3] for r in rows) == cmap.compiled_ops
+    assert [r["cells"][1] for r in rows] == [g.func for g in cmap.graphs]
     again = CompileMap.from_json(cmap.to_json())  # a saved map reads back whole
     assert again.assigned == cmap.assigned and again.header() == cmap.header()
     assert overlays(again.graph)["compiled"] == ov["compiled"]
@@ -408,6 +420,10 @@ def test_cli_fail_on_break_writes_outputs_first(tmp_path: Path) -> None:
                             "share": 8 / 9}
     assert (d["breaks"][0]["category"], d["breaks"][0]["stack"][-1]["line"]) == ("item", cm.LINES["item"])
     assert d["assigned"]["item"] == "eager" and d["graph"]["annotations"]["overlays"]["compiled"]["nodes"]["mul"] == "g2"
+    # the answer, once: the terminal's first line (after the name), JSON's headline, the report's
+    headline = "torch.compile: 4 graphs, 1 break (1 cause), 89% of ops compiled (8/9)  ·  backend eager"
+    assert out.splitlines()[0] == f"ItemBreak  {headline}" and d["headline"] == headline
+    assert d["graph"]["annotations"]["headline"] == {"text": headline, "level": "warn", "panel": "breaks", "node": "item"}
     code, _, _ = invoke("compile", f"{TARGET}:clean", "-b", "eager", "--fail-on-break")
     assert code == 0
 

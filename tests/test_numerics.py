@@ -106,6 +106,9 @@ def test_results_are_written_on_the_eager_graph() -> None:
     assert back.nodes == r.nodes and back.modules == r.modules and back.first == r.first
     assert back.graph.annotations["overlays"]["error"] == overlay
     assert "error vs dtype:bfloat16" in _text(r.tree())
+    # the answer, once: the sentence the terminal prints first is the report's headline and JSON's
+    assert g.annotations["headline"]["text"] == r.headline() and g.annotations["headline"]["panel"] == "divergence"
+    assert json.loads(r.to_json())["headline"] == r.headline()
 
 
 def test_report_carries_overlay_panel_and_metrics(tmp_path: Path) -> None:

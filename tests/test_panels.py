@@ -10,7 +10,7 @@ import pytest
 
 from fxviz.errors import GraphFormatError
 from fxviz.ir import Graph
-from fxviz.passes.panels import panels, row, set_panel
+from fxviz.passes.panels import headline, panels, row, set_headline, set_panel
 from fxviz.render.html import view_model
 from tests.irbuild import stack_graph
 
@@ -88,3 +88,47 @@ def test_a_row_links_to_a_page_beside_the_report() -> None:
                                                                               row("1 decompose")])
     rows = view_model(Graph.from_json(g.to_json()))["panels"][0]["rows"]
     assert rows[0]["h"] == "r.stage-0.html" and "h" not in rows[1]
+
+
+def test_the_sort_keys_are_the_numbers_python_wrote_not_their_text() -> None:
+    g = stack_graph(layers=2)
+    breaks_panel(g)
+    rows = view_model(Graph.from_json(g.to_json()))["panels"][0]["rows"]
+    assert [r.get("k") for r in rows] == [[None, None, 3], [None, None, 1], [None, None, 4.5]]
+    g2 = stack_graph(layers=1)
+    set_panel(g2, "t", title="t", columns=["a", "time"], rows=[row("text only", "fast"), row("x", "50.5 ms", sort=[None, 0.0505])])
+    first, second = view_model(g2)["panels"][0]["rows"]
+    assert "k" not in first and second["k"] == [None, 0.0505]  # a row's own keys: "4.1 s" sorts after "50.5 ms"
+    with pytest.raises(GraphFormatError, match="'sort': expected 2 numbers or nulls"):
+        set_panel(g2, "t", title="t", columns=["a", "b"], rows=[row("x", "y", sort=[1])])
+    with pytest.raises(GraphFormatError, match=r"'sort'\[0\]: expected a number or null"):
+        set_panel(g2, "t", title="t", columns=["a"], rows=[row("x", sort=["1"])])
+
+
+def test_an_analysis_headline_is_saved_checked_and_points_the_view_model_at_its_panel_and_node() -> None:
+    g = stack_graph(layers=2)
+    assert headline(g) == "" and view_model(g)["analysis"] is None  # a plain capture says nothing here
+    breaks_panel(g)
+    set_headline(g, "torch.compile: 2 graphs, 1 break (1 cause)", level="warn", panel="breaks", node="fc_1",
+                 module="h.1#0")
+    back = Graph.from_json(g.to_json())
+    assert headline(back) == "torch.compile: 2 graphs, 1 break (1 cause)"
+    vm = view_model(back)
+    a = vm["analysis"]
+    assert (a["text"], a["lv"], a["p"]) == ("torch.compile: 2 graphs, 1 break (1 cause)", "warn", "breaks")
+    assert vm["nodes"]["n"][a["n"]] == "fc_1" and vm["groups"][a["g"]]["path"] == "h.1"
+    set_headline(g, "no table behind it", panel="no-such-panel")
+    assert "p" not in view_model(g)["analysis"]  # a panel the graph lacks is not offered
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"text": ""}, "'headline' 'text'"),
+    ({"text": 3}, "'headline' 'text'"),
+    ({"text": "x", "level": "fatal"}, "'headline' 'level'"),
+    ({"text": "x", "node": 5}, "'headline' 'node'"),
+])
+def test_a_malformed_headline_is_refused_naming_it(spec: dict[str, Any], message: str) -> None:
+    d = json.loads(stack_graph().to_json())
+    d["annotations"]["headline"] = spec
+    with pytest.raises(GraphFormatError, match=message):
+        Graph.from_dict(d)

@@ -140,6 +140,28 @@ def test_the_first_divergence_names_the_pass_and_the_node() -> None:
     assert div is not None and (div.stage, div.pass_name, div.node, div.previous) == (2, "swap_add_for_sub", "add", "add")
     # main_path + parallel_path became main_path - parallel_path: the node differs by 2 * parallel_path
     assert div.max_abs > swap.numbers.max_abs
+    # one error measure, named: the column is the outputs' max abs error, ✗ beyond the tolerance
+    # torch.testing's float32 check uses too (atol + rtol·|eager|), which the note states
+    g = annotate(p, 2)
+    panel = g.annotations["panels"][PANEL]
+    assert panel["columns"][-1] == "outputs' max abs error"
+    assert panel["rows"][-1]["cells"][-1] == f"{swap.numbers.max_abs:.3g} ✗"
+    # the report sorts the text cells by the numbers behind them ("50.5 ms" before "2.1 s")
+    assert panel["rows"][-1]["sort"] == [2, None, swap.seconds, 17, 1, 1, swap.numbers.max_abs]
+    (out,) = swap.numbers.outputs
+    assert (out.atol, out.rtol) == (1e-4, 1e-4)
+    assert not torch.allclose(got, want, atol=out.atol, rtol=out.rtol)  # torch's own check agrees with ✗
+    assert "✗: an element beyond atol + rtol·|eager| (float32: atol 0.0001, rtol 0.0001)" in panel["note"]
+    assert f"at node 'add': that node's max abs error {div.max_abs:.3g}" in panel["note"]  # not "max error"
+    # every pass, in order, in the stage's capture method (the report's badge) and the answer
+    assert [s.graph.method for s in p.stages] == [
+        "export", "export + decompose", "export + decompose + swap_add_for_sub",
+        "export + decompose + swap_add_for_sub + do_nothing"]
+    assert g.annotations["headline"] == {
+        "text": p.headline(), "panel": PANEL, "level": "error", "node": "add"}
+    assert p.headline().startswith("CoolCNN: 4 stages (export → decompose → swap_add_for_sub → do_nothing), ")
+    assert p.headline().endswith(f"numbers first diverge at {div}")
+    assert json.loads(p.to_json())["headline"] == p.headline()
 
 
 def test_a_pass_that_edits_a_constant_changes_the_node() -> None:
@@ -264,7 +286,10 @@ def test_cli_prints_the_stage_table() -> None:
                                  "--pass", "tests.pipeline_passes:do_nothing", "--pass", "decompose"])
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    assert lines[0].strip() == "CoolCNN: 4 stages"
+    # the answer first (the report opens with the same sentence), then the table; every pass named in order
+    assert lines[0] == ("CoolCNN: 4 stages (export → fuse_linear_relu → do_nothing → decompose), 15 → 15 ops; "
+                        "every stage's outputs within tolerance of eager (max abs error 0)")
+    assert lines[1].strip() == "CoolCNN: 4 stages"
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in lines if line.startswith("│")]
     assert [row[:2] for row in rows] == [["0", "export"], ["1", "fuse_linear_relu"], ["3", "decompose"]]
     assert rows[1][3:6] == ["15 → 14", "+1", "-2"]
@@ -277,7 +302,8 @@ def test_cli_prints_the_stage_table() -> None:
 def test_cli_stage_tree_marks_changes_and_shows_the_table_as_a_panel() -> None:
     r = CliRunner().invoke(cli, ["passes", CNN, "--pass", "tests.pipeline_passes:fuse_linear_relu", "--stage", "1"])
     assert r.exit_code == 0, r.output
-    assert "change in stage 1 (fuse_linear_relu)" in r.output.splitlines()[0]
+    assert r.output.splitlines()[0].startswith("CoolCNN: 2 stages (export → fuse_linear_relu), 15 → 14 ops;")
+    assert "change in stage 1 (fuse_linear_relu)" in r.output.splitlines()[1]
     line = next(x for x in r.output.splitlines() if x.startswith("├── fxviz_test::linear_relu"))  # the fused op
     assert line.rstrip().endswith("replaced")
     assert "pass pipeline" in r.output and "showing stage 1 (fuse_linear_relu)" in r.output

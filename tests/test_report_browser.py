@@ -361,9 +361,9 @@ def test_the_notebook_frame_refits_when_it_gets_its_size(browser: Any, cnn: Grap
 
 
 def test_an_analysis_panel_lists_its_findings_and_a_row_selects_its_node(pages: Any, cnn: Graph) -> None:
-    """A panel (fxviz.passes.panels) is a table in the sidebar: its title, columns, cells and note
-    as Python wrote them, a row's level as its colour, and a click on a row selects the node or
-    box it points at."""
+    """A panel (fxviz.passes.panels) is a table in the drawer under the graph, behind a tab that
+    names it and counts its rows: its title, columns, cells and note as Python wrote them, a row's
+    level as its colour, and a click on a row selects the node or box it points at."""
     from fxviz.passes.panels import row, set_panel
 
     g = Graph.from_json(cnn.to_json())
@@ -376,6 +376,9 @@ def test_an_analysis_panel_lists_its_findings_and_a_row_selects_its_node(pages: 
     ], note="2 causes")
     r = pages(g, "cnn-findings", width=1600, height=1000)
     panel = r.page.locator("[data-ref=findings] [data-panel=breaks]")
+    assert panel.is_hidden()  # the drawer starts closed: the graph keeps its room
+    r.page.locator("[data-ref=drawerBar] .fx-drawer-tab[data-panel=breaks]", has_text="graph breaks (3)").click()
+    assert panel.is_visible()
     assert panel.locator("h2").text_content() == "graph breaks"
     assert panel.locator("th").all_text_contents() == ["where", "reason", "count"]
     cells = panel.locator("tbody tr").evaluate_all("rows => rows.map(r => [...r.cells].map(c => c.textContent))")

@@ -96,10 +96,11 @@ def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_ou
         write_json(cmap.to_json(indent=1), json_out, what="compile map JSON")
     if json_out != "-":
         console = out_console()
-        console.print(f"{one_line(cmap.graph.name)}  torch.compile: {cmap.header()}", markup=False)
+        console.print(f"{one_line(cmap.graph.name)}  {cmap.headline()}", markup=False)
         for note in cmap.notes:
             console.print(f"note: {one_line(note)}", markup=False)
-        with without_panels(cmap.graph, "shapes", "guards"):  # a page of them below; all in --json/--html
+        # shapes and guards: a page of them below; graphs: the header counts them; all in --json/--html
+        with without_panels(cmap.graph, "shapes", "guards", "graphs"):
             console.print(cmap.graph.tree(depth=depth, overlay="coverage"))
         for line in break_lines(cmap.breaks):
             console.print(line, markup=False)

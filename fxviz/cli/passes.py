@@ -57,7 +57,7 @@ def stage_table(p: Pipeline, *, show_unchanged: bool, stages: range) -> Table:
 
     table = Table(title=f"{one_line(p.name)}: {len(p.stages)} stages", title_justify="left")
     for c in COLUMNS:
-        table.add_column(c, justify="right" if c in ("#", "time", "ops", "+added", "-removed", "max error") else "left")
+        table.add_column(c, justify="left" if c == "pass" else "right")
     div = p.first_divergence
     for s in p.visible(show_unchanged=show_unchanged):
         if s.index not in stages:
@@ -68,6 +68,8 @@ def stage_table(p: Pipeline, *, show_unchanged: bool, stages: range) -> Table:
 
 
 def _summary(p: Pipeline, show_unchanged: bool) -> list[str]:
+    from fxviz.analyze.pipeline.views import tolerance_note
+
     lines = []
     hidden = len(p.stages) - len(p.visible(show_unchanged=show_unchanged))
     if hidden:
@@ -77,9 +79,10 @@ def _summary(p: Pipeline, show_unchanged: bool) -> list[str]:
         lines.append(f"stage {failed.index} ({one_line(failed.name)}) failed: {one_line(str(failed.error))}")
         if failed.error.frame is not None and failed.error.frame.code:
             lines.append(f"    {one_line(failed.error.frame.code)}")
-    if p.first_divergence is not None:
-        d = p.first_divergence
-        lines.append(f"numbers first diverge at {one_line(str(d))}" + (f" ({one_line(d.note)})" if d.note else ""))
+    if p.first_divergence is not None and p.first_divergence.note:
+        lines.append(f"first divergence: {one_line(p.first_divergence.note)}")
+    if tolerance_note(p):
+        lines.append(tolerance_note(p))
     lines.extend(f"note: {one_line(n)}" for n in p.notes)
     return lines
 
@@ -135,6 +138,8 @@ def passes(target: str, input_shapes: tuple[str, ...], dtype: str, passes: tuple
     to_stdout = json_out != "-"
     if stage_index is not None and stage_index > last:
         raise TargetError(f"--stage {stage_index}: the pipeline has stages 0 to {last}")
+    if to_stdout:  # the answer first, as the report opens with it (annotate writes the same sentence)
+        console.print(one_line(p.headline(), limit=600), markup=False, soft_wrap=True)
     if to_stdout and stage_index is None:
         console.print(stage_table(p, show_unchanged=show_all, stages=shown))
     elif to_stdout and stage_index is not None:  # the tree prints the stage table under it, as its panel

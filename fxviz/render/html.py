@@ -29,7 +29,7 @@ from fxviz.errors import RenderError
 from fxviz.ir import Graph, Node, Ref, SourceLoc, TensorMeta
 from fxviz.render.files import write_text
 from fxviz.render.overlays import overlay_view
-from fxviz.render.panels import panel_view
+from fxviz.render.panels import headline_view, panel_view
 from fxviz.render.view import (
     ERROR_COLOR,
     KIND_COLORS,
@@ -263,6 +263,7 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET, overlay: str | Non
         "overlays": shown,
         "overlay": overlay,
         "panels": panel_view(graph, nindex, gindex),
+        "analysis": headline_view(graph, nindex, gindex),
         "metas": metas.items,
         "sources": sources.items,
         "groups": groups,

@@ -3,6 +3,7 @@ view-model's ``panels`` with rows pointing at node and box indices. No torch."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fxviz.ir import Graph
-from fxviz.passes.panels import panels
+from fxviz.passes.panels import headline, panels
 from fxviz.render.view import bounded
 
 #: How a row's level reads in the terminal (red is for errors only, as everywhere).
@@ -59,15 +60,24 @@ def panel_tables(graph: Graph) -> list[Table | Text]:
     return out
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def panel_view(graph: Graph, nindex: Mapping[str, int], gindex: Mapping[str, int]) -> list[dict[str, Any]]:
     """The view-model's ``panels``: each ``{"name", "title", "note", "columns", "rows": [{"c":
-    cells as text, "n": node index, "g": box index, "lv": level, "h": a sibling page}]}``; a row's node or module that
+    cells as text, "k": the numbers among them (null for text; absent when none), for sorting, "n": node index, "g": box index, "lv": level, "h": a sibling page}]}``; a row's node or module that
     the graph does not have is dropped from the row, not an error (a panel outlives a refold)."""
     out = []
     for name, spec in panels(graph).items():
         rows = []
         for r in spec.get("rows", []):
-            entry: dict[str, Any] = {"c": [cell_text(v) for v in r.get("cells", [])]}
+            cells = r.get("cells", [])
+            entry: dict[str, Any] = {"c": [cell_text(v) for v in cells]}
+            keys = r.get("sort") or [None] * len(cells)  # what to sort by: the row's own keys, else its numbers
+            keys = [k if _number(k) else v if _number(v) else None for k, v in zip(keys, cells, strict=False)]
+            if any(k is not None for k in keys):
+                entry["k"] = keys
             if r.get("node") in nindex:
                 entry["n"] = nindex[r["node"]]
             if r.get("module") in gindex:
@@ -83,4 +93,24 @@ def panel_view(graph: Graph, nindex: Mapping[str, int], gindex: Mapping[str, int
     return out
 
 
-__all__ = ["LEVEL_STYLES", "cell_text", "panel_tables", "panel_view"]
+def headline_view(graph: Graph, nindex: Mapping[str, int], gindex: Mapping[str, int]) -> dict[str, Any] | None:
+    """The view-model's ``analysis``: the analysis's answer (:func:`fxviz.passes.panels.headline`,
+    the very text the terminal prints) as ``{"text", "lv": level, "p": the panel with the facts
+    behind it, "n": node index, "g": box index}``; ``None`` for a graph no analysis wrote on."""
+    text = headline(graph)
+    if not text:
+        return None
+    spec = graph.annotations["headline"]
+    out: dict[str, Any] = {"text": bounded(text, 600)}
+    if spec.get("level"):
+        out["lv"] = spec["level"]
+    if spec.get("panel") in panels(graph):
+        out["p"] = spec["panel"]
+    if spec.get("node") in nindex:
+        out["n"] = nindex[spec["node"]]
+    if spec.get("module") in gindex:
+        out["g"] = gindex[spec["module"]]
+    return out
+
+
+__all__ = ["LEVEL_STYLES", "cell_text", "headline_view", "panel_tables", "panel_view"]

@@ -1,5 +1,5 @@
 """Pass results in a saved graph's ``annotations``: those the renderers and replay read are checked
-field by field (statistics, folded runs, overlays, panels); any other is a free-form value."""
+field by field (statistics, folded runs, overlays, panels, headline); any other is a free-form value."""
 
 from __future__ import annotations
 
@@ -174,7 +174,7 @@ def check_panel(name: Any, spec: Any, where: str) -> dict[str, Any]:
     """One panel (:mod:`fxviz.passes.panels`): text ``title`` and ``note``; ``columns``, a list of
     text; ``rows``, each ``{"cells": [text | number | null, ...] (one per column), "node": a node
     name or null, "module": a call id or null, "level": one of PANEL_LEVELS or null, "href": a
-    sibling .html file or null}``."""
+    sibling .html file or null, "sort": a number or null per cell, what the report sorts by}``."""
     at = f"{where}[{show(_text(name, _const(f'{where} (a name)'), empty=False))}]"
     d = _object(spec, lambda: at)
     for key in ("title", "note"):
@@ -199,12 +199,39 @@ def check_panel(name: Any, spec: Any, where: str) -> dict[str, Any]:
         for key in ("node", "module"):
             if row.get(key) is not None:
                 _text(row[key], _const(f"{rat} {show(key)}"))
+        if "sort" in row:
+            keys = _array(row["sort"], _const(f"{rat} 'sort'"))
+            if len(keys) != len(columns):
+                _fail(f"{rat} 'sort'", f"{len(columns)} numbers or nulls, one per column", keys)
+            for j, v in enumerate(keys):
+                if v is not None and (type(v) is bool or not isinstance(v, int | float)):
+                    _fail(f"{rat} 'sort'[{j}]", "a number or null", v)
+                if v is not None:
+                    _number(v, _const(f"{rat} 'sort'[{j}]"))
         href = row.get("href")
         if href is not None and not (isinstance(href, str) and _SIBLING.fullmatch(href)):
             _fail(f"{rat} 'href'", "the name of a sibling .html file (letters, digits, '.', '_', '-')", href)
         if row.get("level") not in (None, *PANEL_LEVELS):
             _fail(f"{rat} 'level'", " or ".join(repr(c) for c in PANEL_LEVELS) + " or null", row.get("level"))
     return d
+
+
+def check_headline(spec: Any, where: str) -> dict[str, Any]:
+    """An analysis's answer in words (:func:`fxviz.passes.panels.set_headline`): ``{"text": the
+    sentence, "level": one of PANEL_LEVELS or null, "panel": the panel holding the facts behind it or
+    null, "node": a node name or null, "module": a call id or null}``."""
+    d = _object(spec, lambda: where)
+    _text(d.get("text"), _const(f"{where} 'text'"), empty=False)
+    for key in ("panel", "node", "module"):
+        if d.get(key) is not None:
+            _text(d[key], _const(f"{where} {show(key)}"))
+    if d.get("level") not in (None, *PANEL_LEVELS):
+        _fail(f"{where} 'level'", " or ".join(repr(c) for c in PANEL_LEVELS) + " or null", d.get("level"))
+    return d
+
+
+def _headline(v: Any, where: str) -> None:
+    check_headline(v, where)
 
 
 def _panels(v: Any, where: str) -> None:
@@ -216,7 +243,7 @@ def _panels(v: Any, where: str) -> None:
 #: as a free-form value.
 ANNOTATIONS: dict[str, Callable[[Any, str], None]] = {
     "stats": _stats, "fold": _fold, "shapes": _shapes, "failure": _failure, "replay": _replay,
-    "overlays": _overlays, "panels": _panels,
+    "overlays": _overlays, "panels": _panels, "headline": _headline,
 }
 
 

@@ -7,7 +7,7 @@ import { Minimap } from "./minimap.js";
 import { Model, ROOT } from "./model.js";
 import { MISSING, inkFor, painter } from "./overlay.js";
 import { groupDetails, markInTree, nodeDetails, renderHeader, renderLegend, renderTree } from "./panels.js";
-import { renderFindings } from "./findings.js";
+import { Findings } from "./findings.js";
 import { Search, bindSearch } from "./search.js";
 import { LINK_PATTERNS, loadSettings, resolvedTheme, saveSettings } from "./settings.js";
 import { BoxNames, decodeState, encodeState } from "./state.js";
@@ -113,7 +113,7 @@ export class Report {
     this.minimaps = [new Minimap(this.r.minimap, this.viewer)];
     renderHeader(this.r, data, () => this.showErrors());
     renderTree(this.r.tree, this.model, (key) => this.viewer.go(key));
-    if (this.r.findings) renderFindings(this.r.findings, data.panels, (key) => this.viewer.go(key));
+    this.bindFindings();
     this.search = bindSearch({ input: this.r.search, list: this.r.results, count: this.r.count, regex: this.r.regex },
       new Search(this.model), (key) => this.viewer.go(key), (q) => { this.query = q; this.saveState(); });
     bindCommon(this, root);
@@ -192,7 +192,18 @@ export class Report {
     } else if (this.r.status.textContent.includes("nested deeper")) this.status("");
     this.showDetails();
     markInTree(this.r.tree, this.model, key && key[0] === "g" ? +key.slice(1) : key ? this.model.ng[+key.slice(1)] : null);
+    if (this.findings) this.findings.mark(key);
     this.saveState();
+  }
+
+  /** The analysis's answer above the graph and its tables in the drawer under it (findings.js). */
+  bindFindings() {
+    this.findings = new Findings(this.r, this.data, (key) => this.viewer.go(key));
+  }
+
+  /** The rows of the analysis's tables that point at `key`, for its details (null: none). */
+  findingsOf(key) {
+    return this.findings ? this.findings.facts(key) : null;
   }
 
   showDetails() {
@@ -206,6 +217,8 @@ export class Report {
     const go = (k) => this.viewer.go(k);
     const opts = { overlays: this.data.overlays, linkPattern: this.settings.link };
     this.r.details.replaceChildren(key[0] === "n" ? nodeDetails(this.model, +key.slice(1), go, opts) : groupDetails(this.model, +key.slice(1), go, opts));
+    const facts = this.findingsOf(key);
+    if (facts) this.r.details.append(facts);
   }
 
   onView() {

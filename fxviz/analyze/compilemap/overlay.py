@@ -21,7 +21,7 @@ from typing import Any
 from fxviz.analyze.compilemap.result import CATEGORIES, BreakGroup, CompileMap, ModuleCoverage, percent
 from fxviz.ir import Graph, module_class
 from fxviz.passes.overlays import set_overlay
-from fxviz.passes.panels import row, set_panel
+from fxviz.passes.panels import row, set_headline, set_panel
 from fxviz.text import one_line
 
 #: Graph colours, cycled; red stays for eager and breaks.
@@ -78,7 +78,7 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
                 reduce="mean", description="share of each module call's ops that ran inside a compiled graph "
                 "(an op: 100 inside a graph, 0 eager)")
     panels = graph.annotations.get("panels") or {}
-    for stale in ("breaks", "modules", "recompiles", "shapes", "guards"):
+    for stale in ("breaks", "modules", "graphs", "recompiles", "shapes", "guards"):
         panels.pop(stale, None)
     if cmap.breaks:
         in_library = any(b.library is not None for b in cmap.breaks)
@@ -94,6 +94,7 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
                             level="error" if m.compiled == 0 else "warn") for m in ranked[:limit]],
                   note=f"{_plural(len(ranked), 'module call')} with ops outside graphs"
                   + (f"; the first {limit} shown" if len(ranked) > limit else ""))
+    _graphs_panel(cmap)
     if cmap.recompiles or cmap.limits:
         rows = [(r.input_set, row(r.input_set, f"{r.func} ({r.file.rsplit('/', 1)[-1]}:{r.line})",
                                   one_line(r.reason, limit=200), r.advice or None, level="warn")) for r in cmap.recompiles]
@@ -108,7 +109,29 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
         set_panel(graph, "recompiles", title="recompiles", columns=["input set", "function", "guard failed", "advice"],
                   rows=[r for _, r in sorted(rows, key=lambda kr: kr[0])], note=note)
     _guard_panels(cmap)
+    first = cmap.breaks[0].node if cmap.breaks else None
+    set_headline(graph, cmap.headline(), level="error" if cmap.limits else "warn" if cmap.break_count else "ok",
+                 panel="breaks" if cmap.breaks else "modules" if ranked else "graphs" if cmap.graphs else None,
+                 node=first if first in {n.name for n in graph.nodes} else None)
     return graph
+
+
+def _graphs_panel(cmap: CompileMap) -> None:
+    """Panel ``graphs``: the facts behind the headline's count and share, one row per Dynamo graph
+    (its function and line, the ops it holds of the eager graph's, how often it ran, its guards),
+    pointing at its first op in the eager graph."""
+    if not cmap.graphs:
+        return
+    first: dict[str, str] = {}
+    for name, gid in cmap.assigned.items():
+        first.setdefault(gid, name)
+    held = {g.id: sum(1 for v in cmap.assigned.values() if v == g.id) for g in cmap.graphs}
+    set_panel(cmap.graph, "graphs", title="compiled graphs",
+              columns=["graph", "function", "line", "eager ops in it", "runs", "guards", "inputs"],
+              rows=[row(g.id, g.func, _at(g.file, g.line), held[g.id], g.runs, len(g.guards),
+                        ", ".join(g.inputs) or None, node=first.get(g.id), level="ok") for g in cmap.graphs],
+              note=f"{_plural(len(cmap.graphs), 'graph')}; {_plural(cmap.compiled_ops, 'op')} of {cmap.ops} "
+                   "ran inside one")
 
 
 def _at(file: str, line: int) -> str:

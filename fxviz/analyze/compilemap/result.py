@@ -326,9 +326,14 @@ class CompileMap:
                     f"{_sets(lim.eager_sets)}")
         return out
 
+    def headline(self) -> str:
+        """The answer, as the terminal prints it after the model's name and the report (the graph's
+        ``headline`` annotation) and JSON keep it: ``torch.compile: 1 graph, 0 breaks, ...``."""
+        return f"torch.compile: {self.header()}"
+
     def to_dict(self) -> dict[str, Any]:
         return {
-            "format": "fxviz.compile_map/1",
+            "format": "fxviz.compile_map/1", "headline": self.headline(),
             "backend": self.backend, "mode": self.mode, "dynamic": self.dynamic, "input_sets": self.input_sets,
             "summary": {"graphs": len(self.graphs), "breaks": self.break_count, "causes": len(self.breaks),
                         "recompiles": len(self.recompiles), "ops": self.ops, "compiled_ops": self.compiled_ops,

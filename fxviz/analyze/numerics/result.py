@@ -12,7 +12,7 @@ from typing import Any
 
 from fxviz.ir import Graph
 from fxviz.passes.overlays import set_overlay
-from fxviz.passes.panels import row, set_panel
+from fxviz.passes.panels import row, set_headline, set_panel
 
 _FLOATS = ("max_abs", "max_rel", "cosine", "snr_db", "rel_rms", "floor")
 #: How many modules the ``divergence`` panel lists after the first divergence.
@@ -150,7 +150,8 @@ class Numerics:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "against": self.against, "rtol": self.rtol, "atol": self.atol, "expected": self.expected,
+            "headline": self.headline(), "against": self.against, "rtol": self.rtol, "atol": self.atol,
+            "expected": self.expected,
             "first": self.first,
             "first_where": self.where(self.first) if self.first else None,
             "births": self.births, "not_comparable": self.not_comparable, "notes": self.notes,
@@ -231,6 +232,8 @@ def annotate(result: Numerics) -> None:
         note += f"; {len(result.not_comparable)} random op(s) not comparable"
     set_panel(g, "divergence", title=f"numerics against {result.against}",
               columns=["what", "where", "SNR dB", "max rel", "line"], rows=rows, note=note)
+    set_headline(g, result.headline(), panel="divergence", node=result.first,
+                 level="ok" if result.first is None else "warn")
 
 
 def rel_text(max_rel: float) -> str:

@@ -104,8 +104,9 @@ def compare_outputs(got: Sequence[Any], want: Sequence[Any], names: Sequence[str
         if not isinstance(g, torch.Tensor) or not isinstance(w, torch.Tensor):
             continue
         max_abs, max_rel, ok = difference(g, w)
+        atol, rtol = tolerance(w.dtype) if w.is_floating_point() or w.is_complex() else (0.0, 0.0)
         outs.append(OutputError(names[i] if i < len(names) else f"output[{i}]", str(w.dtype).removeprefix("torch."),
-                                max_abs, max_rel, ok))
+                                max_abs, max_rel, ok, atol, rtol))
     return Numbers(outs, "" if outs else "no tensor outputs to compare", seconds)
 
 

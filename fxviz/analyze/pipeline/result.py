@@ -36,13 +36,17 @@ class StageError:
 
 @dataclass
 class OutputError:
-    """One output of a stage against eager: the largest absolute and relative differences."""
+    """One output of a stage against eager: the largest absolute and relative differences, and
+    whether every element is within ``atol + rtol * |eager|`` (the tolerance of its dtype; ``None``
+    in results saved before it was recorded)."""
 
     name: str
     dtype: str
     max_abs: float
     max_rel: float
     ok: bool
+    atol: float | None = None
+    rtol: float | None = None
 
 
 @dataclass
@@ -150,7 +154,8 @@ class Divergence:
 
     def __str__(self) -> str:
         at = f" at node {self.node!r}" + (f" (was {self.previous!r})" if self.previous and self.previous != self.node else "")
-        return f"stage {self.stage} ({self.pass_name}){at if self.node else ''}: max abs error {self.max_abs:.3g}"
+        whose = "that node's" if self.node else "the outputs'"
+        return f"stage {self.stage} ({self.pass_name}){at if self.node else ''}: {whose} max abs error {self.max_abs:.3g}"
 
 
 @dataclass
@@ -190,8 +195,27 @@ class Pipeline:
             names = set(prev)
         return out
 
+    def headline(self) -> str:
+        """The pipeline's answer, as the terminal prints it first and the report and JSON keep it:
+        ``CoolCNN: 3 stages (export → decompose → fuse), 15 → 12 ops; numbers first diverge at ...``."""
+        passes = " → ".join(s.name for s in self.stages)
+        ops = [sum(s.ops_after.values()) for s in self.stages]
+        out = f"{self.name}: {len(self.stages)} stage{'s' if len(self.stages) != 1 else ''} ({passes}), "
+        out += f"{ops[0]} → {ops[-1]} ops" if len(ops) > 1 else f"{ops[0]} ops" if ops else "no ops"
+        failed = self.failed
+        if failed is not None and failed.error is not None:
+            return out + f"; stage {failed.index} ({failed.name}) failed: {failed.error}"
+        if self.first_divergence is not None:
+            return out + f"; numbers first diverge at {self.first_divergence}"
+        checked = [s.numbers for s in self.stages if s.numbers is not None and s.numbers.checked]
+        if not checked:
+            return out + "; numbers not compared with eager"
+        worst = max(n.max_abs or 0.0 for n in checked)
+        return out + f"; every stage's outputs within tolerance of eager (max abs error {worst:.3g})"
+
     def to_dict(self) -> dict[str, Any]:
         return {
+            "headline": self.headline(),
             "name": self.name,
             "stages": [s.to_dict() for s in self.stages],
             "first_divergence": asdict(self.first_divergence) if self.first_divergence else None,

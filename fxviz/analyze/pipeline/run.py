@@ -183,7 +183,7 @@ def _stage(run: _Run, prev: Stage, step: Step, index: int, numbers: bool) -> Sta
     seconds = time.perf_counter() - t0
     fx_links, fresh, gone = linking.link(before.graph, after.graph, given=given)
     linking.fill_meta(after.graph, before.graph, fx_links)
-    graph = run.graph(after, f"export + {step.name}")
+    graph = run.graph(after, f"{prev.graph.method or 'export'} + {step.name}")  # every pass so far, in order
     new_names = linking.ir_names(after.graph, graph)
     old_names = linking.ir_names(before.graph, prev.graph)
     links = linking.rename(fx_links, new_names, old_names)

@@ -10,16 +10,20 @@ them with no renderer change.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fxviz.analyze.pipeline.result import Pipeline, Stage
 from fxviz.ir import Graph
 from fxviz.passes.overlays import set_overlay
-from fxviz.passes.panels import row, set_panel
+from fxviz.passes.panels import row, set_headline, set_panel
 
 OVERLAY = "pass_change"
 PANEL = "pipeline"
-COLUMNS = ["#", "pass", "time", "ops", "+added", "-removed", "max error"]
+#: The last column is one measure, named: the largest |stage - eager| over the stage's outputs,
+#: ✗ when an element is beyond its dtype's tolerance (:func:`tolerance_note`).
+ERROR_COLUMN = "outputs' max abs error"
+COLUMNS = ["#", "pass", "time", "ops", "+added", "-removed", ERROR_COLUMN]
 CATEGORIES = {
     "added": {"label": "added", "color": "#2ca02c"},
     "replaced": {"label": "replaced", "color": "#ff7f0e"},
@@ -41,6 +45,19 @@ def max_error(stage: Stage) -> str:
     return f"{n.max_abs:.3g}" + ("" if n.ok else " ✗")
 
 
+def tolerance_note(p: Pipeline) -> str:
+    """What the error column measures and the tolerance its ✗ compares with, by output dtype:
+    ``outputs' max abs error: the largest |stage − eager| over the outputs; ✗: an element beyond
+    atol + rtol·|eager| (float32: atol 0.0001, rtol 0.0001)``."""
+    tols = sorted({(o.dtype, o.atol, o.rtol) for s in p.stages if s.numbers is not None for o in s.numbers.outputs
+                   if o.atol is not None and o.rtol is not None and (o.atol or o.rtol)})
+    if not any(s.numbers is not None and s.numbers.checked for s in p.stages):
+        return ""
+    by = ", ".join(f"{d}: atol {a:g}, rtol {r:g}" for d, a, r in tols)
+    return (f"{ERROR_COLUMN}: the largest |stage − eager| over the stage's outputs; ✗: an element beyond "
+            f"atol + rtol·|eager|" + (f" ({by})" if by else ""))
+
+
 def stage_cells(stage: Stage) -> list[Any]:
     """The stage table's cells for one stage (shared by the terminal table and the panel)."""
     before, after = sum(stage.ops_before.values()), sum(stage.ops_after.values())
@@ -48,6 +65,15 @@ def stage_cells(stage: Stage) -> list[Any]:
     ops = str(after) if stage.index == 0 else f"{before} → {after}"
     return [stage.index, name, fmt_seconds(stage.seconds), ops,
             f"+{len(stage.added) + len(stage.replaced)}", f"-{len(stage.removed)}", max_error(stage)]
+
+
+def stage_keys(stage: Stage) -> list[float | None]:
+    """What the report sorts each of the stage's cells by: seconds, ops after, nodes added and
+    removed, the outputs' max abs error (a stage without numbers: none)."""
+    n = stage.numbers
+    err = n.max_abs if n is not None and n.checked else None
+    return [stage.index, None, stage.seconds, sum(stage.ops_after.values()), len(stage.added) + len(stage.replaced),
+            len(stage.removed), err if err is not None and math.isfinite(err) else None]
 
 
 def stage_level(p: Pipeline, stage: Stage) -> str:
@@ -108,7 +134,7 @@ def annotate(p: Pipeline, index: int, *, show_unchanged: bool = False,
             continue
         first = next(iter([*s.replaced, *s.added]), None) if s.index == index else None
         href = (pages or {}).get(s.index) if s.index != index else None
-        rows.append(row(*stage_cells(s), node=first, level=stage_level(p, s), href=href))
+        rows.append(row(*stage_cells(s), node=first, level=stage_level(p, s), href=href, sort=stage_keys(s)))
     hidden = len(p.stages) - len(p.visible(show_unchanged=show_unchanged))
     note = [f"showing stage {index} ({stage.name})"]
     if hidden:
@@ -118,9 +144,15 @@ def annotate(p: Pipeline, index: int, *, show_unchanged: bool = False,
     failed = p.failed
     if failed is not None and failed.error is not None:
         note.append(f"stage {failed.index} ({failed.name}) failed: {failed.error}")
+    if tolerance_note(p):
+        note.append(tolerance_note(p))
     set_panel(graph, PANEL, title="pass pipeline", columns=COLUMNS, rows=rows, note="; ".join(note))
+    div = p.first_divergence
+    set_headline(graph, p.headline(), panel=PANEL,
+                 level="error" if failed is not None or div is not None else "ok",
+                 node=div.node if div is not None and div.stage == index and div.node else None)
     return graph
 
 
-__all__ = ["CATEGORIES", "COLUMNS", "OVERLAY", "PANEL", "annotate", "categories", "fmt_seconds", "provenance_text",
-           "stage_cells"]
+__all__ = ["CATEGORIES", "COLUMNS", "ERROR_COLUMN", "OVERLAY", "PANEL", "annotate", "categories", "fmt_seconds", "provenance_text",
+           "stage_cells", "stage_keys", "tolerance_note"]

@@ -1,0 +1,25 @@
+// The analysis drawer's pure parts: what a row points at and how a column sorts.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { rowKey, sortRows, sortValue } from "../src/findings.js";
+
+test("a row points at its node, else its box, else nowhere", () => {
+  assert.equal(rowKey({ n: 0, g: 3 }), "n0");
+  assert.equal(rowKey({ g: 3 }), "g3");
+  assert.equal(rowKey({ c: [] }), null);
+});
+
+test("a column sorts by Python's numbers, else by the number its text starts with, else as text", () => {
+  assert.equal(sortValue({ c: ["3"], k: [3] }, 0), 3);
+  assert.equal(sortValue({ c: ["1,234"] }, 0), 1234);
+  assert.equal(sortValue({ c: ["0.0774 ✗"] }, 0), 0.0774);
+  assert.equal(sortValue({ c: ["15 → 17"] }, 0), 15);
+  assert.equal(sortValue({ c: ["exact"] }, 0), "exact");
+  const rows = [{ c: ["12"], k: [12] }, { c: ["b"] }, { c: [""] }, { c: ["3"], k: [3] }, { c: ["a"] }, { c: ["1"], k: [1] }];
+  assert.deepEqual(sortRows(rows, 0, 1).map((r) => r.c[0]), ["1", "3", "12", "a", "b", ""]);
+  assert.deepEqual(sortRows(rows, 0, -1).map((r) => r.c[0]), ["b", "a", "12", "3", "1", ""]);
+  // equal keys keep the order Python wrote
+  const ties = [{ c: ["x"], id: 1 }, { c: ["x"], id: 2 }];
+  assert.deepEqual(sortRows(ties, 0, -1).map((r) => r.id), [1, 2]);
+});
