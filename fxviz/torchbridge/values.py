@@ -6,6 +6,7 @@ at this package (``fxviz.torchbridge``), which ``capture`` and ``fallback`` both
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -95,8 +96,29 @@ def mark_tied(nodes: list[Node], model: nn.Module) -> None:
     names: dict[int, list[str]] = {}
     for name, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
         names.setdefault(id(t), []).append(name)
-    owner_of = {a: ns[0] for ns in names.values() if len(ns) > 1 for a in ns}
-    others = {ns[0]: ns[1:] for ns in names.values() if len(ns) > 1}
+    _one_node_per_tensor(nodes, [ns for ns in names.values() if len(ns) > 1])
+
+
+def mark_tied_state(nodes: list[Node], state: Mapping[str, torch.Tensor]) -> None:
+    """:func:`mark_tied` for a program without its model (a ``.pt2`` file): tensors of the
+    program's ``state_dict`` that are one tensor (``torch.save`` keeps the sharing: the same
+    storage, offset, shape and strides) are tied, owned by the name its graph lists first, as
+    ``named_parameters()`` would. Tensors without storage (``meta``) cannot be told apart: none
+    is taken as tied."""
+    order = {n.target: i for i, n in enumerate(nodes) if n.kind in ("parameter", "buffer")}
+    names: dict[tuple[Any, ...], list[str]] = {}
+    for name, t in state.items():
+        if name not in order or not isinstance(t, torch.Tensor) or t.device.type == "meta" or not t.data_ptr():
+            continue
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        names.setdefault(key, []).append(name)
+    _one_node_per_tensor(nodes, [sorted(ns, key=order.__getitem__) for ns in names.values() if len(ns) > 1])
+
+
+def _one_node_per_tensor(nodes: list[Node], tied: list[list[str]]) -> None:
+    """The work of :func:`mark_tied`: ``tied`` holds the names of each tied tensor, owner first."""
+    owner_of = {a: ns[0] for ns in tied for a in ns}
+    others = {ns[0]: ns[1:] for ns in tied}
     if not owner_of:
         return
     keep: dict[str, Node] = {}  # owner name -> the node that stands for the tensor
