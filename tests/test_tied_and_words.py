@@ -203,3 +203,14 @@ def test_the_first_divergence_names_the_node_as_drawn_and_its_line() -> None:
     line = first + next(i for i, text in enumerate(lines) if "main_path + parallel_path" in text)
     assert div.where == node_origin(stage.graph, "add") == f"sub (node add) in the model itself at examples.py:{line}"
     assert f"at sub (node add) in the model itself at examples.py:{line}" in str(div)
+
+
+def test_the_numerics_graph_says_the_same_of_a_tied_weight() -> None:
+    """The numerics analyzer records its own eager graph: the tie reads the same there."""
+    torch.manual_seed(0)
+    m = Tied().eval()
+    r = fxviz.numerics(m, (torch.tensor([[1, 2, 3]]),), against="dtype:bfloat16")
+    assert r.graph.node("emb.weight").attrs["shared_with"] == torch_names(m)["emb.weight"][1:]
+    data = view_model(r.graph)
+    head = next(grp for grp in data["groups"] if grp["path"] == "head")
+    assert head["sh"] == [["weight", "emb", data["nodes"]["n"].index("emb.weight")]]
