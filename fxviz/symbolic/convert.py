@@ -17,10 +17,9 @@ import torch
 import torch.fx
 from torch import nn
 
-from fxviz.fallback.classify import function_name
 from fxviz.ir import ModuleCall, Node, NodeKind, Ref, TensorMeta
 from fxviz.symbolic.hops import body_of, convert_hop, inferred_stack, is_hop, mark_checkpoints
-from fxviz.torchbridge.opnames import op_target
+from fxviz.torchbridge.opnames import function_name, op_target
 from fxviz.torchbridge.source import source_from_trace
 from fxviz.torchbridge.values import json_safe, metas_from_val, output_node
 
