@@ -68,7 +68,8 @@ def test_opens_without_errors_or_network(open_report: Any, name: str) -> None:
     r.shot(name)
     assert len(r.keys()) > 3
     assert [u for u in r.requests if u.startswith("file:")] == [r.page.url.split("#")[0]]  # the file only
-    assert r.page.text_content(".fx-method") == ("eager" if name == "partial" else "export")
+    # how the graph was captured, in words (a bare "eager" read as "ran eagerly")
+    assert r.page.text_content(".fx-method") == ("captured by the eager tracer" if name == "partial" else "captured by torch.export")
     # layout ran in a Web Worker started from the report's own script
     assert r.page.get_attribute("#fxviz-app", "data-layout-in") == "worker"
 

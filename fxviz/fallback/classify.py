@@ -19,10 +19,9 @@ import sys
 from typing import Any, Literal, NamedTuple
 
 import torch
-from torch.overrides import resolve_name
 
 from fxviz.ops import DATA_DEPENDENT, TENSOR_META_ATTRS, TENSOR_META_METHODS, short_name
-from fxviz.torchbridge.opnames import op_target
+from fxviz.torchbridge.opnames import function_name, op_target
 
 #: What a recording mode sees: torch-function calls (``F.linear``) or ATen ops (``aten.addmm``).
 Level = Literal["function", "aten"]
@@ -198,21 +197,6 @@ def written_tensors(
         elif isinstance(a, (list, tuple)):
             n += sum(isinstance(x, torch.Tensor) for x in a)
     return tuple(positions[i] for i in writes if i in positions)
-
-
-def function_name(func: Any) -> str:
-    """``torch.nn.functional.linear``, ``Tensor.view``, ``Tensor.T.__get__``: how a user writes it."""
-    try:
-        name = resolve_name(func)
-    except Exception:  # resolve_name walks torch's namespaces; anything odd falls through
-        name = None
-    if not name:
-        mod = getattr(func, "__module__", None) or ""
-        qual = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
-        name = f"{mod}.{qual}" if mod and mod != "builtins" else str(qual)
-    if name.startswith("torch._VariableFunctionsClass."):  # how resolve_name spells some torch.* ops
-        name = "torch." + name.removeprefix("torch._VariableFunctionsClass.")
-    return name.removeprefix("torch.") if name.startswith("torch.Tensor.") else name
 
 
 __all__ = [

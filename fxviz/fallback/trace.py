@@ -24,7 +24,7 @@ from fxviz.torchbridge.guard import DynamoCodes, modules_of, named_modules
 from fxviz.torchbridge.normalize import _describe, flatten_inputs, flatten_outputs
 from fxviz.torchbridge.run import CAPTURE_LOCK, deep_enough, gc_paused
 from fxviz.torchbridge.source import error_location
-from fxviz.torchbridge.values import module_infos, output_node
+from fxviz.torchbridge.values import mark_tied, module_infos, output_node
 
 _parameters_of, _buffers_of = attrgetter("_parameters"), attrgetter("_buffers")
 _is_meta = attrgetter("is_meta")
@@ -121,11 +121,13 @@ def _trace(
     except Exception as e:
         if _beyond_the_tracer(e):
             raise
+        mark_tied(rec.nodes, model)
         graph.nodes = rec.nodes
         raise _model_error(graph, rec, e) from e
     finally:
         rec.state.restore()
         rec.close()
+    mark_tied(rec.nodes, model)
     graph.nodes = rec.nodes
     graph.annotations["replay"] = _replay_verdict(rec)
     return graph

@@ -37,11 +37,13 @@ from fxviz.render.view import (
     Group,
     ModuleBoxes,
     bounded,
+    captured_by,
     edge_label,
     format_count,
     module_boxes,
     node_label,
     op_kind,
+    shared_state,
     stable_color,
     text_color,
 )
@@ -200,10 +202,14 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET, overlay: str | Non
             failing.update(boxes.ancestors(boxes.node_group.get(n.name)))
     boundaries = _boundaries(graph, boxes, calls)
 
+    shared = shared_state(graph)
+
     def group_entry(g: Group) -> dict[str, Any]:
         paths = g.run["paths"] if g.run else [g.path] if g.kind == "module" else []
         params = sum(mod_stats.get(p, {}).get("params", 0) for p in paths)
-        ops = sum(mod_stats.get(p, {}).get("ops", 0) for p in paths)
+        # the ops this box holds: its call's (a module called three times is three boxes), not
+        # its module's, which counts every call
+        ops = sum(len(calls[m].nodes) for m in boxes.members.get(g.id, [g.id]) if m in calls)
         if g.kind == "plumbing":
             params, ops = 0, g.size
         if g.id in boxes.regions:
@@ -230,6 +236,9 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET, overlay: str | Non
             d["outs"] = [ref(r) for r in outs]
         if g.id in failing:
             d["err"] = 1
+        held = [[attr, bounded(graph.node(owner).module), nindex[owner]] for p in paths for attr, owner in shared.get(p, ())]
+        if held:
+            d["sh"] = held  # [attribute, owner module, owner node]: "weight shared with transformer.wte"
         return d
 
     groups = [group_entry(boxes.groups[gid]) for gid in group_ids]
@@ -243,6 +252,7 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET, overlay: str | Non
         "v": VIEW_MODEL_VERSION,
         "name": graph.name,
         "method": graph.method,
+        "captured": captured_by(graph.method),
         "error": graph.error,
         "headline": headline(graph),
         "attempts": [

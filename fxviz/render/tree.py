@@ -41,7 +41,7 @@ from fxviz.render.treelabel import Plumbing as _Plumbing
 from fxviz.render.treelabel import fold_plumbing as _fold_plumbing
 from fxviz.render.treelabel import shape_pieces as _shape_pieces
 from fxviz.render.treelabel import shown as _c
-from fxviz.render.view import format_count, node_color, node_label, value_boxes
+from fxviz.render.view import counted, format_count, node_color, node_label, value_boxes
 from fxviz.text import one_line
 
 _DIM = "dim"
@@ -180,7 +180,7 @@ def _header(graph: Graph, ctx: _Ctx) -> _Label:
         t.add(" (partial)", _ERR)
     if stats:
         t.add(f"  ·  {format_count(stats.get('total_params', 0))} params", _DIM, brk=True)
-        t.add(f"  ·  {stats.get('total_ops', 0)} ops", _DIM, brk=True)
+        t.add(f"  ·  {counted(stats.get('total_ops', 0), 'op')}", _DIM, brk=True)
     if ctx.overlay is not None:
         t.add(f"  ·  {_c(ctx.overlay.get('label', ''))}", _VALUE, brk=True)
     return t
@@ -340,7 +340,7 @@ def _call(parent: Tree, call: Block, ctx: _Ctx, level: int, nesting: int, fold: 
         ctx.add(parent, label, nesting, value)
         return
     if (ctx.depth is not None and level >= ctx.depth) or nesting >= ctx.max_levels:
-        label.add(f"  … {len(call.nodes)} ops", _DIM, brk=True)
+        label.add(f"  … {counted(len(call.nodes), 'op')}", _DIM, brk=True)
         branch = ctx.add(parent, label, nesting, value)
         if nesting >= ctx.max_levels and (ctx.depth is None or level < ctx.depth):
             levels = max(c.depth for c in call.call.walk()) - call.depth
@@ -374,7 +374,7 @@ def _region(parent: Tree, block: Block, ctx: _Ctx, level: int, nesting: int) -> 
 
 def _hidden(ops: int, levels: int, ctx: _Ctx) -> _Label:
     """The line that stands for what is nested too deep to draw."""
-    what = f"{ops} ops" + (f" in {levels} more levels of modules" if levels else "")
+    what = counted(ops, "op") + (f" in {counted(levels, 'more level')} of modules" if levels else "")
     return _Label(f"⋯ {what} not drawn: the tree stops at {ctx.max_levels} levels (a wider terminal "
                   "shows more; the HTML report shows all)", _DIM)
 

@@ -116,12 +116,58 @@ def scope_label(graph: Graph, scope: Scope) -> str:
     return bounded(f"{scope.name} ({cls})" if cls else scope.name)
 
 
+def counted(n: int, noun: str, plural: str = "") -> str:
+    """``1 op``, ``1,234 ops``: a count and its noun, singular for one (as the report's
+    ``counted`` in web/src/text.js)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def format_count(n: int) -> str:
     """``124439808`` -> ``124.4M``."""
     for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= div:
             return f"{n / div:.1f}{unit}"
     return str(n)
+
+
+def shared_state(graph: Graph) -> dict[str, list[tuple[str, str]]]:
+    """Module path -> ``(attribute, owner node)`` for each parameter or buffer the module holds
+    under a name that is not its owner's (tied weights: ``lm_head`` -> ``[("weight",
+    "transformer.wte.weight")]``), from the owner nodes' ``attrs["shared_with"]``
+    (:func:`fxviz.torchbridge.values.mark_tied`)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for n in graph.nodes:
+        if n.kind in ("parameter", "buffer") and n.attrs.get("shared_with"):
+            for alias in n.attrs["shared_with"]:
+                path, _, attr = str(alias).rpartition(".")
+                out.setdefault(path, []).append((attr, n.name))
+    return out
+
+
+#: Capture methods (``Graph.method``) in words: what captured the graph, never what ran it.
+CAPTURED_BY: dict[str, str] = {
+    "export": "torch.export", "export-strict": "torch.export (strict)",
+    "export-decomposed": "torch.export, decomposed to core ATen", "fx": "torch.fx symbolic tracing",
+    "eager": "the eager tracer", "eager-aten": "the eager tracer at ATen level",
+    "eager (fake)": "the eager tracer on fake tensors", "eager-aten (fake)": "the eager tracer at ATen level on fake tensors",
+}
+
+
+def captured_by(method: str) -> str:
+    """``captured by the eager tracer``: how a graph was captured, apart from what any analysis of
+    it found (a compile page's graph "eager" read as "ran eagerly")."""
+    return f"captured by {CAPTURED_BY.get(method, method or 'an unknown method')}"
+
+
+def node_origin(graph: Graph, name: str) -> str:
+    """A node as drawn and where it comes from: ``sub (node add) in mlp.fc at model.py:12``; the
+    name only where the label is not it."""
+    n = graph.node(name)
+    label = node_label(n)
+    path = n.module
+    text = label if label == n.name else f"{label} (node {n.name})"
+    text += f" in {path}" if path else " in the model itself"
+    return text + (f" at {n.source.short()}" if n.source is not None else "")
 
 
 # ---- edges -------------------------------------------------------------------------------------

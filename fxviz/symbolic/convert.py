@@ -7,6 +7,7 @@ multi-output op becomes an indexed :class:`Ref` instead of a node of its own.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from torch import nn
 
 from fxviz.ir import ModuleCall, Node, NodeKind, Ref, TensorMeta
 from fxviz.symbolic.hops import body_of, convert_hop, inferred_stack, is_hop, mark_checkpoints
-from fxviz.torchbridge.opnames import op_target
+from fxviz.torchbridge.opnames import function_name, op_target
 from fxviz.torchbridge.source import source_from_trace
 from fxviz.torchbridge.values import json_safe, metas_from_val, output_node
 
@@ -48,13 +49,29 @@ def target_name(node: torch.fx.Node, modules: dict[str, nn.Module] | None = None
 
 
 def _call_name(name: str, target: str) -> str:
-    """The torch-level call's name as the eager tracer spells it. Export names a call of a
-    dispatcher op by its Python class (``OpOverload.scaled_swish.default``), which drops the
-    namespace; when that op is the node's own, its target says it (``mylib::scaled_swish.default``)."""
+    """The torch-level call's name as the eager tracer spells it (and a user writes it). Export
+    names the call by its Python class and name (``builtin_function_or_method.relu``): the function
+    of that name and class in torch's namespaces is the one (``torch.relu``,
+    ``torch.nn.functional.linear``, ``Tensor.view``). A call of a dispatcher op
+    (``OpOverload.scaled_swish.default``) drops the namespace; when that op is the node's own, its
+    target says it (``mylib::scaled_swish.default``)."""
     kind, _, rest = name.partition(".")
     if kind in ("OpOverload", "OpOverloadPacket") and rest and target.endswith(("::" + rest, "." + rest)):
         return target
-    return name
+    return _torch_spelling(kind, rest) or name
+
+
+@functools.cache
+def _torch_spelling(cls: str, fn: str) -> str | None:
+    """``torch.relu`` for (``builtin_function_or_method``, ``relu``): the first function called
+    ``fn`` of class ``cls`` in torch's namespaces, as the eager tracer names it; ``None``: none."""
+    if not fn or "." in fn:
+        return None
+    for ns in (torch, torch.nn.functional, torch.Tensor, torch.special, torch.linalg, torch.fft):
+        obj = getattr(ns, fn, None)
+        if obj is not None and type(obj).__name__ == cls:
+            return function_name(obj)
+    return None
 
 
 def argument_names(node: torch.fx.Node) -> list[str] | None:

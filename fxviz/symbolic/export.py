@@ -23,7 +23,7 @@ from fxviz.torchbridge.checks import RejectedInputs, confirm_forward, first_line
 from fxviz.torchbridge.guard import named_modules
 from fxviz.torchbridge.normalize import FlatInputs, NormalizedModel, flatten_inputs
 from fxviz.torchbridge.source import is_user_file
-from fxviz.torchbridge.values import mark_tied, module_infos
+from fxviz.torchbridge.values import mark_tied, mark_tied_state, module_infos
 
 _INPUT_KINDS: dict[InputKind, NodeKind] = {
     InputKind.PARAMETER: "parameter",
@@ -170,6 +170,7 @@ def graph_from_exported(
     conv.add_outputs(items)  # type: ignore[arg-type]
     asserted = [a for _, a in runtime_assertions(ep, run)]
     if model is None:
+        mark_tied_state(conv.nodes, ep.state_dict)
         return Graph(nodes=conv.nodes, method=method, assumptions=asserted)
     mark_tied(conv.nodes, model)
 

@@ -6,6 +6,7 @@ at this package (``fxviz.torchbridge``), which ``capture`` and ``fallback`` both
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -85,18 +86,75 @@ def _s(x: Any) -> str:
 
 
 def mark_tied(nodes: list[Node], model: nn.Module) -> None:
-    """Tag parameters and buffers reached under a second name (tied weights: ``lm_head.weight`` is
-    ``transformer.wte.weight``) with ``attrs["tied_to"]``, the name that owns the tensor."""
-    owner: dict[int, str] = {}
-    alias: dict[str, str] = {}
-    named = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
-    for name, t in named:
-        first = owner.setdefault(id(t), name)
-        if first != name:
-            alias[name] = first
+    """One node per tied tensor (``lm_head.weight`` is ``transformer.wte.weight``), in place: the
+    name torch lists first (``named_parameters()``) owns it, every reader reads the owner's node,
+    and that node's ``attrs["shared_with"]`` lists the tensor's other names, from torch's own
+    record (``named_parameters(remove_duplicate=False)``). A capture that read the tensor under a
+    second name only (export names it by either) gets that node renamed to the owner, in the
+    owner's module; one that made a node per name keeps the owner's. So every renderer draws the
+    shared weight from its owner's node, and a module that holds it under another name says so."""
+    names: dict[int, list[str]] = {}
+    for name, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+        names.setdefault(id(t), []).append(name)
+    _one_node_per_tensor(nodes, [ns for ns in names.values() if len(ns) > 1])
+
+
+def mark_tied_state(nodes: list[Node], state: Mapping[str, torch.Tensor]) -> None:
+    """:func:`mark_tied` for a program without its model (a ``.pt2`` file): tensors of the
+    program's ``state_dict`` that are one tensor (``torch.save`` keeps the sharing: the same
+    storage, offset, shape and strides) are tied, owned by the name its graph lists first, as
+    ``named_parameters()`` would. Tensors without storage (``meta``) cannot be told apart: none
+    is taken as tied."""
+    order = {n.target: i for i, n in enumerate(nodes) if n.kind in ("parameter", "buffer")}
+    names: dict[tuple[Any, ...], list[str]] = {}
+    for name, t in state.items():
+        if name not in order or not isinstance(t, torch.Tensor) or t.device.type == "meta" or not t.data_ptr():
+            continue
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        names.setdefault(key, []).append(name)
+    _one_node_per_tensor(nodes, [sorted(ns, key=order.__getitem__) for ns in names.values() if len(ns) > 1])
+
+
+def _one_node_per_tensor(nodes: list[Node], tied: list[list[str]]) -> None:
+    """The work of :func:`mark_tied`: ``tied`` holds the names of each tied tensor, owner first."""
+    owner_of = {a: ns[0] for ns in tied for a in ns}
+    others = {ns[0]: ns[1:] for ns in tied}
+    if not owner_of:
+        return
+    keep: dict[str, Node] = {}  # owner name -> the node that stands for the tensor
     for n in nodes:
-        if n.kind in ("parameter", "buffer") and n.target in alias:
-            n.attrs["tied_to"] = alias[n.target]
+        owner = owner_of.get(n.target) if n.kind in ("parameter", "buffer") else None
+        if owner is not None and (owner not in keep or n.target == owner):
+            keep[owner] = n
+    taken = {n.name for n in nodes}
+    rename: dict[str, str] = {}  # node name -> the name of the node that stands for its tensor
+    for owner, n in keep.items():
+        n.attrs.pop("tied_to", None)
+        n.attrs["shared_with"] = others[owner]
+        if n.target != owner:  # the capture knew it by another name only: it becomes the owner's
+            n.target = owner
+            path = owner.rpartition(".")[0]
+            n.stack = ((path, 0),) if path else ()
+            if owner not in taken:
+                rename[n.name] = owner
+                taken.add(owner)
+                n.name = owner
+    placed: set[str] = set()
+    out: list[Node] = []
+    for n in nodes:
+        owner = owner_of.get(n.target) if n.kind in ("parameter", "buffer") else None
+        if owner is not None:
+            stand = keep[owner]
+            if stand is not n:
+                rename[n.name] = stand.name
+            if owner not in placed:  # where the tensor is first met, so it is made before it is read
+                placed.add(owner)
+                out.append(stand)
+            continue
+        if any(r.node in rename for r in n.inputs):
+            n.inputs = tuple(Ref(rename.get(r.node, r.node), r.index) for r in n.inputs)
+        out.append(n)
+    nodes[:] = out
 
 
 def output_node(name: str, path: str, ref: Ref | None, const: str | None) -> Node:

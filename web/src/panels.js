@@ -4,7 +4,7 @@ import { action, grouped, h } from "./dom.js";
 import { formatValue } from "./overlay.js";
 import { sourceLink } from "./settings.js";
 import { MAX_DEPTH, ROOT } from "./model.js";
-import { clip, visible } from "./text.js";
+import { clip, counted, visible } from "./text.js";
 
 /** Header text and the banners: capture method, failed attempts, partial graph. */
 export function renderHeader(r, data, onShowError) {
@@ -14,11 +14,13 @@ export function renderHeader(r, data, onShowError) {
   // the attempts that failed before the one that made the graph (a model that raised fails its
   // last attempt too, and that attempt still made the graph)
   const fell = data.attempts.filter((a) => !a.ok && a.method !== data.method);
-  r.method.textContent = method;
+  // how the graph was captured, in words that cannot be read as what an analysis found ("eager"
+  // alone on a compile page read as "ran eagerly")
+  r.method.textContent = data.captured || `captured by ${method}`;
   r.method.classList.toggle("fx-fallback", fell.length > 0);
-  r.method.title = "capture method that produced this graph";
+  r.method.title = `how this graph was captured (capture method: ${method}); an analysis's findings are on the page, not here`;
   const t = data.totals;
-  r.totals.textContent = `${grouped(t.ops)} ops · ${t.pl || 0} params · ${grouped(t.nodes)} nodes`;
+  r.totals.textContent = `${counted(t.ops, "op")} · ${t.pl || 0} params · ${counted(t.nodes, "node")}`;
 
   const banners = [];
   if (data.error) {
@@ -31,11 +33,10 @@ export function renderHeader(r, data, onShowError) {
     );
   }
   if (fell.length) {
-    const plural = fell.length > 1 ? "s" : "";
     banners.push(
       h("div", { class: "fx-banner fx-banner-warn" },
         h("strong", { text: `Captured by ${method}` }),
-        `: ${fell.length} earlier method${plural} failed:`,
+        `: ${counted(fell.length, "earlier method")} failed:`,
         h("ul", {}, fell.map((a) => h("li", { title: a.message }, h("code", { text: a.method }), ": ", a.reason)))),
     );
   }
@@ -79,6 +80,11 @@ export function nodeDetails(model, i, go, opts = {}) {
     ...row("kind", n.k === "op" ? `op (${n.o})` : n.k),
   ];
   if (n.t) rows.push(...row(n.k === "op" ? "op" : "target", h("code", { text: n.t })));
+  // the torch-level call an op came from, as a user writes it (torch.relu); its call id is the
+  // capture's bookkeeping, not shown
+  const attrs = model.attrs(i);
+  const call = attrs.torch_fn;
+  if (Array.isArray(call) && call.length === 2 && call[1] !== n.t) rows.push(...row("torch call", h("code", { text: String(call[1]) })));
   rows.push(...row("module", g ? link("g" + box, g.path) : "(model)", g && g.cls ? ` (${g.cls})` : ""));
   const ins = model.inputs(i);
   if (ins.length) {
@@ -95,11 +101,13 @@ export function nodeDetails(model, i, go, opts = {}) {
     rows.push(...row("used by", h("span", {}, ...users.slice(0, 12).flatMap((u, j) => [j ? ", " : "", link("n" + u, model.name(u))]), users.length > 12 ? ` … +${users.length - 12}` : "")));
   }
   if (model.params(i)) rows.push(...row("parameters", grouped(model.params(i))));
+  // a tied weight: the other names torch knows this tensor by (the modules that read it as theirs)
+  if (Array.isArray(attrs.shared_with) && attrs.shared_with.length) rows.push(...row("shared with", h("code", { text: attrs.shared_with.join(", ") })));
   rows.push(...overlayRows(opts.overlays, "nodes", i));
   if (model.source(i)) rows.push(...sourceRow(model, i, opts.linkPattern));
-  const attrs = model.attrs(i);
-  if (Object.keys(attrs).length) {
-    rows.push(...row("attributes", h("dl", { class: "fx-attrs" }, Object.entries(attrs).flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { text: typeof v === "string" ? v : JSON.stringify(v) })]))));
+  const shown = Object.entries(attrs).filter(([k]) => k !== "torch_fn" && k !== "shared_with");
+  if (shown.length) {
+    rows.push(...row("attributes", h("dl", { class: "fx-attrs" }, shown.flatMap(([k, v]) => [h("dt", { text: k }), h("dd", { text: typeof v === "string" ? v : JSON.stringify(v) })]))));
   }
   const mark = n.e ? "✗ " : n.o === "data-dependent" ? "⚠ " : "";
   return h("div", { class: "fx-details-body", "data-key": "n" + i },
@@ -107,6 +115,13 @@ export function nodeDetails(model, i, go, opts = {}) {
     n.e ? h("div", { class: "fx-node-error", role: "alert" }, h("strong", { text: "✗ This op raised: " }), n.e) : null,
     n.o === "data-dependent" && !n.e ? h("div", { class: "fx-node-warn", text: "⚠ Data-dependent: the forward read a tensor's value here, which a symbolic capture cannot follow." }) : null,
     h("dl", {}, rows));
+}
+
+/** What a box holds under another module's name (tied weights): "weight shared with
+ * transformer.wte", each linking to the owner's node, where the box's edges for it come from. */
+function sharedParams(g, link) {
+  return (g.sh || []).flatMap(([attr, owner, node]) => [h("br"),
+    h("span", { class: "fx-shared" }, link("n" + node, attr), ` shared with ${owner || "the model"}`)]);
 }
 
 /** Details of box c: path, class, counts, the values that cross its border, overlay values. */
@@ -117,13 +132,13 @@ export function groupDetails(model, c, go, opts = {}) {
   let rows;
   if (g.syn) {
     const items = model.items(c);
-    rows = [...row("holds", `${grouped(items.length)} items`), ...row("from", link(items[0], clip(model.labelOf(items[0]), 80))),
+    rows = [...row("holds", counted(items.length, "item")), ...row("from", link(items[0], clip(model.labelOf(items[0]), 80))),
       ...row("to", link(items[items.length - 1], clip(model.labelOf(items[items.length - 1]), 80))), ...row("inside", g.path || "(model)")];
   } else if (g.io) rows = [...row(`model ${g.io}s`, h("code", { text: g.path })), ...row("values", `${grouped(g.n)} ${g.io}s from one container`)];
   else rows = [...row(kind === "module" || kind === "run" ? "module" : kind, h("code", { text: g.path })), ...(g.cls ? row("class", g.cls) : [])];
   if (g.run) rows.push(...row("folded", `${g.run} identical consecutive modules`));
   else if (g.call) rows.push(...row("call", `#${g.call + 1}`));
-  if (!g.io && !g.syn) rows.push(...row("ops", grouped(g.ops)), ...row("parameters", grouped(g.params || 0)));
+  if (!g.io && !g.syn) rows.push(...row("ops", grouped(g.ops)), ...row("parameters", grouped(g.params || 0), ...sharedParams(g, link)));
   if (c < model.real) rows.push(...overlayRows(opts.overlays, "groups", c));
   const { ins, outs } = c < model.real ? model.boundary(c) : { ins: [], outs: [] };
   const list = (items) => [
@@ -158,7 +173,7 @@ export function renderTree(el, model, go) {
     const kids = model.items(c).filter((k) => k[0] === "g");
     if (!kids.length) return h("li", { class: "fx-tree-leaf" }, label);
     // the page cannot lay out thousands of nested lists: the tree goes as deep as the drawing
-    if (model.depth[c] >= MAX_DEPTH) return h("li", { class: "fx-tree-leaf" }, label, h("span", { class: "fx-tree-params", text: ` ⋯ ${model.height(c)} levels deeper` }));
+    if (model.depth[c] >= MAX_DEPTH) return h("li", { class: "fx-tree-leaf" }, label, h("span", { class: "fx-tree-params", text: ` ⋯ ${counted(model.height(c), "level")} deeper` }));
     const details = h("details", {}, h("summary", {}, label));
     details.addEventListener("toggle", () => {
       if (details.open && details.children.length === 1) details.append(h("ul", {}, kids.map(entry)));

@@ -3,7 +3,7 @@
 // that error, data-dependent and output differ in more than colour: ✗ raised, ⚠ data-dependent,
 // ▶ input, ◀ output.
 import { MAX_DEPTH } from "./model.js";
-import { clip, grouped, visible } from "./text.js";
+import { clip, counted, visible } from "./text.js";
 
 const FAMILY = "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif";
 /** Font sizes of the graph (px); the smallest decides the first view's zoom (>= 10 px on screen). */
@@ -54,13 +54,13 @@ export function boxSubtitle(model, c) {
   const g = model.groups[c];
   const parts = [];
   if (g.syn) parts.push(visible(clip(g.sub)));
-  if (g.io) parts.push(`${grouped(g.n)} ${g.io}s`);
+  if (g.io) parts.push(counted(g.n, g.io));
   if (g.run && g.cls) parts.push(visible(clip(g.cls, 32)));
   const kind = model.kind(c);
   if (kind === "plumbing" || kind === "region") parts.push(kind);
-  if (g.ops && !g.syn) parts.push(`${grouped(g.ops)} ops`);
-  if (g.pl) parts.push(`${g.pl} params`);
-  if (model.depth[c] > MAX_DEPTH) parts.push(`⋯ ${model.height(c)} levels deeper`);
+  if (g.ops && !g.syn) parts.push(counted(g.ops, "op"));
+  if (g.pl) parts.push(`${g.pl} ${g.params === 1 ? "param" : "params"}`);
+  if (model.depth[c] > MAX_DEPTH) parts.push(`⋯ ${counted(model.height(c), "level")} deeper`);
   return parts.join(" · ");
 }
 

@@ -34,6 +34,11 @@ export function grouped(n) {
   return v.toLocaleString("en-US");
 }
 
+/** A count and its noun, singular for one: (1, "op") -> "1 op", (1234, "op") -> "1,234 ops". */
+export function counted(n, noun, plural = noun + "s") {
+  return `${grouped(n)} ${Number(n) === 1 ? noun : plural}`;
+}
+
 const PREFIXES = [[1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
 
 /** A number with an SI prefix and its unit: (1.2e9, "FLOP") -> "1.2 GFLOP"; (512, "B") -> "512 B". */

@@ -9,7 +9,7 @@ import { boxPairs, pairMaps, partnerKey } from "../src/pairs.js";
 import { Search, parseQuery } from "../src/search.js";
 import { sourceLink } from "../src/settings.js";
 import { BoxNames, boxNames, decodeState, encodeState } from "../src/state.js";
-import { clip, grouped, si, visible } from "../src/text.js";
+import { clip, counted, grouped, si, visible } from "../src/text.js";
 import { blocks, model, sample } from "./fixtures.js";
 
 test("bidi overrides and control characters are spelled out", () => {
@@ -17,6 +17,12 @@ test("bidi overrides and control characters are spelled out", () => {
   assert.equal(visible("a\u0000b\u001bc"), "a⟨U+0000⟩b⟨U+001B⟩c");
   assert.equal(visible("x\u2067y\u200bz"), "x⟨U+2067⟩y⟨U+200B⟩z");
   assert.equal(visible("plain\ttext"), "plain\ttext");
+});
+
+test("a count of one takes the singular", () => {
+  assert.deepEqual([0, 1, 2, 1234].map((n) => counted(n, "op")), ["0 ops", "1 op", "2 ops", "1,234 ops"]);
+  assert.equal(counted(1, "earlier method"), "1 earlier method");
+  assert.equal(counted(3, "child", "children"), "3 children");
 });
 
 test("labels are clipped in the middle, numbers carry SI prefixes", () => {

@@ -25,7 +25,7 @@ from fxviz.ir import Graph, Node
 from fxviz.passes import run_passes
 from fxviz.torchbridge.normalize import _describe, flatten_inputs, flatten_outputs
 from fxviz.torchbridge.run import gc_paused
-from fxviz.torchbridge.values import module_infos, output_node
+from fxviz.torchbridge.values import mark_tied, module_infos, output_node
 
 
 class Watcher:
@@ -144,6 +144,7 @@ def run_eager(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], w
         raise ModelError(f"the model raised during the numerics run: {type(e).__name__}: {e}") from e
     finally:
         rec.state.restore()
+    mark_tied(rec.nodes, model)
     graph.nodes = rec.nodes
     return run_passes(graph, CAPTURE_PASSES), out
 

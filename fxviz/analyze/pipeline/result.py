@@ -143,7 +143,8 @@ class Stage:
 class Divergence:
     """Where the numbers first leave tolerance: the stage, and in it the first node whose value
     differs from its counterpart in the stage before (``node`` empty when no node could be
-    compared). ``max_abs`` is that node's largest difference (else the stage's outputs')."""
+    compared). ``max_abs`` is that node's largest difference (else the stage's outputs'); ``where``
+    names the node as the report draws it, with its module and source line."""
 
     stage: int
     pass_name: str
@@ -151,9 +152,11 @@ class Divergence:
     previous: str = ""
     max_abs: float = 0.0
     note: str = ""
+    where: str = ""  # the node as drawn and its origin: "sub (node add) in mlp at m.py:3"
 
     def __str__(self) -> str:
-        at = f" at node {self.node!r}" + (f" (was {self.previous!r})" if self.previous and self.previous != self.node else "")
+        at = (f" at {self.where}" if self.where else f" at node {self.node!r}") + (
+            f" (was {self.previous!r})" if self.previous and self.previous != self.node else "")
         whose = "that node's" if self.node else "the outputs'"
         return f"stage {self.stage} ({self.pass_name}){at if self.node else ''}: {whose} max abs error {self.max_abs:.3g}"
 

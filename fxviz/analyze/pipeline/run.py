@@ -29,6 +29,7 @@ from fxviz.analyze.pipeline.steps import Step, steps_of
 from fxviz.errors import CaptureError, TargetError
 from fxviz.ir import Graph
 from fxviz.passes import DEFAULT, run_passes
+from fxviz.render.view import node_origin
 from fxviz.symbolic.export import graph_from_exported
 from fxviz.symbolic.pt2 import _load as _load_pt2  # the one .pt2 loader: clear errors, pytree classes
 from fxviz.symbolic.pt2 import graph_from_program, output_names
@@ -243,6 +244,8 @@ def _divergence(run: _Run, p: Pipeline) -> Divergence | None:
         new_names = linking.ir_names(s.program.graph, s.graph)
         old_names = linking.ir_names(prev.program.graph, prev.graph)
         div.node, div.previous, div.max_abs = new_names.get(found[0], found[0]), old_names.get(found[1], found[1]), found[2]
+        if div.node in s.graph:
+            div.where = node_origin(s.graph, div.node)
         return div
     return None
 
