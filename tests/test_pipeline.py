@@ -152,7 +152,8 @@ def test_the_first_divergence_names_the_pass_and_the_node() -> None:
     assert (out.atol, out.rtol) == (1e-4, 1e-4)
     assert not torch.allclose(got, want, atol=out.atol, rtol=out.rtol)  # torch's own check agrees with ✗
     assert "✗: an element beyond atol + rtol·|eager| (float32: atol 0.0001, rtol 0.0001)" in panel["note"]
-    assert f"at node 'add': that node's max abs error {div.max_abs:.3g}" in panel["note"]  # not "max error"
+    assert "at sub (node add) in the model itself at examples.py:" in panel["note"]  # as drawn, where from
+    assert f": that node's max abs error {div.max_abs:.3g}" in panel["note"]  # not "max error"
     # every pass, in order, in the stage's capture method (the report's badge) and the answer
     assert [s.graph.method for s in p.stages] == [
         "export", "export + decompose", "export + decompose + swap_add_for_sub",
