@@ -1,7 +1,7 @@
 """Compile-map cost: ``fxviz.compile_map`` against a bare ``torch.compile(model)(*args)`` first call,
 same backend, same run.
 
-    .venv/bin/python bench/compile.py [--reps N] [--models cnn,gpt2] [--backends aot_eager,inductor]
+    .venv/bin/python bench/compile.py [--reps N] [--models cnn,resnet,gpt2] [--backends aot_eager,inductor]
                                       [--threads N] [--cold] [--out results.json]
 
 For each model and backend, in interleaved rounds (the order alternates) after one warm-up round,
@@ -17,7 +17,7 @@ with torch pinned to ``--threads`` threads (1 by default) and both sides under `
 ``ratio`` = median process CPU time of fxviz / median of bare (``time.process_time``: blind to
 the time a shared machine makes a process wait for a core); ``paired``: the median of the
 per-round CPU ratios; ``wall``: the same ratio of wall-time medians, beside. Target (issue 18):
-at most 1.10 on GPT-2 with aot_eager. ``parts`` is compile_map's own split of its wall time (the
+at most 1.10 on GPT-2 and ResNet-18 with aot_eager. ``parts`` is compile_map's own split of its wall time (the
 compiled run, the eager trace, building the map). Inductor's on-disk caches are warm after the
 warm-up round for both sides alike; ``--cold`` turns Inductor's FX graph cache off for both.
 """
@@ -43,8 +43,18 @@ from _common import (
     write_json,
 )
 
+
+def build_resnet() -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """ResNet-18 as bench/tracer.py builds it (torchvision's layout, written out), 1x3x224x224."""
+    from tracer import build_models
+
+    model, args, _ = build_models(1)["resnet"]()
+    return model, args, {}
+
+
 MODELS: dict[str, tuple[str, Callable[[], tuple[Any, tuple[Any, ...], dict[str, Any]]]]] = {
     "cnn": ("seed CNN (fxviz.examples)", build_cnn),
+    "resnet": ("ResNet-18 (by hand), 1x3x224x224", build_resnet),
     "gpt2": ("GPT-2 small, 12 layers, seq 128", build_gpt2),
 }
 
@@ -86,7 +96,7 @@ def bench(name: str, backend: str, reps: int) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--models", default="cnn,gpt2")
+    ap.add_argument("--models", default="cnn,resnet,gpt2")
     ap.add_argument("--backends", default="aot_eager,inductor")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cold", action="store_true", help="Turn Inductor's FX graph cache off (both sides).")

@@ -169,6 +169,7 @@ def run_methods(
                     if apart and method in SYMBOLIC:
                         graph = run_apart(capturer, functools.partial(failed_attempt, method, 0.0))
                     else:
+                        session.borrowed = session.borrowed or method in SYMBOLIC
                         graph = capturer()
             except ModelError as e:
                 attempts.append(failed_attempt(method, time.perf_counter() - t0, e.__cause__ or e))

@@ -90,7 +90,7 @@ class TensorMeta:
 SCALAR_DTYPES = frozenset({"int", "float", "complex", "str", "none", "object"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # immutable by convention: a frozen __init__ costs 4x, one per value
 class Ref:
     """A reference to output ``index`` of node ``node`` (most ops have one output, index 0)."""
 
@@ -183,7 +183,7 @@ class Node:
         return d
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # derived per edge: not frozen, as Ref
 class Edge:
     """A value flowing from output ``src_index`` of ``src`` into ``dst`` (derived, never stored)."""
 
@@ -334,9 +334,7 @@ class Graph:
     @property
     def edges(self) -> list[Edge]:
         """Every data edge, derived from node inputs."""
-        return [
-            Edge(r.node, n.name, r.index, self.meta_of(r)) for n in self.nodes for r in n.inputs
-        ]
+        return [Edge(r.node, n.name, r.index, self.meta_of(r)) for n in self.nodes for r in n.inputs]
 
     def users(self) -> dict[str, list[str]]:
         """Node name -> names of the nodes that read it, in graph order (each reader once)."""
@@ -478,10 +476,7 @@ class Graph:
 
 def _build(d: dict[str, Any]) -> Graph:
     """Objects from data :func:`fxviz.schema.check` returned (already checked and normalised)."""
-
-    def source(s: dict[str, Any] | None) -> SourceLoc | None:
-        return SourceLoc(**s) if s is not None else None
-
+    source: Callable[[dict[str, Any] | None], SourceLoc | None] = lambda s: SourceLoc(**s) if s is not None else None  # noqa: E731
     nodes = [
         Node(n["name"], n["kind"], n["target"], tuple(Ref(src, i) for src, i in n["inputs"]), n["stack"],
              tuple(TensorMeta(**m) for m in n["outputs"]), source(n["source"]), n["attrs"], n["error"])

@@ -12,6 +12,7 @@ about a thousand ops per capture), the rest for reading.
 from __future__ import annotations
 
 from typing import Any
+from weakref import ref as _weakref
 
 import torch
 from torch import nn
@@ -237,17 +238,11 @@ class Recorder:
         seen: list[tuple[torch.Tensor, int]] = []
         exact: dict[str, Any] | None = None
         values = self._values._d
-
-        def read(t: torch.Tensor) -> Ref:
-            v = version(t)
-            r = self.read_at(t, v)
-            inputs.append(r)
-            seen.append((t, v))
-            return r
+        read: Any = None  # the callback encode() reads nested tensors with: made on first need
 
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor):
-                # inlined read(): the common case is a tensor produced by the previous op
+                # the common case: a tensor produced by an earlier op, read here without a call
                 try:
                     v = a._version
                 except RuntimeError:  # an inference tensor
@@ -264,6 +259,7 @@ class Recorder:
             if a is None or type(a) in _PLAIN_TYPES:
                 attrs[key] = a
                 continue
+            read = read or self._reader(inputs, seen)
             display, ex = encode(a, read)
             attrs[key] = display
             if ex is not None:
@@ -273,6 +269,7 @@ class Recorder:
             if a is None or type(a) in _PLAIN_TYPES:
                 attrs[key] = a
                 continue
+            read = read or self._reader(inputs, seen)
             display, ex = encode(a, read)
             attrs[key] = display
             if ex is not None:
@@ -283,6 +280,19 @@ class Recorder:
             if has_opaque(exact):
                 self.replay_blockers.append("passes a value replay cannot rebuild (a callable?)")
         return inputs, attrs, seen
+
+    def _reader(self, inputs: list[Ref], seen: list[tuple[torch.Tensor, int]]) -> Any:
+        """The callback :func:`~fxviz.fallback.values.encode` reads the tensors inside an argument
+        (a list of tensors, a tensor in a dict) with: each is an input of the call."""
+
+        def read(t: torch.Tensor) -> Ref:
+            v = version(t)
+            r = self.read_at(t, v)
+            inputs.append(r)
+            seen.append((t, v))
+            return r
+
+        return read
 
     def record(
         self,
@@ -298,6 +308,7 @@ class Recorder:
         action, target, short = kind.action, kind.target, kind.name
         if isinstance(out, torch.Tensor):
             outs: tuple[Any, ...] = (out,)
+            metas: tuple[Any, ...] = (tensor_meta(out),)
             has_tensor = True
         else:
             if isinstance(out, (tuple, list)) and action is not _EXIT:
@@ -305,15 +316,21 @@ class Recorder:
             else:
                 outs = (out,) if out is not None else ()
             has_tensor = any(isinstance(o, torch.Tensor) for o in outs)
+            metas = ()
         if self.aten:
             written = [seen[i][0] for i in mutated if i < len(seen)]
+        elif seen:
+            try:  # the version counters again: a call that moved one wrote that tensor
+                written = [t for t, v in seen if t._version != v]
+            except RuntimeError:  # an inference tensor: no counter, never written
+                written = [t for t, v in seen if version(t) != v]
         else:
-            written = [t for t, v in seen if version(t) != v] if seen else []
+            written = []
         if not (has_tensor or written or action is _EXIT):
             return None
         node = Node(
             self.names.unique(short), "op", target, tuple(inputs), self.module_stack.current,
-            tuple([tensor_meta(o) for o in outs]), source, attrs,
+            metas or tuple([tensor_meta(o) for o in outs]), source, attrs,
         )
         if action is _EXIT:
             attrs["data_dependent"] = True
@@ -326,11 +343,14 @@ class Recorder:
         elif short in RANDOM or (short in DROPOUTS and _dropout_active(attrs)):
             self.replay_blockers.append(f"{target} draws random numbers")
         self.nodes.append(node)
-        values = self._values
+        values = self._values._d  # TensorMap.__setitem__, inlined
         name = node.name
-        for i, o in enumerate(outs):
-            if isinstance(o, torch.Tensor):
-                values[o] = [Ref(name, i), version(o)]
+        if metas:
+            values[id(out)] = (_weakref(out), [Ref(name), version(out)])
+        else:
+            for i, o in enumerate(outs):
+                if isinstance(o, torch.Tensor):
+                    values[id(o)] = (_weakref(o), [Ref(name, i), version(o)])
         if written:
             self.versions.wrote(node, outs, written, deferred=self.aten)
         return node

@@ -301,6 +301,9 @@ class Session:
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
+        #: an attempt ran torch's symbolic machinery in this process (export, fx), whose garbage
+        #: the capture gives back at its end; the eager tracer leaves nothing a forward does not
+        self.borrowed = False
 
     @contextlib.contextmanager
     def attempt(self) -> Iterator[Held]:
@@ -352,8 +355,9 @@ def capture_session(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
     when the capture ends."""
     with CAPTURE_LOCK, interrupts_kept(), deep_enough(), walks_shared():
         snapshot = Snapshot(model, [args, kwargs])
+        session = Session(snapshot)
         try:
-            yield Session(snapshot)
+            yield session
         finally:
             del snapshot
             # the collector is paused while a capture runs (``gc_paused``): the cycles its attempts
@@ -361,7 +365,8 @@ def capture_session(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
             # they sat on can be given back. Only the young generation, which holds everything the
             # capture allocated: a full collection walks all of torch and transformers (0.2 s)
             gc.collect(0)
-            give_back_memory()
+            if session.borrowed:  # not after an eager trace: trimming the heap a forward just freed
+                give_back_memory()  # cost 4-16 ms on GPT-2, and its next forward faults pages in again
 
 
 __all__ = [

@@ -63,7 +63,8 @@ def compile_map(
     it has, and its buffers' values; not parameter values or plain tensor attributes written in
     place). Both runs are under ``torch.no_grad()`` unless ``grad=True``. An ``OptimizedModule``
     (what ``torch.compile(model)`` returns) is unwrapped to the model it wraps (a note says so).
-    Where Dynamo broke no graph, the eager trace runs on fake tensors (:func:`_eager_graph`).
+    Where Dynamo broke no graph and the forward's arithmetic costs more than fake tensors'
+    dispatch, the eager trace runs on fake tensors (:func:`_eager_graph`).
     Dynamo's caches are reset before and after the run (so the user's other compiled functions
     compile again on their next call), its config and counters restored.
 
@@ -95,6 +96,7 @@ def compile_map(
     try:
         t1 = time.perf_counter()
         recorder = FramedRecorder(backend, mode, dynamic, module_paths(model))
+        clock = _RunClock(recorder)
         watch = LimitWatch()
         try:
             _run_compiled(model, recorder, watch, sets, grad, _name(backend))
@@ -106,7 +108,7 @@ def compile_map(
 
         state.restore()
         t0 = time.perf_counter()
-        graph = _eager_graph(model, args, kwargs, grad, state, fake=not recorder.rec.breaks)
+        graph = _eager_graph(model, args, kwargs, grad, state, fake=not recorder.rec.breaks and clock.costly())
         trace_s = time.perf_counter() - t0
     finally:
         state.restore()
@@ -122,14 +124,53 @@ def compile_map(
     return cmap
 
 
+#: About what tracing one op on fake tensors costs (FakeTensor's dispatch; the meta kernels of
+#: convolutions are Python): 1 to 4 ms on a CPU core, against 0.1 ms for a small CNN's real op.
+FAKE_OP_S = 2e-3
+
+
+class _RunClock:
+    """The time the compiled graphs spent running on the first input set (the forward's arithmetic,
+    without Dynamo's tracing and the backend's compiling around it), and their op count: whether
+    tracing the forward again for real costs more than tracing it on fake tensors."""
+
+    def __init__(self, recorder: FramedRecorder) -> None:
+        self.run_s = 0.0
+        self.rec = recorder.rec
+        real = recorder.real
+
+        def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+            compiled = real(gm, example_inputs)
+
+            def run(*args: Any, **kwargs: Any) -> Any:
+                t0 = time.perf_counter()
+                try:
+                    return compiled(*args, **kwargs)
+                finally:
+                    if self.rec.input_set == 0:
+                        self.run_s += time.perf_counter() - t0
+
+            if getattr(compiled, "_boxed_call", False):  # the caller passes one list it may clear
+                run._boxed_call = True  # type: ignore[attr-defined]
+            return run
+
+        recorder.real = backend
+
+    def costly(self) -> bool:
+        """Whether the first input set's ops ran slower than fake tensors would trace them."""
+        ops = sum(len(g.ops) for g in self.rec.graphs if g.input_set == 0)
+        return self.run_s > FAKE_OP_S * max(ops, 1)
+
+
 def _eager_graph(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], grad: bool, state: ModelSnapshot,
                  *, fake: bool) -> Graph:
     """The eager graph of the first input set. Where Dynamo broke no graph, the forward's ops
     depend on no tensor's values (a value read in Python, ``.item()``, ``if tensor:``, breaks the
-    graph), so they are traced on fake tensors: the same ops, names, lines and shapes, without the
-    forward's arithmetic (a large share of the map's cost beside Dynamo's). Should the fake run
-    still fail (a value read Dynamo was told to capture), or where the graph broke, the real
-    forward is traced."""
+    graph), so they can be traced on fake tensors (``fake``): the same ops, names, lines and shapes,
+    without the forward's arithmetic; worth it only where that arithmetic costs more than fake
+    tensors' dispatch (:class:`_RunClock`: GPT-2 small is about even, a ResNet-18 traces 3x
+    slower on fake tensors). Should the fake run still fail (a value read Dynamo was told to
+    capture), or where the graph broke, the real forward is traced."""
     if fake and not uses_meta(model, args, kwargs):
         try:
             graph = trace_eager(model, args, kwargs, level="function", grad=grad, fake=True)
