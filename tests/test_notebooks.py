@@ -157,7 +157,7 @@ def test_compilers_pipeline_names_the_pass_and_node_that_diverge(compilers: dict
     lines = text_of(compilers["pipeline"]).splitlines()
     assert [ln.split()[1] for ln in lines[:3]] == ["export", "decompose", "swap_add_for_sub"]
     assert float(lines[1].split()[-1]) == 0.0 and float(lines[2].split()[-1]) > 0.01  # decompose exact, swap not
-    assert lines[3] == "first divergence: stage 2 (swap_add_for_sub) at node 'add': that node's max abs error 5.31"
+    assert lines[3] == "first divergence: stage 2 (swap_add_for_sub) at sub (node add) in the model itself at examples.py:29: that node's max abs error 5.31"
 
 
 @pytest.mark.notebook
