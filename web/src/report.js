@@ -6,7 +6,7 @@ import { exportPng, exportSvg } from "./exporter.js";
 import { Minimap } from "./minimap.js";
 import { Model, ROOT } from "./model.js";
 import { MISSING, inkFor, painter } from "./overlay.js";
-import { groupDetails, markInTree, nodeDetails, renderHeader, renderLegend, renderTree } from "./panels.js";
+import { groupDetails, markInTree, nodeDetails, renderHeader, renderLegend, renderTree, syncTree } from "./panels.js";
 import { renderFindings } from "./findings.js";
 import { Search, bindSearch } from "./search.js";
 import { LINK_PATTERNS, loadSettings, resolvedTheme, saveSettings } from "./settings.js";
@@ -107,7 +107,7 @@ export class Report {
       onSelect: (v, key) => this.onSelect(key),
       onView: (v, byUser) => this.onView(byUser),
       onToggle: () => this.saveState(),
-      onDraw: () => this.minimaps.forEach((m) => m.redraw()),
+      onDraw: () => this.afterDraw(),
       onError: (err) => this.fail(err),
     });
     this.minimaps = [new Minimap(this.r.minimap, this.viewer)];
@@ -163,6 +163,12 @@ export class Report {
     }
     if (state.query) this.search.set(state.query);
     this.nameWhenIdle();
+  }
+
+  /** After each drawing: the overview, and the module tree follows what is open. */
+  afterDraw() {
+    for (const m of this.minimaps) m.redraw();
+    syncTree(this.r.tree, this.model);
   }
 
   fail(err) {
