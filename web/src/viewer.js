@@ -100,12 +100,14 @@ export class Viewer {
     this.pz.set(at[0] - r.x * this.pz.k, at[1] - r.y * this.pz.k, this.pz.k);
   }
 
-  /** Bring item `key` whole into view if it is not (revealRect: the least move, zooming out
-   * no further than the readable zoom, else its top-left corner on screen). */
-  reveal(key) {
+  /** Bring item `key` whole into view if it is not (revealRect: the least pan; with `zoom`,
+   * zooming out no further than the readable zoom; where it still does not fit, its top and
+   * what it begins with on screen). */
+  reveal(key, { zoom = false } = {}) {
     if (!this.drawn(key)) return;
     const size = this.pz.size();
-    const to = revealRect(this.engine.rect(key), this.pz, size, this.minReadable(), { cx: this.firstX(key, size[0]) });
+    const kmin = zoom ? this.minReadable() : this.pz.k;
+    const to = revealRect(this.engine.rect(key), this.pz, size, kmin, { cx: this.firstX(key, size[0]) });
     if (to) this.pz.set(to.x, to.y, to.k);
   }
 
@@ -124,8 +126,9 @@ export class Viewer {
     return r.x + r.w / 2;
   }
 
-  /** Open or close box c, keeping its top-left corner where it is on screen, and the box in
-   * view: opened, it may be far bigger than it was. */
+  /** Open or close box c, keeping its top-left corner where it is on screen, unless the box
+   * would then reach past the screen's edge (opened, it may be far bigger than it was): then
+   * the view pans, never zooms, just enough to bring it in (its top, at least). */
   toggle(c, { select = true, quiet = false } = {}) {
     return this.schedule(async () => {
       if (!quiet) performance.mark("fxviz:expand-start");
@@ -269,7 +272,7 @@ export class Viewer {
     const r = this.engine.rect(focus.key);
     const k = Math.max(this.pz.k, this.minReadable());
     this.pz.set(focus.at[0] - r.x * k, focus.at[1] - r.y * k, k);
-    this.reveal(focus.key);
+    this.reveal(focus.key, { zoom: true });
   }
 
   /** Open every box breadth-first until EXPAND_ALL_MAX items are drawn, keeping the view on
