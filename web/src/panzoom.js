@@ -58,6 +58,11 @@ export class PanZoom {
     this.min = MIN_SCALE;
     this.dragged = false;
     this.moved = false;
+    // the view's size, read once per size change: reading it from the page after a drawing
+    // change would lay the whole page out there and then again for the next change
+    this.measured = null;
+    if (typeof ResizeObserver === "function") new ResizeObserver(() => (this.measured = null)).observe(svg);
+    else this.measured = undefined;
     this.bind();
   }
 
@@ -68,8 +73,12 @@ export class PanZoom {
   }
 
   size() {
+    if (this.measured) return this.measured;
     const r = this.svg.getBoundingClientRect();
-    return [r.width, r.height];
+    const size = [r.width, r.height];
+    // kept until the observer says the size changed (not a size of 0: a frame not laid out yet)
+    if (this.measured === null && size[0] && size[1]) this.measured = size;
+    return size;
   }
 
   /** Screen point (relative to the SVG) of graph point (gx, gy). */

@@ -165,10 +165,18 @@ export class Report {
     this.nameWhenIdle();
   }
 
-  /** After each drawing: the overview, and the module tree follows what is open. */
+  /** After each drawing: the overview, and the module tree follows what is open, in the next
+   * frame's work with the details panel (a change outside the graph lays the page out again,
+   * and the graph with it: once per frame, not once per change). */
   afterDraw() {
     for (const m of this.minimaps) m.redraw();
-    syncTree(this.r.tree, this.model);
+    if (this.treeQueued) return;
+    this.treeQueued = true;
+    busyUntil(this.root, new Promise((resolve) => requestAnimationFrame(() => {
+      this.treeQueued = false;
+      syncTree(this.r.tree, this.model);
+      resolve();
+    })));
   }
 
   fail(err) {
