@@ -12,7 +12,7 @@ import { Search, bindSearch } from "./search.js";
 import { LINK_PATTERNS, loadSettings, resolvedTheme, saveSettings } from "./settings.js";
 import { BoxNames, decodeState, encodeState } from "./state.js";
 import { grouped } from "./text.js";
-import { EXPAND_ALL_MAX, Viewer, busyUntil, idle } from "./viewer.js";
+import { EXPAND_ALL_MAX, Viewer, afterPaint, busyUntil, idle } from "./viewer.js";
 
 /** How a viewer colours its items: the op-family colours, or the current overlay's. */
 export class Look {
@@ -165,18 +165,18 @@ export class Report {
     this.nameWhenIdle();
   }
 
-  /** After each drawing: the overview, and the module tree follows what is open, in the next
-   * frame's work with the details panel (a change outside the graph lays the page out again,
-   * and the graph with it: once per frame, not once per change). */
+  /** After each drawing: the overview, and the module tree follows what is open once the
+   * graph is on screen and the page is idle (a change outside the graph lays the whole page
+   * out again, the graph with it: not in the way of drawing it). */
   afterDraw() {
     for (const m of this.minimaps) m.redraw();
     if (this.treeQueued) return;
     this.treeQueued = true;
-    busyUntil(this.root, new Promise((resolve) => requestAnimationFrame(() => {
+    busyUntil(this.root, new Promise((resolve) => afterPaint(() => idle(() => {
       this.treeQueued = false;
       syncTree(this.r.tree, this.model);
       resolve();
-    })));
+    }))));
   }
 
   fail(err) {
