@@ -130,13 +130,14 @@ def test_a_toggle_moves_nothing_inside_other_open_boxes(pages: Any, gpt2: Graph)
     """The property: opening or closing box T leaves every item inside every other open box B
     (B neither T nor around T) at the same place relative to B's frame, and T's top-left corner
     where it was on screen, unless T would then reach past the screen's edge: then the view
-    pans (never zooms) just enough to bring T in; in the boxes around T, items keep their order
-    top to bottom."""
+    pans (never zooms) just enough to bring T in (T on screen before; one off screen leaves the
+    view alone); in the boxes around T, items keep their order top to bottom."""
     r = pages(gpt2, "gpt2-stable", width=1600, height=1000)
     path = {p: r.page.evaluate(f"fxvizReport.model.groups.findIndex(g => g.path === '{p}')") for p in
             ("h.0", "h.1", "h.0.attn", "h.1.attn", "h.1.mlp")}
     r.js(f"fxvizReport.viewer.setOpen([{path['h.0.attn']}, {path['h.1.mlp']}])")
     toggled = path["h.1.attn"]
+    r.js(f"fxvizReport.viewer.go('g{toggled}')")  # on screen, as a box double-clicked is
     before = r.page.evaluate(RELATIVE, toggled)
     assert len(before) > 20
     assert {f"g{path['h.0']}", f"g{path['h.1.mlp']}"} <= {k.split()[0] for k in before}

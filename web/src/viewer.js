@@ -126,9 +126,16 @@ export class Viewer {
     return r.x + r.w / 2;
   }
 
+  /** True when screen point `at` lies in the view. */
+  onScreen([sx, sy]) {
+    const [vw, vh] = this.pz.size();
+    return sx >= 0 && sy >= 0 && sx < vw && sy < vh;
+  }
+
   /** Open or close box c, keeping its top-left corner where it is on screen, unless the box
    * would then reach past the screen's edge (opened, it may be far bigger than it was): then
-   * the view pans, never zooms, just enough to bring it in (its top, at least). */
+   * the view pans, never zooms, just enough to bring it in (its top, at least). A box toggled
+   * while its corner is off screen (from the keyboard, or a script) leaves the view alone. */
   toggle(c, { select = true, quiet = false } = {}) {
     return this.schedule(async () => {
       if (!quiet) performance.mark("fxviz:expand-start");
@@ -137,7 +144,7 @@ export class Viewer {
       if (!this.model.toggle(c)) return;
       await this.refresh();
       this.keep(key, at);
-      this.reveal(key);
+      if (at && this.onScreen(at)) this.reveal(key);
       this.onToggle(this, c, this.model.expanded.has(c));
       if (select) this.select(key, false);
       if (!quiet) {
