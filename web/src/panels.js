@@ -163,8 +163,15 @@ export function groupDetails(model, c, go, opts = {}) {
 }
 
 /** The module tree in the sidebar: the graph's own boxes (runs folded as in the drawing), each
- * level drawn when it is first unfolded, so a 1,200-layer model costs nothing until asked. */
+ * level drawn when it is first unfolded, so a 1,200-layer model costs nothing until asked. A box
+ * open in the graph is unfolded in the tree (`syncTree`); the reader may fold and unfold the
+ * tree apart from the graph. */
 export function renderTree(el, model, go) {
+  // box -> its <details>, for syncTree; `shown`: the graph's open boxes the tree last followed
+  const tree = { details: new Map(), shown: new Set() };
+  const fill = (details, kids) => {
+    if (details.children.length === 1) details.append(h("ul", {}, kids.map(entry)));
+  };
   const entry = (key) => {
     const c = +key.slice(1);
     const g = model.groups[c];
@@ -175,15 +182,49 @@ export function renderTree(el, model, go) {
     // the page cannot lay out thousands of nested lists: the tree goes as deep as the drawing
     if (model.depth[c] >= MAX_DEPTH) return h("li", { class: "fx-tree-leaf" }, label, h("span", { class: "fx-tree-params", text: ` ⋯ ${counted(model.height(c), "level")} deeper` }));
     const details = h("details", {}, h("summary", {}, label));
+    details.fxFill = () => fill(details, kids);
     details.addEventListener("toggle", () => {
-      if (details.open && details.children.length === 1) details.append(h("ul", {}, kids.map(entry)));
+      if (details.open) details.fxFill();
     }, { once: false });
+    tree.details.set(c, details);
+    // made while the graph has it open (a list unfolded by syncTree): unfolded too
+    if (tree.shown.has(c)) {
+      details.open = true;
+      details.fxFill();
+    }
     return h("li", {}, details);
   };
+  el.fxTree = tree;
   const top = model.items(ROOT).filter((k) => k[0] === "g");
   el.replaceChildren(h("ul", { class: "fx-tree-root" }, top.map(entry)));
   // the first level is open
   for (const d of el.querySelectorAll(":scope > ul > li > details")) d.open = true;
+}
+
+/** Make the module tree follow the graph: unfold the boxes opened since the last call (and
+ * draw their lists), fold those closed. Costs the size of the open set, not of the tree. */
+export function syncTree(el, model) {
+  const tree = el.fxTree;
+  if (!tree) return;
+  const now = model.expanded;
+  const was = tree.shown;
+  const opened = [];
+  for (const g of now) if (!was.has(g)) opened.push(g);
+  const closed = [];
+  for (const g of was) if (!now.has(g)) closed.push(g);
+  tree.shown = new Set(now);
+  for (const g of closed) {
+    const d = tree.details.get(g);
+    if (d) d.open = false;
+  }
+  // outer boxes first: unfolding one draws the entries of the boxes inside it
+  opened.sort((a, b) => model.depth[a] - model.depth[b]);
+  for (const g of opened) {
+    const d = tree.details.get(g);
+    if (!d) continue;
+    d.fxFill();
+    d.open = true;
+  }
 }
 
 /** Open the module tree down to box c and mark it. */

@@ -4,6 +4,48 @@
 // late refits only if not).
 const MIN_SCALE = 0.05;
 const MAX_SCALE = 4;
+/** Margin kept around a box brought into view, in px. */
+export const PAD = 24;
+
+/** The view ({x, y, k}) that shows rectangle r (drawing coordinates) on a vw x vh screen,
+ * moved as little as possible from `view`, or null when r already lies whole on screen. When r
+ * does not fit at the current zoom, zoom out until it does, but not below `kmin` (the readable
+ * zoom; a view already below it keeps its zoom). Where r still does not fit, its top edge goes
+ * to the margin (the graph reads top down), and across, `cx` (the drawing's x of what r begins
+ * with) goes to the middle, as far as r still fills the screen; without `cx` its left edge goes
+ * to the margin. Pure: the unit tests run it. */
+export function revealRect(r, view, [vw, vh], kmin, { pad = PAD, cx = null } = {}) {
+  const inside = (s, len, v) => s >= -0.5 && s + len <= v + 0.5;
+  if (inside(view.x + r.x * view.k, r.w * view.k, vw) && inside(view.y + r.y * view.k, r.h * view.k, vh)) return null;
+  const fit = Math.min((vw - 2 * pad) / Math.max(r.w, 1), (vh - 2 * pad) / Math.max(r.h, 1));
+  const k = fit >= view.k ? view.k : Math.min(view.k, Math.max(kmin, fit));
+  // the top-left corner stays where it was on screen, then each axis moves the least it must
+  const axis = (s, len, v, mid = null) => {
+    if (inside(s, len, v)) return s;
+    if (len <= v - 2 * pad) return Math.min(Math.max(s, pad), v - pad - len);
+    return mid === null ? pad : Math.min(pad, Math.max(v - pad - len, v / 2 - mid));
+  };
+  const sx = axis(view.x + r.x * view.k, r.w * k, vw, cx === null ? null : (cx - r.x) * k);
+  const sy = axis(view.y + r.y * view.k, r.h * k, vh);
+  return { x: sx - r.x * k, y: sy - r.y * k, k };
+}
+
+/** Of rectangles [{ key, x, y, w, h }], the one the point (gx, gy) is looking at: the smallest
+ * that holds it, or else the nearest. Null when there are none. */
+export function itemAt(rects, gx, gy) {
+  let best = null;
+  let bestArea = Infinity;
+  let near = null;
+  let nearDist = Infinity;
+  for (const r of rects) {
+    const dx = Math.max(r.x - gx, 0, gx - r.x - r.w);
+    const dy = Math.max(r.y - gy, 0, gy - r.y - r.h);
+    if (!dx && !dy) {
+      if (r.w * r.h < bestArea) { best = r; bestArea = r.w * r.h; }
+    } else if (dx * dx + dy * dy < nearDist) { near = r; nearDist = dx * dx + dy * dy; }
+  }
+  return best || near;
+}
 
 export class PanZoom {
   constructor(svg, viewport, onChange = () => {}) {
@@ -16,6 +58,11 @@ export class PanZoom {
     this.min = MIN_SCALE;
     this.dragged = false;
     this.moved = false;
+    // the view's size, read once per size change: reading it from the page after a drawing
+    // change would lay the whole page out there and then again for the next change
+    this.measured = null;
+    if (typeof ResizeObserver === "function") new ResizeObserver(() => (this.measured = null)).observe(svg);
+    else this.measured = undefined;
     this.bind();
   }
 
@@ -26,8 +73,12 @@ export class PanZoom {
   }
 
   size() {
+    if (this.measured) return this.measured;
     const r = this.svg.getBoundingClientRect();
-    return [r.width, r.height];
+    const size = [r.width, r.height];
+    // kept until the observer says the size changed (not a size of 0: a frame not laid out yet)
+    if (this.measured === null && size[0] && size[1]) this.measured = size;
+    return size;
   }
 
   /** Screen point (relative to the SVG) of graph point (gx, gy). */

@@ -6,13 +6,13 @@ import { exportPng, exportSvg } from "./exporter.js";
 import { Minimap } from "./minimap.js";
 import { Model, ROOT } from "./model.js";
 import { MISSING, inkFor, painter } from "./overlay.js";
-import { groupDetails, markInTree, nodeDetails, renderHeader, renderLegend, renderTree } from "./panels.js";
+import { groupDetails, markInTree, nodeDetails, renderHeader, renderLegend, renderTree, syncTree } from "./panels.js";
 import { Findings } from "./findings.js";
 import { Search, bindSearch } from "./search.js";
 import { LINK_PATTERNS, loadSettings, resolvedTheme, saveSettings } from "./settings.js";
 import { BoxNames, decodeState, encodeState } from "./state.js";
 import { grouped } from "./text.js";
-import { EXPAND_ALL_MAX, Viewer, busyUntil, idle } from "./viewer.js";
+import { EXPAND_ALL_MAX, Viewer, afterPaint, busyUntil, idle } from "./viewer.js";
 
 /** How a viewer colours its items: the op-family colours, or the current overlay's. */
 export class Look {
@@ -107,7 +107,7 @@ export class Report {
       onSelect: (v, key) => this.onSelect(key),
       onView: (v, byUser) => this.onView(byUser),
       onToggle: () => this.saveState(),
-      onDraw: () => this.minimaps.forEach((m) => m.redraw()),
+      onDraw: () => this.afterDraw(),
       onError: (err) => this.fail(err),
     });
     this.minimaps = [new Minimap(this.r.minimap, this.viewer)];
@@ -163,6 +163,20 @@ export class Report {
     }
     if (state.query) this.search.set(state.query);
     this.nameWhenIdle();
+  }
+
+  /** After each drawing: the overview, and the module tree follows what is open once the
+   * graph is on screen and the page is idle (a change outside the graph lays the whole page
+   * out again, the graph with it: not in the way of drawing it). */
+  afterDraw() {
+    for (const m of this.minimaps) m.redraw();
+    if (this.treeQueued) return;
+    this.treeQueued = true;
+    busyUntil(this.root, new Promise((resolve) => afterPaint(() => idle(() => {
+      this.treeQueued = false;
+      syncTree(this.r.tree, this.model);
+      resolve();
+    }))));
   }
 
   fail(err) {

@@ -59,7 +59,7 @@ export class Search {
     for (let c = 0; c < m.real; c++) {
       const g = m.groups[c];
       const first = m.items(c).length ? m.items(c)[0] : null;
-      out.push({ key: "g" + c, order: first && first[0] === "n" ? +first.slice(1) : -1, title: g.l, sub: g.cls || m.kind(c), module: m.groups[c].p >= 0 ? m.groups[m.groups[c].p].path : "",
+      out.push({ key: "g" + c, order: first && first[0] === "n" ? +first.slice(1) : -1, title: g.l, sub: boxWhere(m, c), module: m.groups[c].p >= 0 ? m.groups[m.groups[c].p].path : "",
         color: g.c, box: true, words: [g.path, g.l, g.cls || ""], op: [], kinds: [m.kind(c)] });
     }
     this.entries = out;
@@ -100,6 +100,16 @@ export class Search {
   }
 }
 
+/** Where box c is, for its row among the hits: the module path (`transformer.h.3.attn.c_attn`),
+ * which tells apart the boxes of repeated layers that share a label, with the call's number
+ * for a module called more than once, and the kind for a box that is not a module's own. */
+export function boxWhere(m, c) {
+  const g = m.groups[c];
+  const kind = m.kind(c);
+  const where = (g.path || "(model)") + (g.call ? ` #${g.call + 1}` : "");
+  return kind === "module" || kind === "run" ? where : `${kind} in ${where}`;
+}
+
 /** Hits reordered so that those of one module are together, modules in order of their best hit. */
 export function groupByModule(hits) {
   const groups = new Map();
@@ -111,14 +121,16 @@ export function groupByModule(hits) {
 }
 
 /** Wire the search box: typing lists hits with their count, grouped by module; arrows move in
- * the list; Enter goes to the next hit (Shift+Enter the previous), through all of them. */
+ * the list; Enter goes to the next hit (Shift+Enter the previous), through all of them. Enter
+ * or a click on a hit closes the list, so that the graph is in sight (the count still says
+ * which hit of how many; an arrow or typing opens the list again). */
 export function bindSearch(ui, search, go, onQuery = () => {}) {
   const { input, list, count, regex } = ui;
   let hits = [];
   let active = -1;
   let timer = null;
   let pending = false;
-  const row = (e, j) => h("li", { class: j === active ? "fx-active" : "", "data-key": e.key, onmousedown: (ev) => { ev.preventDefault(); pick(j); } },
+  const row = (e, j) => h("li", { class: j === active ? "fx-active" : "", "data-key": e.key, onmousedown: (ev) => { ev.preventDefault(); pick(j); list.hidden = true; } },
     h("i", { class: e.box ? "fx-swatch fx-swatch-box" : "fx-swatch", style: e.box ? { borderColor: e.color } : { background: e.color } }),
     h("span", { class: "fx-result-title", text: clip(e.title, 80) }), h("span", { class: "fx-result-sub", text: clip(e.sub, 120) }));
   const show = (error) => {
@@ -166,7 +178,10 @@ export function bindSearch(ui, search, go, onQuery = () => {}) {
     else if (ev.key === "ArrowUp") { active = Math.max(active - 1, 0); show(); ev.preventDefault(); }
     else if (ev.key === "Enter") {
       if (pending) run();
-      if (hits.length) pick(ev.shiftKey ? (active <= 0 ? hits.length - 1 : active - 1) : (active + 1) % hits.length);
+      if (hits.length) {
+        pick(ev.shiftKey ? (active <= 0 ? hits.length - 1 : active - 1) : (active + 1) % hits.length);
+        list.hidden = true;
+      }
       ev.preventDefault();
     } else if (ev.key === "Escape") { list.hidden = true; input.blur(); }
   });

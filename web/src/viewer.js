@@ -5,7 +5,7 @@
 import { Engine } from "./engine.js";
 import { Scene, defs } from "./draw.js";
 import { ROOT } from "./model.js";
-import { PanZoom } from "./panzoom.js";
+import { PanZoom, itemAt, revealRect } from "./panzoom.js";
 import { MIN_FONT, edgeLabelSize, leafSize, stubRoom, titleWidth } from "./sizes.js";
 
 /** Smallest size a label may have on screen in the first view, in px. */
@@ -100,7 +100,42 @@ export class Viewer {
     this.pz.set(at[0] - r.x * this.pz.k, at[1] - r.y * this.pz.k, this.pz.k);
   }
 
-  /** Open or close box c, keeping its top-left corner where it is on screen. */
+  /** Bring item `key` whole into view if it is not (revealRect: the least pan; with `zoom`,
+   * zooming out no further than the readable zoom; where it still does not fit, its top and
+   * what it begins with on screen). */
+  reveal(key, { zoom = false } = {}) {
+    if (!this.drawn(key)) return;
+    const size = this.pz.size();
+    const kmin = zoom ? this.minReadable() : this.pz.k;
+    const to = revealRect(this.engine.rect(key), this.pz, size, kmin, { cx: this.firstX(key, size[0]) });
+    if (to) this.pz.set(to.x, to.y, to.k);
+  }
+
+  /** The drawing's x of what open box `key` begins with, for a box wider than the screen: its
+   * first item, or that item's own first item while it is an open box wider than the screen. */
+  firstX(key, vw) {
+    const m = this.model;
+    const wide = (r) => r.w * this.minReadable() > vw;
+    let r = this.engine.rect(key);
+    for (let k = key; k[0] === "g" && m.expanded.has(+k.slice(1)) && wide(r);) {
+      const first = m.items(+k.slice(1))[0];
+      if (!first || !this.drawn(first)) break;
+      k = first;
+      r = this.engine.rect(k);
+    }
+    return r.x + r.w / 2;
+  }
+
+  /** True when screen point `at` lies in the view. */
+  onScreen([sx, sy]) {
+    const [vw, vh] = this.pz.size();
+    return sx >= 0 && sy >= 0 && sx < vw && sy < vh;
+  }
+
+  /** Open or close box c, keeping its top-left corner where it is on screen, unless the box
+   * would then reach past the screen's edge (opened, it may be far bigger than it was): then
+   * the view pans, never zooms, just enough to bring it in (its top, at least). A box toggled
+   * while its corner is off screen (from the keyboard, or a script) leaves the view alone. */
   toggle(c, { select = true, quiet = false } = {}) {
     return this.schedule(async () => {
       if (!quiet) performance.mark("fxviz:expand-start");
@@ -109,6 +144,7 @@ export class Viewer {
       if (!this.model.toggle(c)) return;
       await this.refresh();
       this.keep(key, at);
+      if (at && this.onScreen(at)) this.reveal(key);
       this.onToggle(this, c, this.model.expanded.has(c));
       if (select) this.select(key, false);
       if (!quiet) {
@@ -218,12 +254,42 @@ export class Viewer {
     this.pz.moved = false;
   }
 
-  /** Open every box breadth-first until EXPAND_ALL_MAX items are drawn. Resolves to how many
-   * boxes are left closed (0 when everything is open). */
+  /** What the reader is looking at, for a change that redraws everything: the selection when
+   * it is on screen, else the closed item nearest the centre of the view; with where its
+   * top-left corner is on screen. Null when nothing is drawn. */
+  focus() {
+    const [vw, vh] = this.pz.size();
+    const key = this.selected && this.drawn(this.selected) ? this.selected : null;
+    if (key) {
+      const r = this.engine.rect(key);
+      const [sx, sy] = this.pz.toScreen(r.x, r.y);
+      if (sx < vw && sy < vh && sx + r.w * this.pz.k > 0 && sy + r.h * this.pz.k > 0) return { key, at: [sx, sy] };
+    }
+    const near = itemAt(this.drawnRects().filter((r) => !r.open), ...this.pz.toGraph(vw / 2, vh / 2));
+    return near ? { key: near.key, at: this.pz.toScreen(near.x, near.y) } : null;
+  }
+
+  /** After a change that redrew everything: `focus` where it was on screen, at a readable zoom
+   * at least, and whole in view as far as that zoom allows. */
+  refocus(focus) {
+    if (!focus || !this.drawn(focus.key)) {
+      this.readableFit();
+      return;
+    }
+    const r = this.engine.rect(focus.key);
+    const k = Math.max(this.pz.k, this.minReadable());
+    this.pz.set(focus.at[0] - r.x * k, focus.at[1] - r.y * k, k);
+    this.reveal(focus.key, { zoom: true });
+  }
+
+  /** Open every box breadth-first until EXPAND_ALL_MAX items are drawn, keeping the view on
+   * what the reader was looking at, at a readable zoom (the overview shows the rest, Fit the
+   * whole). Resolves to how many boxes are left closed (0 when everything is open). */
   expandAll(limit = EXPAND_ALL_MAX) {
     return this.schedule(async () => {
       performance.mark("fxviz:expand-all-start");
       const m = this.model;
+      const focus = this.focus();
       let count = m.items(ROOT).length;
       let frontier = m.items(ROOT).filter((k) => k[0] === "g").map((k) => +k.slice(1));
       let left = 0;
@@ -242,7 +308,7 @@ export class Viewer {
         frontier = next;
       }
       await this.refresh();
-      this.fit();
+      this.refocus(focus);
       await new Promise((resolve) => afterPaint(resolve));
       performance.mark("fxviz:expand-all-end");
       performance.measure("fxviz:expand-all", "fxviz:expand-all-start", "fxviz:expand-all-end");
