@@ -167,11 +167,23 @@ def test_a_child_past_its_memory_budget_is_stopped_and_said(monkeypatch: pytest.
 def test_a_capture_whose_symbolic_attempts_pass_the_budget_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every attempt run apart is held to the budget; the eager tracer, which runs in process, is
     the chain's answer, and each stopped attempt says why."""
-    monkeypatch.setenv(apart_module.MEMORY_ENV, "1M")
+    import fxviz.api
+
+    monkeypatch.setenv(apart_module.MEMORY_ENV, "64M")
+
+    def hungry(real: Any) -> Any:  # the symbolic method, after writing 256 MB (export's deep-model growth)
+        def capture(*args: Any) -> Any:
+            held = torch.ones(64 * 2**20)
+            time.sleep(2)  # the watcher reads every 50 ms
+            return real(*args) if held[0] else None
+        return capture
+
+    for method in fxviz.api.SYMBOLIC:
+        monkeypatch.setitem(fxviz.api.CAPTURERS, method, hungry(fxviz.api.CAPTURERS[method]))
     g = fxviz.capture(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), (torch.randn(2, 4),), isolate=True)
     assert g.method == "eager" and len(g.ops) == 2
     stopped = [a for a in g.attempts if not a.ok and not a.skipped]
-    assert stopped and all("used more than 1 MB of memory" in a.message for a in stopped)
+    assert stopped and all("used more than 64 MB of memory" in a.message for a in stopped)
 
 
 @pytest.mark.parametrize(("text", "size"), [("4G", 4 * 2**30), ("800m", 800 * 2**20), ("1.5K", 1536), ("1000", 1000)])
