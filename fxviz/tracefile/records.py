@@ -1,0 +1,103 @@
+"""What torch's structured trace holds, as plain data. No torch.
+
+A structured trace (what ``TORCH_TRACE=DIR`` writes, one file per rank, or what a handler on torch's
+``torch.__trace`` logger sees in-process) is a stream of events: a glog prefix, a JSON header and,
+for events with ``has_payload``, payload lines that start with a tab. :func:`fxviz.tracefile.read_trace`
+turns that stream into a :class:`Trace`: its events grouped by compile id (:class:`Compile`), in the
+order torch wrote them. Nothing here interprets the graphs: ``fxviz.tracefile.fxtext`` reads a graph
+payload into an fxviz Graph, ``fxviz.tracefile.code`` reads ``inductor_output_code`` into kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Problem:
+    """A line fxviz could not read: the file, its 1-based line number and what was wrong. The rest
+    of the trace is still read."""
+
+    file: str
+    line: int
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.what}"
+
+
+@dataclass
+class Artifact:
+    """One event with a payload: its name (the artifact's ``name``, or the event key for graph
+    events such as ``dynamo_output_graph``, ``aot_joint_graph``, ``aot_forward_graph``,
+    ``aot_backward_graph``, ``inductor_output_code``), the header's own fields (``meta``: e.g. the
+    output code's ``filename``), the payload (``str``, or parsed JSON when the encoding is json) and
+    where it was read (file and line of the header)."""
+
+    name: str
+    payload: Any
+    meta: dict[str, Any] = field(default_factory=dict)
+    file: str = ""
+    line: int = 0
+
+
+@dataclass
+class Phase:
+    """A timed phase from torch's chromium events (a ``B``/``E`` pair, or an ``X`` event): its name
+    (``entire_frame_compile``, ``backend_compile``, ``GraphLowering.run``, ``Scheduler.__init__``,
+    ``compile_file``, ...), start (s, torch's clock) and duration in seconds."""
+
+    name: str
+    start: float
+    seconds: float
+
+
+@dataclass
+class Compile:
+    """Everything torch recorded for one compile id of one rank: ``frame_id/frame_compile_id``,
+    with ``attempt`` (a restart after a graph break compiles the frame again with attempt 1, ...).
+
+    ``artifacts`` keeps every payload event in trace order (a training step has two
+    ``inductor_post_grad_graph`` and two ``inductor_output_code``: forward, then backward);
+    :meth:`all` and :meth:`first` look them up by name. ``events`` holds the header-only events
+    (``dynamo_start``, ``compilation_metrics`` ...) in order as ``(key, value)``."""
+
+    rank: int | None
+    frame_id: int
+    frame_compile_id: int
+    attempt: int = 0
+    artifacts: list[Artifact] = field(default_factory=list)
+    events: list[tuple[str, Any]] = field(default_factory=list)
+    phases: list[Phase] = field(default_factory=list)
+
+    @property
+    def compile_id(self) -> str:
+        """torch's spelling: ``0/1`` (``0/1_1`` for a second attempt)."""
+        base = f"{self.frame_id}/{self.frame_compile_id}"
+        return f"{base}_{self.attempt}" if self.attempt else base
+
+    def all(self, name: str) -> list[Artifact]:
+        return [a for a in self.artifacts if a.name == name]
+
+    def first(self, name: str) -> Artifact | None:
+        return next((a for a in self.artifacts if a.name == name), None)
+
+    def event(self, key: str) -> Any:
+        """The value of the first header-only event ``key`` (e.g. ``compilation_metrics``)."""
+        return next((v for k, v in self.events if k == key), None)
+
+
+@dataclass
+class Trace:
+    """A whole structured trace: its compiles in the order they started, what could not be read
+    (``problems``), the files read, and events outside any compile id (``globals``: e.g.
+    ``torch_version``)."""
+
+    compiles: list[Compile] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    globals: list[Artifact] = field(default_factory=list)
+
+    def ranks(self) -> list[int | None]:
+        return sorted({c.rank for c in self.compiles}, key=lambda r: -1 if r is None else r)
