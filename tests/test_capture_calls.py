@@ -4,6 +4,7 @@ unseen), checked against what eager PyTorch did (forward hooks)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -160,3 +161,34 @@ def test_fx_traces_through_a_container_it_can_trace() -> None:
     assert opaque in ([], ["attn"])
     if not opaque:
         assert "attn.out_proj" in graph_calls(g)
+
+
+def _passes_through(f):
+    @functools.wraps(f)
+    def wrapper(self, *args, **kwargs):
+        return f(self, *args, **kwargs)
+    return wrapper
+
+
+class _Decorated(nn.Module):
+    """A forward behind a ``*args, **kwargs`` decorator, as transformers' models have: torch.fx
+    unwraps it to find the inputs, sees ``**kwargs`` there and rewrites the wrapper's code object
+    for that many inputs, which fails ("co_varnames is too small")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 3)
+
+    @_passes_through
+    def forward(self, x, mask=None, **kwargs):
+        return self.a(x).relu()
+
+
+def test_fx_traces_a_forward_behind_an_args_kwargs_decorator_and_puts_the_class_back():
+    model, x = _Decorated(), torch.randn(2, 4)
+    g = fxviz.capture(model, (x,), method="fx")
+    assert g.method == "fx"
+    ops = [n for n in g.nodes if n.kind == "op"]
+    assert [n.target for n in ops] == ["Linear", "Tensor.relu"]
+    assert ops[0].module == "a" and ops[1].outputs[0].shape == (2, 3)
+    assert type(model) is _Decorated and "forward" not in vars(model)

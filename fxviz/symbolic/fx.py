@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import inspect
 import linecache
 import sys
 import types
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -116,6 +119,30 @@ class _Tracer(torch.fx.Tracer):
         return super().call_module(m, forward, args, kwargs)
 
 
+@contextlib.contextmanager
+def _positional_forward(model: nn.Module, n: int) -> Iterator[None]:
+    """torch.fx builds the root's placeholders by rewriting the forward's code object, which fails
+    ("co_varnames is too small") on a forward that takes ``*args`` (a decorated forward, as
+    transformers' models have). For the length of the trace the model's class is swapped for a
+    subclass whose forward takes the ``n`` inputs given by name and calls the original: what runs
+    is the model's own forward, and the model is put back however the trace ends."""
+    forward = type(model).forward
+    code = getattr(forward, "__code__", None)
+    if code is None or not code.co_flags & inspect.CO_VARARGS:
+        yield
+        return
+    names = [f"input_{i}" for i in range(n)]
+    ns: dict[str, Any] = {"_forward": forward}
+    exec(f"def forward(self, {', '.join(names)}):\n    return _forward(self, {', '.join(names)})", ns)  # noqa: S102
+    cls = type(model)
+    model.__class__ = type(cls.__name__, (cls,), {"forward": ns["forward"], "__module__": cls.__module__,
+                                                  "__qualname__": cls.__qualname__})
+    try:
+        yield
+    finally:
+        model.__class__ = cls
+
+
 def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, validate: bool = True) -> Graph:
     """Capture with ``torch.fx.symbolic_trace``; shapes come from fake-tensor propagation. On real
     inputs (and ``validate``) the model runs once on them, and what it raises is a
@@ -126,7 +153,8 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
     if kwargs:
         raise TypeError("fx capture takes positional tensor inputs only; use method='export' for kwargs")
     tracer = _Tracer()
-    graph = tracer.trace(model)
+    with _positional_forward(model, len(args)):
+        graph = tracer.trace(model)
     root = tracer.root
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     if len(placeholders) < len(args):
