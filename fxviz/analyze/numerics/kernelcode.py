@@ -44,24 +44,29 @@ def wrap_kernel(name: str, kernel: Any, outputs: list[int] | None, after: After)
     return wrapped
 
 
-class Extern:
-    """``extern_kernels`` of an output code module, each call watched."""
+class Dotted:
+    """A global of the output code (``extern_kernels``, ``torch``) through which some kernels are
+    called by a dotted name (``extern_kernels.addmm``, ``torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default``):
+    those calls are watched, every other attribute is the real one."""
 
-    def __init__(self, real: Any, after: After) -> None:
-        self._real, self._after = real, after
+    def __init__(self, real: Any, path: str, names: set[str], after: After) -> None:
+        self._real, self._path, self._names, self._after = real, path, names, after
 
     def __getattr__(self, attr: str) -> Any:
-        f = getattr(self._real, attr)
-        if not callable(f):
-            return f
-        name = f"extern_kernels.{attr}"
+        value = getattr(self._real, attr)
+        full = f"{self._path}.{attr}"
+        if full in self._names and callable(value):
+            f = value
 
-        def wrapped(*a: Any, **k: Any) -> Any:
-            out = f(*a, **k)
-            self._after(name, a, k, out, None)
-            return out
+            def wrapped(*a: Any, **k: Any) -> Any:
+                out = f(*a, **k)
+                self._after(full, a, k, out, None)
+                return out
 
-        return wrapped
+            return wrapped
+        if any(n.startswith(full + ".") for n in self._names):
+            return Dotted(value, full, self._names, self._after)
+        return value
 
 
 class Launcher:
@@ -144,4 +149,4 @@ def loaded_module(path: str) -> Any:
     return next((m for m in loaded if str(getattr(m, "__file__", "")) == path), None)
 
 
-__all__ = ["After", "CallSite", "Extern", "Launcher", "call_site", "cpp_argtypes", "kind_of", "loaded_module", "triton_outputs", "wrap_kernel"]
+__all__ = ["After", "CallSite", "Dotted", "Launcher", "call_site", "cpp_argtypes", "kind_of", "loaded_module", "triton_outputs", "wrap_kernel"]

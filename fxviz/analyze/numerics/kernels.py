@@ -31,6 +31,7 @@ comparable. Same tolerance as the rest of the compile side (:func:`~fxviz.analyz
 from __future__ import annotations
 
 import contextlib
+import operator
 import re
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -41,13 +42,12 @@ from typing import Any
 import torch
 import torch.fx
 from torch import nn
-from torch.utils import _pytree as pytree
 
 from fxviz.analyze.compilemap.record import OpRecord, module_paths, op_nodes, op_records
 from fxviz.analyze.numerics.boundary import CompiledSide
 from fxviz.analyze.numerics.kernelcode import (
     CallSite,
-    Extern,
+    Dotted,
     call_site,
     cpp_argtypes,
     kind_of,
@@ -60,7 +60,10 @@ from fxviz.torchbridge.tracelog import Event, structured_trace
 from fxviz.tracefile import read_events
 from fxviz.tracefile.code import parse_output_code
 
-_PARTIAL = "holds a partial result inside the fused kernel, no one op's value: eager computes no such value"
+_PARTIAL = ("Inductor records no post-grad node whose value it holds (a partial result inside the kernel, "
+            "or a copy in another layout): eager computes no such value")
+#: Post-grad ops that only reshape their input: the node before one carries the same value.
+_RESHAPES = {"aten.view", "aten._unsafe_view", "aten.reshape", "aten.squeeze", "aten.unsqueeze", "aten.alias"}
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
@@ -76,6 +79,8 @@ class _Graph:
     order: dict[str, int] = field(default_factory=dict)  # post-grad node -> position
     numel: dict[str, int | None] = field(default_factory=dict)
     random: set[str] = field(default_factory=set)  # post-grad nodes that draw random numbers
+    views: set[str] = field(default_factory=set)  # post-grad nodes that only reshape: same value
+    items: dict[tuple[str, int], str] = field(default_factory=dict)  # (node, k) -> its getitem node
     ready: bool = False
     watched: bool = False
     note: str = ""
@@ -89,6 +94,21 @@ class _Graph:
     stacks: dict[str, list[str]] = field(default_factory=dict)
     values: dict[str, Any] = field(default_factory=dict)
     ops: dict[str, int] = field(default_factory=dict)  # Dynamo op -> its index in ``records``
+
+
+def _draws(n: torch.fx.Node) -> bool:
+    """Whether a post-grad node draws random numbers: an op torch tags ``nondeterministic_seeded``
+    (or Inductor's own ``inductor_random``), unless its ``dropout_p`` is 0 (attention in eval)."""
+    if "random" in str(n.target):
+        return True
+    if torch.Tag.nondeterministic_seeded not in getattr(n.target, "tags", ()):
+        return False
+    schema = getattr(n.target, "_schema", None)
+    for i, a in enumerate(getattr(schema, "arguments", ())):
+        if a.name == "dropout_p":
+            p = n.kwargs.get("dropout_p", n.args[i] if i < len(n.args) else a.default_value)
+            return bool(p != 0)
+    return True
 
 
 class KernelWatch:
@@ -175,18 +195,21 @@ class KernelWatch:
                 mod.set_kernel_post_grad_provenance_tracing = original  # type: ignore[attr-defined]
 
     def _buffers(self, g: _Graph, handle: str, node_schedule: Any, is_extern: bool) -> None:
-        """Which post-grad node each buffer of the kernel holds (``origin_node``), and the post-grad
-        graph's order, sizes and random draws, from the nodes Inductor hands its provenance record."""
+        """Which post-grad node each buffer of the kernel holds (``origin_node``; an extern kernel
+        with none: the last node it covers, in graph order), and the post-grad graph's order, sizes,
+        reshapes and random draws, from the nodes Inductor hands its provenance record."""
         found: dict[str, str | None] = g.buffers.setdefault(handle, {})
         ir_nodes = [(node_schedule.get_name(), node_schedule)] if is_extern else [
             (b.get_name(), s.node) for s in node_schedule if getattr(s, "node", None) is not None
             for b in s.get_outputs()]
         for name, node in ir_nodes:
             origin = node.get_origin_node() if hasattr(node, "get_origin_node") else None
+            origins = list(getattr(node, "origins", ()))
+            if not g.order and origins:
+                self._post_grad(g, origins[0].graph)
+            if origin is None and is_extern and origins:  # a fallback op: the last node it covers (the
+                origin = max(origins, key=lambda o: g.order.get(o.name, -1))  # others: its inputs' views)
             found[name] = origin.name if origin is not None else None
-            if not g.order:
-                for o in list(getattr(node, "origins", ()))[:1]:
-                    self._post_grad(g, o.graph)
 
     @staticmethod
     def _post_grad(g: _Graph, graph: torch.fx.Graph) -> None:
@@ -197,9 +220,14 @@ class KernelWatch:
                 g.numel[n.name] = int(val.numel()) if isinstance(val, torch.Tensor) else None
             except Exception:  # noqa: BLE001 - a symbolic size: matched by position only
                 g.numel[n.name] = None
-            tags = getattr(n.target, "tags", ()) if n.op == "call_function" else ()
-            if torch.Tag.nondeterministic_seeded in tags or "random" in str(n.target):
+            if n.op != "call_function":
+                continue
+            if _draws(n):
                 g.random.add(n.name)
+            if str(getattr(n.target, "overloadpacket", n.target)) in _RESHAPES:
+                g.views.add(n.name)
+            if n.target is operator.getitem and isinstance(n.args[0], torch.fx.Node) and isinstance(n.args[1], int):
+                g.items[(n.args[0].name, n.args[1])] = n.name
 
     def _read(self, g: _Graph) -> None:
         """The compile's trace events: output code, node mappings, kernel stack traces."""
@@ -249,7 +277,8 @@ class KernelWatch:
             return call(*args, **kwargs)
         boxed = getattr(call, "_boxed_call", False) and len(args) == 1 and isinstance(args[0], list)
         inputs = list(args[0] if boxed else args)
-        g.values = _eager_values(g.gm, inputs, set(g.pre_to_post))
+        held = {n for bufs in g.buffers.values() for n in bufs.values() if n} | set(g.items.values())
+        g.values = _eager_values(g.gm, inputs, {pre for n in held for pre in g.post_to_pre.get(n, ())})
         del inputs
         ns = g.module.__dict__
         saved: dict[str, Any] = {}
@@ -258,14 +287,14 @@ class KernelWatch:
             self._ran(g, name, a, k, out, positions)
 
         try:
+            dotted = {name for name in g.calls if "." in name}
             for name in list(g.calls):
-                if name.startswith("extern_kernels."):
-                    if "extern_kernels" in ns and "extern_kernels" not in saved:
-                        saved["extern_kernels"] = ns["extern_kernels"]
-                        ns["extern_kernels"] = Extern(ns["extern_kernels"], after)
-                elif name in ns and name not in saved:
-                    saved[name] = ns[name]
-                    ns[name] = wrap_kernel(name, ns[name], g.outputs.get(name), after)
+                head = name.split(".", 1)[0]
+                if head not in ns or head in saved:
+                    continue
+                saved[head] = ns[head]
+                ns[head] = Dotted(ns[head], head, dotted, after) if "." in name else \
+                    wrap_kernel(name, ns[name], g.outputs.get(name), after)
             return call(*args, **kwargs)
         finally:
             ns.update(saved)
@@ -285,22 +314,24 @@ class KernelWatch:
         if not pending:
             return
         c = pending.popleft()
-        written: list[tuple[str, Any]] = []
-        if c.kind == "extern" or name.startswith("extern_kernels."):
-            if "out" in kwargs:
-                written.append((c.out, kwargs["out"]))
-            else:
-                leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
-                written.extend((c.result if i == 0 else "", t) for i, t in enumerate(leaves))
-        else:
-            for i in positions or []:
-                if i < len(args):
-                    written.append((c.args[i] if i < len(c.args) else "", args[i]))
-        kernel = KernelCheck(c.handle, self.graphs.index(g), c.kind, observed=True)
         held = g.buffers.get(c.handle, {})
-        for buf, t in written:
+        written: list[tuple[str, str | None, Any]] = []  # (buffer, post-grad node, value)
+        if positions is not None:  # a generated kernel: the pointers it writes
+            for i in positions:
+                buf = c.args[i] if i < len(c.args) else ""
+                if i < len(args):
+                    written.append((buf, held.get(buf), args[i]))
+        elif "out" in kwargs:
+            written.append((c.out, held.get(c.out), kwargs["out"]))
+        elif isinstance(out, (tuple, list)):  # a fallback op with several results: item i is getitem(node, i)
+            node = held.get(c.result)
+            written.extend((f"{c.result}[{i}]", g.items.get((node, i)) if node else None, t) for i, t in enumerate(out))
+        else:
+            written.append((c.result, held.get(c.result), out))
+        kernel = KernelCheck(c.handle, self.graphs.index(g), c.kind, observed=True)
+        for buf, node, t in written:
             if isinstance(t, torch.Tensor):
-                kernel.buffers.append(self._check(g, buf, held.get(buf), t))
+                kernel.buffers.append(self._check(g, buf, node, t))
         self._describe(g, kernel)
         self.found.append(kernel)
 
@@ -326,8 +357,9 @@ class KernelWatch:
     @staticmethod
     def _value_node(g: _Graph, pre: str, numel: int) -> str | None:
         """The post-grad node that carries Dynamo node ``pre``'s value: the last of its post-grad
-        nodes (graph order) with as many elements."""
-        nodes = [p for p in g.pre_to_post.get(pre, ()) if g.numel.get(p) in (numel, None) and p in g.order]
+        nodes (graph order) with as many elements, reshapes left out (they carry the value before them)."""
+        nodes = [p for p in g.pre_to_post.get(pre, ())
+                 if g.numel.get(p) in (numel, None) and p in g.order and p not in g.views]
         return max(nodes, key=lambda p: g.order[p]) if nodes else None
 
     def _describe(self, g: _Graph, kernel: KernelCheck) -> None:
@@ -361,6 +393,11 @@ class KernelWatch:
         """Every kernel call, in execution order (those that did not run last); notes say what was
         not observed."""
         for g in self.graphs:
+            if not g.watched:  # compiled, but not called while watched: its kernels are named
+                g.watched = True
+                if not g.ready:
+                    self._read(g)
+                self._unobserved(g)
             if g.note:
                 self.notes.append(f"graph {self.graphs.index(g)}: {g.note}")
         return list(self.found)
@@ -392,8 +429,8 @@ class _Keep(torch.fx.Interpreter):
 
 
 def _eager_values(gm: torch.fx.GraphModule, inputs: list[Any], keep: set[str]) -> dict[str, Any]:
-    """The Dynamo graph run eagerly on ``inputs`` (all but parameters copied first); the values of
-    the nodes in ``keep``."""
+    """The Dynamo graph run eagerly on ``inputs`` (all but parameters copied first); copies of the
+    values of the nodes in ``keep`` (those a buffer may stand for)."""
     copies = [v.clone() if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter) else v for v in inputs]
     interp = _Keep(gm, keep)
     with torch.no_grad():
