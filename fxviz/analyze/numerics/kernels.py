@@ -271,20 +271,28 @@ class KernelWatch:
         if g is None or g.watched:
             return call(*args, **kwargs)
         g.watched = True
-        if not g.ready:
-            self._read(g)
-        if g.module is None:
-            return call(*args, **kwargs)
         boxed = getattr(call, "_boxed_call", False) and len(args) == 1 and isinstance(args[0], list)
-        inputs = list(args[0] if boxed else args)
-        held = {n for bufs in g.buffers.values() for n in bufs.values() if n} | set(g.items.values())
-        g.values = _eager_values(g.gm, inputs, {pre for n in held for pre in g.post_to_pre.get(n, ())})
-        del inputs
+        try:  # fxviz's own failure here is a note, never the model's: the graph then runs unwatched
+            if not g.ready:
+                self._read(g)
+            if g.module is not None:
+                inputs = list(args[0] if boxed else args)
+                held = {n for bufs in g.buffers.values() for n in bufs.values() if n} | set(g.items.values())
+                g.values = _eager_values(g.gm, inputs, {pre for n in held for pre in g.post_to_pre.get(n, ())})
+                del inputs
+        except Exception as e:  # noqa: BLE001
+            g.module, g.note = None, g.note or f"not watched: {type(e).__name__}: {e}"
+        if g.module is None:
+            self._unobserved(g)
+            return call(*args, **kwargs)
         ns = g.module.__dict__
         saved: dict[str, Any] = {}
 
         def after(name: str, a: tuple[Any, ...], k: dict[str, Any], out: Any, positions: list[int] | None) -> None:
-            self._ran(g, name, a, k, out, positions)
+            try:
+                self._ran(g, name, a, k, out, positions)
+            except Exception as e:  # noqa: BLE001 - as above: this kernel goes uncompared
+                g.note = g.note or f"{name} not compared: {type(e).__name__}: {e}"
 
         try:
             dotted = {name for name in g.calls if "." in name}
