@@ -4,7 +4,9 @@ What can be observed depends on the backend. Every backend: each compiled Dynamo
 watched (:mod:`~fxviz.analyze.numerics.boundary`), so every value that crosses between compiled
 and eager code, where a graph's inputs come in and its outputs go out (a graph break is such a
 place), is compared with the eager op's value, and so are the model's outputs. Inductor fuses ops
-into kernels whose intermediate values never exist: per graph boundary is all there is.
+into kernels whose intermediate values never exist: per graph boundary is all there is, unless
+``kernels`` (``--per-kernel``) watches each kernel's output buffers (:mod:`~fxviz.analyze.numerics.kernels`:
+after the runs below, one more compiled call).
 ``aot_eager`` runs AOT Autograd's forward graph (ATen level) in an fx Interpreter: each node that
 carries a torch-level op's value is compared too, per node.
 

@@ -94,6 +94,7 @@ class _Graph:
     stacks: dict[str, list[str]] = field(default_factory=dict)
     values: dict[str, Any] = field(default_factory=dict)
     ops: dict[str, int] = field(default_factory=dict)  # Dynamo op -> its index in ``records``
+    tainted: set[str] = field(default_factory=set)  # Dynamo ops that draw, or read a draw
 
 
 def _draws(n: torch.fx.Node) -> bool:
@@ -246,6 +247,10 @@ class KernelWatch:
         g.post_to_pre = {k: list(v) for k, v in (maps.get("postToPre") or {}).items()}
         g.pre_to_post = {k: list(v) for k, v in (maps.get("preToPost") or {}).items()}
         g.stacks = dict(stacks.payload) if stacks is not None and isinstance(stacks.payload, dict) else {}
+        drawn = {pre for p in g.random for pre in g.post_to_pre.get(p, ())}
+        for n in g.gm.graph.nodes:  # what reads a draw, at any distance: the compiled code draws its own
+            if n.name in drawn or any(a.name in g.tainted for a in n.all_input_nodes):
+                g.tainted.add(n.name)
         g.handles = list(g.to_post)
         parsed = parse_output_code(code.payload)
         lines = code.payload.splitlines()
@@ -353,8 +358,9 @@ class KernelWatch:
             eager = g.values.get(pre)
             if not isinstance(eager, torch.Tensor) or self._value_node(g, pre, eager.numel()) != node:
                 continue
-            if any(p in g.random for p in g.pre_to_post.get(pre, ())):
-                return BufferCheck(buf, node, pre, Error(comparable=False, note="random op: the compiled code draws its own numbers"))
+            if pre in g.tainted:
+                return BufferCheck(buf, node, pre, Error(
+                    comparable=False, note="a random op's draw, or reads one: the compiled code draws its own numbers"))
             if eager.numel() != tensor.numel():
                 return BufferCheck(buf, node, pre, Error(comparable=False, note="sizes differ"))
             other = tensor if tensor.shape == eager.shape else tensor.reshape(eager.shape)
