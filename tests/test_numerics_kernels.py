@@ -145,6 +145,10 @@ def test_a_perturbed_node_is_found_at_its_kernel(bug: tuple[Numerics, Any, str])
     assert before and all(k.observed and not k.exceeds for k in before)
     assert any(b.error.comparable for k in before for b in k.buffers)
     assert json.loads(r.to_json())["first_kernel"] == holder[0]
+    # the report's divergence panel names it, pointing at the module call
+    rows = r.graph.annotations["panels"]["divergence"]["rows"]
+    kernel_row = next(row for row in rows if row["cells"][0] == "first kernel")
+    assert kernel_row["cells"][1] == f"mix · {holder[0]}" and kernel_row["module"]
 
 
 def test_per_kernel_needs_the_inductor_side() -> None:

@@ -322,6 +322,12 @@ def annotate(result: Numerics) -> None:
         rows.append(row("first divergence", _module_of(g, result.first), _snr(e), rel_text(e.max_rel),
                         n.source.short() if n.source is not None else "", node=n.name,
                         module=tree.of(n.name).id or None, level="error"))
+    kernel = result.first_kernel
+    if kernel is not None and (ke := kernel.error) is not None:  # --per-kernel: where inside the graph
+        call = next((c for c in tree.walk() if c.stack and c.path == kernel.module), None)
+        rows.append(row("first kernel", f"{kernel.module or 'the model itself'} · {kernel.handle}", _snr(ke),
+                        rel_text(ke.max_rel), kernel.source, module=call.id if call is not None else None,
+                        level="error"))
     calls = [(cid, e) for cid, e in result.modules.items() if cid and e.comparable and e.rel_rms > 0]
     calls.sort(key=lambda x: -x[1].rel_rms)
     by_id = {c.id: c for c in tree.walk() if c.stack}
@@ -334,6 +340,8 @@ def annotate(result: Numerics) -> None:
         else "no value is beyond tolerance"
     note = (within if result.first is None else
             f"the error is born at {result.where(result.first)}")
+    if kernel is not None:
+        note += f"; the first kernel beyond tolerance is {kernel.where()}"
     if result.not_comparable:
         note += f"; {len(result.not_comparable)} random op(s) not comparable"
     set_panel(g, "divergence", title=f"numerics against {result.against}",
