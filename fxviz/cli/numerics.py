@@ -4,6 +4,7 @@ precision) changes its numbers, per module and per op, against eager float32."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import click
 
@@ -37,12 +38,15 @@ _SIDES = ("export, decompose, compile[:backend] (compile:aot_eager per op; other
               help="Write the result as JSON here ('-': stdout, instead of the tree).")
 @click.option("--fail-above", "fail_above", type=float, default=None, metavar="DB",
               help="Exit 1 when any module's SNR falls below DB decibels (a CI gate), after writing outputs.")
+@click.option("--per-kernel", "per_kernel", is_flag=True,
+              help="With --against compile:inductor: compare every Inductor kernel's output buffers with the eager "
+                   "values of the ops it replaces, and name the first kernel beyond tolerance (module and line).")
 @click.option("--pass", "passes", multiple=True, metavar="pkg.module:fn",
               help="With --against stage:N: the passes of the pipeline, in order (as fxviz passes takes them; "
                    "default: decompose).")
 def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | None, depth: int | None, unfold: bool,
                  input_shapes: tuple[str, ...], dtype: str, html_out: str | None, json_out: str | None,
-                 fail_above: float | None, passes: tuple[str, ...]) -> None:
+                 fail_above: float | None, passes: tuple[str, ...], per_kernel: bool) -> None:
     """Compare TARGET's eager float32 forward with the same model run another way (--against),
     op by op and module by module: max abs and rel error, cosine similarity, SNR, and the first
     divergence (the op where the error is born). TARGET is a factory: the model must run.
@@ -61,7 +65,8 @@ def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | No
         raise TargetError("--pass applies to --against stage:N (a stage of the pass pipeline)")
     pass_list = [load_pass(p) for p in passes] or None
     with t.runs(), spinner(f"running {type(t.model).__name__} eagerly and against {against}"):
-        result = numerics(t.model, t.args, t.kwargs, against=against, rtol=rtol, atol=atol, passes=pass_list)
+        result = numerics(t.model, t.args, t.kwargs, against=against, rtol=rtol, atol=atol, passes=pass_list,
+                          per_kernel=per_kernel)
     if json_out is not None:
         write_json(result.to_json(indent=1), json_out, what="numerics JSON")
     if json_out != "-":
@@ -72,6 +77,8 @@ def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | No
                           f"[{result.nodes[result.first].text()}]")
         for note in result.notes:
             console.print(f"note: {one_line(note, limit=400)}")
+        if result.kernels is not None:
+            _print_kernels(console, result)
         console.print(result.tree(depth=depth, unfold=unfold))
     if html_out is not None:
         result.to_html(html_out)
@@ -85,3 +92,19 @@ def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | No
             ctx.exit(1)
 
 
+#: How many kernels ``--per-kernel`` lists in the terminal after the first beyond tolerance.
+KERNELS_AFTER = 5
+
+
+def _print_kernels(console: Any, result: Any) -> None:
+    """The kernels in execution order, up to a few past the first beyond tolerance."""
+    kernels = result.kernels
+    first = result.first_kernel
+    if first is not None:
+        console.print(f"first kernel beyond tolerance: {one_line(first.where(), limit=400)}  "
+                      f"[{first.error.text() if first.error is not None else ''}]")
+    stop = len(kernels) if first is None else min(len(kernels), kernels.index(first) + 1 + KERNELS_AFTER)
+    for k in kernels[:stop]:
+        console.print(f"  kernel {one_line(k.text(), limit=400)}")
+    if stop < len(kernels):
+        console.print(f"  ... {len(kernels) - stop} more kernel(s) in --json")

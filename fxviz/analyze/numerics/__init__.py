@@ -34,6 +34,7 @@ from torch import nn
 from fxviz.analyze.numerics.compiled import budget, compiled_errors
 from fxviz.analyze.numerics.find import births, module_errors
 from fxviz.analyze.numerics.floor import Prints, settle
+from fxviz.analyze.numerics.kernels import KernelWatch, kernel_note
 from fxviz.analyze.numerics.metrics import FLOAT32, TOLERANCES, tolerance
 from fxviz.analyze.numerics.program import ProgramWatcher, aligned, export_program, stage_program
 from fxviz.analyze.numerics.result import Error, Numerics, annotate
@@ -61,6 +62,7 @@ def numerics(
     seed: int | None = 0,
     decompositions: Mapping[Any, Any] | None = None,
     passes: Sequence[Any] | None = None,
+    per_kernel: bool = False,
 ) -> Numerics:
     """Compare ``model(*args, **kwargs)`` run eagerly in float32 with the same model run another
     way (``against``, one of :data:`SIDES`), op by op and module call by module call.
@@ -72,7 +74,10 @@ def numerics(
     torch's default table for ``against="decompose"``, and given to AOT Autograd for
     ``against="compile:aot_eager"``. ``against="stage:N"`` compares stage N of
     the pass pipeline (:func:`fxviz.pipeline`: export, then ``passes``, by default ``["decompose"]``;
-    stage 0 is the export). Inputs must be real tensors: on ``meta``
+    stage 0 is the export). ``per_kernel`` (with ``against="compile:inductor"``): every
+    Inductor kernel's output buffers are compared with the eager values of the ops it replaces
+    (:mod:`~fxviz.analyze.numerics.kernels`); ``result.kernels`` lists them in execution order and
+    ``result.first_kernel`` is the first beyond tolerance. Inputs must be real tensors: on ``meta``
     or fake there are no numbers to compare (:class:`~fxviz.errors.InputError`).
 
         >>> r = fxviz.numerics(gpt2, (ids,), against="dtype:bfloat16")
@@ -89,8 +94,11 @@ def numerics(
     side, _, detail = against.partition(":")
     if side not in ("export", "decompose", "compile", "dtype", "autocast", "stage"):
         raise TargetError(f"--against {against!r} is not one of {', '.join(SIDES)} (compile takes :backend)")
+    if per_kernel and (side != "compile" or (detail or "inductor") != "inductor"):
+        raise TargetError(f"per-kernel numerics compare Inductor's kernels: use --against compile:inductor, not {against!r}")
     _check_real(model, args, kwargs)
     t0 = time.perf_counter()
+    watch: KernelWatch | None = None
     notes: list[str] = []
     same_rng = SameRng(seed)
 
@@ -141,8 +149,9 @@ def numerics(
             seconds = {"export": t1 - t0, "align": t2 - t1, "run": time.perf_counter() - t2}
         elif side == "compile":
             rtol, atol = (rtol if rtol is not None else FLOAT32[0]), (atol if atol is not None else FLOAT32[1])
+            watch = KernelWatch(model, rtol=rtol, atol=atol) if per_kernel else None
             found = compiled_errors(model, args, kwargs, backend=detail or "inductor", rtol=rtol, atol=atol,
-                                    seed=seed, decompositions=decompositions)
+                                    seed=seed, decompositions=decompositions, kernels=watch)
             graph, errors, random, seconds = found.graph, found.errors, found.random, found.seconds
             notes.extend(found.notes)
         else:  # pragma: no cover - every side is handled above
@@ -155,6 +164,9 @@ def numerics(
     result = Numerics(against=against, rtol=rtol, atol=atol, expected=expected, graph=graph, nodes=flat,
                       modules=module_errors(graph, errors), not_comparable=list(random), notes=notes,
                       seconds=seconds)
+    if watch is not None:
+        result.kernels = watch.checks()
+        notes.extend([kernel_note(result.kernels), *watch.notes])
     result.births = births(graph, flat)
     result.first = result.births[0] if result.births else None
     annotate(result)

@@ -4,7 +4,9 @@ What can be observed depends on the backend. Every backend: each compiled Dynamo
 watched (:mod:`~fxviz.analyze.numerics.boundary`), so every value that crosses between compiled
 and eager code, where a graph's inputs come in and its outputs go out (a graph break is such a
 place), is compared with the eager op's value, and so are the model's outputs. Inductor fuses ops
-into kernels whose intermediate values never exist: per graph boundary is all there is.
+into kernels whose intermediate values never exist: per graph boundary is all there is, unless
+``kernels`` (``--per-kernel``) watches each kernel's output buffers (:mod:`~fxviz.analyze.numerics.kernels`:
+after the runs below, one more compiled call).
 ``aot_eager`` runs AOT Autograd's forward graph (ATen level) in an fx Interpreter: each node that
 carries a torch-level op's value is compared too, per node.
 
@@ -26,6 +28,7 @@ and counters restored), and the model's buffers and training flags are put back 
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -37,9 +40,10 @@ from torch import nn
 
 from fxviz.analyze.compilemap.match import matchable, pair
 from fxviz.analyze.compilemap.record import dynamo_state, module_paths
-from fxviz.analyze.numerics.boundary import CompiledSide
+from fxviz.analyze.numerics.boundary import CompiledSide, Observer
 from fxviz.analyze.numerics.floor import Prints, settle
 from fxviz.analyze.numerics.keep import Keeper, Want
+from fxviz.analyze.numerics.kernels import KernelWatch
 from fxviz.analyze.numerics.metrics import compare
 from fxviz.analyze.numerics.plan import Pass, Plan, record
 from fxviz.analyze.numerics.result import Error
@@ -76,10 +80,12 @@ def budget(model: nn.Module) -> int:
 
 def compiled_errors(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *,
                     backend: str | Callable[..., Any], rtol: float, atol: float, seed: int | None,
-                    decompositions: Mapping[Any, Any] | None = None, budget_bytes: int | None = None) -> CompiledErrors:
+                    decompositions: Mapping[Any, Any] | None = None, budget_bytes: int | None = None,
+                    kernels: KernelWatch | None = None) -> CompiledErrors:
     """Compare ``model`` under ``torch.compile(backend=backend)`` with eager (see the module's
     docstring). ``decompositions`` are given to AOT Autograd (``aot_eager`` only); ``budget_bytes``
-    overrides :func:`budget`."""
+    overrides :func:`budget`. ``kernels`` (Inductor only): the compile is recorded for it and the
+    compiled model runs once more with it watching each kernel (:mod:`~fxviz.analyze.numerics.kernels`)."""
     per_node = backend == "aot_eager"
     if decompositions and not per_node:
         raise TargetError(f"decompositions apply to --against decompose and compile:aot_eager, not compile:{_name(backend)}")
@@ -91,8 +97,11 @@ def compiled_errors(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
     limit = budget_bytes if budget_bytes is not None else budget(model)
     errors: dict[str, list[Error]] = {}
     notes: list[str] = []
-    with dynamo_state(), _Runs(model, args, kwargs, side, seed, _name(backend)) as runs, side.breaks_logged(), \
-            warnings.catch_warnings():
+    if kernels is not None:
+        kernels.attach(side)
+    recording = kernels.recording() if kernels is not None else contextlib.nullcontext()
+    with dynamo_state(), recording, _Runs(model, args, kwargs, side, seed, _name(backend)) as runs, \
+            side.breaks_logged(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Dynamo warns of graph breaks: the note counts them
         runs.compiled(first=True)
         called = [g for g, _ in side.rec.runs]
@@ -132,6 +141,8 @@ def compiled_errors(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
             if [n.name for n in again.nodes] != [n.name for n in graph.nodes] or not set(keeper.values) & remaining:
                 notes.append(f"the eager model ran differently the second time: {len(remaining)} value(s) not compared")
                 break
+        if kernels is not None:  # one more compiled call, each kernel's buffers compared as it writes them
+            runs.compiled(observer=kernels)
         notes.extend(settle(errors, *prints, runs.eager, budget=limit, rtol=rtol, atol=atol))
     random = [n.name for n in graph.ops if is_random(n)]
     tainted = _taint(graph, set(random) - plan.given, errors)
@@ -141,7 +152,8 @@ def compiled_errors(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
     for name in plan.unwritten:
         errors[name] = [Error(comparable=False, note=UNWRITTEN)]
     seen = {name for name, errs in errors.items() if any(e.comparable for e in errs)}
-    notes.insert(0, _note(_name(backend), side, plan, boundary & seen, per_node_seen & seen, per_node))
+    notes.insert(0, _note(_name(backend), side, plan, boundary & seen, per_node_seen & seen, per_node,
+                          kernels is not None))
     if tainted:
         notes.append(f"{tainted} value(s) read a random op's draw that the compiled code makes itself: not comparable")
     if chunks > 1:
@@ -178,7 +190,7 @@ class _Runs:
         for m, flag in self.training:
             m.training = flag
 
-    def compiled(self, *, first: bool = False, observer: Pass | None = None) -> Any:
+    def compiled(self, *, first: bool = False, observer: Observer | None = None) -> Any:
         """One call of the compiled model (the first compiles), watched by ``observer``."""
         t0 = time.perf_counter()
         self._same_rng()
@@ -266,7 +278,8 @@ def _taint(graph: Graph, random: set[str], errors: dict[str, list[Error]]) -> in
     return count
 
 
-def _note(backend: str, side: CompiledSide, plan: Plan, boundary: set[str], per_node: set[str], aten: bool) -> str:
+def _note(backend: str, side: CompiledSide, plan: Plan, boundary: set[str], per_node: set[str], aten: bool,
+          kernels: bool = False) -> str:
     """What was observed: per node or per graph boundary, how many graphs, breaks and calls."""
     # Dynamo logs a break inside a nested call once per frame it leaves: count user lines
     breaks = len({b.stack[-1][:2] if b.stack else (b.gb_type, 0) for b in side.rec.breaks})
@@ -277,6 +290,8 @@ def _note(backend: str, side: CompiledSide, plan: Plan, boundary: set[str], per_
                 f"Autograd's forward graph that carries its value, {crossing}; not compared: "
                 f"{_n(plan.inside, 'ATen node')} inside decomposed ops, {_n(plan.unaligned, 'ATen node')} "
                 "with no eager op")
+    if kernels:
+        return f"compile:{backend} compared per graph boundary ({what}): {crossing}; inside each graph, per kernel"
     inside = ("fused kernels have no intermediate values" if backend == "inductor" else
               "each compiled graph runs as one call")
     return f"compile:{backend} compared per graph boundary ({what}): {crossing}; {inside}, so the ops inside a graph are not observable"

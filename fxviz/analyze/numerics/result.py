@@ -1,6 +1,7 @@
 """What a numerics run found, as plain data: :class:`Error` per value compared, and the
 :class:`Numerics` result with its JSON and its marks on the eager graph (the ``error`` overlay, the
-``divergence`` panel, the metrics in each node's attrs). No torch: a saved result renders anywhere.
+``divergence`` panel, the metrics in each node's attrs), and with ``--per-kernel`` a
+:class:`KernelCheck` per Inductor kernel call (:mod:`~fxviz.analyze.numerics.kernels`). No torch: a saved result renders anywhere.
 """
 
 from __future__ import annotations
@@ -89,6 +90,101 @@ class Error:
         return max(compared, key=lambda e: (e.exceeds, e.rel_rms if e.rel_rms == e.rel_rms else math.inf))
 
 
+@dataclass(slots=True)
+class BufferCheck:
+    """One buffer a kernel wrote: its name in the output code (``buf5``), the post-grad node it holds
+    (Inductor's ``origin_node``; ``""`` when it holds none exactly), the Dynamo node whose eager value
+    it was compared with (``""``: none, ``error.note`` says why) and the error."""
+
+    buffer: str
+    node: str
+    eager: str
+    error: Error
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"buffer": self.buffer, "node": self.node, "eager": self.eager, "error": self.error.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BufferCheck:
+        return cls(d["buffer"], d["node"], d["eager"], Error.from_dict(d["error"]))
+
+
+@dataclass
+class KernelCheck:
+    """One kernel call of a compiled graph (``graph``: its index in compile order), by torch's
+    provenance handle (``cpp_fused_gelu_0:2``, ``extern_kernels.addmm:1``, as in
+    ``cppCodeToPost``): ``kind`` (``cpp``, ``triton``, ``extern``, ``other``), the Dynamo ops it
+    covers (``ops``, graph order), the eager op it is reported at (``op``: the op of its worst
+    compared buffer, else its last op), that op's module path and user line, the buffers it wrote,
+    and ``observed`` (False when the call did not run under the watch: then nothing was compared)."""
+
+    handle: str
+    graph: int
+    kind: str = "other"
+    ops: list[str] = field(default_factory=list)
+    op: str = ""
+    module: str = ""
+    source: str = ""
+    buffers: list[BufferCheck] = field(default_factory=list)
+    observed: bool = False
+
+    @property
+    def error(self) -> Error | None:
+        """The worst compared buffer's error (``None`` when no buffer was comparable)."""
+        compared = [b.error for b in self.buffers if b.error.comparable]
+        return Error.worst(compared) if compared else None
+
+    @property
+    def exceeds(self) -> bool:
+        e = self.error
+        return e is not None and e.exceeds
+
+    def where(self) -> str:
+        """``handle (op) in module at file:line``."""
+        op = f" ({self.op})" if self.op else ""
+        at = f" at {self.source}" if self.source else ""
+        return f"{self.handle}{op} in {self.module or 'the model itself'}{at}"
+
+    def text(self) -> str:
+        """One line: where, and the worst buffer's max abs / max rel and the verdict."""
+        e = self.error
+        if not self.observed:
+            what = "not run while watched"
+        elif e is None:
+            what = "no buffer with an eager counterpart: not comparable"
+        else:
+            what = (f"max abs {e.max_abs:.3g} · max rel {rel_text(e.max_rel)} · "
+                    + ("beyond tolerance" if e.exceeds else "within tolerance"))
+        return f"{self.where()}: {what}"
+
+    def to_dict(self) -> dict[str, Any]:
+        e = self.error
+        return {"handle": self.handle, "graph": self.graph, "kind": self.kind, "ops": self.ops, "op": self.op,
+                "module": self.module, "source": self.source, "observed": self.observed,
+                "within": None if e is None else not e.exceeds,
+                "max_abs": None if e is None else _finite(e.max_abs),
+                "max_rel": None if e is None else _finite(e.max_rel),
+                "buffers": [b.to_dict() for b in self.buffers]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> KernelCheck:
+        return cls(d["handle"], d["graph"], d.get("kind", "other"), list(d.get("ops", [])), d.get("op", ""),
+                   d.get("module", ""), d.get("source", ""), [BufferCheck.from_dict(b) for b in d.get("buffers", [])],
+                   bool(d.get("observed", False)))
+
+
+def first_beyond(kernels: list[KernelCheck]) -> KernelCheck | None:
+    """The first kernel, in execution order, with a buffer beyond tolerance."""
+    return next((k for k in kernels if k.exceeds), None)
+
+
+def _finite(x: float) -> float | str | None:
+    if x != x:
+        return None
+    return x if abs(x) != float("inf") else ("inf" if x > 0 else "-inf")
+
+
+
 @dataclass
 class Numerics:
     """The result of :func:`fxviz.numerics`: per node and per module call :class:`Error` s against
@@ -115,6 +211,7 @@ class Numerics:
     not_comparable: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    kernels: list[KernelCheck] | None = None  # --per-kernel: each Inductor kernel call, in execution order
 
     # ---- reading ---------------------------------------------------------------------------------
 
@@ -132,6 +229,11 @@ class Numerics:
         path = n.stack[-1][0] if n.stack else ""
         src = f" at {n.source.short()}" if n.source is not None else ""
         return f"{n.name} ({n.target}) in {path or 'the model itself'}{src}"
+
+    @property
+    def first_kernel(self) -> KernelCheck | None:
+        """With ``per_kernel``: the first kernel, in execution order, whose output is beyond tolerance."""
+        return first_beyond(self.kernels or [])
 
     def headline(self) -> str:
         compared = sum(1 for e in self.nodes.values() if e.comparable)
@@ -159,7 +261,10 @@ class Numerics:
             "nodes": {k: e.to_dict() for k, e in self.nodes.items()},
             "modules": {k: e.to_dict() for k, e in self.modules.items()},
             "graph": json.loads(self.graph.to_json()),
-        }
+        } | ({} if self.kernels is None else {
+            "kernels": [k.to_dict() for k in self.kernels],
+            "first_kernel": None if (k := self.first_kernel) is None else k.handle,
+        })
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
@@ -175,6 +280,7 @@ class Numerics:
             first=d.get("first"), births=list(d.get("births", [])),
             not_comparable=list(d.get("not_comparable", [])), notes=list(d.get("notes", [])),
             seconds=dict(d.get("seconds", {})),
+            kernels=None if "kernels" not in d else [KernelCheck.from_dict(k) for k in d["kernels"]],
         )
 
     # ---- rendering -------------------------------------------------------------------------------
@@ -216,6 +322,12 @@ def annotate(result: Numerics) -> None:
         rows.append(row("first divergence", _module_of(g, result.first), _snr(e), rel_text(e.max_rel),
                         n.source.short() if n.source is not None else "", node=n.name,
                         module=tree.of(n.name).id or None, level="error"))
+    kernel = result.first_kernel
+    if kernel is not None and (ke := kernel.error) is not None:  # --per-kernel: where inside the graph
+        call = next((c for c in tree.walk() if c.stack and c.path == kernel.module), None)
+        rows.append(row("first kernel", f"{kernel.module or 'the model itself'} · {kernel.handle}", _snr(ke),
+                        rel_text(ke.max_rel), kernel.source, module=call.id if call is not None else None,
+                        level="error"))
     calls = [(cid, e) for cid, e in result.modules.items() if cid and e.comparable and e.rel_rms > 0]
     calls.sort(key=lambda x: -x[1].rel_rms)
     by_id = {c.id: c for c in tree.walk() if c.stack}
@@ -228,6 +340,8 @@ def annotate(result: Numerics) -> None:
         else "no value is beyond tolerance"
     note = (within if result.first is None else
             f"the error is born at {result.where(result.first)}")
+    if kernel is not None:
+        note += f"; the first kernel beyond tolerance is {kernel.where()}"
     if result.not_comparable:
         note += f"; {len(result.not_comparable)} random op(s) not comparable"
     set_panel(g, "divergence", title=f"numerics against {result.against}",
@@ -250,4 +364,4 @@ def _module_of(g: Graph, name: str) -> str:
     return f"{n.stack[-1][0]} · {n.name}" if n.stack else n.name
 
 
-__all__ = ["ROUNDINGS", "WORST", "Error", "Numerics", "annotate", "rel_text"]
+__all__ = ["ROUNDINGS", "WORST", "BufferCheck", "Error", "KernelCheck", "Numerics", "annotate", "first_beyond", "rel_text"]
