@@ -66,6 +66,16 @@ class Watch(TorchFunctionMode):
         self.rec = rec
         with self, torch.autograd.graph.saved_tensors_hooks(self.pack, _unpack):
             yield
+            self._flush()
+
+    def _flush(self) -> None:
+        """Tensors packed outside any call the recorder saw (a custom ``autograd.Function`` saves
+        after its forward's ops ran): saved by the last op recorded."""
+        assert self.rec is not None
+        packed, self.pending = self.pending, []
+        last = next((n.name for n in reversed(self.rec.nodes) if n.kind == "op"), "")
+        for t in packed:
+            self._record(last, t)
 
     def pack(self, t: torch.Tensor) -> torch.Tensor:
         self.pending.append(t)
@@ -87,12 +97,13 @@ class Watch(TorchFunctionMode):
                 e = rec.versions.values.get(a)
                 if e is not None:
                     self.fn_node[gf] = (e[0].node, e[0].index)
-        before, outer = len(rec.nodes), self.pending
-        self.pending = []
+        if self.pending:
+            self._flush()
+        before = len(rec.nodes)
         try:
             out = func(*args, **(kwargs or {}))
         finally:
-            packed, self.pending = self.pending, outer
+            packed, self.pending = self.pending, []
         node = rec.nodes[-1] if len(rec.nodes) > before and rec.nodes[-1].kind == "op" else None
         if node is not None:
             outs = out if isinstance(out, tuple | list) else (out,)

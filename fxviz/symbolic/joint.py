@@ -22,12 +22,14 @@ what eager autograd saves (``tests/test_backward_joint.py`` checks it against
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Any
 
 import torch
 import torch.fx
 from torch import nn
 
+from fxviz.errors import CaptureError
 from fxviz.ir import Graph, Saved
 from fxviz.passes.overlays import ITEMSIZE
 from fxviz.symbolic.convert import Converter, Placeholder
@@ -59,8 +61,48 @@ def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: c
     from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
 
     ep = torch.export.export(LossModel(model, flat, loss), flat.tensors, strict=False)
+    custom = custom_functions(ep.graph)
+    if custom:
+        raise CaptureError(
+            f"export inlines the forward of the custom autograd.Function {', '.join(custom)} and differentiates its "
+            "ops, not its own backward: the eager path (method='eager') runs the Function's backward")
     joint = aot_export_joint_with_descriptors(stack, ep.module(), flat.tensors, _record_nn_module_stack=True)
     return joint.graph_module
+
+
+def _subclasses(cls: type) -> list[type]:
+    out, todo = [], [cls]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            out.append(sub)
+            todo.append(sub)
+    return out
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def custom_functions(graph: torch.fx.Graph) -> list[str]:
+    """The custom ``autograd.Function`` classes (outside torch) whose ``forward`` ran while ``graph``
+    was traced, by the source lines of its nodes: non-strict export inlines such a forward, so the
+    joint graph would differentiate its ops instead of running its backward."""
+    spans: dict[str, list[tuple[int, int, str]]] = {}
+    for cls in _subclasses(torch.autograd.Function):
+        if cls.__module__.startswith("torch"):
+            continue
+        fwd = cls.__dict__.get("forward")
+        code = getattr(getattr(fwd, "__func__", fwd), "__code__", None)
+        lines = [line for _, _, line in code.co_lines() if line] if code is not None else []
+        if lines:
+            spans.setdefault(code.co_filename, []).append((min(lines), max(lines), cls.__qualname__))
+    found: dict[str, None] = {}
+    if spans:
+        for n in graph.nodes:
+            for file, line in _FRAME.findall(n.meta.get("stack_trace") or ""):
+                for lo, hi, name in spans.get(file, ()):
+                    if lo <= int(line) <= hi:
+                        found[name] = None
+    return list(found)
 
 
 def capture_joint(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, loss: Loss | None = None) -> Graph:
@@ -193,4 +235,4 @@ def inferred_saved(gm: torch.fx.GraphModule, conv: Converter) -> list[Saved]:
     return out
 
 
-__all__ = ["LossModel", "capture_joint", "export_joint", "graph_from_joint", "inferred_saved"]
+__all__ = ["LossModel", "capture_joint", "custom_functions", "export_joint", "graph_from_joint", "inferred_saved"]
