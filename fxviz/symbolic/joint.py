@@ -71,7 +71,8 @@ def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: c
 
 
 def _subclasses(cls: type) -> list[type]:
-    out, todo = [], [cls]
+    out: list[type] = []
+    todo: list[type] = [cls]
     while todo:
         for sub in todo.pop().__subclasses__():
             out.append(sub)
@@ -93,7 +94,7 @@ def custom_functions(graph: torch.fx.Graph) -> list[str]:
         fwd = cls.__dict__.get("forward")
         code = getattr(getattr(fwd, "__func__", fwd), "__code__", None)
         lines = [line for _, _, line in code.co_lines() if line] if code is not None else []
-        if lines:
+        if code is not None and lines:
             spans.setdefault(code.co_filename, []).append((min(lines), max(lines), cls.__qualname__))
     found: dict[str, None] = {}
     if spans:
