@@ -74,7 +74,8 @@ def _subclasses(cls: type) -> list[type]:
     out: list[type] = []
     todo: list[type] = [cls]
     while todo:
-        for sub in todo.pop().__subclasses__():
+        subs: list[type] = todo.pop().__subclasses__()
+        for sub in subs:
             out.append(sub)
             todo.append(sub)
     return out
@@ -153,10 +154,15 @@ def graph_from_joint(gm: torch.fx.GraphModule, model: nn.Module, flat: FlatInput
     out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     descs = out.meta.get("desc") or [None] * len(out.args[0])
     items, grads = [], {}
+    first: dict[int, str] = {}
+    canonical = {name: first.setdefault(id(p), name) for name, p in model.named_parameters(remove_duplicate=False)}
     for v, desc in zip(out.args[0], descs, strict=False):
         if v is None or desc is None:
             continue
         name, of = _output_name(desc, flat.names)
+        if of in canonical and canonical[of] != of:  # a tied parameter: named as the model first names it
+            of = canonical[of]
+            name = f"grad of {of}"
         items.append((name, v, None))
         if of:
             grads[name] = of
