@@ -95,3 +95,37 @@ def test_gpt2_tiny_training_step(method: str) -> None:
     top = [c for c in g.calls.root.children]
     assert sum(ov["saved"]["modules"].get(c.id, 0) for c in top) + sum(
         ov["saved"]["nodes"].get(x, 0) for x in g.calls.root.ops) == saved
+
+
+_FACTORY = '''
+import torch
+from torch import nn
+
+def build():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 8)), (torch.randn(32, 16),)
+
+def frozen():
+    model, args = build()
+    return model.requires_grad_(False), args
+'''
+
+
+def test_cli_backward_on_tree_json_and_html(tmp_path: Path) -> None:
+    from tests.test_cli import error_line, run
+
+    (tmp_path / "m.py").write_text(_FACTORY, encoding="utf-8")
+    target = f"{tmp_path / 'm.py'}:build"
+    r = run("tree", target, "--backward", "--method", "eager", "--overlay", "saved")
+    assert r.exit_code == 0, r.output
+    assert "GeluBackward0" in r.stdout and "8.0 KiB" in r.stdout and "grad of 0.weight" in r.stdout
+    r = run("json", target, "--backward", "-o", str(tmp_path / "g.json"))
+    assert r.exit_code == 0, r.output
+    g = fxviz.Graph.from_json((tmp_path / "g.json").read_text())
+    assert g.method == "export (joint)" and sum(s.bytes for s in g.saved) == 16_384
+    r = run("html", target, "--backward", "-o", str(tmp_path / "r.html"))
+    assert r.exit_code == 0 and (tmp_path / "r.html").stat().st_size > 0
+    r = run("tree", f"{tmp_path / 'm.py'}:frozen", "--backward")
+    assert r.exit_code == 2 and "no parameter of Sequential requires grad" in error_line(r)
+    r = run("tree", str(tmp_path / "g.json"), "--backward")
+    assert r.exit_code == 2 and "--backward only applies" in error_line(r)
