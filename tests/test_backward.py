@@ -150,3 +150,15 @@ def test_a_backward_that_raises_keeps_the_forward_graph_with_the_error() -> None
     assert any(n.target == "torch.nn.functional.linear" for n in g.ops)
     failed = [n for n in g.nodes if n.error]
     assert [n.target for n in failed] == ["FailingBackward"]
+
+
+@pytest.mark.parametrize("method", PATHS)
+def test_a_model_on_meta_saves_what_the_real_one_does(method: str) -> None:
+    """On ``meta`` every data pointer is 0: storages are told apart by their own identity."""
+    from tests.backward_models import MLP
+
+    with torch.device("meta"):
+        model = MLP()
+    g = fxviz.capture(model, (torch.randn(32, 16, device="meta"),), backward=True, method=method)
+    assert sum(s.bytes for s in g.saved) == 16_384
+    assert [s.bytes for s in g.saved if s.bytes] == [8192, 8192]

@@ -134,8 +134,10 @@ def _unpack(t: torch.Tensor) -> torch.Tensor:
 
 
 def _storage(t: torch.Tensor) -> tuple[int, str]:
+    """The storage's identity (its C++ object: on ``meta`` every data pointer is 0); the storages
+    compared are all alive while the step runs (autograd holds what it saved), so none is reused."""
     try:
-        return (t.untyped_storage().data_ptr(), str(t.device))
+        return (t.untyped_storage()._cdata, "storage")
     except Exception:  # a tensor without storage (a subclass): counted by identity
         return (id(t), "object")
 
