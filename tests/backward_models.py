@@ -134,3 +134,37 @@ def torch_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] |
         fns.add(f)
         todo += [g for g, _ in f.next_functions]
     return total, sum(1 for f in fns if type(f).__name__ != "AccumulateGrad")
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.lin(x))
+
+
+class Checkpointed(nn.Module):
+    """The first block under ``torch.utils.checkpoint``: it saves only its input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = Block()
+        self.b = Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        return self.b(checkpoint(self.a, x, use_reentrant=False))
+
+
+class BatchNormCNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.bn(self.conv(x))).mean((2, 3)))

@@ -162,3 +162,21 @@ def test_a_model_on_meta_saves_what_the_real_one_does(method: str) -> None:
     g = fxviz.capture(model, (torch.randn(32, 16, device="meta"),), backward=True, method=method)
     assert sum(s.bytes for s in g.saved) == 16_384
     assert [s.bytes for s in g.saved if s.bytes] == [8192, 8192]
+
+
+@pytest.mark.parametrize("method", PATHS)
+@pytest.mark.parametrize("build", ["checkpoint", "batchnorm"])
+def test_checkpoint_and_train_mode_batchnorm(build: str, method: str) -> None:
+    from tests.backward_models import BatchNormCNN, Checkpointed
+
+    torch.manual_seed(0)
+    model, x = (Checkpointed(), torch.randn(4, 8)) if build == "checkpoint" else (BatchNormCNN().train(), torch.randn(2, 3, 8, 8))
+    total, fns = torch_step(model, (x,))
+    with kept(model, (x,)):
+        g = fxviz.capture(model, (x,), backward=True, method=method)
+    saved = sum(s.bytes for s in g.saved)
+    if method == "eager":
+        assert saved == total and sum(1 for n in g.ops if n.phase == "backward") == fns
+    else:  # inferred from the joint graph
+        assert abs(saved - total) <= total // 10
+    assert {n.attrs["grad_of"] for n in g.outputs if n.phase == "backward"} == {n for n, _ in model.named_parameters()}
