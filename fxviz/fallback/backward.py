@@ -41,6 +41,8 @@ from fxviz.ir import Graph, Node, Ref, Saved
 from fxviz.torchbridge.normalize import flatten_inputs
 from fxviz.torchbridge.training import BackwardError, Loss, LossError, check_trainable, step_loss
 
+_plain = torch._C.DisableTorchFunction
+
 
 class Watch(TorchFunctionMode):
     """Inside the recorder's mode: maps ``grad_fn`` to recorded nodes and saved tensors to the node
@@ -91,29 +93,31 @@ class Watch(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         rec = self.rec
         assert rec is not None
-        for a in args:  # a grad_fn set after the tensor was made (a custom autograd.Function's output)
-            gf = a.grad_fn if isinstance(a, torch.Tensor) else None
-            if gf is not None and gf not in self.fn_node:
-                e = rec.versions.values.get(a)
-                if e is not None:
-                    self.fn_node[gf] = (e[0].node, e[0].index)
-        if self.pending:
-            self._flush()
+        with _plain():  # reading grad_fn is a call the recorder's mode would see
+            for a in args:  # a grad_fn set after the tensor was made (a custom autograd.Function's output)
+                gf = a.grad_fn if isinstance(a, torch.Tensor) else None
+                if gf is not None and gf not in self.fn_node:
+                    e = rec.versions.values.get(a)
+                    if e is not None:
+                        self.fn_node[gf] = (e[0].node, e[0].index)
+            if self.pending:
+                self._flush()
         before = len(rec.nodes)
         try:
             out = func(*args, **(kwargs or {}))
         finally:
             packed, self.pending = self.pending, []
-        node = rec.nodes[-1] if len(rec.nodes) > before and rec.nodes[-1].kind == "op" else None
-        if node is not None:
-            outs = out if isinstance(out, tuple | list) else (out,)
-            for i, o in enumerate(outs):
-                gf = o.grad_fn if isinstance(o, torch.Tensor) else None
-                if gf is not None and gf not in self.fn_node:
-                    self.fn_node[gf] = (node.name, i)
-        saver = node.name if node is not None else (rec.nodes[-1].name if rec.nodes else "")
-        for t in packed:
-            self._record(saver, t)
+        with _plain():
+            node = rec.nodes[-1] if len(rec.nodes) > before and rec.nodes[-1].kind == "op" else None
+            if node is not None:
+                outs = out if isinstance(out, tuple | list) else (out,)
+                for i, o in enumerate(outs):
+                    gf = o.grad_fn if isinstance(o, torch.Tensor) else None
+                    if gf is not None and gf not in self.fn_node:
+                        self.fn_node[gf] = (node.name, i)
+            saver = node.name if node is not None else (rec.nodes[-1].name if rec.nodes else "")
+            for t in packed:
+                self._record(saver, t)
         return out
 
     def _record(self, saver: str, t: torch.Tensor) -> None:
