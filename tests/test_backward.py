@@ -180,3 +180,34 @@ def test_checkpoint_and_train_mode_batchnorm(build: str, method: str) -> None:
     else:  # inferred from the joint graph
         assert abs(saved - total) <= total // 10
     assert {n.attrs["grad_of"] for n in g.outputs if n.phase == "backward"} == {n for n, _ in model.named_parameters()}
+
+
+class _Residual(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.f = torch.nn.Linear(4, 4)
+        self.g = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x + self.f(x)
+        return h + self.g(h)
+
+
+def test_a_call_keeps_its_forward_structure_with_its_backward_ops_after_it() -> None:
+    """Backward ops read gradients from child calls and values from the forward: left in with the
+    forward steps they tied every step of a call together (GPT-2's blocks no longer folded)."""
+    from fxviz.passes.structure import Op, Parallel, structure
+
+    torch.manual_seed(0)
+    model, x = _Residual(), torch.randn(2, 4)
+
+    def shape(steps: list) -> list:
+        return [("par", s.residual) if isinstance(s, Parallel) else ("op", s.node) if isinstance(s, Op)
+                else ("call", s.path) for s in steps]
+
+    fwd = shape(structure(fxviz.capture(model, (x,), method="eager")).steps)
+    g = fxviz.capture(model, (x,), backward=True, method="eager")
+    steps = shape(structure(g).steps)
+    assert steps[: len(fwd)] == fwd and ("par", True) in fwd
+    assert all(kind == "op" and g.node(name).phase == "backward" for kind, name in steps[len(fwd):] if kind == "op"
+               and name not in ("sum",))
