@@ -236,7 +236,9 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
         if n.kind == "parameter" and n.target in frozen:
             n.attrs["frozen"] = True
     saved_by: dict[str, list[Ref]] = {}
+    first_op = next((n.name for n in graph.nodes if n.kind == "op"), graph.nodes[0].name if graph.nodes else "")
     for saver, (shape, dtype, nbytes, value, shares) in watch.saved:
+        saver = saver if saver in nodes else first_op  # packed before any op was recorded
         node = nodes.get(saver)
         graph.saved.append(Saved(saver, node.module if node is not None else "", shape, dtype, nbytes, value, shares))
         if value and value in nodes:
@@ -280,6 +282,8 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
 def _run_backward(graph: Graph, loss: torch.Tensor, bnode: dict[Any, Node], leaves: dict[Any, Any]) -> None:
     """Run the backward once, ``.grad`` untouched: the shapes of each node's gradients, and the node
     that raises, if one does."""
+    if not leaves:  # nothing to differentiate for: the walk is all there is
+        return
     running: list[Node] = []
     handles = []
     for f, node in bnode.items():
