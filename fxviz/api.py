@@ -8,7 +8,7 @@ import dataclasses
 import functools
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -29,6 +29,7 @@ from fxviz.torchbridge.lazy import initialised
 from fxviz.torchbridge.normalize import flatten_inputs
 from fxviz.torchbridge.run import capture_session, failed_attempt, gc_paused, interrupts_kept, normalize_args
 from fxviz.torchbridge.values import module_infos
+from fxviz.training import FATAL, training_methods
 
 Capturer = Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any, bool], Graph]
 
@@ -132,8 +133,11 @@ def run_methods(
     dynamic_shapes: Any = None,
     validate: bool = True,
     isolate: bool | None = None,
+    capturers: Mapping[str, Capturer] = CAPTURERS,
+    fatal: tuple[type[BaseException], ...] = (),
 ) -> Graph:
-    """Try ``methods`` in order; the first graph wins. Raises :class:`CaptureError` listing every
+    """Try ``methods`` in order (by name in ``capturers``); the first graph wins. An error in
+    ``fatal`` (bad input no method gets past) is raised as it is. Raises :class:`CaptureError` listing every
     attempt when none works, or the :class:`ModelError` of a method that ran the model and saw the
     model itself raise (its partial graph records the attempts).
 
@@ -165,7 +169,7 @@ def run_methods(
             t0 = time.perf_counter()
             try:
                 with session.attempt(), forget_failed_compiles():
-                    capturer = functools.partial(CAPTURERS[method], model, args, kwargs, dynamic_shapes, validate)
+                    capturer = functools.partial(capturers[method], model, args, kwargs, dynamic_shapes, validate)
                     if apart and method in SYMBOLIC:
                         graph = run_apart(capturer, functools.partial(failed_attempt, method, 0.0))
                     else:
@@ -175,6 +179,8 @@ def run_methods(
                 attempts.append(failed_attempt(method, time.perf_counter() - t0, e.__cause__ or e))
                 if e.graph is not None:
                     e.graph.attempts = attempts
+                raise
+            except fatal:
                 raise
             except RejectedInputs as e:
                 attempts.append(failed_attempt(method, time.perf_counter() - t0, e))
@@ -225,6 +231,8 @@ def capture(
     dynamic_shapes: Any = None,
     validate: bool = True,
     isolate: bool | None = None,
+    backward: bool = False,
+    loss: Callable[[Any], torch.Tensor] | None = None,
 ) -> Graph:
     """Capture ``model``'s forward on example inputs as an annotated :class:`~fxviz.ir.Graph`.
 
@@ -250,6 +258,14 @@ def capture(
     export keeps alive (about 1 MB per decoder layer, held inside torch): ``None`` (the default)
     does so for models of 1,024 modules or more, on Linux, before CUDA is initialised; the model
     and the process are the parent's either way.
+
+    ``backward=True`` captures one training step, forward and backward (:mod:`fxviz.training`):
+    ``loss(output) -> scalar tensor`` is what is differentiated, by default the sum of every floating
+    tensor of the output. Backward ops have ``phase == "backward"`` and sit in the module call of
+    the forward op they differentiate; parameters' gradients are outputs ``grad of <name>``;
+    ``graph.saved`` lists the tensors autograd keeps for the backward. ``method`` is ``"auto"``
+    (the joint graph through export, then the eager tracer), ``"export"`` or ``"eager"``. The
+    model's parameters, ``.grad``, buffers and random state are left as they were.
     """
     if method not in METHODS:
         raise TargetError(f"method {method!r} is not one of {', '.join(METHODS)}")
@@ -259,10 +275,11 @@ def capture(
     model, lazy = initialised(model, args, kwargs)  # a copy, when lazy modules wait for a first forward
     notes += lazy
     methods = AUTO_CHAIN if method == "auto" else (method,)
+    capturers, fatal = (training_methods(method, loss), FATAL) if backward else ((CAPTURERS, methods), ())
     with interrupts_kept(), gc_paused():
         try:
-            graph = run_methods(model, args, kwargs, methods=methods, dynamic_shapes=dynamic_shapes,
-                                validate=validate, isolate=isolate)
+            graph = run_methods(model, args, kwargs, methods=capturers[1], dynamic_shapes=dynamic_shapes,
+                                validate=validate, isolate=isolate, capturers=capturers[0], fatal=fatal)
         except ModelError as e:  # the model itself raised: annotate its partial graph all the same
             if e.graph is not None:
                 e.graph.notes = notes + e.graph.notes

@@ -32,6 +32,8 @@ from typing import Any, Literal, cast
 from fxviz.calls import CallTree, ModuleCall, call_tree, stack_indexer
 from fxviz.errors import GraphFormatError, RenderError
 from fxviz.nodelist import NodeList
+from fxviz.saved import PHASES as PHASES  # re-exported: the values of Node.phase
+from fxviz.saved import Saved
 from fxviz.schema import NODE_KINDS as NODE_KINDS  # re-exported: the IR's node kinds
 from fxviz.schema import SCHEMA_VERSION, check, parse
 from fxviz.schema.compact import pack
@@ -145,6 +147,10 @@ class Node:
         source: where in the user's code the node was created, if known.
         attrs: non-tensor arguments and other facts, JSON-safe (``{"stride": [1, 1]}``).
         error: set on the node that raised in a partial graph.
+        phase: which pass of a training step the node belongs to: ``forward`` (every node of a
+            forward-only capture), ``backward`` (``capture(backward=True)``: gradients, in the
+            module whose forward op they differentiate), or ``recompute``. JSON leaves out
+            ``forward``, so graphs saved before phases existed read as forward graphs.
     """
 
     name: str
@@ -156,6 +162,7 @@ class Node:
     source: SourceLoc | None = None
     attrs: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    phase: str = "forward"
 
     @property
     def module(self) -> str:
@@ -180,6 +187,8 @@ class Node:
         d = {k: v for k, v in d.items() if v or k in ("name", "kind")}
         if self.error is not None:
             d["error"] = self.error
+        if self.phase != "forward":
+            d["phase"] = self.phase
         return d
 
 
@@ -293,6 +302,8 @@ class Graph:
             recorded when sizes are symbolic, see ``dynamic_shapes``; runtime assertions of an
             exported graph).
         notes: facts about the capture a reader should know (``unwrapped OptimizedModule ...``).
+        saved: the tensors autograd keeps for the backward (:class:`Saved`), in the order they were
+            saved; empty for a forward-only capture.
     """
 
     name: str = ""
@@ -304,6 +315,7 @@ class Graph:
     error: str | None = None
     assumptions: list[Assumption] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    saved: list[Saved] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not isinstance(self.nodes, NodeList):
@@ -444,6 +456,8 @@ class Graph:
             d["assumptions"] = [a.to_dict() for a in self.assumptions]
         if self.notes:
             d["notes"] = list(self.notes)
+        if self.saved:
+            d["saved"] = [s.to_dict() for s in self.saved]
         return pack(d) if stack_table else d
 
     def to_json(self, *, indent: int | None = None) -> str:
@@ -479,7 +493,7 @@ def _build(d: dict[str, Any]) -> Graph:
     source: Callable[[dict[str, Any] | None], SourceLoc | None] = lambda s: SourceLoc(**s) if s is not None else None  # noqa: E731
     nodes = [
         Node(n["name"], n["kind"], n["target"], tuple(Ref(src, i) for src, i in n["inputs"]), n["stack"],
-             tuple(TensorMeta(**m) for m in n["outputs"]), source(n["source"]), n["attrs"], n["error"])
+             tuple(TensorMeta(**m) for m in n["outputs"]), source(n["source"]), n["attrs"], n["error"], n["phase"])
         for n in d["nodes"]
     ]
     return Graph(
@@ -489,6 +503,8 @@ def _build(d: dict[str, Any]) -> Graph:
         annotations=d["annotations"], error=d["error"],
         assumptions=[Assumption(a["expr"], source(a["source"]), a["holds"], a["kind"]) for a in d["assumptions"]],
         notes=d["notes"],
+        saved=[Saved(s["node"], s["module"], s["shape"], s["dtype"], s["bytes"], s["value"], s["shares"],
+                     s["inferred"]) for s in d["saved"]],
     )
 
 

@@ -18,13 +18,13 @@ PKG = REPO / "fxviz"
 
 #: Bottom to top. A module may import its own layer and the layers below it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("core", ("fxviz.errors", "fxviz.text", "fxviz.ops", "fxviz.calls", "fxviz.scopes", "fxviz.nodelist", "fxviz.schema", "fxviz.ir")),
+    ("core", ("fxviz.errors", "fxviz.text", "fxviz.ops", "fxviz.calls", "fxviz.scopes", "fxviz.nodelist", "fxviz.schema", "fxviz.saved", "fxviz.ir")),
     ("analysis", ("fxviz.passes", "fxviz.graphdiff")),
     ("render", ("fxviz.render",)),
     ("bridge", ("fxviz.torchbridge",)),
     ("producers", ("fxviz.symbolic", "fxviz.fallback")),
     ("analyzers", ("fxviz.analyze",)),
-    ("api", ("fxviz.api", "fxviz.target", "fxviz.targets", "fxviz.examples")),
+    ("api", ("fxviz.api", "fxviz.training", "fxviz.target", "fxviz.targets", "fxviz.examples")),
     ("cli", ("fxviz.cli", "fxviz.__main__")),
     ("package", ("fxviz",)),
 ]

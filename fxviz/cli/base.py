@@ -190,7 +190,22 @@ def _set_no_validate(ctx: click.Context, _param: click.Parameter, value: bool) -
         ctx.meta[_NO_VALIDATE] = True
 
 
-_CAPTURE_OPTIONS = ("method", "input_shapes", "dtype", "no_validate")
+_BACKWARD = "fxviz.backward"
+
+
+def _set_backward(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.meta[_BACKWARD] = True
+
+
+def backward_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--backward``: capture one training step, forward and backward (``capture(backward=True)``)."""
+    return click.option("--backward", is_flag=True, expose_value=False, callback=_set_backward,
+                        help="Capture one training step: forward and backward of the sum of the outputs, with "
+                             "the activations saved for the backward (overlays phase, saved).")(fn)
+
+
+_CAPTURE_OPTIONS = ("method", "input_shapes", "dtype", "no_validate", "backward")
 
 
 def given_options(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
@@ -216,9 +231,11 @@ def spec_graph(spec: TargetSpec, input_shapes: tuple[str, ...], dtype: str, meth
     """The graph of one target; torch is imported only for a factory or a ``.pt2`` file."""
     if spec.kind == "graph":
         return read_graph(spec.path)
-    validate = not click.get_current_context().meta.get(_NO_VALIDATE, False)
+    meta = click.get_current_context().meta
+    validate = not meta.get(_NO_VALIDATE, False)
+    backward = {"backward": True} if meta.get(_BACKWARD) else {}
     return with_torch(spec).load_graph(spec, input_shapes=input_shapes, dtype=dtype, method=method,
-                                       validate=validate)
+                                       validate=validate, **backward)
 
 
 def _has_torch() -> bool:

@@ -5,6 +5,8 @@ failing model leaves."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from functools import partial
 from itertools import chain
 from operator import attrgetter, is_not
@@ -50,6 +52,7 @@ def trace_eager(
     level: str = "function",
     fake: bool = False,
     grad: bool = False,
+    watch: Callable[[Recorder], AbstractContextManager[Any]] | None = None,
 ) -> Graph:
     """Run ``model(*args, **kwargs)`` once and return the graph of what it executed.
 
@@ -58,6 +61,7 @@ def trace_eager(
     ``FakeTensorMode``: no real memory or compute, so a model built on ``meta`` traces too. The
     forward runs under ``torch.no_grad()`` unless ``grad=True`` (for a forward that itself takes
     gradients): recording needs no autograd graph, and building one costs time and memory.
+    ``watch(recorder)`` is entered inside the recording (:mod:`fxviz.fallback.backward`'s).
 
     The model and torch are left as found. If the model raises, :class:`~fxviz.errors.ModelError`
     carries the graph up to the failure (``err.graph``, failing op marked) and chains the original.
@@ -71,7 +75,7 @@ def trace_eager(
     with CAPTURE_LOCK, deep_enough():  # one capture at a time: its hooks and modes are process-wide
         codes = DynamoCodes()
         try:
-            return _trace(model, args, kwargs, level, fake, grad)
+            return _trace(model, args, kwargs, level, fake, grad, watch)
         finally:
             # ``torch.cond`` compiles its branches through Dynamo even in eager mode; code it marks
             # while our modes are on would make a later export of the model fail
@@ -80,6 +84,7 @@ def trace_eager(
 
 def _trace(
     model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None, level: str, fake: bool, grad: bool,
+    watch: Callable[[Recorder], AbstractContextManager[Any]] | None = None,
 ) -> Graph:
     lvl: Level = "aten" if level == "aten" else "function"
     kwargs = dict(kwargs or {})
@@ -109,7 +114,7 @@ def _trace(
     try:
         with fake_mode, module_hooks(rec), gc_paused(), forget_failed_compiles():
             try:
-                with grad_mode, recording(rec):
+                with grad_mode, recording(rec), watch(rec) if watch is not None else contextlib.nullcontext():
                     out = model(*args, **kwargs)
             except Exception:
                 rec.failed_stack = rec.module_stack.current

@@ -14,7 +14,8 @@ that writes one needs no renderer change::
 
 Built in, derived from the IR on every read (never stored, so never stale): ``params`` (the
 parameters each op reads and each module holds), ``bytes`` (what each op's outputs take: the
-activation memory) and ``family`` (the op family, a category). The ``plumbing`` pass
+activation memory), ``family`` (the op family, a category), and for a training step ``phase``,
+``saved`` and ``saved_own`` (:mod:`fxviz.passes.training`). The ``plumbing`` pass
 (:mod:`fxviz.passes.plumbing`) and the ``flops`` analyzer (:mod:`fxviz.analyze.flops`, which needs
 torch and runs at capture time) store theirs. Users bring their own with :func:`read_overlay`: a
 JSON object mapping node names or module paths to values, an overlay in the format above, or
@@ -32,6 +33,7 @@ from fxviz.calls import CallTree
 from fxviz.errors import GraphFormatError, TargetError
 from fxviz.ir import Graph, Node, TensorMeta
 from fxviz.ops import op_family
+from fxviz.passes.training import phase_overlay, saved_overlay, saved_own_overlay
 from fxviz.schema import check_overlay, show
 
 #: Bytes per element of each dtype a capture writes (``bytes`` leaves out tensors of other dtypes).
@@ -168,6 +170,9 @@ BUILTIN: dict[str, Callable[[Graph, CallTree], dict[str, Any]]] = {
     "params": params_overlay,
     "bytes": bytes_overlay,
     "family": family_overlay,
+    "phase": phase_overlay,
+    "saved": saved_overlay,
+    "saved_own": saved_own_overlay,
 }
 
 

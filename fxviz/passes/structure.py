@@ -119,7 +119,20 @@ def structure(graph: Graph, tree: CallTree | None = None) -> Block:
 
 
 def decompose(graph: Graph, steps: list[Step], state: set[str]) -> list[Step]:
-    """Split a sequence of steps into series items and :class:`Parallel` groups."""
+    """Split a sequence of steps into series items and :class:`Parallel` groups. In a training
+    step the call's own backward ops are a series of their own after its forward steps: the
+    gradients they read from child calls and the forward values they read would otherwise tie
+    every step of the call together."""
+    if len(steps) <= 1:
+        return steps
+    backward: list[Step] = [s for s in steps if isinstance(s, Op) and graph.node(s.node).phase != "forward"]
+    if backward and len(backward) < len(steps):
+        forward = [s for s in steps if not (isinstance(s, Op) and graph.node(s.node).phase != "forward")]
+        return _decompose(graph, forward, state) + _decompose(graph, backward, state)
+    return _decompose(graph, steps, state)
+
+
+def _decompose(graph: Graph, steps: list[Step], state: set[str]) -> list[Step]:
     if len(steps) <= 1:
         return steps
     owner: dict[str, int] = {}

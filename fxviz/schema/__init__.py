@@ -40,6 +40,7 @@ from fxviz.schema.annotations import (
     check_overlay,
 )
 from fxviz.schema.compact import Expander, _tables
+from fxviz.schema.saved import phase, saved
 from fxviz.schema.values import (
     MAX_INT,
     MAX_NESTING,
@@ -233,6 +234,7 @@ def _node(
         "source": _source(d.get("source"), lambda: f"{at()} 'source'"),
         "attrs": attrs,
         "error": _opt_text(d, "error", at, None),
+        "phase": phase(d, at),
     }
 
 
@@ -348,6 +350,7 @@ def check(data: Any) -> dict[str, Any]:
         ],
         "notes": [_text(t, _item(lambda: "", "'notes'", k))
                   for k, t in enumerate(_array(data.get("notes", []), lambda: "'notes'"))],
+        "saved": saved(data.get("saved", []), outputs_of),
     }
 
 

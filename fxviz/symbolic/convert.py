@@ -151,6 +151,7 @@ class Placeholder:
     kind: NodeKind
     name: str  # the IR node's name
     target: str  # state-dict name or argument path
+    phase: str = "forward"  # "backward" for a joint graph's tangent (the loss's gradient)
 
 
 @dataclass
@@ -224,7 +225,7 @@ class Converter:
                 node = Node(
                     self.unique(ph.name), ph.kind, target=ph.target,
                     stack=self._state_stack(ph) if ph.kind != "input" else (),
-                    outputs=metas_from_val(n.meta.get("val")),
+                    outputs=metas_from_val(n.meta.get("val")), phase=ph.phase,
                 )
                 self.refs[n] = Ref(self.add(node).name)
             elif n.op != "output":
@@ -259,8 +260,10 @@ class Converter:
     def stack_of(self, n: torch.fx.Node, inputs: tuple[Ref, ...]) -> tuple[ModuleCall, ...]:
         """The module calls ``n`` ran in. Inside a body of a higher-order op that export traced
         without them (non-strict cond, while_loop, map): the calls around the op, and the owner of
-        a parameter ``n`` reads (:func:`~fxviz.symbolic.hops.inferred_stack`)."""
-        meta = n.meta.get("nn_module_stack")
+        a parameter ``n`` reads (:func:`~fxviz.symbolic.hops.inferred_stack`). A backward op of a
+        joint graph (:mod:`fxviz.symbolic.joint`) runs in the call of the forward op it differentiates
+        (torch's ``fwd_nn_module_stack``)."""
+        meta = n.meta.get("nn_module_stack") or n.meta.get("fwd_nn_module_stack")
         key = tuple(meta) if meta else ()
         stack = self.stacks.get(key)
         if stack is None:  # one tuple per call: nodes of a call 2,000 modules deep share it
@@ -299,6 +302,9 @@ class Converter:
             # run_decompositions, so a comparison can fold them back to the call
             attrs["torch_fn"] = [str(torch_fn[0]), _call_name(str(torch_fn[1]), target)]
         trace = n.meta.get("stack_trace")
+        tag = n.meta.get("partitioner_tag")  # a joint graph's: is_forward / is_backward
+        if tag is not None and "seq_nr" in n.meta:
+            attrs["seq_nr"] = n.meta["seq_nr"]  # shared by a forward op and the backward ops of it
         node = Node(
             self.unique(n.name),
             "op",
@@ -308,6 +314,7 @@ class Converter:
             outputs=self._op_outputs(n),
             source=source_from_trace(trace),
             attrs=attrs,
+            phase="backward" if tag == "is_backward" else "forward",
         )
         if trace and "checkpoint" in trace:  # torch.utils.checkpoint, or a call of it: see hops
             self.traces[node.name] = trace

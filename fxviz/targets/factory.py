@@ -189,17 +189,17 @@ def _model_runs() -> Iterator[None]:
 
 def load_graph(
     spec: TargetSpec, *, input_shapes: Sequence[str] = (), dtype: str = "float32", method: str = "auto",
-    validate: bool = True,
+    validate: bool = True, backward: bool = False,
 ) -> Graph:
     """The annotated graph of any target: a saved graph read, a ``.pt2`` file converted, or a
-    factory's model captured with ``method`` (``validate``: see :func:`fxviz.capture`)."""
+    factory's model captured with ``method`` (``validate``, ``backward``: see :func:`fxviz.capture`)."""
     if spec.kind == "graph":
         return read_graph(spec.path)
     if spec.kind == "pt2":
         return run_passes(graph_from_pt2(spec.path), DEFAULT)
     t = load_factory(spec, input_shapes=input_shapes, dtype=dtype)
     with t.runs(), _model_runs():
-        return capture(t.model, t.args, t.kwargs, method=method, validate=validate)
+        return capture(t.model, t.args, t.kwargs, method=method, validate=validate, backward=backward)
 
 
 def compare_target(

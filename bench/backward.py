@@ -1,0 +1,87 @@
+"""``fxviz.capture(backward=True)`` on GPT-2 (small: 12 layers, seq 128) against its baselines (issue 21).
+
+    .venv/bin/python bench/backward.py [--layers 12] [--seq 128] [--reps 3] [--out bench/results/backward.json]
+
+Rows, process CPU time (wall in brackets), medians of interleaved rounds after a warm-up, torch on
+one thread:
+
+* ``step``: one plain training step: forward, the default loss (sum of the floating outputs), and
+  ``torch.autograd.grad`` of it for every parameter (what the eager path runs, ``.grad`` untouched);
+* ``fxviz eager``: ``capture(backward=True, method="eager")`` (tracer, grad_fn walk, saved
+  activations, the real backward, passes). Target ≤ 1.5x ``step``;
+* ``joint (bare)``: ``torch.export`` of the model with its loss then ``aot_export_joint_with_descriptors``,
+  the exact calls fxviz makes (:func:`fxviz.symbolic.joint.export_joint`);
+* ``fxviz export``: ``capture(backward=True, method="export")``. Target ≤ 1.2x ``joint (bare)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench._common import (
+    environment,
+    fmt_s,
+    med,
+    pin_threads,
+    quiet_transformers,
+    round_robin,
+    table,
+    write_json,
+)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--out", default=None)
+    opts = ap.parse_args()
+    pin_threads(1)
+    quiet_transformers()
+    import torch
+
+    import fxviz
+    from bench._common import gpt2
+    from fxviz.symbolic.joint import export_joint
+    from fxviz.torchbridge.normalize import flatten_inputs
+    from fxviz.torchbridge.training import step_loss
+
+    model, args = gpt2(n_layer=opts.layers, seq=opts.seq)
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def step() -> None:
+        torch.autograd.grad(step_loss(model(*args), None), params)
+
+    def bare_joint() -> None:
+        with contextlib.ExitStack() as stack:
+            export_joint(model, flatten_inputs(model, args, {}), None, stack)
+
+    fns = {
+        "step": step,
+        "fxviz eager": lambda: fxviz.capture(model, args, backward=True, method="eager"),
+        "joint (bare)": bare_joint,
+        "fxviz export": lambda: fxviz.capture(model, args, backward=True, method="export"),
+    }
+    cpu: dict[str, list[float]] = {}
+    wall = round_robin(fns, opts.reps, warmup=1, cpu=cpu)
+    base = {"fxviz eager": "step", "fxviz export": "joint (bare)"}
+    rows = []
+    for k in fns:
+        ratio = ""
+        if k in base:
+            b = base[k]
+            ratio = f"{med(cpu[k]) / med(cpu[b]):.2f}x ({med(wall[k]) / med(wall[b]):.2f}x)"
+        rows.append([k, f"{fmt_s(med(cpu[k]))} ({fmt_s(med(wall[k]))})", ratio])
+    print(f"GPT-2, {opts.layers} layers, seq {opts.seq}, {opts.reps} rounds, CPU time (wall)\n")
+    print(table(["what", "time", "ratio to baseline"], rows))
+    write_json(opts.out, {"env": environment(), "layers": opts.layers, "seq": opts.seq, "cpu": cpu, "wall": wall})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,313 @@
+"""``capture(backward=True)`` without export: the eager tracer's forward, the autograd graph of that
+real run, and its saved activations -> one graph of a training step.
+
+While the tracer records the forward (:func:`~fxviz.fallback.trace.trace_eager` with ``grad=True``),
+a :class:`Watch` sits inside its recording mode and sees each call the recorder records: the
+``grad_fn`` of each output is mapped to the recorded node (a ``grad_fn`` set on a tensor after it
+was made, as a custom ``autograd.Function`` does, is mapped to the node that made the tensor when
+a later call reads it), and every tensor autograd packs (``saved_tensors_hooks``) while the call
+runs is saved by that node. A forward hook on the model computes the loss inside the recording, so
+the loss's ops are in the graph.
+
+Then the autograd graph is walked from the loss (``grad_fn.next_functions``): each autograd node
+is one backward op (its ``grad_fn`` class as target: ``AddmmBackward0``), placed in the module call
+of the forward op it differentiates (inferred from the node that reads its gradient, with
+``attrs["stack_inferred"]``, for one made inside a call, as ``TBackward0`` inside ``F.linear``),
+reading the gradients its consumers produce and the values its forward op saved, in the order
+autograd runs them. ``AccumulateGrad`` is a parameter's gradient: an output ``grad of <name>``.
+The backward then runs for real, once, through ``torch.autograd.grad`` (``.grad`` is never
+touched), with hooks on the autograd nodes that record the shapes of the gradients; a backward
+that raises marks its node and leaves the forward graph with the error
+(:class:`~fxviz.torchbridge.training.BackwardError`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from fxviz.errors import ModelError
+from fxviz.fallback.recorder import Recorder
+from fxviz.fallback.tensors import tensor_meta
+from fxviz.fallback.trace import trace_eager
+from fxviz.ir import Graph, Node, Ref, Saved
+from fxviz.torchbridge.normalize import flatten_inputs
+from fxviz.torchbridge.training import BackwardError, Loss, LossError, check_trainable, step_loss
+
+_plain = torch._C.DisableTorchFunction
+
+
+class Watch(TorchFunctionMode):
+    """Inside the recorder's mode: maps ``grad_fn`` to recorded nodes and saved tensors to the node
+    that saved them (see the module's docstring)."""
+
+    def __init__(self, model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+        super().__init__()
+        self.rec: Recorder | None = None
+        self.fn_node: dict[Any, tuple[str, int]] = {}  # grad_fn -> (node name, output index)
+        self.saved: list[tuple[str, Any]] = []  # (saving node, record without its node)
+        self.pending: list[Any] = []
+        self.counted: set[tuple[int, str]] = set()
+        self.state: dict[tuple[int, str], str] = {}
+        for p in model.parameters():
+            self.state[_storage(p)] = "parameter"
+        for b in model.buffers():
+            self.state.setdefault(_storage(b), "buffer")
+        for t in inputs:
+            self.state.setdefault(_storage(t), "input")
+
+    @contextlib.contextmanager
+    def attach(self, rec: Recorder) -> Iterator[None]:
+        self.rec = rec
+        with self, torch.autograd.graph.saved_tensors_hooks(self.pack, _unpack):
+            yield
+            self._flush()
+
+    def _flush(self) -> None:
+        """Tensors packed outside any call the recorder saw (a custom ``autograd.Function`` saves
+        after its forward's ops ran): saved by the last op recorded."""
+        assert self.rec is not None
+        packed, self.pending = self.pending, []
+        last = next((n.name for n in reversed(self.rec.nodes) if n.kind == "op"), "")
+        for t in packed:
+            self._record(last, t)
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        self.pending.append(t)
+        return t
+
+    def _producer(self, t: torch.Tensor) -> str:
+        assert self.rec is not None
+        e = self.rec.versions.values.get(t)
+        if e is None and t._base is not None:
+            e = self.rec.versions.values.get(t._base)
+        return e[0].node if e is not None else ""
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        rec = self.rec
+        assert rec is not None
+        with _plain():  # reading grad_fn is a call the recorder's mode would see
+            for a in args:  # a grad_fn set after the tensor was made (a custom autograd.Function's output)
+                gf = a.grad_fn if isinstance(a, torch.Tensor) else None
+                if gf is not None and gf not in self.fn_node:
+                    e = rec.versions.values.get(a)
+                    if e is not None:
+                        self.fn_node[gf] = (e[0].node, e[0].index)
+            if self.pending:
+                self._flush()
+        before = len(rec.nodes)
+        try:
+            out = func(*args, **(kwargs or {}))
+        finally:
+            packed, self.pending = self.pending, []
+        with _plain():
+            node = rec.nodes[-1] if len(rec.nodes) > before and rec.nodes[-1].kind == "op" else None
+            if node is not None:
+                outs = out if isinstance(out, tuple | list) else (out,)
+                for i, o in enumerate(outs):
+                    gf = o.grad_fn if isinstance(o, torch.Tensor) else None
+                    if gf is not None and gf not in self.fn_node:
+                        self.fn_node[gf] = (node.name, i)
+            saver = node.name if node is not None else (rec.nodes[-1].name if rec.nodes else "")
+            for t in packed:
+                self._record(saver, t)
+        return out
+
+    def _record(self, saver: str, t: torch.Tensor) -> None:
+        key = _storage(t)
+        shares, nbytes = self.state.get(key, ""), 0
+        if not shares:
+            if key in self.counted:
+                shares = "view"
+            else:
+                self.counted.add(key)
+                nbytes = t.untyped_storage().nbytes()
+        m = tensor_meta(t)
+        self.saved.append((saver, (m.shape, m.dtype, nbytes, self._producer(t), shares)))
+
+
+def _unpack(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def _storage(t: torch.Tensor) -> tuple[int, str]:
+    """The storage's identity (its C++ object: on ``meta`` every data pointer is 0); the storages
+    compared are all alive while the step runs (autograd holds what it saved), so none is reused."""
+    try:
+        return (t.untyped_storage()._cdata, "storage")
+    except Exception:  # a tensor without storage (a subclass): counted by identity
+        return (id(t), "object")
+
+
+def trace_backward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, loss: Loss | None = None,
+                   level: str = "function") -> Graph:
+    """The graph of one training step by the eager tracer (see the module's docstring)."""
+    flat = flatten_inputs(model, args, kwargs)
+    check_trainable(model, flat.tensors)
+    watch = Watch(model, flat.tensors)
+    box: list[torch.Tensor] = []
+
+    def on_output(_m: nn.Module, _a: Any, out: Any) -> None:
+        box.append(step_loss(out, loss))
+
+    handle = model.register_forward_hook(on_output)
+    try:
+        graph = trace_eager(model, args, kwargs, level=level, grad=True, watch=watch.attach)
+    except ModelError as e:
+        if isinstance(e.__cause__, LossError):
+            raise e.__cause__ from None
+        raise
+    finally:
+        handle.remove()
+    if not box:
+        raise LossError(f"{type(model).__name__} returned without calling its forward hooks: no loss to differentiate")
+    value = box.pop()
+    if value.grad_fn is None:
+        raise LossError("the loss does not depend on any parameter or input that requires grad: nothing to differentiate")
+    graph.method += " (backward)"
+    try:
+        add_backward(graph, model, flat.tensors, value, watch)
+    except BackwardError as e:  # the forward graph, with what the backward got to and where it raised
+        raise ModelError(str(e), graph=graph) from e.__cause__
+    finally:
+        watch.fn_node.clear()
+    return graph
+
+
+def _snake(name: str) -> str:
+    name = re.sub(r"\d+$", "", name)
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower() or "backward"
+
+
+def _walk(root: Any) -> tuple[list[Any], dict[Any, list[tuple[Any, int]]]]:
+    """Every autograd node reachable from ``root``, in the order autograd runs them (ready nodes by
+    descending sequence number), and each node's consumers as (consumer, edge index)."""
+    consumers: dict[Any, list[tuple[Any, int]]] = {root: []}
+    todo, seen = [root], {root}
+    while todo:
+        f = todo.pop()
+        for i, (g, _) in enumerate(f.next_functions):
+            if g is None:
+                continue
+            consumers.setdefault(g, []).append((f, i))
+            if g not in seen:
+                seen.add(g)
+                todo.append(g)
+    waiting = {f: len({id(c) for c, _ in cs}) for f, cs in consumers.items()}
+    heap: list[tuple[int, int, Any]] = [(-root._sequence_nr(), 0, root)]
+    order, k = [], 1
+    while heap:
+        _, _, f = heapq.heappop(heap)
+        order.append(f)
+        for g in dict.fromkeys(g for g, _ in f.next_functions if g is not None):
+            waiting[g] -= 1
+            if waiting[g] == 0:
+                heapq.heappush(heap, (-g._sequence_nr(), k, g))
+                k += 1
+    return order, consumers
+
+
+def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...], loss: torch.Tensor, watch: Watch) -> None:
+    """Append the backward of ``loss`` to the forward ``graph`` (see the module's docstring)."""
+    nodes = {n.name: n for n in graph.nodes}
+    used = set(nodes)
+
+    def unique(base: str) -> str:
+        name, i = base, 1
+        while name in used:
+            name, i = f"{base}_{i}", i + 1
+        used.add(name)
+        return name
+
+    names: dict[int, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), name)
+    for n, t in zip([n for n in graph.nodes if n.kind == "input"], inputs, strict=False):
+        names.setdefault(id(t), n.target)
+    frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
+    for n in graph.nodes:
+        if n.kind == "parameter" and n.target in frozen:
+            n.attrs["frozen"] = True
+    saved_by: dict[str, list[Ref]] = {}
+    first_op = next((n.name for n in graph.nodes if n.kind == "op"), graph.nodes[0].name if graph.nodes else "")
+    for saver, (shape, dtype, nbytes, value, shares) in watch.saved:
+        saver = saver if saver in nodes else first_op  # packed before any op was recorded
+        node = nodes.get(saver)
+        graph.saved.append(Saved(saver, node.module if node is not None else "", shape, dtype, nbytes, value, shares))
+        if value and value in nodes:
+            saved_by.setdefault(saver, []).append(Ref(value))
+
+    order, consumers = _walk(loss.grad_fn)
+    seed = Node(unique("grad of loss"), "input", target="grad of loss", outputs=(tensor_meta(loss),), phase="backward")
+    graph.nodes.append(seed)
+    bnode: dict[Any, Node] = {}
+    leaves: dict[Any, Any] = {}  # AccumulateGrad -> its tensor
+    for f in order:
+        var = getattr(f, "variable", None)
+        if isinstance(var, torch.Tensor):
+            leaves[f] = var
+            continue
+        fwd = watch.fn_node.get(f)
+        attrs: dict[str, Any] = {"seq_nr": f._sequence_nr()}
+        ins = [Ref(bnode[c].name, i) for c, i in consumers.get(f, []) if c in bnode] or [Ref(seed.name)]
+        if fwd is not None and fwd[0] in nodes:
+            stack = nodes[fwd[0]].stack
+            attrs["forward"] = fwd[0]
+            ins += [r for r in saved_by.get(fwd[0], []) if r not in ins]
+        else:
+            stack = bnode[consumers[f][0][0]].stack if consumers.get(f) and consumers[f][0][0] in bnode else ()
+            attrs["stack_inferred"] = True
+        node = Node(unique(_snake(type(f).__name__)), "op", target=type(f).__name__, inputs=tuple(ins), stack=stack,
+                    attrs=attrs, phase="backward")
+        bnode[f] = node
+        graph.nodes.append(node)
+    _run_backward(graph, loss, bnode, leaves)
+    for f, t in leaves.items():
+        refs = tuple(Ref(bnode[c].name, i) for c, i in consumers.get(f, []) if c in bnode)
+        of = names.get(id(t), "input")
+        graph.nodes.append(Node(unique(f"grad of {of}"), "output", target=f"grad of {of}", inputs=refs,
+                                attrs={"grad_of": of}, phase="backward"))
+    loss_at = watch.fn_node.get(loss.grad_fn)
+    if loss_at is not None:
+        graph.nodes.append(Node(unique("loss"), "output", target="loss", inputs=(Ref(*loss_at),)))
+
+
+def _run_backward(graph: Graph, loss: torch.Tensor, bnode: dict[Any, Node], leaves: dict[Any, Any]) -> None:
+    """Run the backward once, ``.grad`` untouched: the shapes of each node's gradients, and the node
+    that raises, if one does."""
+    if not leaves:  # nothing to differentiate for: the walk is all there is
+        return
+    running: list[Node] = []
+    handles = []
+    for f, node in bnode.items():
+        def post(grad_inputs: Any, _grad_outputs: Any, node: Node = node) -> None:
+            node.outputs = tuple(tensor_meta(g) for g in grad_inputs)
+            if running and running[-1] is node:
+                running.pop()
+
+        def pre(_grad_outputs: Any, node: Node = node) -> None:
+            running.append(node)
+
+        handles += [f.register_hook(post), f.register_prehook(pre)]
+    try:
+        torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+    except Exception as e:
+        message = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        where = running[-1] if running else None
+        if where is not None:
+            where.error = message
+        graph.error = f"the backward raised {message}" + (f" in {where.target} ({where.module or 'root'})" if where else "")
+        raise BackwardError(graph.error) from e
+    finally:
+        for h in handles:
+            h.remove()
+
+
+__all__ = ["Watch", "add_backward", "trace_backward"]

@@ -1,0 +1,47 @@
+"""Training facts of the IR that a forward-only graph leaves empty: the phase of a node and the
+tensors autograd saves for the backward. Plain data, no torch (:mod:`fxviz.ir` re-exports them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fxviz.schema.saved import PHASES
+
+Dim = int | str
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    """A tensor autograd keeps from the forward for the backward (a saved activation).
+
+    ``node`` is the forward op that saved it (the op autograd was recording when it was packed),
+    ``module`` that op's module path. ``bytes`` is the extra memory the record costs: its storage's
+    size the first time that storage is saved, 0 for a parameter, a buffer, an input, or a view of a
+    storage already counted (``shares`` says which), so that the records' bytes add up to the
+    step's saved-activation memory. ``value`` is the node whose output was saved, when known;
+    ``inferred`` marks a record fxviz worked out rather than saw (the joint graph's values that
+    the backward reads, see :mod:`fxviz.symbolic.joint`)."""
+
+    node: str
+    module: str
+    shape: tuple[Dim, ...]
+    dtype: str
+    bytes: int
+    value: str = ""
+    shares: str = ""  # why bytes is 0: "parameter", "buffer", "input" or "view" (of a counted storage)
+    inferred: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"node": self.node, "module": self.module, "shape": list(self.shape),
+                             "dtype": self.dtype, "bytes": self.bytes}
+        if self.value:
+            d["value"] = self.value
+        if self.shares:
+            d["shares"] = self.shares
+        if self.inferred:
+            d["inferred"] = True
+        return d
+
+
+__all__ = ["PHASES", "Saved"]

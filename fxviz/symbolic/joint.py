@@ -1,0 +1,245 @@
+"""``capture(backward=True)`` through export: the joint graph of one training step (forward and
+backward in one fx graph) -> IR.
+
+The model is exported with its loss (:class:`LossModel`), and AOT Autograd's
+``aot_export_joint_with_descriptors`` traces the exported module's forward and backward together.
+torch records on every node what fxviz needs: ``partitioner_tag`` (``is_forward``/``is_backward``:
+the node's :attr:`~fxviz.ir.Node.phase`), ``seq_nr`` (a backward op shares it with the forward op it
+differentiates: kept as ``attrs["seq_nr"]``), ``fwd_nn_module_stack`` on backward ops (the module
+stack of that forward op: the backward op is placed in that module call), and ``desc`` on the
+graph's inputs and outputs (``ParamAOTInput``, ``TangentAOTInput``, ``GradAOTOutput``: which
+placeholder is which parameter, which output is whose gradient).
+
+Gradients of parameters are output nodes named ``grad of <parameter>`` (``attrs["grad_of"]``), in
+phase ``backward``, reading the op that produced them. The saved activations (``Graph.saved``) are
+*inferred* from the graph: every forward value a backward op reads, saved by the forward op of that
+backward op's ``seq_nr``, each storage counted once (a view of a parameter or an input costs
+nothing); they are what AOT Autograd's default partition keeps, which for the models tested is
+what eager autograd saves (``tests/test_backward_joint.py`` checks it against
+``saved_tensors_hooks``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any
+
+import torch
+import torch.fx
+from torch import nn
+
+from fxviz.errors import CaptureError
+from fxviz.ir import Graph, Saved
+from fxviz.passes.overlays import ITEMSIZE
+from fxviz.symbolic.convert import Converter, Placeholder
+from fxviz.torchbridge.normalize import FlatInputs, flatten_inputs
+from fxviz.torchbridge.training import Loss, check_trainable, step_loss
+from fxviz.torchbridge.values import mark_tied, module_infos
+
+PREFIX = "model"
+
+
+class LossModel(nn.Module):
+    """The model and its loss as one module whose forward takes the flat input tensors and returns
+    the loss (``model`` is the prefix capture strips from module paths)."""
+
+    def __init__(self, model: nn.Module, flat: FlatInputs, loss: Loss | None) -> None:
+        super().__init__()
+        self.model = model
+        self._flat = flat
+        self._loss = loss
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        args, kwargs = self._flat.rebuild(tensors)
+        return step_loss(self.model(*args, **kwargs), self._loss)
+
+
+def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: contextlib.ExitStack) -> torch.fx.GraphModule:
+    """The joint graph of ``model`` and its loss: ``torch.export`` (non-strict) of :class:`LossModel`,
+    then AOT Autograd's joint export of the exported module, which keeps export's module stacks."""
+    from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
+
+    ep = torch.export.export(LossModel(model, flat, loss), flat.tensors, strict=False)
+    custom = custom_functions(ep.graph)
+    if custom:
+        raise CaptureError(
+            f"export inlines the forward of the custom autograd.Function {', '.join(custom)} and differentiates its "
+            "ops, not its own backward: the eager path (method='eager') runs the Function's backward")
+    joint = aot_export_joint_with_descriptors(stack, ep.module(), flat.tensors, _record_nn_module_stack=True)
+    return joint.graph_module
+
+
+def _subclasses(cls: type) -> list[type]:
+    out: list[type] = []
+    todo: list[type] = [cls]
+    while todo:
+        subs: list[type] = todo.pop().__subclasses__()
+        for sub in subs:
+            out.append(sub)
+            todo.append(sub)
+    return out
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def custom_functions(graph: torch.fx.Graph) -> list[str]:
+    """The custom ``autograd.Function`` classes (outside torch) whose ``forward`` ran while ``graph``
+    was traced, by the source lines of its nodes: non-strict export inlines such a forward, so the
+    joint graph would differentiate its ops instead of running its backward."""
+    spans: dict[str, list[tuple[int, int, str]]] = {}
+    for cls in _subclasses(torch.autograd.Function):
+        if cls.__module__.startswith("torch"):
+            continue
+        fwd = cls.__dict__.get("forward")
+        code = getattr(getattr(fwd, "__func__", fwd), "__code__", None)
+        lines = [line for _, _, line in code.co_lines() if line] if code is not None else []
+        if code is not None and lines:
+            spans.setdefault(code.co_filename, []).append((min(lines), max(lines), cls.__qualname__))
+    found: dict[str, None] = {}
+    if spans:
+        for n in graph.nodes:
+            for file, line in _FRAME.findall(n.meta.get("stack_trace") or ""):
+                for lo, hi, name in spans.get(file, ()):
+                    if lo <= int(line) <= hi:
+                        found[name] = None
+    return list(found)
+
+
+def capture_joint(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, loss: Loss | None = None) -> Graph:
+    """The graph of one training step of ``model`` on the inputs, through the joint graph."""
+    flat = flatten_inputs(model, args, kwargs)
+    check_trainable(model, flat.tensors)
+    with contextlib.ExitStack() as stack:
+        gm = export_joint(model, flat, loss, stack)
+        return graph_from_joint(gm, model, flat)
+
+
+def _strip(target: str) -> str:
+    return target[len(PREFIX) + 1:] if target.startswith(PREFIX + ".") else target
+
+
+def _placeholder(desc: Any, names: list[str]) -> Placeholder:
+    kind = type(desc).__name__
+    if kind == "ParamAOTInput":
+        return Placeholder("parameter", _strip(desc.target), _strip(desc.target))
+    if kind == "BufferAOTInput":
+        return Placeholder("buffer", _strip(desc.target), _strip(desc.target))
+    if kind == "PlainAOTInput" and desc.idx < len(names):
+        return Placeholder("input", names[desc.idx], names[desc.idx])
+    if kind == "TangentAOTInput":
+        return Placeholder("input", "grad of loss", "grad of loss", phase="backward")
+    return Placeholder("input", str(desc), str(desc))
+
+
+def _output_name(desc: Any, names: list[str]) -> tuple[str, str]:
+    """(output name, what it is the gradient of, or "")."""
+    kind = type(desc).__name__
+    if kind == "PlainAOTOutput":
+        return "loss", ""
+    if kind == "GradAOTOutput":
+        of = desc.grad_of
+        target = _strip(of.target) if hasattr(of, "target") else (
+            names[of.idx] if type(of).__name__ == "PlainAOTInput" and of.idx < len(names) else str(of))
+        return f"grad of {target}", target
+    return str(desc), ""
+
+
+def graph_from_joint(gm: torch.fx.GraphModule, model: nn.Module, flat: FlatInputs) -> Graph:
+    """The IR of a joint graph (see the module's docstring)."""
+    placeholders = {n.name: _placeholder(n.meta.get("desc"), flat.names) for n in gm.graph.nodes if n.op == "placeholder"}
+    conv = Converter(placeholders, strip=PREFIX, modules=dict(model.named_modules()))
+    conv.convert(gm.graph, gm)
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    descs = out.meta.get("desc") or [None] * len(out.args[0])
+    items, grads = [], {}
+    first: dict[int, str] = {}
+    canonical = {name: first.setdefault(id(p), name) for name, p in model.named_parameters(remove_duplicate=False)}
+    for v, desc in zip(out.args[0], descs, strict=False):
+        if v is None or desc is None:
+            continue
+        name, of = _output_name(desc, flat.names)
+        if of in canonical and canonical[of] != of:  # a tied parameter: named as the model first names it
+            of = canonical[of]
+            name = f"grad of {of}"
+        items.append((name, v, None))
+        if of:
+            grads[name] = of
+    conv.add_outputs(items)
+    for node in conv.nodes:
+        if node.kind == "output" and node.target in grads:
+            node.phase, node.attrs["grad_of"] = "backward", grads[node.target]
+    mark_tied(conv.nodes, model)
+    frozen = {_strip(f"{PREFIX}.{name}") for name, p in model.named_parameters() if not p.requires_grad}
+    for node in conv.nodes:
+        if node.kind == "parameter" and node.target in frozen:
+            node.attrs["frozen"] = True
+    graph = Graph(name=type(model).__name__, nodes=conv.nodes, method="export (joint)", modules=module_infos(model))
+    graph.saved = inferred_saved(gm, conv)
+    return graph
+
+
+def _is_view(n: torch.fx.Node) -> bool:
+    schema = getattr(n.target, "_schema", None)
+    return bool(schema is not None and schema.returns and schema.returns[0].alias_info is not None
+                and not schema.returns[0].alias_info.is_write)
+
+
+def _base(n: torch.fx.Node) -> torch.fx.Node:
+    while n.op == "call_function" and _is_view(n) and n.args and isinstance(n.args[0], torch.fx.Node):
+        n = n.args[0]
+    return n
+
+
+def _nbytes(n: torch.fx.Node) -> int:
+    val = n.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return 0
+    size = ITEMSIZE.get(str(val.dtype).removeprefix("torch."), 0)
+    try:
+        return int(val.untyped_storage().nbytes()) if val.untyped_storage() is not None else size * val.numel()
+    except Exception:  # a size that is symbolic: the storage has no size to tell
+        return 0
+
+
+def inferred_saved(gm: torch.fx.GraphModule, conv: Converter) -> list[Saved]:
+    """The forward values the backward reads, saved by the forward op of the reading op's
+    ``seq_nr`` (else by the op that made the value), each storage counted once."""
+    fwd_by_seq: dict[int, torch.fx.Node] = {}
+    for n in gm.graph.nodes:
+        if n.meta.get("partitioner_tag") == "is_forward" and n.op == "call_function" and "seq_nr" in n.meta:
+            fwd_by_seq[n.meta["seq_nr"]] = n  # the last op of that autograd node: the one it records
+    placeholders = {n: conv.placeholders[n.name] for n in gm.graph.nodes if n.op == "placeholder"}
+    counted: set[torch.fx.Node] = set()
+    out: list[Saved] = []
+    seen_pairs: set[tuple[torch.fx.Node, torch.fx.Node]] = set()
+    for n in gm.graph.nodes:
+        if n.meta.get("partitioner_tag") != "is_forward" or n.op == "output" or n not in conv.refs:
+            continue
+        readers = [u for u in n.users if u.meta.get("partitioner_tag") == "is_backward" and u.op != "output"]
+        for u in readers:
+            saver = fwd_by_seq.get(u.meta.get("seq_nr", -1), n)
+            if (saver, n) in seen_pairs or saver not in conv.refs:
+                continue
+            seen_pairs.add((saver, n))
+            base = _base(n)
+            val = n.meta.get("val")
+            shares, nbytes = "", 0
+            if base in placeholders:
+                shares = placeholders[base].kind if placeholders[base].kind in ("parameter", "buffer") else "input"
+            elif base in counted:
+                shares = "view"
+            else:
+                counted.add(base)
+                nbytes = _nbytes(base)
+            saver_node = conv.by_name[conv.refs[saver].node]
+            meta = saver_node.meta if not isinstance(val, torch.Tensor) else None
+            shape = tuple(int(d) if isinstance(d, int) else str(d) for d in val.shape) if isinstance(val, torch.Tensor) else ()
+            dtype = str(val.dtype).removeprefix("torch.") if isinstance(val, torch.Tensor) else (meta.dtype if meta else "")
+            out.append(Saved(saver_node.name, saver_node.module, shape, dtype, nbytes, conv.refs[n].node, shares,
+                             inferred=True))
+    return out
+
+
+__all__ = ["LossModel", "capture_joint", "custom_functions", "export_joint", "graph_from_joint", "inferred_saved"]

@@ -1,0 +1,61 @@
+"""What both training captures share (:mod:`fxviz.symbolic.joint`, :mod:`fxviz.fallback.backward`):
+the loss of one step and the checks that make bad input one clear line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from fxviz.errors import InputError
+from fxviz.torchbridge.normalize import flatten_outputs
+
+Loss = Callable[[Any], torch.Tensor]
+
+
+class LossError(InputError):
+    """The step has nothing to differentiate: no parameter requires grad, the output holds no
+    floating tensor and no loss was given, or the loss is not a scalar. Never worth another
+    capture method: :func:`fxviz.api.capture` raises it as it is."""
+
+
+class BackwardError(Exception):
+    """The backward of the step raised (the model's own backward code, a custom ``autograd.Function``):
+    the forward graph is kept and the error noted on it."""
+
+
+def check_trainable(model: nn.Module, inputs: tuple[Any, ...]) -> None:
+    """Raise :class:`LossError` when neither a parameter nor an input requires grad."""
+    if any(p.requires_grad for p in model.parameters()):
+        return
+    if any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
+        return
+    raise LossError(f"no parameter of {type(model).__name__} requires grad (and no input does): there is no "
+                    "backward to capture; unfreeze a layer (requires_grad_(True)) or capture without backward")
+
+
+def step_loss(output: Any, loss: Loss | None) -> torch.Tensor:
+    """The scalar the step differentiates: ``loss(output)``, or by default the sum of every floating
+    tensor of the output (each summed to a scalar, then added)."""
+    if loss is not None:
+        value = loss(output)
+        if not isinstance(value, torch.Tensor):
+            raise LossError(f"loss returned {type(value).__name__}, not a tensor: return a scalar tensor")
+    else:
+        leaves = [v for _, v in flatten_outputs(output) if isinstance(v, torch.Tensor)
+                  and v.is_floating_point()]
+        if not leaves:
+            what = type(output).__name__
+            raise LossError(f"the model's output ({what}) holds no floating tensor to sum into a loss: pass "
+                            "loss=fn(output) -> scalar tensor")
+        value = leaves[0].sum()
+        for v in leaves[1:]:
+            value = value + v.sum()
+    if value.dim() != 0:
+        raise LossError(f"the loss has shape {list(value.shape)}, not a scalar: reduce it (e.g. .mean()) in loss=fn")
+    return value
+
+
+__all__ = ["BackwardError", "Loss", "LossError", "check_trainable", "step_loss"]
