@@ -19,7 +19,7 @@ PKG = REPO / "fxviz"
 #: Bottom to top. A module may import its own layer and the layers below it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("fxviz.errors", "fxviz.text", "fxviz.ops", "fxviz.calls", "fxviz.scopes", "fxviz.nodelist", "fxviz.schema", "fxviz.saved", "fxviz.ir")),
-    ("analysis", ("fxviz.passes", "fxviz.graphdiff")),
+    ("analysis", ("fxviz.passes", "fxviz.graphdiff", "fxviz.tracefile")),
     ("render", ("fxviz.render",)),
     ("bridge", ("fxviz.torchbridge",)),
     ("producers", ("fxviz.symbolic", "fxviz.fallback")),
