@@ -147,7 +147,9 @@ def run_methods(
     Symbolic attempts run in a forked child when ``isolate`` says so (``None``: for a model of
     ``ISOLATE_FROM_MODULES`` modules or more, where fork is safe; :mod:`fxviz.torchbridge.apart`),
     so that what export keeps alive after it returns is given back when the child exits."""
-    apart = can_fork() and (worth_isolating(model) if isolate is None else isolate)
+    # only symbolic attempts run apart: an eager capture does not walk the model to decide
+    apart = (any(m in SYMBOLIC for m in methods) and can_fork()
+             and (worth_isolating(model) if isolate is None else isolate))
     attempts: list[Attempt] = []
     checked: tuple[Graph, float] | None = None  # the eager graph made to check the inputs
     # one snapshot before the first attempt, restored after each (model, inputs, process)

@@ -121,13 +121,13 @@ def _trace(
     except Exception as e:
         if _beyond_the_tracer(e):
             raise
-        mark_tied(rec.nodes, model)
+        mark_tied(rec.nodes, model, named)
         graph.nodes = rec.nodes
         raise _model_error(graph, rec, e) from e
     finally:
         rec.state.restore()
         rec.close()
-    mark_tied(rec.nodes, model)
+    mark_tied(rec.nodes, model, named)
     graph.nodes = rec.nodes
     graph.annotations["replay"] = _replay_verdict(rec)
     return graph
