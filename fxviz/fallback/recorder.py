@@ -98,13 +98,18 @@ class Recorder:
         if not name:
             self.replay_blockers.append("reads a tensor the model does not own (a global or a closure)")
         owner = name.rpartition(".")[0]
+        meta = METAS.get((t.shape, t.dtype, t.device))  # tensor_meta(), inlined: once per parameter
         node = Node(
-            self.names.unique(name or "constant"), kind, target=name,
-            stack=((owner, 0),) if owner else (), outputs=(tensor_meta(t),),
+            self.names.unique(name or "constant"), kind, name, (), ((owner, 0),) if owner else (),
+            (meta if meta is not None else tensor_meta(t),),
         )
         self.nodes.append(node)
         ref = Ref(node.name)
-        self._values[t] = [ref, version(t)]
+        try:
+            v = t._version
+        except RuntimeError:  # an inference tensor
+            v = 0
+        self._values._d[id(t)] = (_weakref(t), [ref, v])  # TensorMap.__setitem__, inlined
         return ref
 
     def finish(self) -> None:
