@@ -7,6 +7,8 @@ torchvista, on the same models, in one run, torch pinned to one thread.
 Columns (medians of interleaved rounds after one warm-up; ``x`` = time / plain forward):
 
 - ``forward``: ``model(*args)`` under ``torch.no_grad()`` (what the other tools run);
+- ``mode+hooks floor``: the forward under an empty ``TorchFunctionMode`` and empty global module
+  hooks, what fxviz's tracer pays before it records anything (no tool can record for less);
 - ``fxviz eager``: ``fxviz.capture(model, args, method="eager")``, conversion and passes included;
   ``fxviz tracer``: the same with ``passes=()`` (the tracer and IR building alone);
 - ``torchview``: ``draw_graph(model, input_data=[...], expand_nested=True)``; no image is rendered
@@ -183,6 +185,7 @@ def tool_fns(model: Any, args: tuple[Any, ...], tmpdir: str) -> dict[str, Callab
             return model(*args)
 
     fns: dict[str, Callable[[], Any]] = {"forward": forward}
+    fns["mode+hooks floor"] = floor_fn(model, args)
     fns["fxviz eager"] = lambda: fxviz.capture(model, args, method="eager")
     fns["fxviz tracer"] = lambda: fxviz.capture(model, args, method="eager", passes=())
 
@@ -225,6 +228,32 @@ def tool_fns(model: Any, args: tuple[Any, ...], tmpdir: str) -> dict[str, Callab
     except ImportError:
         pass
     return fns
+
+
+def floor_fn(model: Any, args: tuple[Any, ...]) -> Callable[[], Any]:
+    """The forward under what any tracer of this kind pays before it records anything: an empty
+    ``TorchFunctionMode`` (sees every torch call) and empty global module pre/forward hooks (see
+    every module call), as fxviz's eager tracer installs them."""
+    import torch
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+    from torch.overrides import TorchFunctionMode
+
+    class Empty(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
+            return func(*args, **(kwargs or {}))
+
+    def floor() -> Any:
+        handles = [register_module_forward_pre_hook(lambda m, a: None),
+                   register_module_forward_hook(lambda m, a, o: None)]
+        try:
+            with torch.no_grad(), Empty():
+                return model(*args)
+        finally:
+            for h in handles:
+                h.remove()
+
+    return floor
 
 
 def torchlens_fns(model: Any, args: tuple[Any, ...]) -> dict[str, Callable[[], Any]]:
@@ -316,7 +345,7 @@ def measure(
     return res
 
 
-COLUMNS = ["fxviz eager", "fxviz tracer", "torchview", "torchvista", "torchvista+html", "torchlens",
+COLUMNS = ["mode+hooks floor", "fxviz eager", "fxviz tracer", "torchview", "torchvista", "torchvista+html", "torchlens",
            "torchlens meta"]
 
 

@@ -25,6 +25,7 @@ from fxviz.symbolic.export import capture_export
 from fxviz.symbolic.fx import capture_fx
 from fxviz.torchbridge.apart import can_fork, run_apart, worth_isolating
 from fxviz.torchbridge.checks import RejectedInputs, count_ops, forget_failed_compiles, real_inputs
+from fxviz.torchbridge.guard import walks_shared
 from fxviz.torchbridge.lazy import initialised
 from fxviz.torchbridge.normalize import flatten_inputs
 from fxviz.torchbridge.run import capture_session, failed_attempt, gc_paused, interrupts_kept, normalize_args
@@ -151,7 +152,9 @@ def run_methods(
     Symbolic attempts run in a forked child when ``isolate`` says so (``None``: for a model of
     ``ISOLATE_FROM_MODULES`` modules or more, where fork is safe; :mod:`fxviz.torchbridge.apart`),
     so that what export keeps alive after it returns is given back when the child exits."""
-    apart = can_fork() and (worth_isolating(model) if isolate is None else isolate)
+    # only symbolic attempts run apart: an eager capture does not walk the model to decide
+    apart = (any(m in SYMBOLIC for m in methods) and can_fork()
+             and (worth_isolating(model) if isolate is None else isolate))
     attempts: list[Attempt] = []
     checked: tuple[Graph, float] | None = None  # the eager graph made to check the inputs
     # one snapshot before the first attempt, restored after each (model, inputs, process)
@@ -272,21 +275,22 @@ def capture(
     model, notes = unwrap(model)
     args, kwargs = normalize_args(model, args, kwargs)
     _refuse_scripted(model)
-    model, lazy = initialised(model, args, kwargs)  # a copy, when lazy modules wait for a first forward
-    notes += lazy
-    methods = AUTO_CHAIN if method == "auto" else (method,)
-    capturers, fatal = (training_methods(method, loss), FATAL) if backward else ((CAPTURERS, methods), ())
-    with interrupts_kept(), gc_paused():
-        try:
-            graph = run_methods(model, args, kwargs, methods=capturers[1], dynamic_shapes=dynamic_shapes,
-                                validate=validate, isolate=isolate, capturers=capturers[0], fatal=fatal)
-        except ModelError as e:  # the model itself raised: annotate its partial graph all the same
-            if e.graph is not None:
-                e.graph.notes = notes + e.graph.notes
-                run_passes(e.graph, passes)
-            raise
-        graph.notes = notes + graph.notes
-        return run_passes(graph, passes)
+    with walks_shared():  # the walk that looks for lazy modules serves the capture too
+        model, lazy = initialised(model, args, kwargs)  # a copy, when lazy modules wait for a first forward
+        notes += lazy
+        methods = AUTO_CHAIN if method == "auto" else (method,)
+        capturers, fatal = (training_methods(method, loss), FATAL) if backward else ((CAPTURERS, methods), ())
+        with interrupts_kept(), gc_paused():
+            try:
+                graph = run_methods(model, args, kwargs, methods=capturers[1], dynamic_shapes=dynamic_shapes,
+                                    validate=validate, isolate=isolate, capturers=capturers[0], fatal=fatal)
+            except ModelError as e:  # the model itself raised: annotate its partial graph all the same
+                if e.graph is not None:
+                    e.graph.notes = notes + e.graph.notes
+                    run_passes(e.graph, passes)
+                raise
+            graph.notes = notes + graph.notes
+            return run_passes(graph, passes)
 
 
 def compare(

@@ -42,13 +42,16 @@ MODEL_CALLERS: set[types.CodeType] = set()
 class Sources:
     """The innermost user frame behind the current op, inside the model's call (up to a frame of
     :data:`MODEL_CALLERS`). Decisions and locations are cached per code object and line, so a
-    model's hot loop costs a few dict lookups per op."""
+    model's hot loop costs a few dict lookups per op. The caches are keyed by the code object's
+    ``id``, held with the code itself (checked by identity): hashing a code object hashes its
+    bytecode's constants and names again on every call, which made the walk over torch's module
+    call frames the costliest part of recording an op."""
 
-    __slots__ = ("_locs", "_user_code")
+    __slots__ = ("_user_code",)
 
     def __init__(self) -> None:
-        self._user_code: dict[types.CodeType, int] = {}
-        self._locs: dict[tuple[types.CodeType, int], SourceLoc] = {}
+        #: id(code) -> (code, 1: user code, 0: not, -1: the model's caller, {line: location})
+        self._user_code: dict[int, tuple[types.CodeType, int, dict[int, SourceLoc]]] = {}
 
     def find(self) -> SourceLoc | None:
         # skip this frame and the recorder's; the walk passes over torch's and fxviz's frames
@@ -56,17 +59,19 @@ class Sources:
         user = self._user_code
         while f is not None:
             code = f.f_code
-            u = user.get(code)
-            if u is None:  # 1: user code, 0: not, -1: the model's caller (the rest is outside the model)
-                u = user[code] = -1 if code in MODEL_CALLERS else int(is_user_file(code.co_filename))
-            if u < 0:
+            e = user.get(id(code))
+            if e is None or e[0] is not code:
+                u = -1 if code in MODEL_CALLERS else int(is_user_file(code.co_filename))
+                e = user[id(code)] = (code, u, {})
+            u = e[1]
+            if u < 0:  # the model's caller: the rest is outside the model
                 return None
             if u:
-                key = (code, f.f_lineno)
-                loc = self._locs.get(key)
+                line = f.f_lineno
+                loc = e[2].get(line)
                 if loc is None:
-                    line = linecache.getline(code.co_filename, f.f_lineno).strip()
-                    loc = self._locs[key] = SourceLoc(code.co_filename, f.f_lineno, code.co_name, line)
+                    text = linecache.getline(code.co_filename, line).strip()
+                    loc = e[2][line] = SourceLoc(code.co_filename, line, code.co_name, text)
                 return loc
             f = f.f_back
         return None

@@ -87,31 +87,35 @@ def module_hooks(rec: Recorder) -> Iterator[None]:
     handles = []
     main = get_ident()  # the capturing thread: the only one whose ops the modes see
 
-    def enter(path: str) -> None:
-        thread = get_ident()
-        if thread == main:
-            if rec.elsewhere:
-                rec.flush_elsewhere()
-            stack.enter(path)
-        else:  # a call in a worker thread: noted, never wrapped around this thread's ops
-            rec.ran_elsewhere(stack.elsewhere(thread, path, True), threading.current_thread().name)
-
-    def leave(path: str) -> None:
-        thread = get_ident()
-        if thread == main:
-            stack.leave(path)
-        else:
-            stack.elsewhere(thread, path, False)
+    # the hooks run on every module call: the capturing thread's case is inlined, bound methods
+    # are looked up once
+    stack_enter, stack_leave = stack.enter, stack.leave
 
     def pre(module: nn.Module, args: Any) -> None:
         e = paths.get(id(module))
         if e is not None and e[0] is module:
-            enter(e[1])
+            thread = get_ident()
+            if thread == main:
+                if rec.elsewhere:
+                    rec.flush_elsewhere()
+                stack_enter(e[1])
+            else:  # a call in a worker thread: noted, never wrapped around this thread's ops
+                rec.ran_elsewhere(stack.elsewhere(thread, e[1], True), threading.current_thread().name)
+
+    def leave(path: str) -> None:
+        thread = get_ident()
+        if thread == main:
+            stack_leave(path)
+        else:
+            stack.elsewhere(thread, path, False)
 
     def post(module: nn.Module, args: Any, output: Any) -> None:
         e = paths.get(id(module))
         if e is not None and e[0] is module and id(module) not in own_exit:
-            leave(e[1])
+            if get_ident() == main:
+                stack_leave(e[1])
+            else:
+                leave(e[1])
 
     try:
         for key, (m, path) in paths.items():

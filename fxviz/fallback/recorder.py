@@ -19,7 +19,7 @@ from torch import nn
 
 from fxviz.fallback.classify import Action, Kind, Level, classify, kind_of, kinds, written_tensors
 from fxviz.fallback.context import ModuleStack, Names, Sources
-from fxviz.fallback.tensors import ModelState, Versions, tensor_meta, version
+from fxviz.fallback.tensors import METAS, ModelState, Versions, tensor_meta, version
 from fxviz.fallback.values import encode, has_opaque
 from fxviz.ir import ModuleCall, Node, Ref, SourceLoc
 from fxviz.ops import DROPOUTS, RANDOM
@@ -75,6 +75,7 @@ class Recorder:
         # ATen level: the torch-function call running now, and a counter per call name
         self.call: list[str] | None = None
         self._call_ids: dict[str, int] = {}
+        self._arg_names: dict[Any, list[str]] = {}  # ATen op -> its schema's argument names
 
     # ---- values the graph starts from ----------------------------------------------------------
 
@@ -97,13 +98,18 @@ class Recorder:
         if not name:
             self.replay_blockers.append("reads a tensor the model does not own (a global or a closure)")
         owner = name.rpartition(".")[0]
+        meta = METAS.get((t.shape, t.dtype, t.device))  # tensor_meta(), inlined: once per parameter
         node = Node(
-            self.names.unique(name or "constant"), kind, target=name,
-            stack=((owner, 0),) if owner else (), outputs=(tensor_meta(t),),
+            self.names.unique(name or "constant"), kind, name, (), ((owner, 0),) if owner else (),
+            (meta if meta is not None else tensor_meta(t),),
         )
         self.nodes.append(node)
         ref = Ref(node.name)
-        self._values[t] = [ref, version(t)]
+        try:
+            v = t._version
+        except RuntimeError:  # an inference tensor
+            v = 0
+        self._values._d[id(t)] = (_weakref(t), [ref, v])  # TensorMap.__setitem__, inlined
         return ref
 
     def finish(self) -> None:
@@ -165,7 +171,11 @@ class Recorder:
                 kind = self._kinds[func] = classify(func, self.level)
             skip = kind.action is _SKIP
             if not skip:
-                names = [a.name for a in func._schema.arguments] if aten else None
+                names = None
+                if aten:
+                    names = self._arg_names.get(func)
+                    if names is None:
+                        names = self._arg_names[func] = [a.name for a in func._schema.arguments]
                 inputs, attrs, seen = self.collect(args, kwargs, names)
                 source = self.sources.find()
                 mutated = written_tensors(func, args, kwargs, names) if names is not None else ()
@@ -308,7 +318,8 @@ class Recorder:
         action, target, short = kind.action, kind.target, kind.name
         if isinstance(out, torch.Tensor):
             outs: tuple[Any, ...] = (out,)
-            metas: tuple[Any, ...] = (tensor_meta(out),)
+            meta = METAS.get((out.shape, out.dtype, out.device))  # tensor_meta(), inlined
+            metas: tuple[Any, ...] = (meta if meta is not None else tensor_meta(out),)
             has_tensor = True
         else:
             if isinstance(out, (tuple, list)) and action is not _EXIT:
@@ -317,19 +328,29 @@ class Recorder:
                 outs = (out,) if out is not None else ()
             has_tensor = any(isinstance(o, torch.Tensor) for o in outs)
             metas = ()
+        written: list[torch.Tensor] | None = None
         if self.aten:
             written = [seen[i][0] for i in mutated if i < len(seen)]
         elif seen:
             try:  # the version counters again: a call that moved one wrote that tensor
-                written = [t for t, v in seen if t._version != v]
+                for t, v in seen:
+                    if t._version != v:
+                        written = [t for t, v in seen if t._version != v]
+                        break
             except RuntimeError:  # an inference tensor: no counter, never written
-                written = [t for t, v in seen if version(t) != v]
-        else:
-            written = []
+                written = [t for t, v in seen if version(t) != v] or None
         if not (has_tensor or written or action is _EXIT):
             return None
+        names = self.names  # Names.unique(), inlined for a name not taken yet
+        n = names._next.get(short, 0)
+        name = short if n == 0 else f"{short}_{n}"
+        if name in names._taken:
+            name = names.unique(short)
+        else:
+            names._next[short] = n + 1
+            names._taken.add(name)
         node = Node(
-            self.names.unique(short), "op", target, tuple(inputs), self.module_stack.current,
+            name, "op", target, tuple(inputs), self.module_stack.current,
             metas or tuple([tensor_meta(o) for o in outs]), source, attrs,
         )
         if action is _EXIT:
@@ -344,9 +365,12 @@ class Recorder:
             self.replay_blockers.append(f"{target} draws random numbers")
         self.nodes.append(node)
         values = self._values._d  # TensorMap.__setitem__, inlined
-        name = node.name
         if metas:
-            values[id(out)] = (_weakref(out), [Ref(name), version(out)])
+            try:
+                v = out._version
+            except RuntimeError:  # an inference tensor
+                v = 0
+            values[id(out)] = (_weakref(out), [Ref(name), v])
         else:
             for i, o in enumerate(outs):
                 if isinstance(o, torch.Tensor):

@@ -42,7 +42,8 @@ class TensorMap:
         self._d[id(t)] = (weakref.ref(t), value)
 
 
-_METAS: dict[tuple[Any, ...], TensorMeta] = {}
+#: (shape, dtype, device) -> the TensorMeta every tensor of that kind shares (read inline by the recorder)
+METAS: dict[tuple[Any, ...], TensorMeta] = {}
 
 
 def tensor_meta(v: Any) -> TensorMeta:
@@ -50,9 +51,9 @@ def tensor_meta(v: Any) -> TensorMeta:
     metas are immutable and shared: a model repeats a handful of shapes thousands of times."""
     if isinstance(v, torch.Tensor):
         key = (v.shape, v.dtype, v.device)  # torch.Size hashes as a tuple: no conversion per op
-        m = _METAS.get(key)
+        m = METAS.get(key)
         if m is None:
-            m = _METAS[key] = TensorMeta(
+            m = METAS[key] = TensorMeta(
                 tuple(v.shape), str(v.dtype).removeprefix("torch."), v.device.type
             )
         return m
@@ -185,7 +186,8 @@ class ModelState:
         """What the model calls ``t``, read for the first time: ``("parameter", "fc.weight")``, or
         ``("constant", "")`` for a tensor the model does not own (a global, a closure)."""
         kind: NodeKind
-        known = self._known(t)
+        e = self._names.get(id(t))  # _known(), inlined: every parameter's first read
+        known = (e[1], e[2]) if e is not None and e[0] is t else None
         if known is None and not self._attributes_scanned:
             self._scan_attributes(self._modules)
             known = self._known(t)
@@ -265,4 +267,4 @@ class ModelState:
         self._backed.clear()
 
 
-__all__ = ["ModelState", "TensorMap", "Versions", "add_output", "tensor_meta", "version"]
+__all__ = ["METAS", "ModelState", "TensorMap", "Versions", "add_output", "tensor_meta", "version"]

@@ -22,7 +22,7 @@ from fxviz.fallback.modes import module_hooks, recording
 from fxviz.fallback.recorder import Recorder, TracerFault
 from fxviz.ir import Graph
 from fxviz.torchbridge.checks import forget_failed_compiles
-from fxviz.torchbridge.guard import DynamoCodes, modules_of, named_modules
+from fxviz.torchbridge.guard import DynamoCodes, named_modules
 from fxviz.torchbridge.normalize import _describe, flatten_inputs, flatten_outputs
 from fxviz.torchbridge.run import CAPTURE_LOCK, deep_enough, gc_paused
 from fxviz.torchbridge.source import error_location
@@ -36,8 +36,9 @@ _not_none = partial(is_not, None)
 def uses_meta(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """True when the model's state or an input lives on ``meta``: real execution is impossible,
     fake tensors are needed."""
-    # model.parameters() walks nested generators: the square of the nesting depth
-    modules = modules_of(model)
+    # model.parameters() walks nested generators: the square of the nesting depth; a module met
+    # twice is checked twice (cheaper than setting duplicates aside)
+    modules = [m for _, m in named_modules(model, remove_duplicate=False)]
     for state in (map(_parameters_of, modules), map(_buffers_of, modules)):
         if any(map(_is_meta, filter(_not_none, chain.from_iterable(map(dict.values, state))))):
             return True
@@ -126,13 +127,13 @@ def _trace(
     except Exception as e:
         if _beyond_the_tracer(e):
             raise
-        mark_tied(rec.nodes, model)
+        mark_tied(rec.nodes, model, named)
         graph.nodes = rec.nodes
         raise _model_error(graph, rec, e) from e
     finally:
         rec.state.restore()
         rec.close()
-    mark_tied(rec.nodes, model)
+    mark_tied(rec.nodes, model, named)
     graph.nodes = rec.nodes
     graph.annotations["replay"] = _replay_verdict(rec)
     return graph

@@ -66,7 +66,7 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[str, ...]
         elif kind == "input" or kind == "output":
             continue
         else:  # state belongs to its owner and to every module around it
-            module = n.module
+            module = n.stack[-1][0] if n.stack else ""
             levels = state_levels.get(module)
             if levels is None:
                 levels = state_levels[module] = [
@@ -91,8 +91,10 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[str, ...]
         else:
             # export numbers lifted constants graph-wide (``h.0.attn.lifted_tensor_0``, then ``_2``
             # in ``h.1``): their names are not structure, their owner and shape are
+            target = n.target
             for into, rel, path in levels:
-                name = "" if kind == "constant" else _relative(n.target, path)
+                # _relative(), inlined
+                name = "" if kind == "constant" or target == path else target[len(path) + 1 :]
                 into.append(f"{kind}:{name}:{rel}::{shapes}")
     return {p: tuple(t) for p, t in tokens.items()}
 

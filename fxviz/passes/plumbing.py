@@ -146,8 +146,8 @@ def classify_plumbing(graph: Graph) -> dict[str, str]:
     candidates: dict[str, str] = {}  # op -> "free" or "user": which rule may make it plumbing
     fixed: dict[str, str] = {}  # op -> category by name (rule 2)
     for n in graph.nodes:
-        dtypes = _tensor_dtypes(n)
         if n.kind in STATE_KINDS or n.kind == "input":
+            dtypes = _tensor_dtypes(n)
             # constants a capture lifts, integer or boolean buffers: part of the model, not data;
             # a scalar input (a flag, a size) is data-free too
             if n.kind == "constant" or not dtypes or (n.kind == "buffer" and not any(map(_is_float, dtypes))):
@@ -169,8 +169,9 @@ def classify_plumbing(graph: Graph) -> dict[str, str]:
                     if n.inputs[0].node in found:
                         found.add(n.name)
             continue
-        if family in COMPUTE_FAMILIES:
+        if family in COMPUTE_FAMILIES:  # most ops: decided before their outputs are looked at
             continue
+        dtypes = _tensor_dtypes(n)
         scalar_only = bool(n.outputs) and not dtypes
         if not (scalar_only or family in _MOVERS or short in _MORE_MOVERS or short in METADATA_ONLY):
             continue

@@ -22,14 +22,22 @@ from fxviz.passes.tree import tree_of
 def compute_stats(graph: Graph) -> Graph:
     # own counts per module first, then each module adds its own to every enclosing module once:
     # modules are far fewer than nodes
-    own_params: Counter[str] = Counter()
+    # plain dicts, in the order a Counter would fill them (a Counter's missing key is a Python call)
+    own_params: dict[str, int] = {}
     for n in graph.nodes:
         if n.kind == "parameter" and "tied_to" not in n.attrs:
-            own_params[n.module] += (n.meta.numel if n.meta else 0) or 0
-    own_ops: Counter[str] = Counter()
+            path = n.stack[-1][0] if n.stack else ""
+            own_params[path] = own_params.get(path, 0) + ((n.outputs[0].numel if n.outputs else 0) or 0)
+    own_ops: dict[str, int] = {}
     for call in tree_of(graph).walk():
-        own_ops[call.path] += len(call.ops)
-    ops = Counter(short_name(n.target) for n in graph.nodes if n.kind == "op")
+        path = call.stack[-1][0] if call.stack else ""
+        own_ops[path] = own_ops.get(path, 0) + len(call.ops)
+    # counted per target, then named once per target (a model repeats a few targets many times);
+    # short names keep the order of their first op, as when counted op by op
+    targets = Counter([n.target for n in graph.nodes if n.kind == "op"])
+    ops: Counter[str] = Counter()
+    for target, count in targets.items():
+        ops[short_name(target)] += count
 
     # every module counted and every module around one, in order of first mention (outer first);
     # then each adds its total to its parent's, deepest first: linear in the modules, where adding

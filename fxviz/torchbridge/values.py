@@ -85,7 +85,7 @@ def _s(x: Any) -> str:
     return "" if x is None else str(x)
 
 
-def mark_tied(nodes: list[Node], model: nn.Module) -> None:
+def mark_tied(nodes: list[Node], model: nn.Module, named: list[tuple[str, nn.Module]] | None = None) -> None:
     """One node per tied tensor (``lm_head.weight`` is ``transformer.wte.weight``), in place: the
     name torch lists first (``named_parameters()``) owns it, every reader reads the owner's node,
     and that node's ``attrs["shared_with"]`` lists the tensor's other names, from torch's own
@@ -94,8 +94,18 @@ def mark_tied(nodes: list[Node], model: nn.Module) -> None:
     owner's module; one that made a node per name keeps the owner's. So every renderer draws the
     shared weight from its owner's node, and a module that holds it under another name says so."""
     names: dict[int, list[str]] = {}
-    for name, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
-        names.setdefault(id(t), []).append(name)
+    # ``named_parameters(remove_duplicate=False)`` then ``named_buffers(...)``, over one walk of the
+    # modules (``named``: ``named_modules(remove_duplicate=False)`` when the caller has it): torch's
+    # own walks are chains of nested generators, which cost more than a deep model's ops
+    walk = named if named is not None else named_modules(model, remove_duplicate=False)
+    for members in ("_parameters", "_buffers"):
+        for path, m in walk:
+            own = getattr(m, members)
+            if own:
+                prefix = f"{path}." if path else ""
+                for k, t in own.items():
+                    if t is not None:
+                        names.setdefault(id(t), []).append(prefix + k)
     _one_node_per_tensor(nodes, [ns for ns in names.values() if len(ns) > 1])
 
 
