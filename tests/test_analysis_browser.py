@@ -153,6 +153,11 @@ def test_the_break_table_is_readable_sorts_and_selects_and_the_hint_is_in_the_no
     r.settle()
     assert r.details()["name"] == ops[1]
     assert "fx-finding-current" in (wide.locator("tbody tr").nth(1).get_attribute("class") or "")
+    # another row's node selected: that row is marked instead (one marked row, not two)
+    wide.locator("tbody tr").nth(2).click()
+    r.settle()
+    marked = wide.locator("tbody tr").evaluate_all("rows => rows.map(r => r.classList.contains('fx-finding-current'))")
+    assert marked == [False, False, True]
     # the break's row: its node's details hold the row's facts, the torch.cond hint among them
     r.page.locator("[data-ref=drawerBar] .fx-drawer-tab[data-panel=breaks]").click()
     r.page.locator("[data-ref=findings] [data-panel=breaks] tbody tr").first.click()

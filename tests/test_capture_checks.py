@@ -168,9 +168,9 @@ def test_the_cli_does_not_call_a_rejected_capture_a_success(tmp_path: Path) -> N
     cmd = [sys.executable, "-m", "fxviz", "tree", "good.py:model", "-i", "2,3", "--dtype", "int64"]
     run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stderr
-    assert "captured by export" not in run.stdout and "mat1 and mat2 must have the same dtype" in run.stderr
+    assert "captured by torch.export" not in run.stdout and "mat1 and mat2 must have the same dtype" in run.stderr
     run = subprocess.run([*cmd, "--no-validate"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0 and "captured by export" in run.stdout
+    assert run.returncode == 0 and "captured by torch.export" in run.stdout
 
 
 def test_a_model_on_meta_given_real_inputs_is_an_error_not_a_fake_graph() -> None:

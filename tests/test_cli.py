@@ -75,7 +75,7 @@ def test_tree_of_a_hand_written_file(model_file: str) -> None:
     r = run("tree", f"{model_file}:build")
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    assert lines[0].startswith("Net  captured by export")
+    assert lines[0].startswith("Net  captured by torch.export")
     assert "fc (Linear)  [2, 4] → [2, 3]  15 params  · linear" in r.output
     assert "relu  → [2, 3]" in r.output
     assert r.stderr == ""
@@ -97,11 +97,13 @@ def test_input_shape_and_kwargs_factories(model_file: str) -> None:
     assert "▶ x  [5, 4] float32" in r.output
 
 
-@pytest.mark.parametrize("method", ["fx", "export-decomposed", "eager-aten"])
-def test_method_option_forces_one_method(model_file: str, method: str) -> None:
+@pytest.mark.parametrize(("method", "words"), [("fx", "torch.fx symbolic tracing"),
+                                               ("export-decomposed", "torch.export, decomposed to core ATen"),
+                                               ("eager-aten", "the eager tracer at ATen level")])
+def test_method_option_forces_one_method(model_file: str, method: str, words: str) -> None:
     r = run("tree", f"{model_file}:build", "--method", method)
     assert r.exit_code == 0, r.output
-    assert f"captured by {method}" in r.output
+    assert f"captured by {words}" in r.output
 
 
 def test_method_choices_are_the_apis() -> None:
@@ -128,8 +130,8 @@ def test_json_round_trips(model_file: str, tmp_path: Path) -> None:
 def test_demo_shows_both_examples_and_how_to_go_on() -> None:
     r = run("demo")
     assert r.exit_code == 0, r.output
-    assert "CoolCNN  captured by export" in r.output
-    assert "TinyTransformer  captured by export" in r.output
+    assert "CoolCNN  captured by torch.export" in r.output
+    assert "TinyTransformer  captured by torch.export" in r.output
     assert "2 parallel branches" in r.output
     assert "fxviz tree path/to/model.py:factory" in r.output
 
@@ -163,7 +165,7 @@ def test_every_verb_reads_a_saved_graph(saved: dict[str, str], tmp_path: Path) -
 def test_a_saved_graph_on_stdin(saved: dict[str, str]) -> None:
     r = run("tree", "-", input=Path(saved["cnn"]).read_text())
     assert r.exit_code == 0, r.output
-    assert r.output.startswith("CoolCNN  captured by export")
+    assert r.output.startswith("CoolCNN  captured by torch.export")
 
 
 def test_diff_of_two_saved_graphs(saved: dict[str, str], tmp_path: Path) -> None:
@@ -278,7 +280,7 @@ def test_ctrl_c_in_a_factory(model_file: str) -> None:
 def test_a_model_error_shows_the_partial_graph_then_one_line(model_file: str) -> None:
     r = run("tree", f"{model_file}:bare", "-i", "2,5")
     assert r.exit_code == 1
-    assert r.stdout.startswith("Net  captured by eager (partial)")
+    assert r.stdout.startswith("Net  captured by the eager tracer (partial)")
     assert "mat1 and mat2 shapes cannot be multiplied (2x5 and 4x3) in module 'fc' (Linear)" in error_line(r)
 
 
@@ -493,7 +495,7 @@ def test_a_model_that_raises_gets_its_partial_output_written(
     assert path.exists()
     text = path.read_text(encoding="utf-8")
     assert "mat1 and mat2 shapes cannot be multiplied" in error_line(r)
-    assert "captured by eager" not in r.stdout  # the tree is not printed: the file was asked for
+    assert "captured by" not in r.stdout  # the tree is not printed: the file was asked for
     if verb == "html":
         assert r.stdout.startswith(f"wrote {path}") and "the partial graph up to where the model raised" in r.stdout
         assert "mat1 and mat2" in text
@@ -507,7 +509,7 @@ def test_a_model_that_raises_gets_its_partial_output_written(
 
 def test_tree_depth_zero_plumbing_and_an_overlay_column(model_file: str, tmp_path: Path) -> None:
     r = run("tree", f"{model_file}:build", "--depth", "0")
-    assert r.exit_code == 0 and r.stdout.strip().splitlines() == ["Net  captured by export  ·  15 params  ·  2 ops"]
+    assert r.exit_code == 0 and r.stdout.strip().splitlines() == ["Net  captured by torch.export  ·  15 params  ·  2 ops"]
     data = tmp_path / "speed.json"
     data.write_text(json.dumps({"fc": 2.5, "relu": "x"}))
     r = run("tree", f"{model_file}:build", "--overlay", str(data))

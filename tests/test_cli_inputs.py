@@ -68,7 +68,7 @@ def test_a_model_that_raises_for_another_reason_still_says_the_model_raised(mode
     res = CliRunner().invoke(cli, ["tree", f"{model_file}:hostile", "-i", "2,4"])
     assert res.exit_code == 1 and "does not fit" not in res.output and "the model raised" in res.output
     res = CliRunner().invoke(cli, ["tree", f"{model_file}:only_linear", "-i", "1,3"])
-    assert res.output.startswith("Sequential  captured by eager (partial)")  # what ran, then the line
+    assert res.output.startswith("Sequential  captured by the eager tracer (partial)")  # what ran, then the line
     assert _last(res.output).endswith("(the model raised during eager capture: RuntimeError: mat1 and mat2 shapes "
                                       "cannot be multiplied (1x3 and 10x4) in module '0' (Linear))")
 

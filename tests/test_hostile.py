@@ -234,7 +234,7 @@ def test_escape_sequences_reach_the_terminal_escaped(capsys: pytest.CaptureFixtu
 
 def test_an_empty_graph_renders() -> None:
     g = Graph.from_json('{"schema": 1}')
-    assert render_all(g).startswith("model  captured by ?")
+    assert render_all(g).startswith("model  captured by an unknown method")
 
 
 def test_unknown_annotations_are_kept_as_plain_json() -> None:

@@ -67,7 +67,7 @@ def quickstart(notebook_kernel: str, bundle: Path) -> dict[str, Any]:
 @pytest.mark.notebook
 def test_quickstart_cnn_tree_shows_the_parallel_branches(quickstart: dict[str, Any]) -> None:
     text = text_of(quickstart["cnn-tree"])
-    assert "CoolCNN  captured by export" in text
+    assert "CoolCNN  captured by torch.export" in text
     assert "2 parallel branches" in text and "initial_conv (Conv2d)" in text and "parallel_conv (Conv2d)" in text
 
 
@@ -103,7 +103,7 @@ def test_quickstart_a_displayed_report_adds_little_more_than_the_file(quickstart
 @pytest.mark.notebook
 def test_quickstart_print_shows_the_tree_once(quickstart: dict[str, Any]) -> None:
     cell = quickstart["cnn-tree"]
-    assert text_of(cell).count("CoolCNN  captured by export") == 1
+    assert text_of(cell).count("CoolCNN  captured by torch.export") == 1
     assert [o.output_type for o in cell.outputs] == ["stream"]  # rich did not display it a second time
 
 
@@ -133,7 +133,7 @@ def test_quickstart_transformers_tree_folds_the_blocks(quickstart: dict[str, Any
 def test_quickstart_partial_graph_shows_the_error(quickstart: dict[str, Any]) -> None:
     text = text_of(quickstart["partial-tree"])
     assert "the model raised: RuntimeError" in text
-    assert "captured by eager (partial)" in text and "encoder (Sequential)" in text
+    assert "captured by the eager tracer (partial)" in text and "encoder (Sequential)" in text
     assert "✗ RuntimeError: shape '[-1, 3]' is invalid" in text
     frame = html.unescape(html_of(quickstart["partial-report"]))
     assert "shape '[-1, 3]' is invalid for input of size 32" in frame  # the error banner's data

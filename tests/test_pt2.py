@@ -97,7 +97,7 @@ def test_cli_reads_pt2_files(cnn_pt2: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     r = runner.invoke(cli, ["tree", str(cnn_pt2)])
     assert r.exit_code == 0, r.output
-    assert r.output.splitlines()[0] == "CoolCNN  captured by export (.pt2)  ·  269.1K params  ·  15 ops"
+    assert r.output.splitlines()[0] == "CoolCNN  captured by torch.export (.pt2)  ·  269.1K params  ·  15 ops"
     live = runner.invoke(cli, ["tree", "fxviz.examples:cnn"])
     assert r.output.replace("export (.pt2)", "export") == live.output  # the same tree, line for line
     out = tmp_path / "g.json"
@@ -145,6 +145,6 @@ def test_pt2_with_a_model_output_loads_in_a_fresh_process(tmp_path: Path) -> Non
     proc = subprocess.run([sys.executable, "-m", "fxviz", "tree", str(path), "--depth", "1"], capture_output=True,
                           text=True, cwd=tmp_path, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("GPT2LMHeadModel  captured by export (.pt2)")
+    assert proc.stdout.startswith("GPT2LMHeadModel  captured by torch.export (.pt2)")
     assert "◀ logits  [1, 7, 96] float32" in proc.stdout
     assert proc.stderr == ""  # torch's log of the first, failed load is held back

@@ -26,16 +26,16 @@ NOT_RUN = {
 #: Each command run, and a line its output must hold. The ``my_model.py`` ones run on the README's
 #: own ``my_model.py`` (a 12-layer GPT-2, narrowed to 32 wide so that it captures in seconds).
 EXPECT = {
-    "fxviz tree fxviz.examples:cnn": "CoolCNN  captured by export  ·  269.1K params  ·  15 ops",
-    "fxviz tree fxviz.examples:CoolCNN --input-shape 1,3,32,32": "CoolCNN  captured by export  ·  269.1K params",
+    "fxviz tree fxviz.examples:cnn": "CoolCNN  captured by torch.export  ·  269.1K params  ·  15 ops",
+    "fxviz tree fxviz.examples:CoolCNN --input-shape 1,3,32,32": "CoolCNN  captured by torch.export  ·  269.1K params",
     "fxviz tree tests/fallback_models.py:DataDependentIf --input-shape 2,8":
-        "DataDependentIf  captured by eager  ·  72 params  ·  5 ops",
+        "DataDependentIf  captured by the eager tracer  ·  72 params  ·  5 ops",
     "fxviz passes fxviz.examples:cnn --pass examples.my_passes:fuse_linear_relu --pass "
     "examples.my_passes:swap_add_for_sub": "numbers first diverge at stage 2 (swap_add_for_sub)",
     "fxviz tree my_model.py:build": "h.0-11 ×12 (GPT2Block)",
     "fxviz tree my_model.py:build --depth 2": "h.0-11 ×12 (GPT2Block)",
     "fxviz tree my_model.py:build --unfold": "h.11 (GPT2Block)",
-    "fxviz tree my_model.py:build --method eager": "GPT2LMHeadModel  captured by eager",
+    "fxviz tree my_model.py:build --method eager": "GPT2LMHeadModel  captured by the eager tracer",
     "fxviz json my_model.py:build -o graph.json": "",  # prints nothing: the file is checked
     "fxviz html my_model.py:build -o report.html": "wrote report.html",
     "fxviz render my_model.py:build -f svg --depth 2": ".svg",

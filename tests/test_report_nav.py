@@ -151,3 +151,40 @@ def test_opening_the_folded_run_keeps_it_in_view(report: ReportPage) -> None:
     r.settle()
     x, y, w, h = r.rects()[run]
     assert a["x"] <= x and x + w <= a["x"] + a["width"] and a["y"] <= y and y + h <= a["y"] + a["height"]
+
+
+def test_a_search_jump_asks_the_page_for_no_layout_and_flashes_the_hit(report: ReportPage) -> None:
+    """Reading a size or box from the page in the middle of a jump lays the whole page out there,
+    then again for the frame (the jump on the 48-layer GPT-2 laid the page out twice)."""
+    r = report
+    r.page.evaluate("""() => {
+      window.fxReads = null;
+      for (const [proto, name] of [[SVGGraphicsElement.prototype, 'getBBox'], [Element.prototype, 'getBoundingClientRect']]) {
+        const read = proto[name];
+        proto[name] = function (...args) {
+          if (window.fxReads) window.fxReads.push(`${name} ${(this.dataset && this.dataset.key) || this.tagName}`);
+          return read.apply(this, args);
+        };
+      }
+    }""")
+    r.page.fill("[data-ref=search]", "c_attn")
+    r.page.wait_for_selector(".fx-results li[data-key]")
+    r.page.press("[data-ref=search]", "Enter")  # the first jump: the view's size is read once, then kept
+    r.settle()
+    r.page.evaluate("window.fxReads = []")
+    r.page.press("[data-ref=search]", "Enter")
+    r.page.wait_for_function("performance.getEntriesByName('fxviz:go').length >= 2")
+    reads = r.page.evaluate("window.fxReads")
+    r.page.evaluate("window.fxReads = null")
+    r.settle()
+    assert reads == []
+    key = r.page.get_attribute(".fx-details-body", "data-key")
+    assert key and key.startswith("g") and r.page.evaluate(f"fxvizReport.model.groups[{key[1:]}].path").endswith(".attn.c_attn")
+    hit = r.page.locator(f'[data-ref=viewport] [data-key="{key}"]').first
+    assert "fx-flash" in (hit.get_attribute("class") or "")
+    # the same hit again once its flash is over: it flashes again (a frame later)
+    flashing = f"""document.querySelector('[data-ref=viewport] [data-key="{key}"]').getAnimations()
+      .some(a => a.animationName === 'fx-flash')"""
+    r.page.wait_for_function(f"!({flashing})")
+    r.page.evaluate(f"fxvizReport.viewer.go('{key}')")
+    r.page.wait_for_function(flashing)

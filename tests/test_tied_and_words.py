@@ -173,6 +173,19 @@ def test_words_say_how_the_graph_was_captured_and_count_in_the_singular() -> Non
     assert "1 ops" not in str(g)
 
 
+def test_the_terminal_tree_and_the_report_say_how_the_graph_was_captured_in_the_same_words() -> None:
+    assert captured_by("export (.pt2)") == "captured by torch.export (.pt2)"  # a loaded .pt2 keeps its note
+    assert captured_by("eager (fake)") == "captured by the eager tracer on fake tensors"
+    assert captured_by("") == captured_by(None) == "captured by an unknown method"
+    model, args = examples.cnn()
+    for method in ("export", "eager"):
+        g = fxviz.capture(model, args, method=method)
+        assert g.method == method
+        header = str(g).splitlines()[0]
+        assert header.startswith(f"CoolCNN  {view_model(g)['captured']}  ·"), header
+    assert str(g).splitlines()[0].startswith("CoolCNN  captured by the eager tracer  ·")
+
+
 def test_an_exported_op_names_its_torch_call_as_a_user_writes_it() -> None:
     model, args = examples.cnn()
     g = fxviz.capture(model, args, method="export")

@@ -73,7 +73,7 @@ def test_header_names_method_and_failed_attempts() -> None:
     g.method = "fx"
     g.attempts = [Attempt("export", False, 0.1, "UserError", "data-dependent branch\nmore"), Attempt("fx", True)]
     text = render(g.tree())
-    assert text.splitlines()[0].startswith("CoolCNN  captured by fx")
+    assert text.splitlines()[0].startswith("CoolCNN  captured by torch.fx symbolic tracing")
     assert "✗ export failed: UserError: data-dependent branch" in text
 
 
@@ -183,7 +183,7 @@ def test_outputs_of_one_container_are_one_line() -> None:
 
 def test_depth_zero_is_the_models_own_line() -> None:
     g = partial_graph()
-    assert render(g.tree(depth=0)).strip() == "Gated  captured by eager (partial)  ·  64 params  ·  4 ops"
+    assert render(g.tree(depth=0)).strip() == "Gated  captured by the eager tracer (partial)  ·  64 params  ·  4 ops"
 
 
 def test_an_overlay_is_a_column_at_the_right_edge() -> None:

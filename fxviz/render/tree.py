@@ -41,7 +41,7 @@ from fxviz.render.treelabel import Plumbing as _Plumbing
 from fxviz.render.treelabel import fold_plumbing as _fold_plumbing
 from fxviz.render.treelabel import shape_pieces as _shape_pieces
 from fxviz.render.treelabel import shown as _c
-from fxviz.render.view import counted, format_count, node_color, node_label, value_boxes
+from fxviz.render.view import captured_by, counted, format_count, node_color, node_label, value_boxes
 from fxviz.text import one_line
 
 _DIM = "dim"
@@ -174,8 +174,7 @@ class TreeView:
 def _header(graph: Graph, ctx: _Ctx) -> _Label:
     stats = graph.annotations.get("stats", {})
     t = _Label(_c(graph.name or module_class(graph, "") or "model"), "bold")
-    method = _c(graph.method or "?")
-    t.add(f"  captured by {method}", "green" if not graph.partial else _ERR, brk=True)
+    t.add(f"  {_c(captured_by(graph.method))}", "green" if not graph.partial else _ERR, brk=True)
     if graph.partial:
         t.add(" (partial)", _ERR)
     if stats:

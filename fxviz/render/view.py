@@ -153,10 +153,19 @@ CAPTURED_BY: dict[str, str] = {
 }
 
 
-def captured_by(method: str) -> str:
+def captured_by(method: str | None) -> str:
     """``captured by the eager tracer``: how a graph was captured, apart from what any analysis of
-    it found (a compile page's graph "eager" read as "ran eagerly")."""
-    return f"captured by {CAPTURED_BY.get(method, method or 'an unknown method')}"
+    it found (a compile page's graph "eager" read as "ran eagerly"); the words of the terminal
+    tree's header and the report's. A method with a note after it keeps the note
+    (``export (.pt2)``: ``captured by torch.export (.pt2)``); one not known is named as it is."""
+    if not method:
+        return "captured by an unknown method"
+    if method in CAPTURED_BY:
+        return f"captured by {CAPTURED_BY[method]}"
+    base, paren, note = method.partition(" (")
+    if paren and base in CAPTURED_BY:
+        return f"captured by {CAPTURED_BY[base]} ({note}"
+    return f"captured by {method}"
 
 
 def node_origin(graph: Graph, name: str) -> str:

@@ -49,6 +49,10 @@ export class Findings {
     this.analysis = data.analysis || null;
     this.byKey = new Map();
     this.tables = new Map();
+    // key -> the table rows that point at it, and the rows marked as the selection's now: a
+    // selection touches only its own rows and the last one's, however long the tables
+    this.rowEls = new Map();
+    this.marked = [];
     this.current = null;
     for (const p of this.panels) {
       for (const row of p.rows) {
@@ -129,6 +133,8 @@ export class Findings {
     }
     const tr = h("tr", { class: `fx-finding${r.lv ? ` fx-lv-${r.lv}` : ""}${key ? " fx-linked" : ""}` }, ...cells);
     if (key) {
+      if (!this.rowEls.has(key)) this.rowEls.set(key, []);
+      this.rowEls.get(key).push(tr);
       tr.tabIndex = 0;
       tr.title = "Show it in the graph";
       tr.dataset.key = key;
@@ -196,9 +202,9 @@ export class Findings {
 
   /** Mark the rows that point at `key` (the graph's selection). */
   mark(key) {
-    for (const tbody of this.tables.values()) {
-      for (const tr of tbody.children) tr.classList.toggle("fx-finding-current", Boolean(key) && tr.dataset.key === key);
-    }
+    for (const tr of this.marked) tr.classList.remove("fx-finding-current");
+    this.marked = (key && this.rowEls.get(key)) || [];
+    for (const tr of this.marked) tr.classList.add("fx-finding-current");
   }
 
   /** The findings about `key` for its details panel: each row that points at it, as

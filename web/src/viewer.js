@@ -32,6 +32,18 @@ export function idle(fn) {
   else setTimeout(() => fn({ timeRemaining: () => 8 }), 50);
 }
 
+/** Flash `el` (the .fx-flash animation), again if it is flashing: taking the class off and
+ * putting it back in one frame would not restart it, and making the page lay itself out
+ * between the two costs a whole layout of the page in the middle of a change. */
+function flash(el) {
+  if (!el.classList.contains("fx-flash")) {
+    el.classList.add("fx-flash");
+    return;
+  }
+  el.classList.remove("fx-flash");
+  afterPaint(() => el.classList.add("fx-flash"));
+}
+
 /** Run fn once the frame with the current DOM has been painted (the frame after the next). */
 export function afterPaint(fn) {
   requestAnimationFrame(() => requestAnimationFrame(fn));
@@ -172,11 +184,7 @@ export class Viewer {
     if (key && center && this.drawn(key)) {
       const r = this.engine.rect(key);
       this.pz.centerOn(r.x + r.w / 2, r.y + Math.min(r.h / 2, 200));
-      if (el) {
-        el.classList.remove("fx-flash");
-        void el.getBBox();
-        el.classList.add("fx-flash");
-      }
+      if (el) flash(el);
     }
     this.onSelect(this, key);
   }
