@@ -28,6 +28,8 @@ from fxviz.tracefile.records import Trace
 ITERATIONS = 3
 _CALL = re.compile(r"^## Call CompiledFxGraph (\S+) ##$")
 _KERNEL = re.compile(r"^graph_\d+_(.+)$")
+#: The name a C++ kernel records itself under in the profiler (``cpp.enable_kernel_profile``).
+_PROFILED = re.compile(r'RAIIAtenRecordFunctionHandle\s+\w+\("([^"]+)"')
 
 
 @dataclass
@@ -37,7 +39,7 @@ class LiveRun:
     grad: bool = False
     iterations: int = ITERATIONS
     events: list[Any] = field(default_factory=list)
-    calls: dict[str, list[list[tuple[str, float]]]] = field(default_factory=dict)  # key -> per call: children
+    calls: list[tuple[str, list[tuple[str, float]]]] = field(default_factory=list)  # (key, children) per call
     device: dict[str, float] = field(default_factory=dict)  # device kernel name -> total us
     profiled: int = 0
     note: str = ""
@@ -80,26 +82,39 @@ class LiveRun:
             m = _CALL.match(ev.name)
             if m:
                 kids = sorted(ev.cpu_children, key=lambda k: k.time_range.start)
-                self.calls.setdefault(m.group(1), []).append([(k.name, k.time_range.elapsed_us()) for k in kids])
+                self.calls.append((m.group(1), [(k.name, k.time_range.elapsed_us()) for k in kids]))
             elif getattr(ev, "device_type", None) is not None and "CUDA" in str(ev.device_type):
                 self.device[ev.name] = self.device.get(ev.name, 0.0) + float(getattr(ev, "device_time", 0.0) or 0.0)
 
     def apply(self, trace: Trace, inside: Inside) -> None:
         """Write the measured times on ``inside``'s kernels (per forward, microseconds) and their
-        share of their output code's time."""
+        share of their output code's time. A call belongs to the output code whose C++ kernels'
+        profiler names (in their source: ``RAIIAtenRecordFunctionHandle``) it ran, else to the one
+        whose FX graph cache key it carries."""
         if not self.profiled:
             if self.note:
                 inside.notes.append(self.note)
             return
         inside.timed = True
         by_cid = {c.compile_id: c for c in trace.compiles}
+        parts: list[tuple[list[Kernel], set[str], str | None]] = []
         for g in inside.graphs:
             c = by_cid.get(g.compile_id)
             keys = [_key(a.payload) for a in c.artifacts if a.name.startswith("fx_graph_cache_")] if c else []
-            parts = list(dict.fromkeys(k.part for k in g.kernels))
-            for key, part in zip(keys, parts, strict=False):
+            for i, part in enumerate(dict.fromkeys(k.part for k in g.kernels)):
                 rows = [k for k in g.kernels if k.part == part]
-                _time(rows, self.calls.get(key or "", []), self.device, self.profiled)
+                names = {m for k in rows if k.kind != "extern" for m in _PROFILED.findall(k.source)}
+                parts.append((rows, names, keys[i] if i < len(keys) else None))
+        mine: list[list[list[tuple[str, float]]]] = [[] for _ in parts]
+        for key, kids in self.calls:
+            ran = {name for name, _ in kids}
+            i = next((i for i, (_, names, _k) in enumerate(parts) if names & ran), None)
+            if i is None:
+                i = next((i for i, (_, names, k) in enumerate(parts) if k == key and key != "None"), None)
+            if i is not None:
+                mine[i].append(kids)
+        for (rows, _, _), calls in zip(parts, mine, strict=True):
+            _time(rows, calls, self.device, self.profiled)
 
 
 def _key(payload: Any) -> str | None:
@@ -120,10 +135,8 @@ def _tail(name: str) -> str:
 
 def _time(rows: list[Kernel], calls: list[list[tuple[str, float]]], device: dict[str, float], n: int) -> None:
     """Each row's time from the profiled calls of its output code (see the module's docstring)."""
-    total = 0.0
     times: dict[str, float] = {}
     for kids in calls:
-        total += sum(us for _, us in kids)
         used: set[int] = set()
         for k in rows:
             if k.kind == "extern":
@@ -131,15 +144,15 @@ def _time(rows: list[Kernel], calls: list[list[tuple[str, float]]], device: dict
                 i = next((i for i, (name, _) in enumerate(kids) if i not in used and not _KERNEL.match(name)
                           and name.split("::")[-1] == want), None)
             else:
-                i = next((i for i, (name, _) in enumerate(kids) if i not in used
-                          and (m := _KERNEL.match(name)) is not None and m.group(1) == k.name), None)
+                names = set(_PROFILED.findall(k.source)) or {k.name}
+                i = next((i for i, (name, _) in enumerate(kids) if i not in used and name in names), None)
             if i is not None:
                 used.add(i)
                 times[k.id] = times.get(k.id, 0.0) + kids[i][1]
     for k in rows:
         if k.kind == "triton" and k.name in device:
             times[k.id] = times.get(k.id, 0.0) + device[k.name]
-    whole = sum(times.values()) or total
+    whole = sum(times.values())
     for k in rows:
         if k.id in times:
             k.time_us = times[k.id] / n
