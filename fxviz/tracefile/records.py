@@ -70,11 +70,17 @@ class Compile:
     artifacts: list[Artifact] = field(default_factory=list)
     events: list[tuple[str, Any]] = field(default_factory=list)
     phases: list[Phase] = field(default_factory=list)
+    #: Set for compiled autograd's compiles (torch spells them ``!0/1/0``, or ``!0`` with no frame,
+    #: where ``frame_id`` and ``frame_compile_id`` are -1).
+    compiled_autograd_id: int | None = None
 
     @property
     def compile_id(self) -> str:
-        """torch's spelling: ``0/1`` (``0/1_1`` for a second attempt)."""
+        """torch's spelling: ``0/1`` (``0/1_1`` for a second attempt, ``!0/0/1`` under compiled
+        autograd)."""
         base = f"{self.frame_id}/{self.frame_compile_id}"
+        if self.compiled_autograd_id is not None:
+            base = f"!{self.compiled_autograd_id}" + (f"/{base}" if self.frame_id >= 0 else "")
         return f"{base}_{self.attempt}" if self.attempt else base
 
     def all(self, name: str) -> list[Artifact]:
@@ -92,12 +98,17 @@ class Compile:
 class Trace:
     """A whole structured trace: its compiles in the order they started, what could not be read
     (``problems``), the files read, and events outside any compile id (``globals``: e.g.
-    ``torch_version``)."""
+    ``torch_version``; a header-only one has ``payload=None`` and its value in ``meta``). ``phases``
+    are the timed phases that name no compile (``compile_file`` of a parallel compile worker);
+    ``strings`` are torch's interned strings (``{"str": [path, index]}``: the ``filename`` indices of
+    ``dynamo_start`` stacks)."""
 
     compiles: list[Compile] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     globals: list[Artifact] = field(default_factory=list)
+    phases: list[Phase] = field(default_factory=list)
+    strings: dict[int, str] = field(default_factory=dict)
 
     def ranks(self) -> list[int | None]:
         return sorted({c.rank for c in self.compiles}, key=lambda r: -1 if r is None else r)
