@@ -103,7 +103,7 @@ def test_every_post_grad_op_has_one_kernel_or_a_reason(training: Any) -> None:
     assert {k.id: sorted(k.ops) for k in g.kernels if k.part == "forward"} == {h: sorted(v) for h, v in torch_map.items()}
     # and reach the eager ops and modules: the fused LayerNorm + GELU kernel crosses from ln to the root
     fused = next(k for k in g.kernels if k.part == "forward" and k.kind == "cpp")
-    assert set(fused.eager) == {"layer_norm", "gelu"} and "ln" in fused.modules
+    assert set(fused.eager) == {"layer_norm", "gelu"} and set(fused.modules) == {"ln", ""} and fused.crosses_modules
     assert next(k for k in g.kernels if k.id == "extern_kernels.addmm:1").modules == ["a"]
     assert all(k.inferred for k in g.kernels if k.part == "backward")
 

@@ -168,7 +168,7 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
         def origin(node: str, p2p: dict[str, list[str]] = post_to_pre) -> tuple[list[str], list[str]]:
             pre = p2p.get(node, [])
             ops = list(dict.fromkeys(eager_ops.get(d, d) for d in pre)) if eager_ops else list(pre)
-            mods = list(dict.fromkeys(m for d in pre if (m := _module(d, eager_ops, eager, dynamo))))
+            mods = list(dict.fromkeys(m for d in pre if (m := _module(d, eager_ops, eager, dynamo)) is not None))
             return ops, mods
 
         if code is None:
@@ -205,18 +205,19 @@ def _kernels_stage(index: int, part: str, graph: Graph, post: Stage, km: Any, se
                  base=None if post.index == index - 1 else post.index)
 
 
-def _module(dyn: str, eager_ops: Mapping[str, str], eager: Graph | None, dynamo: Graph) -> str:
-    """The module path of Dynamo node ``dyn``: its eager op's, else the module of the parameters it
-    reads (``l_self_modules_h_modules_0_modules_attn_..._parameters_weight_`` -> ``h.0.attn``)."""
+def _module(dyn: str, eager_ops: Mapping[str, str], eager: Graph | None, dynamo: Graph) -> str | None:
+    """The module path of Dynamo node ``dyn`` (``""``: the model itself): its eager op's, else the
+    module of the parameters it reads (``l_self_modules_h_modules_0_modules_attn_..._parameters_weight_``
+    -> ``h.0.attn``); ``None`` when neither says."""
     if eager is not None and dyn in eager_ops and eager_ops[dyn] in eager:
         return eager.node(eager_ops[dyn]).module
     if dyn not in dynamo:
-        return ""
+        return None
     for r in dynamo.node(dyn).inputs:
         m = _STATE.search(r.node.lower())
         if m:
             return ".".join(r.node[: m.start()].split("_modules_")[1:])
-    return ""
+    return None
 
 
 def _set_origin(graph: Graph, to_dynamo: Mapping[str, Any], eager_ops: Mapping[str, str], eager: Graph | None,

@@ -91,7 +91,7 @@ def panels(graph: Graph, inside: Inside) -> None:
     rows = []
     for k in ks[:KERNEL_ROWS]:
         first = next((e for e in k.eager if e in ops), None)
-        mods = ", ".join(k.modules) + (" (crosses modules)" if k.crosses_modules else "")
+        mods = ", ".join(m or "(model)" for m in k.modules) + (" (crosses modules)" if k.crosses_modules else "")
         rows.append(row(k.name, k.kind, k.graph, k.part, len(k.ops), ", ".join(k.eager[:8]) or None, mods or None,
                         f"{k.time_us:.1f} µs" if k.time_us is not None else None,
                         f"{k.share * 100:.1f}%" if k.share is not None else None,
