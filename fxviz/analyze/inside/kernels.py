@@ -133,18 +133,18 @@ def _infer(post: Graph, calls: list[KernelCall], handles: list[str]) -> dict[str
             want = {c.name.rsplit(".", 1)[-1]} | {a.rsplit(".", 1)[-1] for a in c.aten}
             want -= VIEW_OPS
             named = next(([n] for n in order if n not in taken and short(ops[n].target) in want), [])
-        for n in named[:1]:
-            covers[h].append(n)
-            taken.add(n)
-            extern_at[n] = i
+        for x in named[:1]:
+            covers[h].append(x)
+            taken.add(x)
+            extern_at[x] = i
     fused = [i for i, c in enumerate(calls) if c.kind != "extern"]
     after: dict[str, int] = {}  # node -> the last extern call (index) it depends on, -1 for none
-    for name, n in ops.items():
-        deps = [after.get(r.node, -1) for r in n.inputs if r.node in ops]
-        deps += [extern_at[r.node] for r in n.inputs if r.node in extern_at]
+    for name, node in ops.items():
+        deps = [after.get(r.node, -1) for r in node.inputs if r.node in ops]
+        deps += [extern_at[r.node] for r in node.inputs if r.node in extern_at]
         after[name] = max(deps, default=-1)
-    for name, n in ops.items():
-        if name in taken or is_view(n) or is_getitem(n) or not fused:
+    for name, node in ops.items():
+        if name in taken or is_view(node) or is_getitem(node) or not fused:
             continue
         i = next((k for k in fused if k > after[name]), fused[-1])
         covers[handles[i]].append(name)

@@ -110,11 +110,11 @@ class LiveRun:
         mine: list[list[list[tuple[str, float]]]] = [[] for _ in parts]
         for key, kids in self.calls:
             ran = {name for name, _ in kids}
-            i = next((i for i, (_, names, _k) in enumerate(parts) if names & ran), None)
-            if i is None:
-                i = next((i for i, (_, names, k) in enumerate(parts) if k == key and key != "None"), None)
-            if i is not None:
-                mine[i].append(kids)
+            at = next((i for i, (_, names, _k) in enumerate(parts) if names & ran), None)
+            if at is None:
+                at = next((i for i, (_, names, k) in enumerate(parts) if k == key and key != "None"), None)
+            if at is not None:
+                mine[at].append(kids)
         for (rows, _, _), calls in zip(parts, mine, strict=True):
             _time(rows, calls, self.device, self.profiled)
 
