@@ -198,6 +198,15 @@ def test_a_saved_trace_shows_what_the_live_run_does(training: Any, tmp_path: Pat
     out = CliRunner().invoke(cli, ["compile", "--from-trace", str(tmp_path / "trace"), "--stage", "4"])
     assert out.exit_code == 0, out.output
     assert "change in stage 4" in out.output
+    # with TARGET too: drawn on its module tree, each module coloured by its kernel
+    out = CliRunner().invoke(cli, ["compile", "tests/inside_models.py:block", "--from-trace", str(tmp_path / "trace")])
+    assert out.exit_code == 0, out.output
+    assert re.search(r"a \(Linear\).*extern addmm \(g0\)", out.output), out.output
+    assert re.search(r"ln \(LayerNorm\).*cpp_fused_gelu_native_layer_norm_0 \(g0\)", out.output), out.output
+    # not a trace: one line, exit 2
+    (tmp_path / "empty").mkdir()
+    out = CliRunner().invoke(cli, ["compile", "--from-trace", str(tmp_path / "empty")])
+    assert out.exit_code == 2 and "Traceback" not in out.output and len(out.output.strip().splitlines()) == 1, out.output
     # a truncated file: its problem is a note, the rest is shown
     f = next((tmp_path / "trace").iterdir())
     text = f.read_text()
