@@ -106,6 +106,7 @@ def test_every_post_grad_op_has_one_kernel_or_a_reason(training: Any) -> None:
     assert set(fused.eager) == {"layer_norm", "gelu"} and set(fused.modules) == {"ln", ""} and fused.crosses_modules
     assert next(k for k in g.kernels if k.id == "extern_kernels.addmm:1").modules == ["a"]
     assert all(k.inferred for k in g.kernels if k.part == "backward")
+    assert all(k.ops for k in g.kernels if k.calls)  # no kernel left without the nodes it runs
 
 
 def test_stages_of_a_training_step(training: Any) -> None:

@@ -6,7 +6,8 @@ The nodes come from torch: ``cppCodeToPost`` of ``inductor_provenance_tracking_n
 torch 2.13) they are inferred and marked so: an extern call takes the post-grad node its
 ``Topologically Sorted Source Nodes`` comment names, else the next one of its op in graph order; a
 generated kernel takes each remaining computing node in the first kernel that runs after every
-extern call the node depends on.
+extern call the node depends on, unless the output code's buffers say which kernel computes it
+(a graph output is the buffer ``call()`` returns, made by the first call that names it).
 
 A post-grad node no kernel runs is listed with the reason: a view (Inductor reinterprets its
 input's buffer), a ``getitem`` (part of its producer's kernel), or none recorded.
@@ -14,6 +15,7 @@ input's buffer), a ``getitem`` (part of its producer's kernel), or none recorded
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,15 +61,16 @@ class KernelMap:
 
 def kernel_map(post: Graph, code: OutputCode, mappings: Mapping[str, Any] | None, stacks: Mapping[str, Any] | None, *,
                graph_id: str, compile_id: str, part: str,
-               origin: Callable[[str], tuple[list[str], list[str]]]) -> KernelMap:
-    """The kernel map of ``code`` (whose post-grad graph is ``post``). ``origin(post node)`` ->
-    (eager ops, module paths) it comes from."""
+               origin: Callable[[str], tuple[list[str], list[str]]], text: str = "") -> KernelMap:
+    """The kernel map of ``code`` (whose post-grad graph is ``post``; ``text``, the output code
+    itself). ``origin(post node)`` -> (eager ops, module paths) it comes from."""
     ops = op_nodes(post)
     recorded = dict((mappings or {}).get("cppCodeToPost") or {})
     calls = list(code.calls)
     handles = [c.handle or f"{c.name}:{i + 1}" for i, c in enumerate(calls)]
     inferred = not recorded
-    covers = {h: [n for n in recorded.get(h, ()) if n in ops] for h in handles} if recorded else _infer(post, calls, handles)
+    covers = ({h: [n for n in recorded.get(h, ()) if n in ops] for h in handles} if recorded
+              else _infer(post, calls, handles, text))
     defs = {k.name: k for k in code.kernels}
     out = KernelMap(inferred=inferred)
     called = set()
@@ -107,8 +110,6 @@ def kernel_map(post: Graph, code: OutputCode, mappings: Mapping[str, Any] | None
 
 def _lines(stacks: Mapping[str, Any] | None, handle: str) -> list[str]:
     """``gen.py:7`` for each user frame torch's kernel stack traces name for ``handle``."""
-    import re
-
     out: list[str] = []
     for text in (stacks or {}).get(handle, ()) or ():
         for f, ln in re.findall(r'File "([^"]+)", line (\d+)', str(text)):
@@ -118,9 +119,62 @@ def _lines(stacks: Mapping[str, Any] | None, handle: str) -> list[str]:
     return out
 
 
-def _infer(post: Graph, calls: list[KernelCall], handles: list[str]) -> dict[str, list[str]]:
+def _split(args: str) -> list[str]:
+    """A call's arguments split at its top-level commas."""
+    out, depth, cur = [], 0, ""
+    for ch in args:
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+            continue
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        cur += ch
+    return [x for x in [*out, cur.strip()] if x]
+
+
+def _pins(post: Graph, calls: list[KernelCall], text: str) -> dict[str, int]:
+    """Post-grad node -> the call that computes it, from the buffers of the output code: a
+    buffer belongs to the first call that names it; the graph's outputs are the buffers ``call()``
+    returns, in order, and an extern call's inputs the buffers it reads, in order."""
+    lines = text.splitlines()
+    ops = op_nodes(post)
+
+    def base(name: str) -> str:
+        while name in ops and (is_view(ops[name]) or is_getitem(ops[name])) and ops[name].inputs:
+            name = ops[name].inputs[0].node
+        return name
+
+    def args(i: int) -> list[str]:
+        line = lines[calls[i].line - 1] if 0 < calls[i].line <= len(lines) else ""
+        if "(" not in line:
+            return []
+        return _split(line[line.index("(") + 1: line.rindex(")")])
+
+    first: dict[str, int] = {}
+    for i in range(len(calls)):
+        for a in args(i):
+            for buf in _BUF.findall(a):
+                first.setdefault(buf, i)
+    pins: dict[str, int] = {}
+    ret = next((ln.strip() for ln in reversed(lines) if ln.strip().startswith("return (")), "")
+    out = next((n for n in post.nodes if n.kind == "output"), None)
+    if ret and out is not None:
+        items = _split(ret[len("return ("): ret.rindex(")")])
+        for r, item in zip(out.inputs, items, strict=False):
+            bufs = _BUF.findall(item)
+            if bufs and bufs[0] in first:
+                pins.setdefault(base(r.node), first[bufs[0]])
+    return pins
+
+
+_BUF = re.compile(r"\b(buf\d+)\b")
+
+
+def _infer(post: Graph, calls: list[KernelCall], handles: list[str], text: str = "") -> dict[str, list[str]]:
     """Post-grad nodes per call where torch recorded none (see the module's docstring)."""
     ops = op_nodes(post)
+    pins = _pins(post, calls, text) if text else {}
     order = list(ops)
     taken: set[str] = set()
     covers: dict[str, list[str]] = {h: [] for h in handles}
@@ -146,7 +200,8 @@ def _infer(post: Graph, calls: list[KernelCall], handles: list[str]) -> dict[str
     for name, node in ops.items():
         if name in taken or is_view(node) or is_getitem(node) or not fused:
             continue
-        i = next((k for k in fused if k > after[name]), fused[-1])
+        pinned = pins.get(name)
+        i = pinned if pinned in fused else next((k for k in fused if k > after[name]), fused[-1])
         covers[handles[i]].append(name)
     return covers
 
