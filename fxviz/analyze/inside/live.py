@@ -3,7 +3,8 @@ kernel's time from torch.profiler over a few warm iterations. Needs torch.
 
 :class:`LiveRun` is what ``compile_map(..., inside=True)`` hands its compiled run: the run goes on
 inside :func:`fxviz.torchbridge.tracelog.structured_trace` (with C++ kernels named in the
-profiler: ``torch._inductor.config.cpp.enable_kernel_profile``); with ``grad`` the first input
+profiler: ``torch._inductor.config.cpp.enable_kernel_profile``; AOT Autograd's cache off, so
+every stage is recorded); with ``grad`` the first input
 set's outputs are differentiated once (``torch.autograd.grad``: no ``.grad`` is written) so the
 backward compiles too; then :data:`ITERATIONS` warm iterations run under the profiler. Inductor
 names each compiled graph's call ``## Call CompiledFxGraph <FX graph cache key> ##``: its direct
@@ -47,11 +48,15 @@ class LiveRun:
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[None]:
+        from torch._functorch import config as functorch_config
         from torch._inductor import config as inductor_config
 
         from fxviz.torchbridge.tracelog import structured_trace
 
-        with structured_trace() as events, inductor_config.patch({"cpp.enable_kernel_profile": True}):
+        # AOT Autograd's cache off: a hit skips the pre-grad, joint and partition stages (Inductor's
+        # FX graph cache still serves the post-grad graph and the kernels)
+        with structured_trace() as events, inductor_config.patch({"cpp.enable_kernel_profile": True}), \
+                functorch_config.patch({"enable_autograd_cache": False}):
             self.events = events
             yield
 
