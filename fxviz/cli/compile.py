@@ -148,7 +148,7 @@ def _saved(target: str | None, path: str, input_shapes: tuple[str, ...], dtype: 
             console.print(eager.tree(depth=depth, overlay="kernel time" if inside.timed else "kernel"))
         print_inside(console, inside, stage=stage, graph=graph)
     if html_out is not None:
-        if eager is not None:
+        if eager is not None and stage is None:
             eager.to_html(html_out, overlay="kernel")
         else:
             stage_report(inside, graph, stage).to_html(html_out, overlay="pass_change")
@@ -181,6 +181,11 @@ def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_ou
             from fxviz.cli.inside import print_inside
 
             print_inside(console, inside, stage=stage, graph=graph)
-    if html_out is not None:
+    if html_out is not None and stage is not None and cmap.inside is not None:
+        from fxviz.cli.inside import stage_report
+
+        stage_report(cmap.inside, graph, stage).to_html(html_out, overlay="pass_change")
+        click.echo(f"wrote {html_out}", err=json_out == "-")
+    elif html_out is not None:
         cmap.graph.to_html(html_out, overlay="compiled" if cmap.inside is None else "kernel")
         click.echo(f"wrote {html_out}", err=json_out == "-")

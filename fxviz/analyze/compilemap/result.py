@@ -331,7 +331,8 @@ class CompileMap:
     def headline(self) -> str:
         """The answer, as the terminal prints it after the model's name and the report (the graph's
         ``headline`` annotation) and JSON keep it: ``torch.compile: 1 graph, 0 breaks, ...``."""
-        return f"torch.compile: {self.header()}"
+        inside = f"  ·  inside: {self.inside.summary()}" if self.inside is not None else ""
+        return f"torch.compile: {self.header()}{inside}"
 
     def to_dict(self) -> dict[str, Any]:
         return {

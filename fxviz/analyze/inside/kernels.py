@@ -98,7 +98,7 @@ def kernel_map(post: Graph, code: OutputCode, mappings: Mapping[str, Any] | None
         elif is_getitem(n):
             out.unmapped[f"{part}:{name}"] = "getitem: an output of its producer's kernel"
         else:
-            users = any(Ref(name) in m.inputs or any(r.node == name for r in m.inputs) for m in post.nodes)
+            users = any(r.node == name for m in post.nodes for r in m.inputs)
             out.unmapped[f"{part}:{name}"] = ("no kernel recorded by torch" if users else
                                               "no kernel: its value is never used (Inductor dropped it)")
     computing = [n for n in ops.values() if not is_view(n) and not is_getitem(n)]

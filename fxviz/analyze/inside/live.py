@@ -103,7 +103,7 @@ class LiveRun:
                 inside.notes.append(self.note)
             return
         inside.timed = True
-        by_cid = {c.compile_id: c for c in trace.compiles}
+        by_cid = {c.compile_id: c for c in trace.compiles if c.rank is None}  # a live run has no ranks
         parts: list[tuple[list[Kernel], set[str], str | None]] = []
         for g in inside.graphs:
             c = by_cid.get(g.compile_id)
