@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # Inductor compiles (and a subprocess that compiles again)
 
 import fxviz  # noqa: E402
 from fxviz.analyze.compilemap.result import CompileMap  # noqa: E402

@@ -186,6 +186,8 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
             notes.append(f"compile {cid} {part}: torch recorded no kernel -> node mapping; kernels' nodes inferred")
         if km.graph is not None:
             stages.append(_kernels_stage(len(stages), part, km.graph, s_post, km, _seconds(c, "code_gen", i)))
+    for label, art, b in aot.values():  # a part torch traced but never compiled (a backward never run)
+        add(label, _parse(art, f"{gid} {label}", notes), b or top, _seconds(c, "partition"))
     ig.pipeline.stages = stages
     ig.pipeline.notes = [n for n in notes if n.startswith(f"compile {cid}")]
     return ig
