@@ -22,7 +22,7 @@ from fxviz.analyze.inside.stages import make_stage, op_nodes
 from fxviz.analyze.pipeline.result import EXACT, INFERRED, Pipeline, Stage
 from fxviz.ir import Graph
 from fxviz.text import one_line
-from fxviz.tracefile.code import parse_output_code
+from fxviz.tracefile.code import OutputCode, parse_output_code
 from fxviz.tracefile.fxtext import parse_graph
 from fxviz.tracefile.records import Artifact, Compile, Trace
 
@@ -68,6 +68,16 @@ def _parse(a: Artifact, name: str, notes: list[str]) -> Graph | None:
     except Exception as e:  # noqa: BLE001 - a graph torch printed that fxviz cannot read: note it
         where = f"{a.file}:{a.line}" if a.file else name
         notes.append(f"{where}: {name} not read: {type(e).__name__}: {one_line(str(e), limit=200)}")
+        return None
+
+
+def _code(a: Artifact, notes: list[str]) -> OutputCode | None:
+    if not isinstance(a.payload, str):
+        return None
+    try:
+        return parse_output_code(a.payload)
+    except Exception as e:  # noqa: BLE001 - output code fxviz cannot read: note it, keep the stages
+        notes.append(f"{a.file}:{a.line}: output code not read: {type(e).__name__}: {one_line(str(e), limit=200)}")
         return None
 
 
@@ -132,7 +142,7 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
     posts = c.all("inductor_post_grad_graph")
     codes = c.all("inductor_output_code")
     kstacks = [_json(a) for a in c.all("inductor_provenance_tracking_kernel_stack_traces")]
-    parts = [(parse_output_code(a.payload) if isinstance(a.payload, str) else None) for a in codes]
+    parts = [_code(a, notes) for a in codes]
     dyn_ops = op_nodes(dynamo)
     by_line: dict[tuple[str, int], list[str]] = {}
     for name, n in dyn_ops.items():
