@@ -145,11 +145,12 @@ def _saved(target: str | None, path: str, input_shapes: tuple[str, ...], dtype: 
     if json_out != "-":
         console = out_console()
         if eager is not None and stage is None:
-            console.print(eager.tree(depth=depth, overlay="kernel time" if inside.timed else "kernel"))
+            console.print(eager.tree(depth=depth, overlay="kernel" if "kernel" in (
+                eager.annotations.get("overlays") or {}) else None))
         print_inside(console, inside, stage=stage, graph=graph)
     if html_out is not None:
         if eager is not None and stage is None:
-            eager.to_html(html_out, overlay="kernel")
+            eager.to_html(html_out, overlay="kernel" if "kernel" in (eager.annotations.get("overlays") or {}) else None)
         else:
             stage_report(inside, graph, stage).to_html(html_out, overlay="pass_change")
         click.echo(f"wrote {html_out}", err=json_out == "-")
@@ -168,7 +169,8 @@ def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_ou
             console.print(f"note: {one_line(note)}", markup=False)
         # shapes and guards: a page of them below; graphs: the header counts them; all in --json/--html
         inside = cmap.inside
-        overlay = "coverage" if inside is None else "kernel time" if inside.timed else "kernel"
+        have = cmap.graph.annotations.get("overlays") or {}
+        overlay = next(o for o in ("kernel time", "kernel", "coverage") if o in have or o == "coverage")
         # the kernels, stages and costs: tables below
         with without_panels(cmap.graph, "shapes", "guards", "graphs", "kernels", "stages", "compile cost"):
             if stage is None:
@@ -187,5 +189,6 @@ def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_ou
         stage_report(cmap.inside, graph, stage).to_html(html_out, overlay="pass_change")
         click.echo(f"wrote {html_out}", err=json_out == "-")
     elif html_out is not None:
-        cmap.graph.to_html(html_out, overlay="compiled" if cmap.inside is None else "kernel")
+        have = cmap.graph.annotations.get("overlays") or {}
+        cmap.graph.to_html(html_out, overlay="kernel" if "kernel" in have else "compiled")
         click.echo(f"wrote {html_out}", err=json_out == "-")

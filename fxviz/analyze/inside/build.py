@@ -114,11 +114,9 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
         return s
 
     dyn_art = c.first("dynamo_output_graph")
-    dynamo = _parse(dyn_art, f"{gid} Dynamo graph", notes) if dyn_art else None
-    if dynamo is None:
-        raise ValueError("its Dynamo graph is empty")
+    dynamo = (_parse(dyn_art, f"{gid} Dynamo graph", notes) if dyn_art else None) or Graph(name=f"{gid} Dynamo graph")
     _set_origin(dynamo, {n: n for n in op_nodes(dynamo)}, eager_ops, eager, dynamo)
-    s_dyn = add("Dynamo graph", dynamo, None, _seconds(c, "dynamo"))
+    s_dyn = add("Dynamo graph", dynamo, None, _seconds(c, "dynamo")) if dynamo.nodes else None
     pre_art = c.first("after_pre_grad_graph")
     s_pre = add("pre-grad passes", _parse(pre_art, f"{gid} after pre-grad passes", notes), s_dyn,
                 _seconds(c, "pre-grad")) if pre_art else None
@@ -225,7 +223,7 @@ def _module(dyn: str, eager_ops: Mapping[str, str], eager: Graph | None, dynamo:
     -> ``h.0.attn``); ``None`` when neither says."""
     if eager is not None and dyn in eager_ops and eager_ops[dyn] in eager:
         return eager.node(eager_ops[dyn]).module
-    if dyn not in dynamo:
+    if dyn not in dynamo:  # not in the Dynamo graph (one fxviz could not read)
         return None
     for r in dynamo.node(dyn).inputs:
         m = _STATE.search(r.node.lower())
