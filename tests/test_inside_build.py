@@ -96,6 +96,9 @@ def test_costs_are_the_compilation_metrics(inside: Inside) -> None:
 
 
 def test_round_trip(inside: Inside) -> None:
+    for g in inside.graphs:
+        for s in g.pipeline.stages:
+            s.graph.validate()
     back = Inside.from_dict(json.loads(json.dumps(inside.to_dict())))
     assert back.summary() == inside.summary()
     assert [k.to_dict() for k in back.kernels] == [k.to_dict() for k in inside.kernels]

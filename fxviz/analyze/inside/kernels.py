@@ -242,9 +242,11 @@ def kernels_graph(post: Graph, kernels: list[Kernel]) -> Graph:
             ins = tuple(Ref(names.get(s, s)) for r in n.inputs for s in source_of(r.node, set()))
             nodes.append(Node(n.name, "output", n.target, tuple(dict.fromkeys(ins)), n.stack, n.outputs, n.source,
                               dict(n.attrs)))
-    known = {n.name for n in nodes}
-    for n in nodes:  # a read of something not in the graph (a constant folded away) is dropped
-        n.inputs = tuple(r for r in n.inputs if r.node in known)
+    seen: set[str] = set()
+    for n in nodes:  # keep reads of what came before: not a constant folded away, nor a kernel that
+        # runs later (torch's node lists can put a node in a kernel before one it reads)
+        n.inputs = tuple(r for r in n.inputs if r.node in seen)
+        seen.add(n.name)
     g = Graph(name=post.name, nodes=nodes, method="inductor kernels", modules=dict(post.modules))
     return g
 
