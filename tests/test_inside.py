@@ -216,3 +216,26 @@ def test_a_saved_trace_shows_what_the_live_run_does(training: Any, tmp_path: Pat
     out = CliRunner().invoke(cli, ["compile", "--from-trace", str(tmp_path / "trace")])
     assert out.exit_code in (0, 2), out.output
     assert f.name in out.output
+
+
+def test_the_cli_shows_stages_kernels_and_costs(tmp_path: Path) -> None:
+    """``fxviz compile TARGET --inside --grad``: the map, then the tables; ``--stage``: one stage's tree."""
+    from click.testing import CliRunner
+
+    from fxviz.cli import cli
+
+    out = CliRunner().invoke(cli, ["compile", "tests/inside_models.py:block", "--inside", "--grad",
+                                   "--json", str(tmp_path / "m.json"), "--html", str(tmp_path / "m.html")])
+    assert out.exit_code == 0, out.output
+    for line in ("inside torch.compile: 1 compiled graph", "kernels (backward)", "cpp_fused",
+                 "frame compile (Dynamo + backend)"):
+        assert line in out.output, out.output
+    d = json.loads((tmp_path / "m.json").read_text())
+    assert {"stages", "kernels", "costs"} <= set(d) and "kernel" in d["graph"]["annotations"]["overlays"]
+    assert "cpp_fused_gelu_native_layer_norm_0" in {k["name"] for k in d["kernels"]}
+    out = CliRunner().invoke(cli, ["compile", "tests/inside_models.py:block", "--inside", "--stage", "4"])
+    assert out.exit_code == 0, out.output
+    assert "change in stage 4 (kernels (inference))" in out.output
+    out = CliRunner().invoke(cli, ["compile", "tests/inside_models.py:block", "--inside", "--backend", "eager"])
+    assert out.exit_code == 2 and "--backend inductor" in out.output
+
