@@ -52,7 +52,7 @@ def build(trace: Trace, *, eager_ops: Mapping[str, Mapping[str, str]] | None = N
         gid = (ids or {}).get(c.compile_id, f"g{k}")
         k += 1
         try:
-            inside.graphs.append(_graph(c, gid, (eager_ops or {}).get(gid, {}), eager, inside.notes))
+            inside.graphs.append(_graph(c, gid, (eager_ops or {}).get(gid, {}), eager, inside.notes, trace.compiles))
         except Exception as e:  # noqa: BLE001 - one compile torch wrote oddly: say so, show the others
             inside.notes.append(f"compile {c.compile_id}: could not be read: {type(e).__name__}: {one_line(str(e), limit=200)}")
     return inside
@@ -101,7 +101,8 @@ def _seconds(c: Compile, key: str, nth: int = 0) -> float:
     return hits[nth] if nth < len(hits) else 0.0
 
 
-def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | None, notes: list[str]) -> InsideGraph:
+def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | None, notes: list[str],
+           trace_compiles: list[Compile] | None = None) -> InsideGraph:
     cid = c.compile_id if c.rank is None else f"rank {c.rank}: {c.compile_id}"  # ranks share compile ids
     stages: list[Stage] = []
 
@@ -196,6 +197,11 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
             stages.append(_kernels_stage(len(stages), part, km.graph, s_post, km, _seconds(c, "code_gen", i)))
     for label, art, b in aot.values():  # a part torch traced but never compiled (a backward never run)
         add(label, _parse(art, f"{gid} {label}", notes), b or top, _seconds(c, "partition"))
+    if not codes:
+        restart = any(k.attempt > c.attempt and (k.frame_id, k.frame_compile_id) == (c.frame_id, c.frame_compile_id)
+                      for k in trace_compiles) if trace_compiles else False
+        notes.append(f"compile {cid}: torch wrote no output code" + (
+            " (Dynamo restarted the frame: the next attempt compiled it)" if restart else ""))
     ig.pipeline.stages = stages
     ig.pipeline.notes = [n for n in notes if n.startswith(f"compile {cid}")]
     return ig
