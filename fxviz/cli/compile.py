@@ -43,7 +43,7 @@ def _input_sets(text: str) -> list[Any]:
 
 
 @cli.command(name="compile")
-@click.argument("target")
+@click.argument("target", required=False)
 @click.option("--backend", "-b", type=click.Choice(["inductor", "aot_eager", "eager"]), default="inductor",
               show_default=True, help="The torch.compile backend the recording backend hands each graph to.")
 @click.option("--mode", type=click.Choice(MODES), default=None, help="torch.compile mode (inductor only).")
@@ -60,17 +60,42 @@ def _input_sets(text: str) -> list[Any]:
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Write the compile map as JSON here ('-': stdout, instead of the tree).")
 @click.option("--fail-on-break", is_flag=True, help="Exit 1 when any graph break occurs (after writing outputs).")
+@click.option("--inside", is_flag=True,
+              help="Inductor only: per compiled graph its stages (Dynamo, pre-grad, AOT joint/forward/backward, "
+                   "post-grad, kernels), every kernel and extern call with the ops and modules it runs and its "
+                   "time, and the compile cost.")
+@click.option("--grad", is_flag=True, help="Run with autograd on (a training step): with --inside the outputs are "
+                                           "differentiated once, so the backward graph compiles and is shown too.")
+@click.option("--stage", "stage_index", type=click.IntRange(min=0), default=None,
+              help="With --inside or --from-trace: print this stage's tree (of --graph), changes marked.")
+@click.option("--graph", "graph_id", default=None, metavar="g0",
+              help="With --inside or --from-trace: the compiled graph to show (g0, g1, ... or a compile id 0/1).")
+@click.option("--from-trace", "from_trace", type=click.Path(exists=True), default=None, metavar="DIR",
+              help="Read a saved TORCH_TRACE directory (or one file) instead of compiling: TARGET may be left out; "
+                   "given, the kernels are drawn on its module tree.")
 @verbose_option
-def compile_cmd(target: str, backend: str, mode: str | None, dynamic: bool | None, inputs_factory: str | None,
+def compile_cmd(target: str | None, backend: str, mode: str | None, dynamic: bool | None, inputs_factory: str | None,
                 input_shapes: tuple[str, ...], dtype: str, depth: int | None, html_out: str | None,
-                json_out: str | None, fail_on_break: bool) -> None:
+                json_out: str | None, fail_on_break: bool, inside: bool, grad: bool, stage_index: int | None,
+                graph_id: str | None, from_trace: str | None) -> None:
     """Show which parts of TARGET's forward torch.compile runs compiled: each op and module
     coloured by the Dynamo graph that ran it or marked eager, the share compiled per module, every
     graph break grouped by cause and line with a hint, and the recompiles --inputs cause.
 
-    Dynamo's caches are reset before and after (the analysis runs in its own process here).
+    With --inside, what Inductor did to each compiled graph; with --from-trace DIR, the same read
+    from a saved TORCH_TRACE directory. Dynamo's caches are reset before and after (the analysis
+    runs in its own process here).
     """
     ctx = click.get_current_context()
+    if from_trace is not None:
+        _saved(target, from_trace, input_shapes, dtype, depth, html_out, json_out, stage_index, graph_id, grad)
+        return
+    if target is None:
+        raise TargetError("fxviz compile needs a TARGET (model.py:build or package.module:build), or --from-trace DIR")
+    if inside and backend != "inductor":
+        raise TargetError(f"--inside reads Inductor's records: use --backend inductor, not {backend}")
+    if (stage_index is not None or graph_id is not None) and not inside:
+        raise TargetError("--stage and --graph show Inductor's stages: add --inside (or --from-trace DIR)")
     spec = recognise(target)
     if not spec.captures:
         raise TargetError(f"{target!r} is {spec.what}: fxviz compile runs a model, so give a factory "
@@ -83,13 +108,56 @@ def compile_cmd(target: str, backend: str, mode: str | None, dynamic: bool | Non
     # with --json -, stdout is the JSON: what the model prints goes to stderr
     model_out = contextlib.redirect_stdout(sys.stderr) if json_out == "-" else contextlib.nullcontext()
     with t.runs(), spinner(f"compiling with {backend} …"), model_out:
-        cmap = compile_map(t.model, t.args, t.kwargs, backend=backend, mode=mode, dynamic=dynamic, inputs=sets)
-    _write(cmap, depth=depth, html_out=html_out, json_out=json_out)
+        cmap = compile_map(t.model, t.args, t.kwargs, backend=backend, mode=mode, dynamic=dynamic, inputs=sets,
+                           grad=grad, inside=inside)
+    _write(cmap, depth=depth, html_out=html_out, json_out=json_out, stage=stage_index, graph=graph_id)
     if fail_on_break and cmap.break_count:
         ctx.exit(1)
 
 
-def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_out: str | None) -> None:
+def _saved(target: str | None, path: str, input_shapes: tuple[str, ...], dtype: str, depth: int | None,
+           html_out: str | None, json_out: str | None, stage: int | None, graph: str | None, grad: bool) -> None:
+    """``--from-trace DIR``: what the saved trace records inside torch.compile, on TARGET's module
+    tree when TARGET is given."""
+    import json
+
+    from fxviz.analyze.inside.saved import from_trace
+    from fxviz.cli.inside import print_inside, stage_report
+
+    eager = None
+    if target is not None:
+        spec = recognise(target)
+        if not spec.captures:
+            raise TargetError(f"{target!r} is {spec.what}: give a factory (model.py:build) to draw the trace on its modules")
+        factory = with_torch(spec)
+        t = factory.load_factory(spec, input_shapes=input_shapes, dtype=dtype)
+        from fxviz.fallback.trace import trace_eager
+
+        with t.runs(), spinner("tracing the eager forward …"):
+            eager = trace_eager(t.model, t.args, t.kwargs, level="function", grad=grad)
+    with spinner(f"reading {path} …"):
+        inside, _ = from_trace(path, eager)
+    if json_out is not None:
+        d = {"format": "fxviz.inside/1", "summary": inside.summary(), **inside.to_dict()}
+        if eager is not None:
+            d["graph"] = json.loads(eager.to_json())
+        write_json(json.dumps(d, indent=1), json_out, what="inside JSON")
+    if json_out != "-":
+        console = out_console()
+        if eager is not None and stage is None:
+            console.print(eager.tree(depth=depth, overlay="kernel" if "kernel" in (
+                eager.annotations.get("overlays") or {}) else None))
+        print_inside(console, inside, stage=stage, graph=graph)
+    if html_out is not None:
+        if eager is not None and stage is None:
+            eager.to_html(html_out, overlay="kernel" if "kernel" in (eager.annotations.get("overlays") or {}) else None)
+        else:
+            stage_report(inside, graph, stage).to_html(html_out, overlay="pass_change")
+        click.echo(f"wrote {html_out}", err=json_out == "-")
+
+
+def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_out: str | None,
+           stage: int | None = None, graph: str | None = None) -> None:
     from fxviz.analyze.compilemap.overlay import break_lines, guard_lines, without_panels
 
     if json_out is not None:
@@ -100,12 +168,27 @@ def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_ou
         for note in cmap.notes:
             console.print(f"note: {one_line(note)}", markup=False)
         # shapes and guards: a page of them below; graphs: the header counts them; all in --json/--html
-        with without_panels(cmap.graph, "shapes", "guards", "graphs"):
-            console.print(cmap.graph.tree(depth=depth, overlay="coverage"))
+        inside = cmap.inside
+        have = cmap.graph.annotations.get("overlays") or {}
+        overlay = next(o for o in ("kernel time", "kernel", "coverage") if o in have or o == "coverage")
+        # the kernels, stages and costs: tables below
+        with without_panels(cmap.graph, "shapes", "guards", "graphs", "kernels", "stages", "compile cost"):
+            if stage is None:
+                console.print(cmap.graph.tree(depth=depth, overlay=overlay))
         for line in break_lines(cmap.breaks):
             console.print(line, markup=False)
         for line in guard_lines(cmap):
             console.print(line, markup=False)
-    if html_out is not None:
-        cmap.graph.to_html(html_out, overlay="compiled")
+        if inside is not None:
+            from fxviz.cli.inside import print_inside
+
+            print_inside(console, inside, stage=stage, graph=graph)
+    if html_out is not None and stage is not None and cmap.inside is not None:
+        from fxviz.cli.inside import stage_report
+
+        stage_report(cmap.inside, graph, stage).to_html(html_out, overlay="pass_change")
+        click.echo(f"wrote {html_out}", err=json_out == "-")
+    elif html_out is not None:
+        have = cmap.graph.annotations.get("overlays") or {}
+        cmap.graph.to_html(html_out, overlay="kernel" if "kernel" in have else "compiled")
         click.echo(f"wrote {html_out}", err=json_out == "-")

@@ -168,7 +168,7 @@ def _write_before_after(p: Pipeline, index: int, path: str) -> None:
 
     if index == 0:
         raise TargetError("--before-after: stage 0 has no stage before it; pick a later one with --stage")
-    before, after = p.stage(index - 1), p.stage(index)
+    before, after = p.stage(p.before(index)), p.stage(index)
     diff(before.graph, after.graph, labels=(f"stage {before.index} ({before.name})",
                                             f"stage {after.index} ({after.name})")).to_html(path)
 

@@ -59,8 +59,10 @@ class Grouper:
         self._compiles: dict[_Key, Compile] = {}
         # latest attempt seen of each compile id, for chromium events that name only "0/1"
         self._latest: dict[tuple[Any, Any, int, int], Compile] = {}
-        # open "B" events: (compile or None, name) -> stack of (start, file, line)
-        self._open: dict[tuple[int, str], list[tuple[float, str, int, Compile | None]]] = {}
+        # open "B" events: (compile id without the attempt, name) -> stack of (start, file, line):
+        # a phase that spans a restart (entire_frame_compile) begins in attempt 0 and ends in the
+        # last attempt, whose compile it is put on
+        self._open: dict[tuple[Any, str], list[tuple[float, str, int]]] = {}
         self._file_problems: dict[str, int] = {}
 
     # -- problems ---------------------------------------------------------------------------
@@ -157,14 +159,17 @@ class Grouper:
                 if compile_ is None:
                     compile_ = self._compile(meta, ca, fid, fcid, attempt)
         phases = self.trace.phases if compile_ is None else compile_.phases
+        cid = None if compile_ is None else (compile_.rank, compile_.compiled_autograd_id,
+                                             compile_.frame_id, compile_.frame_compile_id)
         if ph == "X":
             phases.append(Phase(name, ts, float(ev.get("dur", 0.0)) / 1e6))
         elif ph == "B":
-            self._open.setdefault((id(compile_), name), []).append((ts, file, line, compile_))
+            self._open.setdefault((cid, name), []).append((ts, file, line))
         elif ph == "E":
-            stack = self._open.get((id(compile_), name))
+            stack = self._open.get((cid, name))
             if not stack:
-                self.problem(file, line, f"phase {name!r} ends but never began")
+                # torch logs some begin events before a live collector (or a trace file) starts
+                # listening (the "dynamo" phase of a later compile): with no start, no phase
                 return
             start = stack.pop()[0]
             phases.append(Phase(name, start, ts - start))
@@ -173,7 +178,7 @@ class Grouper:
     def finish(self) -> Trace:
         unclosed: dict[str, list[tuple[int, str]]] = {}
         for (_, name), stack in self._open.items():
-            for _start, file, line, _c in stack:
+            for _start, file, line in stack:
                 unclosed.setdefault(file, []).append((line, name))
         for file, where in unclosed.items():
             where.sort()

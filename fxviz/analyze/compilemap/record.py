@@ -54,6 +54,7 @@ class OpRecord:
     module: str
     file: str
     line: int
+    node: str = ""  # the fx node's name in the Dynamo graph (as torch's structured trace prints it)
 
 
 @dataclass(slots=True)
@@ -172,7 +173,7 @@ def op_records(gm: torch.fx.GraphModule, paths: dict[int, str]) -> list[OpRecord
             key, value = list(stack.items())[-1]
             module = _dynamo_path(str(key), value, paths)
         file, line = _user_frame(n.meta.get("stack_trace") or "")
-        out.append(OpRecord(op_name(target), module, file, line))
+        out.append(OpRecord(op_name(target), module, file, line, n.name))
     return out
 
 

@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fxviz.analyze.inside.result import Inside
 from fxviz.ir import Graph
 
 #: Break categories, in the order the break list shows them, with a label.
@@ -279,6 +280,7 @@ class CompileMap:
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     limits: list[RecompileLimit] = field(default_factory=list)
+    inside: Inside | None = None  # with inside=True: Inductor's stages, kernels and compile costs
 
     @property
     def eager_sets(self) -> list[int]:
@@ -329,7 +331,8 @@ class CompileMap:
     def headline(self) -> str:
         """The answer, as the terminal prints it after the model's name and the report (the graph's
         ``headline`` annotation) and JSON keep it: ``torch.compile: 1 graph, 0 breaks, ...``."""
-        return f"torch.compile: {self.header()}"
+        inside = f"  ·  inside: {self.inside.summary()}" if self.inside is not None else ""
+        return f"torch.compile: {self.header()}{inside}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -346,7 +349,7 @@ class CompileMap:
             "modules": [asdict(m) for m in self.modules],
             "assigned": self.assigned, "notes": self.notes, "timings": self.timings,
             "graph": json.loads(self.graph.to_json()),
-        }
+        } | (self.inside.to_dict() if self.inside is not None else {})
 
     def to_json(self, *, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -367,6 +370,7 @@ class CompileMap:
             notes=d["notes"], timings=d["timings"],
             limits=[RecompileLimit(**{k: v for k, v in lim.items() if k != "config"})
                     for lim in d.get("recompile_limits", [])],
+            inside=Inside.from_dict(d) if "stages" in d else None,
         )
 
 

@@ -12,10 +12,11 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils import _pytree as pytree
 
 from fxviz.analyze.compilemap.breaks import category, group_breaks
 from fxviz.analyze.compilemap.limit import FramedRecorder, LimitWatch, limits, refused
-from fxviz.analyze.compilemap.match import assign
+from fxviz.analyze.compilemap.match import assign, pair
 from fxviz.analyze.compilemap.overlay import EAGER, module_coverage, write
 from fxviz.analyze.compilemap.record import (
     GuardFailRecord,
@@ -26,7 +27,8 @@ from fxviz.analyze.compilemap.record import (
 from fxviz.analyze.compilemap.result import CompiledGraph, CompileMap, Recompile, RecompileLimit
 from fxviz.analyze.compilemap.state import ModelSnapshot
 from fxviz.analyze.flops import CAPTURE_PASSES
-from fxviz.errors import InputError, ModelError
+from fxviz.analyze.inside.live import LiveRun
+from fxviz.errors import InputError, ModelError, TargetError
 from fxviz.fallback.trace import trace_eager, uses_meta
 from fxviz.ir import Attempt, Graph
 from fxviz.passes import run_passes
@@ -47,6 +49,7 @@ def compile_map(
     dynamic: bool | None = None,
     inputs: Sequence[Any] | None = None,
     grad: bool = False,
+    inside: bool = False,
 ) -> CompileMap:
     """Compile ``model`` with ``torch.compile(backend=..., mode=..., dynamic=...)``, run it on
     ``args``/``kwargs`` and then on each further input set of ``inputs`` (each a tuple of
@@ -79,6 +82,13 @@ def compile_map(
         >>> cm.assigned["linear"], cm.assigned["item"], cm.breaks[0].line_text(), cm.breaks[0].category
         ('g0', 'eager', 'compile_models.py:27', 'item')
 
+    With ``inside=True`` (the inductor backend only), the compiled run is recorded with torch's
+    structured trace and ``cm.inside`` holds what Inductor did to each compiled graph: its stages,
+    every kernel and extern call with the eager ops and modules it runs and its time
+    (torch.profiler over :data:`fxviz.analyze.inside.live.ITERATIONS` warm iterations), and the
+    compile cost (:mod:`fxviz.analyze.inside`); with ``grad=True`` the first input set's outputs
+    are differentiated once so the backward compiles and is timed too.
+
     A model that raises under torch.compile (but not eagerly) is a
     :class:`~fxviz.errors.ModelError` that chains torch's exception; one that raises eagerly too
     is the eager trace's :class:`~fxviz.errors.ModelError`.
@@ -89,6 +99,9 @@ def compile_map(
         notes.append(f"the target is torch.compile'd: its original module ({type(orig).__name__}) is analysed, "
                      "its own compiled code is not used")
         model = orig
+    if inside and _name(backend) != "inductor":
+        raise TargetError(f"inside=True reads Inductor's records: use backend='inductor', not {_name(backend)!r}")
+    live = LiveRun(grad=grad) if inside else None
     args, kwargs = normalize_args(model, args, kwargs)
     sets: list[InputSet] = [(args, kwargs)] + [_input_set(model, i, k) for k, i in enumerate(inputs or (), 1)]
 
@@ -99,7 +112,7 @@ def compile_map(
         clock = _RunClock(recorder)
         watch = LimitWatch()
         try:
-            _run_compiled(model, recorder, watch, sets, grad, _name(backend))
+            _run_compiled(model, recorder, watch, sets, grad, _name(backend), live)
         except ModelError:
             state.restore()
             trace_eager(model, args, kwargs, level="function", grad=grad)  # a model that fails eagerly says so
@@ -120,8 +133,40 @@ def compile_map(
         hit = limits(watch.hits, recorder.rec, recorder.frames, len(sets))
         cmap = build(graph, recorder.rec, backend=_name(backend), mode=mode, dynamic=dynamic, input_sets=len(sets),
                      notes=notes + [lim.note() for lim in hit], limits=hit)
+        if live is not None:
+            _inside(cmap, live, recorder.rec)
     cmap.timings = {"trace_s": trace_s, "compile_s": compile_s, "analysis_s": time.perf_counter() - t2}
     return cmap
+
+
+def _inside(cmap: CompileMap, live: LiveRun, rec: Recording) -> None:
+    """Read the run's structured trace, build what happened inside each compiled graph, time its
+    kernels and write the overlays (``kernel``, ``kernel time``) and panels."""
+    from fxviz.analyze.inside import overlay
+    from fxviz.analyze.inside.build import build as build_inside
+    from fxviz.tracefile import read_events
+
+    trace = read_events(live.events)
+    inside = build_inside(trace, eager_ops=dynamo_to_eager(cmap.graph, rec), eager=cmap.graph)
+    live.apply(trace, inside)
+    cmap.inside = inside
+    overlay.write(cmap.graph, inside)
+    head = cmap.graph.annotations.get("headline")
+    if isinstance(head, dict):  # the report opens with the answer, inside's summary included
+        head["text"] = cmap.headline()
+
+
+def dynamo_to_eager(graph: Graph, rec: Recording) -> dict[str, dict[str, str]]:
+    """Graph id -> Dynamo node name -> the eager op it is, from the first input set's first run of
+    each graph (:func:`~fxviz.analyze.compilemap.match.pair`, the matching the map is built on)."""
+    runs = [(rec.graphs[g].id, rec.graphs[g].ops) for g, k in rec.runs if k == 0]
+    ops = graph.ops
+    out: dict[str, dict[str, str]] = {}
+    for (gid, dops), row in zip(runs, pair(ops, runs), strict=True):
+        if gid in out:
+            continue
+        out[gid] = {d.node: ops[i].name for d, i in zip(dops, row, strict=True) if i is not None and d.node}
+    return out
 
 
 #: About what tracing one op on fake tensors costs (FakeTensor's dispatch; the meta kernels of
@@ -183,25 +228,47 @@ def _eager_graph(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
 
 
 def _run_compiled(model: nn.Module, recorder: FramedRecorder, watch: LimitWatch, sets: Sequence[InputSet],
-                  grad: bool, backend: str) -> None:
+                  grad: bool, backend: str, live: LiveRun | None = None) -> None:
     """Run each input set through ``model`` compiled with ``recorder``'s backend, Dynamo reset
-    before and after."""
+    before and after; with ``live``, under torch's structured trace, then the first input set
+    again, warm, under torch.profiler (the runs it records are taken back)."""
     with dynamo_state(), recorder.breaks_logged(), quiet_torch(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Dynamo warns of some breaks too: they are in the map
         compiled = recorder.compile(model)
         grad_mode = contextlib.nullcontext() if grad else torch.no_grad()
-        with grad_mode:
-            for k, (a, kw) in enumerate(sets):
-                recorder.rec.input_set = k
-                watch.start()
-                try:
-                    compiled(*a, **kw)
-                except Exception as e:  # told from an eager failure by the caller
-                    raise ModelError(
-                        f"the model raised under torch.compile(backend={backend!r}) on input set {k}: "
-                        f"{type(e).__name__}: {one_line(str(e), limit=300)} (--backend eager tells Dynamo's "
-                        "failures from the backend's)") from e
-                watch.done(k)
+        leaves = [p for p in model.parameters()] + [t for t in pytree.tree_leaves(sets[0]) if isinstance(t, torch.Tensor)]
+        with grad_mode, (live.recording() if live is not None else contextlib.nullcontext()):
+            _run_sets(compiled, recorder, watch, sets, backend, live, leaves)
+        if live is not None:
+            rec = recorder.rec
+            runs, counts, now = len(rec.runs), [g.runs for g in rec.graphs], rec.input_set
+            rec.input_set = -1
+            a, kw = sets[0]
+            with grad_mode:
+                live.profile(lambda: compiled(*a, **kw), leaves)
+            del rec.runs[runs:]
+            for g, n in zip(rec.graphs, counts, strict=False):
+                g.runs = n
+            rec.input_set = now
+
+
+def _run_sets(compiled: Callable[..., Any], recorder: FramedRecorder, watch: LimitWatch, sets: Sequence[InputSet],
+              backend: str, live: LiveRun | None, leaves: list[torch.Tensor]) -> None:
+    """Each input set through the compiled model (and, with ``live`` and ``grad``, the first
+    set's backward)."""
+    for k, (a, kw) in enumerate(sets):
+        recorder.rec.input_set = k
+        watch.start()
+        try:
+            out = compiled(*a, **kw)
+            if live is not None and k == 0:
+                live.backward(out, leaves)
+        except Exception as e:  # told from an eager failure by the caller
+            raise ModelError(
+                f"the model raised under torch.compile(backend={backend!r}) on input set {k}: "
+                f"{type(e).__name__}: {one_line(str(e), limit=300)} (--backend eager tells Dynamo's "
+                "failures from the backend's)") from e
+        watch.done(k)
 
 
 def _name(backend: str | Callable[..., Any]) -> str:

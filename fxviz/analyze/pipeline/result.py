@@ -82,7 +82,9 @@ class Stage:
     this stage (or kept by name with another op) that stand for removed ones; ``removed``: nodes of
     the stage before that are gone, all of them (those that were replaced too). ``changes`` groups
     the same names by module call (:attr:`fxviz.calls.Call.id` of the stage they live in).
-    ``links``: each new or replaced node -> the nodes of the stage before it that it comes from."""
+    ``links``: each new or replaced node -> the nodes of the stage before it that it comes from.
+    ``base``: the stage it is compared with when that is not the one before it (``None``): stages
+    may branch (AOT Autograd's forward and backward graphs both come from its joint graph)."""
 
     index: int
     name: str
@@ -100,6 +102,7 @@ class Stage:
     links: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     numbers: Numbers | None = None
     program: Any = field(default=None, repr=False, compare=False)  # the live ExportedProgram
+    base: int | None = None
 
     @property
     def failed(self) -> bool:
@@ -183,12 +186,24 @@ class Pipeline:
             raise IndexError(f"stage {index} is out of range: this pipeline has stages 0 to {len(self.stages) - 1}")
         return self.stages[index]
 
+    def before(self, index: int) -> int:
+        """The stage that stage ``index`` is compared with: its ``base``, else the one before it."""
+        base = self.stages[index].base
+        return index - 1 if base is None else base
+
+    def chain(self, index: int) -> list[int]:
+        """Stage ``index`` and the stages it comes from, back to stage 0."""
+        out = [index]
+        while out[-1] > 0 and len(out) <= len(self.stages):
+            out.append(self.before(out[-1]))
+        return out
+
     def trace(self, stage: int, node: str) -> list[list[tuple[str, str]]]:
         """The provenance of ``node`` of ``stage`` back to stage 0: one list of (node, link kind)
-        per stage, latest first (the first list is ``[(node, "exact")]``)."""
+        per stage of :meth:`chain`, latest first (the first list is ``[(node, "exact")]``)."""
         out = [[(node, EXACT)]]
         names = {node}
-        for s in reversed(self.stages[1 : stage + 1]):
+        for s in (self.stages[i] for i in self.chain(stage)[:-1]):
             prev: dict[str, str] = {}
             for n in names:
                 for src, kind in s.origin(n):

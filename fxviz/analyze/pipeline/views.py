@@ -100,9 +100,9 @@ def categories(stage: Stage) -> dict[str, str]:
 def provenance_text(p: Pipeline, index: int, node: str) -> str:
     """``stage 2 linear_relu <- stage 1 linear_relu_default <- stage 0 linear, relu_3 (inferred)``."""
     parts = []
-    for k, items in enumerate(p.trace(index, node)):
+    for at, items in zip(p.chain(index), p.trace(index, node), strict=False):
         names = ", ".join(n + ("" if kind == "exact" else " (inferred)") for n, kind in items) or "(none)"
-        parts.append(f"stage {index - k} {names}")
+        parts.append(f"stage {at} {names}")
     return " <- ".join(parts)
 
 

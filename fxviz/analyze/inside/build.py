@@ -1,0 +1,261 @@
+"""A structured trace -> what torch.compile did inside each compiled graph. No torch.
+
+:func:`build` reads a :class:`~fxviz.tracefile.records.Trace` (a live run's events or a saved
+``TORCH_TRACE`` directory, read by :mod:`fxviz.tracefile`): for each compile id with a Dynamo
+graph, its stages (:mod:`.stages`), the kernel map of each output code (:mod:`.kernels`) and
+its compile cost (:mod:`.costs`). Post-grad nodes go back to Dynamo's nodes through torch's
+``postToPre``; Dynamo's nodes to the eager graph's ops and modules through the compile map's
+matching (``eager_ops``: graph id -> Dynamo node -> eager op), when there is an eager graph.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from fxviz.analyze.inside.costs import cost
+from fxviz.analyze.inside.kernels import kernel_map
+from fxviz.analyze.inside.result import Inside, InsideGraph
+from fxviz.analyze.inside.stages import make_stage, op_nodes
+from fxviz.analyze.pipeline.result import EXACT, INFERRED, Pipeline, Stage
+from fxviz.ir import Graph
+from fxviz.text import one_line
+from fxviz.tracefile.code import OutputCode, parse_output_code
+from fxviz.tracefile.fxtext import parse_graph
+from fxviz.tracefile.records import Artifact, Compile, Trace
+
+#: Stage seconds: the chromium events each stage's work is.
+_SECONDS = {
+    "dynamo": ("bytecode_tracing",),
+    "pre-grad": ("_recursive_pre_grad_passes",),
+    "joint": ("aot_collect_metadata", "aot_trace_joint_graph", "_recursive_joint_graph_passes"),
+    "partition": ("min_cut_rematerialization_partition",),
+}
+_STATE = re.compile(r"_(?:parameters|buffers)_")
+_LAMBDA = re.compile(r"^class <lambda>\(")
+
+
+def build(trace: Trace, *, eager_ops: Mapping[str, Mapping[str, str]] | None = None, eager: Graph | None = None,
+          ids: Mapping[str, str] | None = None) -> Inside:
+    """Everything inside torch.compile that ``trace`` records. ``eager_ops``: graph id -> Dynamo
+    node -> eager op name (with ``eager``, the eager graph they are in); ``ids``: compile id ->
+    the compile map's graph id (default ``g0``, ``g1``, ... in compile order)."""
+    inside = Inside(notes=[str(p) for p in trace.problems[:20]])
+    if len(trace.problems) > 20:
+        inside.notes.append(f"... {len(trace.problems) - 20} more unreadable lines")
+    k = 0
+    for c in trace.compiles:
+        if c.first("dynamo_output_graph") is None:
+            continue
+        gid = (ids or {}).get(c.compile_id, f"g{k}")
+        k += 1
+        try:
+            inside.graphs.append(_graph(c, gid, (eager_ops or {}).get(gid, {}), eager, inside.notes, trace.compiles))
+        except Exception as e:  # noqa: BLE001 - one compile torch wrote oddly: say so, show the others
+            inside.notes.append(f"compile {c.compile_id}: could not be read: {type(e).__name__}: {one_line(str(e), limit=200)}")
+    return inside
+
+
+def _parse(a: Artifact, name: str, notes: list[str]) -> Graph | None:
+    text = a.payload if isinstance(a.payload, str) else None
+    if not text:
+        return None
+    text = _LAMBDA.sub("class GraphModule(", text, count=1)  # inference graphs print as class <lambda>
+    try:
+        return parse_graph(text, name=name)
+    except Exception as e:  # noqa: BLE001 - a graph torch printed that fxviz cannot read: note it
+        where = f"{a.file}:{a.line}" if a.file else name
+        notes.append(f"{where}: {name} not read: {type(e).__name__}: {one_line(str(e), limit=200)}")
+        return None
+
+
+def _code(a: Artifact, notes: list[str]) -> OutputCode | None:
+    if not isinstance(a.payload, str):
+        return None
+    try:
+        return parse_output_code(a.payload)
+    except Exception as e:  # noqa: BLE001 - output code fxviz cannot read: note it, keep the stages
+        notes.append(f"{a.file}:{a.line}: output code not read: {type(e).__name__}: {one_line(str(e), limit=200)}")
+        return None
+
+
+def _json(a: Artifact | None) -> dict[str, Any]:
+    if a is None:
+        return {}
+    if isinstance(a.payload, dict):
+        return a.payload
+    try:
+        d = json.loads(a.payload) if isinstance(a.payload, str) else {}
+    except ValueError:
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def _seconds(c: Compile, key: str, nth: int = 0) -> float:
+    names = _SECONDS.get(key, (key,))
+    if key in _SECONDS:
+        return sum(p.seconds for p in c.phases if p.name in names)
+    hits = [p.seconds for p in c.phases if p.name == key]
+    return hits[nth] if nth < len(hits) else 0.0
+
+
+def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | None, notes: list[str],
+           trace_compiles: list[Compile] | None = None) -> InsideGraph:
+    cid = c.compile_id if c.rank is None else f"rank {c.rank}: {c.compile_id}"  # ranks share compile ids
+    stages: list[Stage] = []
+
+    def add(name: str, graph: Graph | None, base: Stage | None, seconds: float = 0.0,
+            recorded: Mapping[str, Any] | None = None) -> Stage | None:
+        if graph is None:
+            return None
+        s = make_stage(len(stages), name, graph, base, seconds=seconds, recorded=recorded)
+        stages.append(s)
+        return s
+
+    dyn_art = c.first("dynamo_output_graph")
+    dynamo = (_parse(dyn_art, f"{gid} Dynamo graph", notes) if dyn_art else None) or Graph(name=f"{gid} Dynamo graph")
+    _set_origin(dynamo, {n: n for n in op_nodes(dynamo)}, eager_ops, eager, dynamo)
+    s_dyn = add("Dynamo graph", dynamo, None, _seconds(c, "dynamo")) if dynamo.nodes else None
+    pre_art = c.first("after_pre_grad_graph")
+    s_pre = add("pre-grad passes", _parse(pre_art, f"{gid} after pre-grad passes", notes), s_dyn,
+                _seconds(c, "pre-grad")) if pre_art else None
+    if pre_art is None:
+        notes.append(f"compile {cid}: no pre-grad graph recorded (AOT Autograd cache hit?): stages start at AOT")
+    top = s_pre or s_dyn
+    maps = [_json(a) for a in c.all("inductor_provenance_tracking_node_mappings")]
+    fwd_post_to_pre: dict[str, list[str]] = dict(maps[0].get("postToPre") or {}) if maps else {}
+    joint_art = c.first("aot_joint_graph")
+    inf_art = c.first("aot_inference_graph")
+    aot: dict[str, tuple[str, Artifact, Stage | None]] = {}
+    if joint_art is not None:
+        s_joint = add("AOT joint graph", _parse(joint_art, f"{gid} AOT joint graph", notes), top,
+                      _seconds(c, "joint"), fwd_post_to_pre)
+        for part, key in (("forward", "aot_forward_graph"), ("backward", "aot_backward_graph")):
+            art = c.first(key)
+            if art is not None:
+                aot[part] = ("AOT " + part, art, s_joint)
+    elif inf_art is not None:
+        aot["inference"] = ("AOT inference graph", inf_art, top)
+    posts = c.all("inductor_post_grad_graph")
+    codes = c.all("inductor_output_code")
+    kstacks = [_json(a) for a in c.all("inductor_provenance_tracking_kernel_stack_traces")]
+    parts = [_code(a, notes) for a in codes]
+    dyn_ops = op_nodes(dynamo)
+    by_line: dict[tuple[str, int], list[str]] = {}
+    for name, n in dyn_ops.items():
+        if n.source is not None and n.source.line:
+            by_line.setdefault((n.source.file, n.source.line), []).append(name)
+    ig = InsideGraph(gid, cid, Pipeline(f"{gid} ({cid})"), cost=cost(c, gid))
+    for i, post_art in enumerate(posts):
+        code = parts[i] if i < len(parts) else None
+        part = (code.part if code is not None and code.part else "") or ("forward" if i == 0 else "backward")
+        if part not in aot and "inference" in aot:
+            part = "inference"
+        entry = aot.pop(part, None) if part in aot else None
+        base = top
+        if entry is not None:
+            label, art, b = entry
+            b = b or top
+            base = add(label, _parse(art, f"{gid} {label}", notes), b,
+                       _seconds(c, "partition") if b is not top else 0.0, fwd_post_to_pre if b is top else None) or b
+        post = _parse(post_art, f"{gid} post-grad ({part})", notes)
+        s_post = add(f"post-grad passes ({part})", post, base, _seconds(c, "_recursive_post_grad_passes", i))
+        if post is None or s_post is None:
+            continue
+        mapping = maps[i] if i < len(maps) else {}
+        post_to_pre = dict(mapping.get("postToPre") or {})
+        exact = bool(post_to_pre)
+        if not exact:  # the backward: its recomputed forward nodes keep the forward's names
+            post_to_pre = {n: fwd_post_to_pre[n] for n in op_nodes(post) if n in fwd_post_to_pre}
+        for name, n in op_nodes(post).items():
+            if name not in post_to_pre and n.source is not None:
+                found = by_line.get((n.source.file, n.source.line))
+                if found:
+                    post_to_pre[name] = found
+        _set_origin(post, post_to_pre, eager_ops, eager, dynamo, inferred=not exact)
+
+        def origin(node: str, p2p: dict[str, list[str]] = post_to_pre) -> tuple[list[str], list[str]]:
+            pre = p2p.get(node, [])
+            ops = list(dict.fromkeys(eager_ops.get(d, d) for d in pre)) if eager_ops else list(pre)
+            mods = list(dict.fromkeys(m for d in pre if (m := _module(d, eager_ops, eager, dynamo)) is not None))
+            return ops, mods
+
+        if code is None:
+            notes.append(f"compile {cid}: no output code for the {part} graph: no kernels")
+            continue
+        km = kernel_map(post, code, mapping, kstacks[i] if i < len(kstacks) else {}, graph_id=gid, compile_id=cid,
+                        part=part, origin=origin, text=codes[i].payload if isinstance(codes[i].payload, str) else "")
+        ig.kernels += km.kernels
+        ig.unmapped.update(km.unmapped)
+        ig.ops += km.ops
+        ig.mapped += km.mapped
+        if km.inferred and km.kernels:
+            notes.append(f"compile {cid} {part}: torch recorded no kernel -> node mapping; kernels' nodes inferred")
+        if km.graph is not None:
+            stages.append(_kernels_stage(len(stages), part, km.graph, s_post, km, _seconds(c, "code_gen", i)))
+    for label, art, b in aot.values():  # a part torch traced but never compiled (a backward never run)
+        add(label, _parse(art, f"{gid} {label}", notes), b or top, _seconds(c, "partition"))
+    if not codes:
+        restart = any(k.attempt > c.attempt and (k.frame_id, k.frame_compile_id) == (c.frame_id, c.frame_compile_id)
+                      for k in trace_compiles) if trace_compiles else False
+        notes.append(f"compile {cid}: torch wrote no output code" + (
+            " (Dynamo restarted the frame: the next attempt compiled it)" if restart else ""))
+    ig.pipeline.stages = stages
+    ig.pipeline.notes = [n for n in notes if n.startswith(f"compile {cid}")]
+    return ig
+
+
+def _kernels_stage(index: int, part: str, graph: Graph, post: Stage, km: Any, seconds: float) -> Stage:
+    """The kernels stage: each kernel node stands for the post-grad nodes it runs."""
+    kind = INFERRED if km.inferred else EXACT
+    links = {n.name: [(o, kind) for o in n.attrs.get("ops", ())] for n in graph.nodes if n.kind == "op"}
+    ops = op_nodes(post.graph)
+    kernels = [n.name for n in graph.nodes if n.kind == "op"]
+    after: dict[str, int] = {}
+    for n in graph.nodes:
+        if n.kind == "op":
+            after[n.target] = after.get(n.target, 0) + 1
+    return Stage(index, f"kernels ({part})", graph, seconds, kind="inductor", ops_before=dict(post.ops_after),
+                 ops_after=after, added=[k for k in kernels if not links.get(k)],
+                 removed=list(ops), replaced=[k for k in kernels if links.get(k)], links=links, changed=True,
+                 base=None if post.index == index - 1 else post.index)
+
+
+def _module(dyn: str, eager_ops: Mapping[str, str], eager: Graph | None, dynamo: Graph) -> str | None:
+    """The module path of Dynamo node ``dyn`` (``""``: the model itself): its eager op's, else the
+    module of the parameters it reads (``l_self_modules_h_modules_0_modules_attn_..._parameters_weight_``
+    -> ``h.0.attn``); ``None`` when neither says."""
+    if eager is not None and dyn in eager_ops and eager_ops[dyn] in eager:
+        return eager.node(eager_ops[dyn]).module
+    if dyn not in dynamo:  # not in the Dynamo graph (one fxviz could not read)
+        return None
+    for r in dynamo.node(dyn).inputs:
+        m = _STATE.search(r.node.lower())
+        if m:
+            return ".".join(r.node[: m.start()].split("_modules_")[1:])
+    return None
+
+
+def _set_origin(graph: Graph, to_dynamo: Mapping[str, Any], eager_ops: Mapping[str, str], eager: Graph | None,
+                dynamo: Graph, *, inferred: bool = False) -> None:
+    """Give each op node of a stage the eager op(s) it comes from (attribute ``eager``) and, where
+    there is an eager graph, that op's module stack (so the stage's tree groups by module)."""
+    for n in graph.nodes:
+        if n.kind != "op":
+            continue
+        pre = list(to_dynamo.get(n.name, ()) if not isinstance(to_dynamo.get(n.name), str) else [to_dynamo[n.name]])
+        if not pre:
+            continue
+        names = list(dict.fromkeys(eager_ops.get(d, "") for d in pre if eager_ops.get(d)))
+        if names:
+            n.attrs["eager"] = ", ".join(names) + (" (inferred)" if inferred else "")
+            if eager is not None and names[0] in eager and not n.stack:
+                n.stack = eager.node(names[0]).stack
+        mod = _module(pre[0], eager_ops, eager, dynamo)
+        if mod and "module" not in n.attrs and eager is None:
+            n.attrs["module"] = mod
+
+
+__all__ = ["build"]

@@ -1,0 +1,259 @@
+"""The kernel map of one output code: every kernel and extern call Inductor generated, with the
+post-grad nodes it runs. No torch.
+
+The nodes come from torch: ``cppCodeToPost`` of ``inductor_provenance_tracking_node_mappings``
+(kernel handle -> post-grad nodes). Where torch recorded none (the backward's mapping is empty in
+torch 2.13) they are inferred and marked so: an extern call takes the post-grad node its
+``Topologically Sorted Source Nodes`` comment names, else the next one of its op in graph order; a
+generated kernel takes each remaining computing node in the first kernel that runs after every
+extern call the node depends on, unless the output code's buffers say which kernel computes it
+(a graph output is the buffer ``call()`` returns, made by the first call that names it).
+
+A post-grad node no kernel runs is listed with the reason: a view (Inductor reinterprets its
+input's buffer), a ``getitem`` (part of its producer's kernel), or none recorded.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fxviz.analyze.inside.result import Kernel
+from fxviz.analyze.inside.stages import op_nodes
+from fxviz.ir import Graph, ModuleCall, Node, Ref
+from fxviz.tracefile.code import KernelCall, OutputCode
+
+#: ATen ops that Inductor runs as views of a buffer (``reinterpret_tensor``), never as a kernel.
+VIEW_OPS = frozenset({
+    "view", "reshape", "permute", "t", "transpose", "expand", "unsqueeze", "squeeze", "slice", "select", "as_strided",
+    "alias", "_unsafe_view", "view_as", "unflatten", "flatten", "detach", "_reshape_alias", "squeeze_copy", "split",
+    "split_with_sizes", "unbind", "narrow", "diagonal", "chunk", "lift_fresh", "clone_view", "_to_copy_view",
+})
+
+
+def short(target: str) -> str:
+    """``aten.addmm.default`` / ``torch.ops.aten.addmm.default`` -> ``addmm``."""
+    parts = [p for p in target.split(".") if p not in ("torch", "ops", "aten", "prims", "default", "Tensor", "Scalar")]
+    return parts[0] if parts else target
+
+
+def is_view(n: Node) -> bool:
+    return short(n.target) in VIEW_OPS
+
+
+def is_getitem(n: Node) -> bool:
+    return short(n.target) == "getitem" or n.target.endswith("getitem")
+
+
+@dataclass
+class KernelMap:
+    """One output code's kernels, the kernels stage's graph, and what no kernel runs."""
+
+    kernels: list[Kernel] = field(default_factory=list)
+    graph: Graph | None = None
+    unmapped: dict[str, str] = field(default_factory=dict)
+    ops: int = 0
+    mapped: int = 0
+    inferred: bool = False
+
+
+def kernel_map(post: Graph, code: OutputCode, mappings: Mapping[str, Any] | None, stacks: Mapping[str, Any] | None, *,
+               graph_id: str, compile_id: str, part: str,
+               origin: Callable[[str], tuple[list[str], list[str]]], text: str = "") -> KernelMap:
+    """The kernel map of ``code`` (whose post-grad graph is ``post``; ``text``, the output code
+    itself). ``origin(post node)`` -> (eager ops, module paths) it comes from."""
+    ops = op_nodes(post)
+    recorded = dict((mappings or {}).get("cppCodeToPost") or {})
+    calls = list(code.calls)
+    handles = [c.handle or f"{c.name}:{i + 1}" for i, c in enumerate(calls)]
+    inferred = not recorded
+    covers = ({h: [n for n in recorded.get(h, ()) if n in ops] for h in handles} if recorded
+              else _infer(post, calls, handles, text))
+    defs = {k.name: k for k in code.kernels}
+    out = KernelMap(inferred=inferred)
+    called = set()
+    for c, h in zip(calls, handles, strict=True):
+        called.add(c.name)
+        eager: list[str] = []
+        modules: list[str] = []
+        for n in covers.get(h, ()):
+            e, m = origin(n)
+            eager += [x for x in e if x not in eager]
+            modules += [x for x in m if x not in modules]
+        kdef = defs.get(c.name)
+        kind = c.kind if c.kind != "other" or kdef is None else kdef.kind
+        out.kernels.append(Kernel(h, c.name, kind, graph_id, compile_id, part, list(covers.get(h, ())), eager, modules,
+                                  _lines(stacks, h), kdef.source if kdef is not None else "", inferred))
+    for k in code.kernels:  # defined, never called: still a row
+        if k.name not in called:
+            out.kernels.append(Kernel(k.name, k.name, k.kind, graph_id, compile_id, part, source=k.source, calls=0))
+    covered = {n for k in out.kernels for n in k.ops}
+    for name, n in ops.items():
+        if name in covered:
+            continue
+        if is_view(n):
+            out.unmapped[f"{part}:{name}"] = "view: no kernel, Inductor reinterprets its input's buffer"
+        elif is_getitem(n):
+            out.unmapped[f"{part}:{name}"] = "getitem: an output of its producer's kernel"
+        else:
+            users = any(r.node == name for m in post.nodes for r in m.inputs)
+            out.unmapped[f"{part}:{name}"] = ("no kernel recorded by torch" if users else
+                                              "no kernel: its value is never used (Inductor dropped it)")
+    computing = [n for n in ops.values() if not is_view(n) and not is_getitem(n)]
+    out.ops = len(computing)
+    out.mapped = sum(1 for n in computing if n.name in covered)
+    out.graph = kernels_graph(post, out.kernels)
+    return out
+
+
+def _lines(stacks: Mapping[str, Any] | None, handle: str) -> list[str]:
+    """``gen.py:7`` for each user frame torch's kernel stack traces name for ``handle``."""
+    out: list[str] = []
+    for text in (stacks or {}).get(handle, ()) or ():
+        for f, ln in re.findall(r'File "([^"]+)", line (\d+)', str(text)):
+            at = f"{f.rsplit('/', 1)[-1]}:{ln}"
+            if at not in out:
+                out.append(at)
+    return out
+
+
+def _split(args: str) -> list[str]:
+    """A call's arguments split at its top-level commas."""
+    out, depth, cur = [], 0, ""
+    for ch in args:
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+            continue
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        cur += ch
+    return [x for x in [*out, cur.strip()] if x]
+
+
+def _pins(post: Graph, calls: list[KernelCall], text: str) -> dict[str, int]:
+    """Post-grad node -> the call that computes it, from the buffers of the output code: a
+    buffer belongs to the first call that names it; the graph's outputs are the buffers ``call()``
+    returns, in order, and an extern call's inputs the buffers it reads, in order."""
+    lines = text.splitlines()
+    ops = op_nodes(post)
+
+    def base(name: str) -> str:
+        while name in ops and (is_view(ops[name]) or is_getitem(ops[name])) and ops[name].inputs:
+            name = ops[name].inputs[0].node
+        return name
+
+    def args(i: int) -> list[str]:
+        line = lines[calls[i].line - 1] if 0 < calls[i].line <= len(lines) else ""
+        if "(" not in line:
+            return []
+        return _split(line[line.index("(") + 1: line.rindex(")")])
+
+    first: dict[str, int] = {}
+    for i in range(len(calls)):
+        for a in args(i):
+            for buf in _BUF.findall(a):
+                first.setdefault(buf, i)
+    pins: dict[str, int] = {}
+    ret = next((ln.strip() for ln in reversed(lines) if ln.strip().startswith("return (")), "")
+    out = next((n for n in post.nodes if n.kind == "output"), None)
+    if ret and out is not None:
+        items = _split(ret[len("return ("): ret.rindex(")")])
+        for r, item in zip(out.inputs, items, strict=False):
+            bufs = _BUF.findall(item)
+            if bufs and bufs[0] in first:
+                pins.setdefault(base(r.node), first[bufs[0]])
+    return pins
+
+
+_BUF = re.compile(r"\b(buf\d+)\b")
+
+
+def _infer(post: Graph, calls: list[KernelCall], handles: list[str], text: str = "") -> dict[str, list[str]]:
+    """Post-grad nodes per call where torch recorded none (see the module's docstring)."""
+    ops = op_nodes(post)
+    pins = _pins(post, calls, text) if text else {}
+    order = list(ops)
+    taken: set[str] = set()
+    covers: dict[str, list[str]] = {h: [] for h in handles}
+    extern_at: dict[str, int] = {}
+    for i, (c, h) in enumerate(zip(calls, handles, strict=True)):
+        if c.kind != "extern":
+            continue
+        named = [n for n in c.source_nodes if n in ops and n not in taken and not is_view(ops[n])]
+        if not named:
+            want = {c.name.rsplit(".", 1)[-1]} | {a.rsplit(".", 1)[-1] for a in c.aten}
+            want -= VIEW_OPS
+            named = next(([n] for n in order if n not in taken and short(ops[n].target) in want), [])
+        for x in named[:1]:
+            covers[h].append(x)
+            taken.add(x)
+            extern_at[x] = i
+    fused = [i for i, c in enumerate(calls) if c.kind != "extern"]
+    after: dict[str, int] = {}  # node -> the last extern call (index) it depends on, -1 for none
+    for name, node in ops.items():
+        deps = [after.get(r.node, -1) for r in node.inputs if r.node in ops]
+        deps += [extern_at[r.node] for r in node.inputs if r.node in extern_at]
+        after[name] = max(deps, default=-1)
+    for name, node in ops.items():
+        if name in taken or is_view(node) or is_getitem(node) or not fused:
+            continue
+        pinned = pins.get(name)
+        i = pinned if pinned in fused else next((k for k in fused if k > after[name]), fused[-1])
+        covers[handles[i]].append(name)
+    return covers
+
+
+def kernels_graph(post: Graph, kernels: list[Kernel]) -> Graph:
+    """The kernels stage: the post-grad graph's inputs and outputs, one op node per kernel call (its
+    target the kernel's name, reading the kernels and inputs its nodes read), in call order."""
+    ops = op_nodes(post)
+    owner = {n: k.id for k in kernels for n in k.ops}
+    nodes: list[Node] = []
+    for n in post.nodes:
+        if n.kind != "op" and n.kind != "output":
+            nodes.append(n)
+
+    def source_of(name: str, seen: set[str]) -> list[str]:
+        """The kernels or graph inputs behind ``name`` (through views and getitems)."""
+        if name in owner:
+            return [owner[name]]
+        if name not in ops or name in seen:
+            return [name] if name not in ops else []
+        seen.add(name)
+        return [s for r in ops[name].inputs for s in source_of(r.node, seen)]
+
+    names = {k.id: _node_name(k.id) for k in kernels}
+    for k in kernels:
+        if not k.calls:
+            continue
+        reads = list(dict.fromkeys(s for n in k.ops for r in ops[n].inputs for s in source_of(r.node, set())
+                                   if s != k.id))
+        last = ops[k.ops[-1]] if k.ops else None
+        first = ops[k.ops[0]] if k.ops else None
+        stack: tuple[ModuleCall, ...] = first.stack if first is not None else ()
+        nodes.append(Node(names[k.id], "op", k.name, tuple(Ref(names.get(s, s)) for s in reads), stack,
+                          last.outputs if last is not None else (), first.source if first is not None else None,
+                          {"kernel": k.id, "kind": k.kind, "ops": list(k.ops)}))
+    for n in post.nodes:
+        if n.kind == "output":
+            ins = tuple(Ref(names.get(s, s)) for r in n.inputs for s in source_of(r.node, set()))
+            nodes.append(Node(n.name, "output", n.target, tuple(dict.fromkeys(ins)), n.stack, n.outputs, n.source,
+                              dict(n.attrs)))
+    seen: set[str] = set()
+    for n in nodes:  # keep reads of what came before: not a constant folded away, nor a kernel that
+        # runs later (torch's node lists can put a node in a kernel before one it reads)
+        n.inputs = tuple(r for r in n.inputs if r.node in seen)
+        seen.add(n.name)
+    g = Graph(name=post.name, nodes=nodes, method="inductor kernels", modules=dict(post.modules))
+    return g
+
+
+def _node_name(handle: str) -> str:
+    """``extern_kernels.addmm:1`` -> ``extern_kernels_addmm_1``: a node name."""
+    return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in handle)
+
+
+__all__ = ["VIEW_OPS", "KernelMap", "is_getitem", "is_view", "kernel_map", "kernels_graph", "short"]

@@ -1,0 +1,177 @@
+"""What happens inside torch.compile, as plain data: Inductor's stages per compiled graph, every
+kernel and extern call with the eager ops and modules it runs, and the compile cost. No torch: a
+saved map reads back and renders on a machine without torch.
+
+Each compiled graph (a compile id) is a :class:`~fxviz.analyze.pipeline.result.Pipeline` whose
+stages are torch's own graphs (Dynamo's, after the pre-grad passes, AOT Autograd's joint graph, its
+forward and backward, the post-grad graphs and the kernels), so ``fxviz passes``' stage table,
+``--stage N`` tree and report draw them unchanged. Stages branch (AOT's forward and backward both
+come from the joint graph): :attr:`Stage.base` says which stage each is compared with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from fxviz.analyze.pipeline.result import Pipeline
+
+
+@dataclass
+class Kernel:
+    """One generated kernel or extern call of one output code, as a row of the kernel map.
+
+    ``id`` is torch's provenance handle (``cpp_fused_gelu_0:2``, ``extern_kernels.addmm:1``);
+    ``name`` the kernel (``cpp_fused_gelu_0``) or the extern function (``extern_kernels.addmm``);
+    ``kind`` ``cpp``, ``triton``, ``template``, ``extern`` or ``other``; ``graph``/``compile_id``/
+    ``part`` the compiled graph and which of its output codes (``forward``, ``backward``,
+    ``inference``). ``ops``: the post-grad nodes it runs; ``eager``: the eager graph's ops they
+    come from and ``modules`` their module paths; ``lines``: the user lines torch's kernel stack
+    traces name. ``inferred``: torch recorded no node mapping (the backward in torch 2.13), fxviz
+    matched them. ``time_us``: measured time per forward (torch.profiler), ``share`` of its output
+    code's time."""
+
+    id: str
+    name: str
+    kind: str
+    graph: str
+    compile_id: str
+    part: str
+    ops: list[str] = field(default_factory=list)
+    eager: list[str] = field(default_factory=list)
+    modules: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    source: str = ""
+    inferred: bool = False
+    time_us: float | None = None
+    share: float | None = None
+    calls: int = 1
+
+    @property
+    def crosses_modules(self) -> bool:
+        """A fusion whose ops come from more than one module."""
+        return len(set(self.modules)) > 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"crosses_modules": self.crosses_modules}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Kernel:
+        return cls(**{k: v for k, v in d.items() if k != "crosses_modules"})
+
+
+@dataclass
+class Cost:
+    """What compiling one graph cost: torch's ``compilation_metrics`` (and
+    ``bwd_compilation_metrics``) numbers as torch wrote them (``metrics``, ``bwd_metrics``:
+    ``entire_frame_compile_time_s``, ``backend_compile_time_s``, ``inductor_compile_time_s``,
+    ``code_gen_time_s``, ...), the seconds of each phase from torch's chromium events (``phases``:
+    label -> seconds, see :data:`fxviz.analyze.inside.costs.PHASES`) and the cache outcomes
+    (``cache``: ``fx_graph_cache`` / ``aotautograd_cache`` -> ``hit``, ``miss``, ``bypass``, one
+    entry per lookup, forward first)."""
+
+    compile_id: str
+    graph: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+    bwd_metrics: dict[str, Any] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)
+    cache: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def total_s(self) -> float:
+        """The frame's whole compile time (forward) plus the backward's Inductor compile."""
+        fwd = self.metrics.get("entire_frame_compile_time_s") or 0.0
+        bwd = self.bwd_metrics.get("inductor_compile_time_s") or 0.0
+        return float(fwd) + float(bwd)
+
+
+@dataclass
+class InsideGraph:
+    """One compiled graph: its stages (``pipeline``), kernels, what compiling it cost, and the
+    post-grad ops no kernel runs with the reason (``unmapped``: ``part:node`` -> why)."""
+
+    id: str
+    compile_id: str
+    pipeline: Pipeline
+    kernels: list[Kernel] = field(default_factory=list)
+    cost: Cost | None = None
+    unmapped: dict[str, str] = field(default_factory=dict)
+    ops: int = 0  # post-grad ops that compute (views and getitems left out)
+    mapped: int = 0  # of those, run by a kernel or extern call
+
+    @property
+    def share_mapped(self) -> float:
+        return self.mapped / self.ops if self.ops else 1.0
+
+
+@dataclass
+class Inside:
+    """Everything fxviz read from inside torch.compile: one :class:`InsideGraph` per compiled
+    graph, in compile order; ``notes``: what torch did not record or fxviz could not read (a
+    truncated trace's lines among them), each one line."""
+
+    graphs: list[InsideGraph] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    timed: bool = False  # kernel times measured (live runs only)
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        return [k for g in self.graphs for k in g.kernels]
+
+    @property
+    def costs(self) -> list[Cost]:
+        return [g.cost for g in self.graphs if g.cost is not None]
+
+    @property
+    def share_mapped(self) -> float:
+        ops = sum(g.ops for g in self.graphs)
+        return sum(g.mapped for g in self.graphs) / ops if ops else 1.0
+
+    def graph(self, key: str) -> InsideGraph:
+        """A compiled graph by id (``g0``) or compile id (``0/0``)."""
+        for g in self.graphs:
+            if key in (g.id, g.compile_id):
+                return g
+        raise KeyError(f"no compiled graph {key!r}: there are {', '.join(g.id for g in self.graphs) or 'none'}")
+
+    def summary(self) -> str:
+        """``2 graphs, 9 kernels (5 extern calls), 100% of post-grad ops mapped to a kernel``."""
+        ks = self.kernels
+        ext = sum(1 for k in ks if k.kind == "extern")
+        p = self.share_mapped * 100
+        pct = f"{p:.1f}%" if 99 < p < 100 else f"{p:.0f}%"
+        return (f"{len(self.graphs)} compiled graph{'s' if len(self.graphs) != 1 else ''}, {len(ks)} kernels and "
+                f"calls ({ext} extern), {pct} of post-grad ops mapped to a kernel")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON keys: ``stages`` (per compiled graph its pipeline), ``kernels``, ``costs`` and
+        ``inside`` (notes, unmapped ops, shares)."""
+        return {
+            "stages": [{"id": g.id, "compile_id": g.compile_id, **g.pipeline.to_dict()} for g in self.graphs],
+            "kernels": [k.to_dict() for k in self.kernels],
+            "costs": [asdict(c) | {"total_s": c.total_s} for c in self.costs],
+            "inside": {"notes": list(self.notes), "timed": self.timed, "summary": self.summary(),
+                       "graphs": [{"id": g.id, "compile_id": g.compile_id, "ops": g.ops, "mapped": g.mapped,
+                                   "unmapped": g.unmapped} for g in self.graphs]},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Inside:
+        import json
+
+        meta = {g["id"]: g for g in d.get("inside", {}).get("graphs", [])}
+        costs = {c["graph"]: Cost(**{k: v for k, v in c.items() if k != "total_s"}) for c in d.get("costs", [])}
+        kernels: dict[str, list[Kernel]] = {}
+        for k in d.get("kernels", []):
+            kernels.setdefault(k["graph"], []).append(Kernel.from_dict(k))
+        graphs = []
+        for s in d.get("stages", []):
+            p = {k: v for k, v in s.items() if k not in ("id", "compile_id")}
+            m = meta.get(s["id"], {})
+            graphs.append(InsideGraph(s["id"], s["compile_id"], Pipeline.from_json(json.dumps(p)),
+                                      kernels.get(s["id"], []), costs.get(s["id"]), dict(m.get("unmapped", {})),
+                                      m.get("ops", 0), m.get("mapped", 0)))
+        return cls(graphs, list(d.get("inside", {}).get("notes", [])), bool(d.get("inside", {}).get("timed", False)))
+
+
+__all__ = ["Cost", "Inside", "InsideGraph", "Kernel"]

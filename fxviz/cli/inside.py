@@ -1,0 +1,113 @@
+"""The terminal's and the report's view of ``fxviz compile --inside`` / ``--from-trace``: per
+compiled graph the stage table (``fxviz passes``' own), the kernel table (slowest first) and the
+compile cost table; ``--stage N`` prints one stage's tree as ``fxviz passes --stage`` does."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fxviz.errors import TargetError
+from fxviz.text import clean, one_line
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from fxviz.analyze.inside.result import Inside, InsideGraph
+    from fxviz.ir import Graph
+
+#: Kernel rows the terminal prints per graph (the JSON and the report keep all).
+KERNEL_ROWS = 25
+
+
+def kernel_table(g: InsideGraph) -> Table:
+    from rich.table import Table
+
+    from fxviz.analyze.inside.overlay import by_time
+
+    table = Table(title=f"{g.id} ({g.compile_id}) kernels: {len(g.kernels)}, {g.share_mapped * 100:.0f}% of "
+                        f"post-grad ops mapped", title_justify="left")
+    for c in ("kernel", "kind", "part", "ops", "eager ops", "modules", "time", "share"):
+        table.add_column(c, justify="right" if c in ("ops", "time", "share") else "left")
+    ks = by_time(g.kernels)
+    for k in ks[:KERNEL_ROWS]:
+        mods = one_line(", ".join(m or "(model)" for m in k.modules), limit=50) + (" ✗ crosses modules" if k.crosses_modules else "")
+        table.add_row(clean(k.name), k.kind, k.part + (" (inferred)" if k.inferred else ""), str(len(k.ops)),
+                      clean(one_line(", ".join(k.eager), limit=50)), clean(mods),
+                      f"{k.time_us:.1f} µs" if k.time_us is not None else "-",
+                      f"{k.share * 100:.1f}%" if k.share is not None else "-")
+    if len(ks) > KERNEL_ROWS:
+        table.caption = f"{len(ks) - KERNEL_ROWS} more (--json and --html list every one)"
+    return table
+
+
+def cost_table(g: InsideGraph) -> Table | None:
+    from rich.table import Table
+
+    from fxviz.analyze.inside.costs import cost_rows
+
+    if g.cost is None:
+        return None
+    table = Table(title=f"{g.id} ({g.compile_id}) compile cost", title_justify="left")
+    table.add_column("what")
+    table.add_column("seconds / outcome", justify="right")
+    for what, value in cost_rows(g.cost):
+        table.add_row(what, value)
+    return table
+
+
+def print_inside(console: Console, inside: Inside, *, stage: int | None, graph: str | None) -> None:
+    """Per compiled graph (or the one ``graph`` names): the stage, kernel and cost tables; with
+    ``stage``, that stage's tree instead, its changes marked."""
+    from fxviz.analyze.pipeline.views import annotate
+    from fxviz.cli.passes import stage_table
+
+    console.print(f"inside torch.compile: {inside.summary()}", markup=False)
+    for note in inside.notes:
+        console.print(f"note: {one_line(note, limit=300)}", markup=False)
+    graphs = [pick(inside, graph)] if graph is not None or stage is not None else inside.graphs
+    for g in graphs:
+        p = g.pipeline
+        if stage is not None:
+            if not 0 <= stage < len(p.stages):
+                raise TargetError(f"--stage {stage}: {g.id} has stages 0 to {len(p.stages) - 1}")
+            console.print(annotate(p, stage, show_unchanged=True).tree(overlay="pass_change"))
+            continue
+        console.print(stage_table(p, show_unchanged=True, stages=range(len(p.stages))))
+        console.print(kernel_table(g))
+        unmapped = [f"{k} ({why})" for k, why in g.unmapped.items() if not why.startswith(("view", "getitem"))]
+        if unmapped:
+            console.print(f"post-grad ops without a kernel: {one_line('; '.join(unmapped), limit=400)}", markup=False)
+        table = cost_table(g)
+        if table is not None:
+            console.print(table)
+
+
+def pick(inside: Inside, graph: str | None) -> InsideGraph:
+    if not inside.graphs:
+        raise TargetError("the trace holds no compiled graph with Inductor's records (was it compiled with "
+                          "backend='inductor', with TORCH_TRACE set?)")
+    if graph is None:
+        return inside.graphs[0]
+    try:
+        return inside.graph(graph)
+    except KeyError as e:
+        raise TargetError(f"--graph {graph}: {e.args[0]}") from e
+
+
+def stage_report(inside: Inside, graph: str | None, stage: int | None) -> Graph:
+    """A stage's graph for the report when there is no eager graph: the stage table as its panel,
+    the kernels and costs panels beside it (default: the last stage of the first graph)."""
+    from fxviz.analyze.inside.overlay import panels
+    from fxviz.analyze.pipeline.views import annotate
+
+    g = pick(inside, graph)
+    index = len(g.pipeline.stages) - 1 if stage is None else stage
+    if not 0 <= index < len(g.pipeline.stages):
+        raise TargetError(f"--stage {index}: {g.id} has stages 0 to {len(g.pipeline.stages) - 1}")
+    out = annotate(g.pipeline, index, show_unchanged=True)
+    panels(out, inside)
+    return out
+
+
+__all__ = ["KERNEL_ROWS", "cost_table", "kernel_table", "pick", "print_inside", "stage_report"]
