@@ -52,6 +52,7 @@ def test_perturbed_module_is_first_gradient_divergence_and_grads_are_kept() -> N
     m = Net(perturb=True)
     m.c.lin.bias.grad = torch.full((8,), 7.0)  # an existing gradient: kept, not accumulated into
     before = {n: p.detach().clone() for n, p in m.named_parameters()}
+    rng = torch.get_rng_state()
     r = numerics(m, (_x(),), against="compile:aot_eager", backward=True)
     g = r.grads
     assert g is not None
@@ -65,6 +66,7 @@ def test_perturbed_module_is_first_gradient_divergence_and_grads_are_kept() -> N
     assert all(torch.equal(p, before[n]) for n, p in m.named_parameters())
     assert torch.equal(m.c.lin.bias.grad, torch.full((8,), 7.0))
     assert m.a.lin.weight.grad is None
+    assert torch.equal(torch.get_rng_state(), rng)
     # the overlay on the parameter nodes and the module calls, and JSON that reads back
     ov = r.graph.annotations["overlays"]["grad_error"]
     params = {n.name: str(n.target) for n in r.graph.nodes if n.kind == "parameter"}

@@ -100,6 +100,18 @@ def numerics(
         42.2
         >>> print(r.tree(depth=2))   # the module tree with an error column, the divergence panel
     """
+    rng = torch.get_rng_state()  # the runs seed torch's RNG: the caller's state is given back
+    try:
+        return _numerics(model, args, kwargs, against=against, rtol=rtol, atol=atol, seed=seed,
+                         decompositions=decompositions, passes=passes, per_kernel=per_kernel, backward=backward,
+                         loss=loss)
+    finally:
+        torch.set_rng_state(rng)
+
+
+def _numerics(model: nn.Module, args: Any, kwargs: dict[str, Any] | None, *, against: str, rtol: float | None,
+              atol: float | None, seed: int | None, decompositions: Mapping[Any, Any] | None,
+              passes: Sequence[Any] | None, per_kernel: bool, backward: bool, loss: Any) -> Numerics:
     args, kwargs = normalize_args(model, args, kwargs)
     against = _ALIASES.get(against, against)
     side, _, detail = against.partition(":")
