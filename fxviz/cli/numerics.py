@@ -44,9 +44,12 @@ _SIDES = ("export, decompose, compile[:backend] (compile:aot_eager per op; other
 @click.option("--pass", "passes", multiple=True, metavar="pkg.module:fn",
               help="With --against stage:N: the passes of the pipeline, in order (as fxviz passes takes them; "
                    "default: decompose).")
+@click.option("--backward", is_flag=True,
+              help="Also run one training step (loss: the sum of the outputs) and compare each parameter's gradient: "
+                   "per parameter, per module, and the first module in backward order whose gradient diverges.")
 def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | None, depth: int | None, unfold: bool,
                  input_shapes: tuple[str, ...], dtype: str, html_out: str | None, json_out: str | None,
-                 fail_above: float | None, passes: tuple[str, ...], per_kernel: bool) -> None:
+                 fail_above: float | None, passes: tuple[str, ...], per_kernel: bool, backward: bool) -> None:
     """Compare TARGET's eager float32 forward with the same model run another way (--against),
     op by op and module by module: max abs and rel error, cosine similarity, SNR, and the first
     divergence (the op where the error is born). TARGET is a factory: the model must run.
@@ -66,7 +69,7 @@ def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | No
     pass_list = [load_pass(p) for p in passes] or None
     with t.runs(), spinner(f"running {type(t.model).__name__} eagerly and against {against}"):
         result = numerics(t.model, t.args, t.kwargs, against=against, rtol=rtol, atol=atol, passes=pass_list,
-                          per_kernel=per_kernel)
+                          per_kernel=per_kernel, backward=backward)
     if json_out is not None:
         write_json(result.to_json(indent=1), json_out, what="numerics JSON")
     if json_out != "-":
@@ -75,11 +78,15 @@ def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | No
         if result.first is not None:
             console.print(f"first divergence: {one_line(result.where(result.first), limit=400)}  "
                           f"[{result.nodes[result.first].text()}]")
+        if result.grads is not None:
+            console.print(one_line(result.grads.headline(), limit=400))
         for note in result.notes:
             console.print(f"note: {one_line(note, limit=400)}")
         if result.kernels is not None:
             _print_kernels(console, result)
         console.print(result.tree(depth=depth, unfold=unfold))
+        if result.grads is not None:
+            _print_grads(console, result.grads)
     if html_out is not None:
         result.to_html(html_out)
         click.echo(f"wrote {html_out}", err=json_out == "-")
@@ -108,3 +115,13 @@ def _print_kernels(console: Any, result: Any) -> None:
         console.print(f"  kernel {one_line(k.text(), limit=400)}")
     if stop < len(kernels):
         console.print(f"  ... {len(kernels) - stop} more kernel(s) in --json")
+
+
+def _print_grads(console: Any, grads: Any) -> None:
+    """Each parameter's gradient error, in backward order, up to the first beyond tolerance and a few after."""
+    stop = len(grads.order) if grads.first is None else min(
+        len(grads.order), grads.order.index(grads.beyond()[0]) + 1 + KERNELS_AFTER)
+    for name in grads.order[:stop]:
+        console.print(f"  grad {name}: {one_line(grads.params[name].text(), limit=300)}")
+    if stop < len(grads.order):
+        console.print(f"  ... {len(grads.order) - stop} more gradient(s) in --json")

@@ -34,6 +34,8 @@ from torch import nn
 from fxviz.analyze.numerics.compiled import budget, compiled_errors
 from fxviz.analyze.numerics.find import births, module_errors
 from fxviz.analyze.numerics.floor import Prints, settle
+from fxviz.analyze.numerics.gradresult import annotate_grads
+from fxviz.analyze.numerics.grads import gradient_errors
 from fxviz.analyze.numerics.kernels import KernelWatch, kernel_note
 from fxviz.analyze.numerics.metrics import FLOAT32, TOLERANCES, tolerance
 from fxviz.analyze.numerics.program import ProgramWatcher, aligned, export_program, stage_program
@@ -49,6 +51,8 @@ from fxviz.torchbridge.run import normalize_args, quiet_torch
 #: The sides :func:`numerics` compares against (``compile`` takes ``:backend``).
 SIDES = ("export", "decompose", "compile", "dtype:bfloat16", "dtype:float16", "autocast:bfloat16", "stage:N")
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+#: Short names of sides.
+_ALIASES = {"bf16": "dtype:bfloat16", "fp16": "dtype:float16"}
 
 
 def numerics(
@@ -63,6 +67,8 @@ def numerics(
     decompositions: Mapping[Any, Any] | None = None,
     passes: Sequence[Any] | None = None,
     per_kernel: bool = False,
+    backward: bool = False,
+    loss: Any = None,
 ) -> Numerics:
     """Compare ``model(*args, **kwargs)`` run eagerly in float32 with the same model run another
     way (``against``, one of :data:`SIDES`), op by op and module call by module call.
@@ -78,7 +84,11 @@ def numerics(
     Inductor kernel's output buffers are compared with the eager values of the ops it replaces
     (:mod:`~fxviz.analyze.numerics.kernels`); ``result.kernels`` lists them in execution order and
     ``result.first_kernel`` is the first beyond tolerance. Inputs must be real tensors: on ``meta``
-    or fake there are no numbers to compare (:class:`~fxviz.errors.InputError`).
+    or fake there are no numbers to compare (:class:`~fxviz.errors.InputError`). ``backward``: one
+    training step too (``loss=fn(output) -> scalar``, default the sum of the outputs), each
+    parameter's gradient compared at the same tolerance (``result.grads``: per parameter, per
+    module, and ``grads.first``, the first module in backward order beyond tolerance;
+    :mod:`~fxviz.analyze.numerics.grads`); the ``grad_error`` overlay on the parameter nodes.
 
         >>> r = fxviz.numerics(gpt2, (ids,), against="dtype:bfloat16")
         >>> r.headline()
@@ -90,7 +100,20 @@ def numerics(
         42.2
         >>> print(r.tree(depth=2))   # the module tree with an error column, the divergence panel
     """
+    rng = torch.get_rng_state()  # the runs seed torch's RNG: the caller's state is given back
+    try:
+        return _numerics(model, args, kwargs, against=against, rtol=rtol, atol=atol, seed=seed,
+                         decompositions=decompositions, passes=passes, per_kernel=per_kernel, backward=backward,
+                         loss=loss)
+    finally:
+        torch.set_rng_state(rng)
+
+
+def _numerics(model: nn.Module, args: Any, kwargs: dict[str, Any] | None, *, against: str, rtol: float | None,
+              atol: float | None, seed: int | None, decompositions: Mapping[Any, Any] | None,
+              passes: Sequence[Any] | None, per_kernel: bool, backward: bool, loss: Any) -> Numerics:
     args, kwargs = normalize_args(model, args, kwargs)
+    against = _ALIASES.get(against, against)
     side, _, detail = against.partition(":")
     if side not in ("export", "decompose", "compile", "dtype", "autocast", "stage"):
         raise TargetError(f"--against {against!r} is not one of {', '.join(SIDES)} (compile takes :backend)")
@@ -169,7 +192,15 @@ def numerics(
         notes.extend([kernel_note(result.kernels), *watch.notes])
     result.births = births(graph, flat)
     result.first = result.births[0] if result.births else None
+    if backward:
+        t4 = time.perf_counter()
+        with quiet_torch():
+            result.grads = gradient_errors(model, args, kwargs, against=against, rtol=rtol, atol=atol, loss=loss,
+                                           seed=seed)
+        result.seconds["grads"] = time.perf_counter() - t4
     annotate(result)
+    if result.grads is not None:
+        annotate_grads(graph, result.grads, against)
     return result
 
 

@@ -110,6 +110,51 @@ class BufferCheck:
 
 
 @dataclass
+class Grads:
+    """``params``: parameter name -> the error of its gradient; ``order``: the parameter names in the
+    order eager backward finished their gradients (torch's ``post_accumulate_grad`` hooks);
+    ``modules``: module path -> the worst error of its own parameters' gradients; ``first``: the
+    first module in backward order with a gradient beyond tolerance (``None``: none)."""
+
+    params: dict[str, Error] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+    modules: dict[str, Error] = field(default_factory=dict)
+    first: str | None = None
+
+    @staticmethod
+    def owner(param: str) -> str:
+        return param.rpartition(".")[0]
+
+    def settle(self) -> None:
+        """Fill ``modules`` and ``first`` from ``params`` and ``order``."""
+        by: dict[str, list[Error]] = {}
+        for name in self.order:
+            by.setdefault(self.owner(name), []).append(self.params[name])
+        self.modules = {m: w for m, errs in by.items() if (w := Error.worst(errs)) is not None}
+        self.first = next((self.owner(n) for n in self.order
+                           if self.params[n].comparable and self.params[n].exceeds), None)
+
+    def beyond(self) -> list[str]:
+        return [n for n in self.order if self.params[n].comparable and self.params[n].exceeds]
+
+    def headline(self) -> str:
+        where = "every gradient within tolerance" if self.first is None else \
+            f"first module whose gradient diverges (backward order): {self.first or 'the model itself'} " \
+            f"[{self.modules[self.first].text()}]"
+        return f"gradients: {len(self.params)} parameters compared, {len(self.beyond())} beyond tolerance; {where}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"first": self.first, "order": self.order,
+                "params": {k: e.to_dict() for k, e in self.params.items()},
+                "modules": {k: e.to_dict() for k, e in self.modules.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Grads:
+        return cls(params={k: Error.from_dict(v) for k, v in d["params"].items()}, order=list(d["order"]),
+                   modules={k: Error.from_dict(v) for k, v in d["modules"].items()}, first=d.get("first"))
+
+
+@dataclass
 class KernelCheck:
     """One kernel call of a compiled graph (``graph``: its index in compile order), by torch's
     provenance handle (``cpp_fused_gelu_0:2``, ``extern_kernels.addmm:1``, as in
@@ -212,6 +257,7 @@ class Numerics:
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     kernels: list[KernelCheck] | None = None  # --per-kernel: each Inductor kernel call, in execution order
+    grads: Grads | None = None  # backward=True: each parameter's gradient
 
     # ---- reading ---------------------------------------------------------------------------------
 
@@ -264,7 +310,7 @@ class Numerics:
         } | ({} if self.kernels is None else {
             "kernels": [k.to_dict() for k in self.kernels],
             "first_kernel": None if (k := self.first_kernel) is None else k.handle,
-        })
+        }) | ({} if self.grads is None else {"grads": self.grads.to_dict()})
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
@@ -281,6 +327,7 @@ class Numerics:
             not_comparable=list(d.get("not_comparable", [])), notes=list(d.get("notes", [])),
             seconds=dict(d.get("seconds", {})),
             kernels=None if "kernels" not in d else [KernelCheck.from_dict(k) for k in d["kernels"]],
+            grads=None if "grads" not in d else Grads.from_dict(d["grads"]),
         )
 
     # ---- rendering -------------------------------------------------------------------------------
@@ -364,4 +411,4 @@ def _module_of(g: Graph, name: str) -> str:
     return f"{n.stack[-1][0]} · {n.name}" if n.stack else n.name
 
 
-__all__ = ["ROUNDINGS", "WORST", "BufferCheck", "Error", "KernelCheck", "Numerics", "annotate", "first_beyond", "rel_text"]
+__all__ = ["ROUNDINGS", "WORST", "BufferCheck", "Error", "Grads", "KernelCheck", "Numerics", "annotate", "first_beyond", "rel_text"]
