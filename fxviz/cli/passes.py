@@ -56,14 +56,16 @@ def stage_table(p: Pipeline, *, show_unchanged: bool, stages: range) -> Table:
     from fxviz.analyze.pipeline.views import COLUMNS, stage_cells
 
     table = Table(title=f"{one_line(p.name)}: {len(p.stages)} stages", title_justify="left")
-    for c in COLUMNS:
+    # no stage's numbers were compared (Inductor's stages, --no-check): no column of dashes
+    columns = COLUMNS if any(s.numbers is not None for s in p.stages) else COLUMNS[:-1]
+    for c in columns:
         table.add_column(c, justify="left" if c == "pass" else "right")
     div = p.first_divergence
     for s in p.visible(show_unchanged=show_unchanged):
         if s.index not in stages:
             continue
         style = "red" if s.failed or (div is not None and div.stage == s.index) else "dim" if not s.changed else ""
-        table.add_row(*(clean(str(c)) for c in stage_cells(s)), style=style)
+        table.add_row(*(clean(str(c)) for c in stage_cells(s)[:len(columns)]), style=style)
     return table
 
 
