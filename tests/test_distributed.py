@@ -114,9 +114,12 @@ def test_tp_mlp_one_all_reduce_with_bytes_and_overlay() -> None:
     assert [(r["kind"], r["module"]) for r in recs] == [("all_reduce", "down")]
     assert recs[0]["bytes"] == 4 * 16 * 4  # the partial (4, 16) float32 output of the rowwise layer
     assert recs[0]["source"].endswith(".py:" + recs[0]["source"].rsplit(":", 1)[1])
+    node = g.node(recs[0]["node"])
+    assert "all_reduce" in node.target and g.calls.of(node.name).path == "down"
     comm = overlays(g)["comm"]
-    assert comm["modules"] == {g.calls.calls("down")[0].id: 256}
-    assert any("collectives on group" in n and "256 bytes" in n for n in g.notes)
+    assert comm["modules"] == {g.calls.calls("down")[0].id: 256, g.calls.root.id: 256}
+    assert comm["nodes"] == {node.name: 256}
+    assert any("collectives on group" in n and "(8 ranks): 1, 256 bytes" in n for n in g.notes)
 
 
 def test_caller_group_left_alone() -> None:
@@ -161,3 +164,42 @@ def test_bad_world_size_and_cuda_factory_are_one_line() -> None:
 
 def test_recorder_is_comm_debug_mode() -> None:
     assert issubclass(CommRecorder, CommDebugMode)
+
+
+FACTORY = '''
+import torch, torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(16, 64)
+        self.down = nn.Linear(64, 16)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+def build():
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    return parallelize_module(MLP(), mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()}), (torch.randn(4, 16),)
+'''
+
+
+def test_cli_world_size_json(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from fxviz.cli import cli
+
+    f = tmp_path / "tp.py"
+    f.write_text(FACTORY)
+    out = tmp_path / "g.json"
+    r = CliRunner().invoke(cli, ["json", f"{f}:build", "--world-size", "8", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert not dist.is_initialized()
+    g = Graph.from_json(out.read_text())
+    assert [(c["kind"], c["module"], c["bytes"]) for c in collectives(g)] == [("all_reduce", "down", 256)]
+    r = CliRunner().invoke(cli, ["tree", f"{f}:build", "--world-size", "8", "--overlay", "comm"])
+    assert r.exit_code == 0, r.output
+    assert "comm" in r.output or "256" in r.output

@@ -38,11 +38,17 @@ def _bytes(x: Any) -> int:
     return 0
 
 
-def _group(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, str):
-            return a
-    return ""
+def _group(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, int]:
+    """The process group's name (functional collectives take it last, after the reduce op) and size."""
+    names = [a for a in (*args, *kwargs.values()) if isinstance(a, str)]
+    if not names:
+        return "", 0
+    try:
+        from torch.distributed.distributed_c10d import _resolve_process_group
+        size = _resolve_process_group(names[-1]).size()
+    except Exception:  # noqa: BLE001 - not a group name after all: keep the name, size unknown
+        size = 0
+    return names[-1], size
 
 
 def _user_line() -> str:
@@ -66,8 +72,9 @@ class CommRecorder(CommDebugMode):  # type: ignore[misc]
             name = self.advanced_module_tracker.name
             root, _, path = name.partition(".")
             op = str(func._overloadpacket)
+            group, size = _group(tuple(args), dict(kwargs or {}))
             self.records.append({
-                "op": op, "kind": _kind(op), "group": _group(tuple(args), dict(kwargs or {})),
+                "op": op, "kind": _kind(op), "group": group, "group_size": size,
                 "bytes": _bytes(args[0]) if args else 0,
                 "module": "" if name == "Global" else path,
                 "phase": "backward" if self.advanced_module_tracker.is_bw else "forward",
