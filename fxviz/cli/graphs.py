@@ -11,7 +11,6 @@ import click
 from fxviz.cli.base import (
     add_overlays,
     backward_option,
-    world_size_option,
     cli,
     given_options,
     out_console,
@@ -22,6 +21,7 @@ from fxviz.cli.base import (
     target_options,
     verbose_option,
     with_torch,
+    world_size_option,
 )
 from fxviz.errors import ModelError, TargetError
 from fxviz.targets.parse import recognise

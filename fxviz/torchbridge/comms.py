@@ -45,7 +45,7 @@ def _group(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, int]:
         return "", 0
     try:
         from torch.distributed.distributed_c10d import _resolve_process_group
-        size = _resolve_process_group(names[-1]).size()
+        size = _resolve_process_group(names[-1]).size()  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001 - not a group name after all: keep the name, size unknown
         size = 0
     return names[-1], size
