@@ -203,3 +203,16 @@ def test_cli_world_size_json(tmp_path) -> None:
     r = CliRunner().invoke(cli, ["tree", f"{f}:build", "--world-size", "8", "--overlay", "comm"])
     assert r.exit_code == 0, r.output
     assert "comm" in r.output or "256" in r.output
+
+
+def test_dtensor_outputs_carry_their_placement() -> None:
+    g = fxviz.capture(mlp_factory, world_size=8)
+    by_target = {n.target: n for n in g.nodes if n.kind == "op"}
+    up = g.node(g.calls.calls("up")[0].ops[-1])  # the colwise layer's output: sharded on its last dim
+    assert up.attrs["placements"] == "S(1)" and up.attrs["mesh"] == "8"
+    relu = next(n for t, n in by_target.items() if "relu" in t)
+    assert "placements" not in relu.attrs and relu.outputs[0].shape == (4, 8)  # the local shard, a plain tensor
+    down = g.node(next(o for o in g.calls.calls("down")[0].ops if "linear" in o))
+    assert down.attrs["placements"] == "P(sum)"  # partial sums: why the all_reduce follows
+    g2 = Graph.from_json(g.to_json())
+    assert g2.node(up.name).attrs["placements"] == "S(1)"

@@ -43,4 +43,16 @@ def fake_world(world_size: int) -> Iterator[bool]:
             dist.destroy_process_group()
 
 
-__all__ = ["fake_world"]
+
+def placement_attrs(t: object) -> dict[str, str]:
+    """A DTensor's placement as JSON-safe node attrs: ``placements`` (``S(0)``, ``R``, ``P(sum)``, one per
+    mesh dimension, comma-separated) and ``mesh`` (its shape, with dimension names when it has them)."""
+    placements = getattr(t, "placements", ())
+    mesh = getattr(t, "device_mesh", None)
+    shape = tuple(mesh.shape) if mesh is not None else ()
+    names = getattr(mesh, "mesh_dim_names", None) if mesh is not None else None
+    where = ", ".join(f"{n}={s}" for n, s in zip(names, shape, strict=False)) if names else "x".join(map(str, shape))
+    return {"placements": ", ".join(str(p) for p in placements), "mesh": where}
+
+
+__all__ = ["fake_world", "placement_attrs"]
