@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.debug import CommDebugMode
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
 
 import fxviz
 from fxviz.errors import TargetError
@@ -93,17 +103,48 @@ def counts(graph: Graph) -> dict[str, dict[str, int]]:
         path = r["module"]
         parts = path.split(".") if path else []
         for k in range(len(parts), -1, -1):
-            d = out.setdefault(".".join(parts[:k]), {})
+            prefix = ".".join(parts[:k])
+            if k and not graph.calls.calls(prefix):  # a container never called (ModuleList): no module of its own
+                continue
+            d = out.setdefault(prefix, {})
             d[r["kind"]] = d.get(r["kind"], 0) + 1
     return out
 
 
-@pytest.mark.parametrize("factory", [mlp_factory, block_factory])
-def test_counts_per_module_equal_comm_debug_mode(factory) -> None:
+def _bench() -> Any:
+    spec = importlib.util.spec_from_file_location("bench_distributed", Path(__file__).parent.parent / "bench" / "distributed.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def sp_factory():
+    """A LLaMA-shaped decoder on a 2-D mesh (dp x tp), tensor and sequence parallel over tp."""
+    mesh = init_device_mesh("cpu", (2, dist.get_world_size() // 2), mesh_dim_names=("dp", "tp"))
+    torch.manual_seed(0)
+    m = _bench().Decoder(vocab=100, d=64, layers=2, heads=8, kv=4, ff=128)
+    to_replicate = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    for layer in m.layers:
+        parallelize_module(layer, mesh["tp"], {
+            "input_layernorm": SequenceParallel(), "self_attn": to_replicate,
+            "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
+            "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
+            "post_attention_layernorm": SequenceParallel(), "mlp": to_replicate,
+            "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
+            "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+        })
+    parallelize_module(m, mesh["tp"], {"embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+                                       "norm": SequenceParallel()})
+    return m, (torch.randint(0, 100, (2, 16)),)
+
+
+@pytest.mark.parametrize(("factory", "world_size"), [(mlp_factory, 8), (block_factory, 4), (sp_factory, 8)])
+def test_counts_per_module_equal_comm_debug_mode(factory, world_size: int) -> None:
     assert not dist.is_initialized()
-    g = fxviz.capture(factory, world_size=4)
+    g = fxviz.capture(factory, world_size=world_size)
     assert not dist.is_initialized()  # the group fxviz made is gone
-    want = oracle(factory, 4)
+    want = oracle(factory, world_size)
     assert counts(g) == want
     assert sum(want[""].values()) >= 1
 
@@ -216,3 +257,12 @@ def test_dtensor_outputs_carry_their_placement() -> None:
     assert down.attrs["placements"] == "P(sum)"  # partial sums: why the all_reduce follows
     g2 = Graph.from_json(g.to_json())
     assert g2.node(up.name).attrs["placements"] == "S(1)"
+
+
+def test_sequence_parallel_on_2d_mesh_groups_and_placements() -> None:
+    g = fxviz.capture(sp_factory, world_size=8)
+    recs = collectives(g)
+    assert {r["kind"] for r in recs} == {"all_gather", "reduce_scatter"}
+    assert {r["group_size"] for r in recs} == {4}  # the tp dimension of the 2 x 4 mesh
+    assert all(r.get("node") for r in recs)  # each linked to the tracer's op node
+    assert any(n.attrs.get("mesh") == "tp=4" for n in g.nodes)
