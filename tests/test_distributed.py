@@ -266,3 +266,16 @@ def test_sequence_parallel_on_2d_mesh_groups_and_placements() -> None:
     assert {r["group_size"] for r in recs} == {4}  # the tp dimension of the 2 x 4 mesh
     assert all(r.get("node") for r in recs)  # each linked to the tracer's op node
     assert any(n.attrs.get("mesh") == "tp=4" for n in g.nodes)
+
+
+def test_llama_70b_shape_on_meta_captures_without_weights() -> None:
+    """Two layers of the 70B shape (hidden 8192, MLP 28672, vocab 128256) on meta, TP x8: one
+    all_reduce after attention and one after the MLP per layer, each the (1, 128, 8192) float32 partial."""
+    bench = _bench()
+    g = fxviz.capture(lambda: bench.llama70b(2), world_size=8)
+    recs = collectives(g)
+    assert [(r["kind"], r["module"]) for r in recs] == [
+        ("all_reduce", f"layers.{i}.{m}") for i in range(2) for m in ("self_attn.o_proj", "mlp.down_proj")]
+    assert {r["bytes"] for r in recs} == {128 * 8192 * 4}
+    assert g.node(next(o for o in g.calls.calls("layers.0.mlp.gate_proj")[0].ops if "linear" in o)).attrs["placements"] == "S(2)"
+    assert not dist.is_initialized()
