@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -279,3 +282,21 @@ def test_llama_70b_shape_on_meta_captures_without_weights() -> None:
     assert {r["bytes"] for r in recs} == {128 * 8192 * 4}
     assert g.node(next(o for o in g.calls.calls("layers.0.mlp.gate_proj")[0].ops if "linear" in o)).attrs["placements"] == "S(2)"
     assert not dist.is_initialized()
+
+
+def test_saved_graph_reads_and_shows_comm_without_torch(tmp_path) -> None:
+    g = fxviz.capture(mlp_factory, world_size=8)
+    f = tmp_path / "g.json"
+    f.write_text(g.to_json())
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from fxviz.ir import Graph; from fxviz.passes.comm import collectives; from fxviz.passes.overlays import overlays\n"
+        f"g = Graph.from_json(open({str(f)!r}).read())\n"
+        "print([c['kind'] for c in collectives(g)], sorted(overlays(g)['comm']['nodes'].values()),\n"
+        "      [n.attrs['placements'] for n in g.nodes if 'placements' in n.attrs])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    placements = [n.attrs["placements"] for n in g.nodes if "placements" in n.attrs]
+    assert "P(sum)" in placements
+    assert out.stdout.strip() == f"['all_reduce'] [256] {placements}"
