@@ -236,6 +236,7 @@ def capture(
     isolate: bool | None = None,
     backward: bool = False,
     loss: Callable[[Any], torch.Tensor] | None = None,
+    world_size: int | None = None,
 ) -> Graph:
     """Capture ``model``'s forward on example inputs as an annotated :class:`~fxviz.ir.Graph`.
 
@@ -269,7 +270,16 @@ def capture(
     ``graph.saved`` lists the tensors autograd keeps for the backward. ``method`` is ``"auto"``
     (the joint graph through export, then the eager tracer), ``"export"`` or ``"eager"``. The
     model's parameters, ``.grad``, buffers and random state are left as they were.
+
+    ``world_size=N`` captures a sharded model without a cluster: ``model`` may then be a factory
+    (``() -> model`` or ``(model, args[, kwargs])``) that runs inside a fake process group of N ranks
+    (:func:`fxviz.torchbridge.distributed.fake_world`; a group the caller made is used and left
+    alone), and the collectives of the run are recorded with torch's ``CommDebugMode``
+    (``graph.annotations["collectives"]``, the ``comm`` overlay, totals per group in the notes).
     """
+    if world_size is not None:
+        return _capture_distributed(model, args, kwargs, world_size, method=method, passes=passes,
+                                    validate=validate, backward=backward, loss=loss)
     if method not in METHODS:
         raise TargetError(f"method {method!r} is not one of {', '.join(METHODS)}")
     model, notes = unwrap(model)
@@ -291,6 +301,35 @@ def capture(
                 raise
             graph.notes = notes + graph.notes
             return run_passes(graph, passes)
+
+
+def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, world_size: int,
+                         **options: Any) -> Graph:
+    """:func:`capture` with ``world_size``: the factory and the capture run in a fake process group."""
+    from fxviz.passes.comm import write_comm
+    from fxviz.torchbridge.comms import CommRecorder
+    from fxviz.torchbridge.distributed import fake_world
+
+    if options["method"] == "auto":  # export fails on DTensor: the eager tracer records the ops
+        options["method"] = "eager"
+    with fake_world(world_size):
+        if not isinstance(model, nn.Module) and callable(model):
+            try:
+                made = model()
+            except TargetError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the factory is the user's code: one line
+                raise TargetError(f"the factory failed under a fake process group of {world_size} ranks: "
+                                  f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+            if isinstance(made, tuple):
+                model, args, kwargs = (*made, None)[:3] if len(made) == 2 else made
+            else:
+                model = made
+        recorder = CommRecorder()
+        with recorder:
+            graph = capture(model, args, kwargs, **options)
+    write_comm(graph, recorder.records)
+    return graph
 
 
 def compare(

@@ -205,7 +205,24 @@ def backward_option(fn: Callable[..., Any]) -> Callable[..., Any]:
                              "the activations saved for the backward (overlays phase, saved).")(fn)
 
 
-_CAPTURE_OPTIONS = ("method", "input_shapes", "dtype", "no_validate", "backward")
+_WORLD_SIZE = "fxviz.world_size"
+
+
+def _set_world_size(ctx: click.Context, _param: click.Parameter, value: int | None) -> None:
+    if value is not None:
+        ctx.meta[_WORLD_SIZE] = value
+
+
+def world_size_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--world-size N``: the factory runs in a fake process group of N ranks (``capture(world_size=N)``)."""
+    return click.option("--world-size", type=click.IntRange(min=1), default=None, expose_value=False,
+                        callback=_set_world_size,
+                        help="Run the factory in a fake process group of N ranks (no cluster) so it can shard "
+                             "the model (init_device_mesh, parallelize_module); collectives are recorded "
+                             "(overlay comm).")(fn)
+
+
+_CAPTURE_OPTIONS = ("method", "input_shapes", "dtype", "no_validate", "backward", "world_size")
 
 
 def given_options(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
@@ -233,7 +250,9 @@ def spec_graph(spec: TargetSpec, input_shapes: tuple[str, ...], dtype: str, meth
         return read_graph(spec.path)
     meta = click.get_current_context().meta
     validate = not meta.get(_NO_VALIDATE, False)
-    backward = {"backward": True} if meta.get(_BACKWARD) else {}
+    backward: dict[str, Any] = {"backward": True} if meta.get(_BACKWARD) else {}
+    if meta.get(_WORLD_SIZE) is not None:
+        backward["world_size"] = meta[_WORLD_SIZE]
     return with_torch(spec).load_graph(spec, input_shapes=input_shapes, dtype=dtype, method=method,
                                        validate=validate, **backward)
 

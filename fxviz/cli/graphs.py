@@ -21,6 +21,7 @@ from fxviz.cli.base import (
     target_options,
     verbose_option,
     with_torch,
+    world_size_option,
 )
 from fxviz.errors import ModelError, TargetError
 from fxviz.targets.parse import recognise
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 @click.option("--unfold", is_flag=True, help="Show every block of a folded run (h.0-11 ×12).")
 @click.option("--plumbing", is_flag=True, help="Show each plumbing op (masks, sizes, checks), not one line per module.")
 @backward_option
+@world_size_option
 @overlay_option
 def tree(target: str, input_shapes: tuple[str, ...], dtype: str, method: str,
          depth: int | None, unfold: bool, plumbing: bool, overlays_given: tuple[str, ...]) -> None:
@@ -53,6 +55,7 @@ def tree(target: str, input_shapes: tuple[str, ...], dtype: str, method: str,
 @click.option("--format", "fmt", type=click.Choice(["fxviz", "model-explorer"]), default="fxviz", show_default=True,
               help="fxviz's graph JSON, or Model Explorer's (each overlay's node data in a file next to it).")
 @backward_option
+@world_size_option
 @overlay_option
 def json_cmd(target: str, input_shapes: tuple[str, ...], dtype: str, method: str, output: str, fmt: str,
              overlays_given: tuple[str, ...]) -> None:
@@ -88,6 +91,7 @@ def json_cmd(target: str, input_shapes: tuple[str, ...], dtype: str, method: str
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default="fxviz-report.html",
               show_default=True, help="Where to write the report.")
 @backward_option
+@world_size_option
 @overlay_option
 def html(target: str, input_shapes: tuple[str, ...], dtype: str, method: str, output: str,
          overlays_given: tuple[str, ...]) -> None:

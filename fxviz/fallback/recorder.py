@@ -23,6 +23,7 @@ from fxviz.fallback.tensors import METAS, ModelState, Versions, tensor_meta, ver
 from fxviz.fallback.values import encode, has_opaque
 from fxviz.ir import ModuleCall, Node, Ref, SourceLoc
 from fxviz.ops import DROPOUTS, RANDOM
+from fxviz.torchbridge.distributed import placement_attrs
 from fxviz.torchbridge.guard import named_modules
 
 # Bound once: ``Action.SKIP`` is an attribute lookup on the enum class, ~150 ns on Python 3.11; a
@@ -321,6 +322,8 @@ class Recorder:
             meta = METAS.get((out.shape, out.dtype, out.device))  # tensor_meta(), inlined
             metas: tuple[Any, ...] = (meta if meta is not None else tensor_meta(out),)
             has_tensor = True
+            if type(out) is not torch.Tensor and hasattr(out, "placements"):  # a DTensor: where it lives
+                attrs.update(placement_attrs(out))
         else:
             if isinstance(out, (tuple, list)) and action is not _EXIT:
                 outs = tuple(out)

@@ -239,7 +239,8 @@ class ModelState:
                 self._scan_attributes(self._modules)
             self._by_storage = {}
             for tensor, _, _ in self._names.values():
-                if not tensor.is_meta:
+                # a DTensor's (subclass) storage has no data pointer: only plain tensors share storage
+                if not tensor.is_meta and type(tensor) in (torch.Tensor, nn.Parameter):
                     self._by_storage.setdefault(tensor.untyped_storage().data_ptr(), tensor)
         owner = self._by_storage.get(t.untyped_storage().data_ptr())
         if owner is not None:

@@ -27,6 +27,7 @@ from fxviz.passes import DEFAULT, run_passes
 from fxviz.symbolic.pt2 import graph_from_pt2
 from fxviz.targets.parse import TargetSpec, parse_shape, read_graph
 from fxviz.targets.shapes import shapes_fit, suggest
+from fxviz.torchbridge.distributed import fake_world
 
 _INT_DTYPES = {torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
 
@@ -189,7 +190,7 @@ def _model_runs() -> Iterator[None]:
 
 def load_graph(
     spec: TargetSpec, *, input_shapes: Sequence[str] = (), dtype: str = "float32", method: str = "auto",
-    validate: bool = True, backward: bool = False,
+    validate: bool = True, backward: bool = False, world_size: int | None = None,
 ) -> Graph:
     """The annotated graph of any target: a saved graph read, a ``.pt2`` file converted, or a
     factory's model captured with ``method`` (``validate``, ``backward``: see :func:`fxviz.capture`)."""
@@ -197,6 +198,12 @@ def load_graph(
         return read_graph(spec.path)
     if spec.kind == "pt2":
         return run_passes(graph_from_pt2(spec.path), DEFAULT)
+    if world_size is not None:  # the factory shards the model: it runs inside the fake group
+        with fake_world(world_size):
+            t = load_factory(spec, input_shapes=input_shapes, dtype=dtype)
+            with t.runs(), _model_runs():
+                return capture(t.model, t.args, t.kwargs, method=method, validate=validate, backward=backward,
+                               world_size=world_size)
     t = load_factory(spec, input_shapes=input_shapes, dtype=dtype)
     with t.runs(), _model_runs():
         return capture(t.model, t.args, t.kwargs, method=method, validate=validate, backward=backward)

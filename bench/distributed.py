@@ -1,0 +1,170 @@
+"""Capturing tensor-parallel models under a fake process group (issue 22).
+
+    PYTHONPATH=$PWD python bench/distributed.py [--reps 5] [--layers 80]
+
+1. A TP-sharded LLaMA-shaped decoder (small) at world size 8 against the same model unsharded:
+   process CPU time, interleaved repetitions, medians, ratio (target <= 1.5x).
+2. The LLaMA-70B shape (hidden 8192, 80 layers, 64 heads, 8 KV heads, MLP 28672, vocab 128256) on
+   meta, sharded 8 ways: time and peak memory (target < 30 s, < 2 GB).
+3. CommDebugMode alone on the same sharded model, for comparison: its time and its counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.debug import CommDebugMode
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+import fxviz
+from fxviz.passes.comm import collectives
+from fxviz.torchbridge.distributed import fake_world
+
+
+class Attention(nn.Module):
+    def __init__(self, d: int, heads: int, kv: int) -> None:
+        super().__init__()
+        self.hd = d // heads
+        self.q_proj = nn.Linear(d, d, bias=False)
+        self.k_proj = nn.Linear(d, kv * self.hd, bias=False)
+        self.v_proj = nn.Linear(d, kv * self.hd, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q = self.q_proj(x).view(b, s, -1, self.hd).transpose(1, 2)
+        k = self.k_proj(x).view(b, s, -1, self.hd).transpose(1, 2)
+        v = self.v_proj(x).view(b, s, -1, self.hd).transpose(1, 2)
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(a.transpose(1, 2).reshape(b, s, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, d: int, ff: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(d, ff, bias=False)
+        self.up_proj = nn.Linear(d, ff, bias=False)
+        self.down_proj = nn.Linear(ff, d, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, d: int, heads: int, kv: int, ff: int) -> None:
+        super().__init__()
+        self.input_layernorm = nn.RMSNorm(d)
+        self.self_attn = Attention(d, heads, kv)
+        self.post_attention_layernorm = nn.RMSNorm(d)
+        self.mlp = MLP(d, ff)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Decoder(nn.Module):
+    def __init__(self, vocab: int, d: int, layers: int, heads: int, kv: int, ff: int) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, d)
+        self.layers = nn.ModuleList(Layer(d, heads, kv, ff) for _ in range(layers))
+        self.norm = nn.RMSNorm(d)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed_tokens(ids)
+        for layer in self.layers:
+            x = layer(x)
+        return self.norm(x)
+
+
+def shard(model: Decoder) -> Decoder:
+    """Tensor parallel over every rank (Megatron style: colwise in, rowwise out)."""
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for layer in model.layers:
+        parallelize_module(layer, mesh, {
+            "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
+            "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(),
+            "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(), "mlp.down_proj": RowwiseParallel(),
+        })
+    return model
+
+
+SMALL = {"vocab": 1000, "d": 256, "layers": 4, "heads": 8, "kv": 8, "ff": 512}
+L70B = {"vocab": 128256, "d": 8192, "layers": 80, "heads": 64, "kv": 8, "ff": 28672}
+
+
+def small_sharded() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return shard(Decoder(**SMALL)), (torch.randint(0, 1000, (2, 16)),)
+
+
+def llama70b(layers: int = 80) -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """The 70B shape on meta, sharded over every rank: no memory for weights is taken."""
+    with torch.device("meta"):
+        model = Decoder(**{**L70B, "layers": layers})
+    return shard(model), (torch.zeros(1, 128, dtype=torch.long, device="meta"),)
+
+
+def cpu(fn: object) -> float:
+    t = time.process_time()
+    fn()  # type: ignore[operator]
+    return time.process_time() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--layers", type=int, default=80)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+
+    torch.manual_seed(0)
+    plain, plain_args = Decoder(**SMALL), (torch.randint(0, 1000, (2, 16)),)
+    with fake_world(8):
+        sharded, args = small_sharded()
+        fxviz.capture(plain, plain_args, method="eager")  # warm both paths
+        fxviz.capture(sharded, args, world_size=8)
+        base, tp, comm, walls, fwd = [], [], [], [], []
+        for _ in range(a.reps):  # interleaved
+            base.append(cpu(lambda: fxviz.capture(plain, plain_args, method="eager")))
+            w = time.perf_counter()
+            tp.append(cpu(lambda: fxviz.capture(sharded, args, world_size=8)))
+            walls.append(time.perf_counter() - w)
+            mode = CommDebugMode()
+
+            def run(mode: CommDebugMode = mode) -> None:
+                with mode:
+                    sharded(*args)
+            comm.append(cpu(run))
+            fwd.append(cpu(lambda: sharded(*args)))  # DTensor's own dispatch, nothing recorded
+        g = fxviz.capture(sharded, args, world_size=8)
+    b, t, c = statistics.median(base), statistics.median(tp), statistics.median(comm)
+    print(f"small decoder ({SMALL['layers']} layers) eager capture: unsharded {b * 1e3:.0f} ms CPU, "
+          f"TP x8 {t * 1e3:.0f} ms CPU ({statistics.median(walls) * 1e3:.0f} ms wall), ratio {t / b:.2f}x (target <= 1.5x)")
+    print(f"  the sharded forward alone (DTensor dispatch, no fxviz): {statistics.median(fwd) * 1e3:.0f} ms CPU")
+    print(f"  CommDebugMode alone on the sharded forward: {c * 1e3:.0f} ms CPU; "
+          f"counts {mode.get_total_counts()} collectives; fxviz: {len(collectives(g))} with bytes, module, node")
+
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    w, t0 = time.perf_counter(), time.process_time()
+    g = fxviz.capture(lambda: llama70b(a.layers), world_size=8)
+    cpu70, wall70 = time.process_time() - t0, time.perf_counter() - w
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    total = sum(r["bytes"] for r in collectives(g))
+    print(f"LLaMA-70B shape ({a.layers} layers) on meta, TP x8: {cpu70:.1f} s CPU, {wall70:.1f} s wall, "
+          f"peak RSS {rss / 1024:.0f} MB (was {rss0 / 1024:.0f} MB before), {len(g.nodes)} nodes, "
+          f"{len(collectives(g))} collectives, {total:,} bytes per rank (targets < 30 s, < 2 GB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""A fake process group for capturing sharded models in one process, without a cluster.
+
+:func:`fake_world` runs code inside ``dist.init_process_group("fake", store=FakeStore(), rank=0,
+world_size=N)`` (torch's own fake backend: collectives return at once, no network), so a factory can
+call ``init_device_mesh("cpu", ...)``, ``parallelize_module`` and ``fully_shard`` as real training
+code does. Only what it created is destroyed: a group the caller made is left alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch.distributed as dist
+
+from fxviz.errors import TargetError
+
+
+@contextlib.contextmanager
+def fake_world(world_size: int) -> Iterator[bool]:
+    """Run the body inside a fake process group of ``world_size`` ranks (this process is rank 0).
+
+    Yields whether this call created the group. When a default group already exists it is used as
+    it is (its world size must match) and left initialised afterwards."""
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise TargetError(f"world size {world_size!r} is not a positive whole number of ranks")
+    if not dist.is_available():
+        raise TargetError("this torch build has no torch.distributed: capture without world_size")
+    if dist.is_initialized():
+        have = dist.get_world_size()
+        if have != world_size:
+            raise TargetError(f"a process group of world size {have} is already initialised; "
+                              f"pass world_size={have} or destroy it first")
+        yield False
+        return
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        yield True
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+
+def placement_attrs(t: object) -> dict[str, str]:
+    """A DTensor's placement as JSON-safe node attrs: ``placements`` (``S(0)``, ``R``, ``P(sum)``, one per
+    mesh dimension, comma-separated) and ``mesh`` (its shape, with dimension names when it has them)."""
+    placements = getattr(t, "placements", ())
+    mesh = getattr(t, "device_mesh", None)
+    shape = tuple(mesh.shape) if mesh is not None else ()
+    names = getattr(mesh, "mesh_dim_names", None) if mesh is not None else None
+    where = ", ".join(f"{n}={s}" for n, s in zip(names, shape, strict=False)) if names else "x".join(map(str, shape))
+    return {"placements": ", ".join(str(p) for p in placements), "mesh": where}
+
+
+__all__ = ["fake_world", "placement_attrs"]

@@ -1,0 +1,302 @@
+"""Capturing sharded models under a fake process group (issue 22 points 1, 2, 6)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.debug import CommDebugMode
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
+
+import fxviz
+from fxviz.errors import TargetError
+from fxviz.ir import Graph
+from fxviz.passes.comm import collectives
+from fxviz.passes.overlays import overlays
+from fxviz.torchbridge.comms import CommRecorder, _kind
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(16, 64)
+        self.down = nn.Linear(64, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = nn.Linear(32, 32)
+        self.k = nn.Linear(32, 32)
+        self.v = nn.Linear(32, 32)
+        self.o = nn.Linear(32, 32)
+        self.mlp = MLPWide()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q, k, v = (t.view(b, s, -1, 8).transpose(1, 2) for t in (self.q(x), self.k(x), self.v(x)))
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        h = x + self.o(a.transpose(1, 2).reshape(b, s, -1))
+        return h + self.mlp(h)
+
+
+class MLPWide(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(32, 64)
+        self.down = nn.Linear(64, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def mlp_factory():
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    m = parallelize_module(MLP(), mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    return m, (torch.randn(4, 16),)
+
+
+def block_factory():
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    plan = {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(), "o": RowwiseParallel(),
+            "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()}
+    return parallelize_module(Block(), mesh, plan), (torch.randn(2, 5, 32),)
+
+
+def oracle(factory, world_size: int) -> dict[str, dict[str, int]]:
+    """CommDebugMode's own per-module counts on the same model and inputs."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        model, args = factory()
+        mode = CommDebugMode()
+        with mode:
+            model(*args)
+        return {("" if k == "Global" else k.partition(".")[2]): {_kind(str(op)): n for op, n in v["forward"].items() if n}
+                for k, v in mode.comm_module_counts.items()}
+    finally:
+        dist.destroy_process_group()
+
+
+def counts(graph: Graph) -> dict[str, dict[str, int]]:
+    """Per-module counts from the graph's records, own and inherited by every ancestor (as CommDebugMode)."""
+    out: dict[str, dict[str, int]] = {}
+    for r in collectives(graph):
+        path = r["module"]
+        parts = path.split(".") if path else []
+        for k in range(len(parts), -1, -1):
+            prefix = ".".join(parts[:k])
+            if k and not graph.calls.calls(prefix):  # a container never called (ModuleList): no module of its own
+                continue
+            d = out.setdefault(prefix, {})
+            d[r["kind"]] = d.get(r["kind"], 0) + 1
+    return out
+
+
+def _bench() -> Any:
+    spec = importlib.util.spec_from_file_location("bench_distributed", Path(__file__).parent.parent / "bench" / "distributed.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def sp_factory():
+    """A LLaMA-shaped decoder on a 2-D mesh (dp x tp), tensor and sequence parallel over tp."""
+    mesh = init_device_mesh("cpu", (2, dist.get_world_size() // 2), mesh_dim_names=("dp", "tp"))
+    torch.manual_seed(0)
+    m = _bench().Decoder(vocab=100, d=64, layers=2, heads=8, kv=4, ff=128)
+    to_replicate = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    for layer in m.layers:
+        parallelize_module(layer, mesh["tp"], {
+            "input_layernorm": SequenceParallel(), "self_attn": to_replicate,
+            "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
+            "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
+            "post_attention_layernorm": SequenceParallel(), "mlp": to_replicate,
+            "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
+            "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+        })
+    parallelize_module(m, mesh["tp"], {"embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+                                       "norm": SequenceParallel()})
+    return m, (torch.randint(0, 100, (2, 16)),)
+
+
+@pytest.mark.parametrize(("factory", "world_size"), [(mlp_factory, 8), (block_factory, 4), (sp_factory, 8)])
+def test_counts_per_module_equal_comm_debug_mode(factory, world_size: int) -> None:
+    assert not dist.is_initialized()
+    g = fxviz.capture(factory, world_size=world_size)
+    assert not dist.is_initialized()  # the group fxviz made is gone
+    want = oracle(factory, world_size)
+    assert counts(g) == want
+    assert sum(want[""].values()) >= 1
+
+
+def test_tp_mlp_one_all_reduce_with_bytes_and_overlay() -> None:
+    g = fxviz.capture(mlp_factory, world_size=8)
+    recs = collectives(g)
+    assert [(r["kind"], r["module"]) for r in recs] == [("all_reduce", "down")]
+    assert recs[0]["bytes"] == 4 * 16 * 4  # the partial (4, 16) float32 output of the rowwise layer
+    assert recs[0]["source"].endswith(".py:" + recs[0]["source"].rsplit(":", 1)[1])
+    node = g.node(recs[0]["node"])
+    assert "all_reduce" in node.target and g.calls.of(node.name).path == "down"
+    comm = overlays(g)["comm"]
+    assert comm["modules"] == {g.calls.calls("down")[0].id: 256, g.calls.root.id: 256}
+    assert comm["nodes"] == {node.name: 256}
+    assert any("collectives on group" in n and "(8 ranks): 1, 256 bytes" in n for n in g.notes)
+
+
+def test_caller_group_left_alone() -> None:
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        g = fxviz.capture(mlp_factory, world_size=2)
+        assert dist.is_initialized() and dist.get_world_size() == 2
+        assert len(collectives(g)) == 1
+        with pytest.raises(TargetError, match="already initialised"):
+            fxviz.capture(mlp_factory, world_size=8)
+        assert dist.is_initialized()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_json_round_trip_keeps_collectives_and_overlay() -> None:
+    g = fxviz.capture(mlp_factory, world_size=8)
+    g2 = Graph.from_json(g.to_json())
+    assert collectives(g2) == collectives(g)
+    assert overlays(g2)["comm"]["modules"] == overlays(g)["comm"]["modules"]
+    json.loads(g.to_json())
+
+
+def test_bad_world_size_and_cuda_factory_are_one_line() -> None:
+    def needs_two_dims():
+        init_device_mesh("cpu", (3, 3))
+        return MLP(), (torch.randn(2, 16),)
+
+    def needs_cuda():
+        return MLP().to("cuda"), (torch.randn(2, 16),)
+
+    for f in (needs_two_dims, needs_cuda):
+        with pytest.raises(TargetError) as e:
+            fxviz.capture(f, world_size=4)
+        assert "\n" not in str(e.value) and "fake process group of 4" in str(e.value)
+        assert not dist.is_initialized()
+    with pytest.raises(TargetError, match="positive"):
+        fxviz.capture(mlp_factory, world_size=0)
+
+
+def test_recorder_is_comm_debug_mode() -> None:
+    assert issubclass(CommRecorder, CommDebugMode)
+
+
+FACTORY = '''
+import torch, torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(16, 64)
+        self.down = nn.Linear(64, 16)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+def build():
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    return parallelize_module(MLP(), mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()}), (torch.randn(4, 16),)
+'''
+
+
+def test_cli_world_size_json(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from fxviz.cli import cli
+
+    f = tmp_path / "tp.py"
+    f.write_text(FACTORY)
+    out = tmp_path / "g.json"
+    r = CliRunner().invoke(cli, ["json", f"{f}:build", "--world-size", "8", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert not dist.is_initialized()
+    g = Graph.from_json(out.read_text())
+    assert [(c["kind"], c["module"], c["bytes"]) for c in collectives(g)] == [("all_reduce", "down", 256)]
+    r = CliRunner().invoke(cli, ["tree", f"{f}:build", "--world-size", "8", "--overlay", "comm"])
+    assert r.exit_code == 0, r.output
+    assert "comm" in r.output or "256" in r.output
+
+
+def test_dtensor_outputs_carry_their_placement() -> None:
+    g = fxviz.capture(mlp_factory, world_size=8)
+    by_target = {n.target: n for n in g.nodes if n.kind == "op"}
+    up = g.node(g.calls.calls("up")[0].ops[-1])  # the colwise layer's output: sharded on its last dim
+    assert up.attrs["placements"] == "S(1)" and up.attrs["mesh"] == "8"
+    relu = next(n for t, n in by_target.items() if "relu" in t)
+    assert "placements" not in relu.attrs and relu.outputs[0].shape == (4, 8)  # the local shard, a plain tensor
+    down = g.node(next(o for o in g.calls.calls("down")[0].ops if "linear" in o))
+    assert down.attrs["placements"] == "P(sum)"  # partial sums: why the all_reduce follows
+    g2 = Graph.from_json(g.to_json())
+    assert g2.node(up.name).attrs["placements"] == "S(1)"
+
+
+def test_sequence_parallel_on_2d_mesh_groups_and_placements() -> None:
+    g = fxviz.capture(sp_factory, world_size=8)
+    recs = collectives(g)
+    assert {r["kind"] for r in recs} == {"all_gather", "reduce_scatter"}
+    assert {r["group_size"] for r in recs} == {4}  # the tp dimension of the 2 x 4 mesh
+    assert all(r.get("node") for r in recs)  # each linked to the tracer's op node
+    assert any(n.attrs.get("mesh") == "tp=4" for n in g.nodes)
+
+
+def test_llama_70b_shape_on_meta_captures_without_weights() -> None:
+    """Two layers of the 70B shape (hidden 8192, MLP 28672, vocab 128256) on meta, TP x8: one
+    all_reduce after attention and one after the MLP per layer, each the (1, 128, 8192) float32 partial."""
+    bench = _bench()
+    g = fxviz.capture(lambda: bench.llama70b(2), world_size=8)
+    recs = collectives(g)
+    assert [(r["kind"], r["module"]) for r in recs] == [
+        ("all_reduce", f"layers.{i}.{m}") for i in range(2) for m in ("self_attn.o_proj", "mlp.down_proj")]
+    assert {r["bytes"] for r in recs} == {128 * 8192 * 4}
+    assert g.node(next(o for o in g.calls.calls("layers.0.mlp.gate_proj")[0].ops if "linear" in o)).attrs["placements"] == "S(2)"
+    assert not dist.is_initialized()
+
+
+def test_saved_graph_reads_and_shows_comm_without_torch(tmp_path) -> None:
+    g = fxviz.capture(mlp_factory, world_size=8)
+    f = tmp_path / "g.json"
+    f.write_text(g.to_json())
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from fxviz.ir import Graph; from fxviz.passes.comm import collectives; from fxviz.passes.overlays import overlays\n"
+        f"g = Graph.from_json(open({str(f)!r}).read())\n"
+        "print([c['kind'] for c in collectives(g)], sorted(overlays(g)['comm']['nodes'].values()),\n"
+        "      [n.attrs['placements'] for n in g.nodes if 'placements' in n.attrs])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    placements = [n.attrs["placements"] for n in g.nodes if "placements" in n.attrs]
+    assert "P(sum)" in placements
+    assert out.stdout.strip() == f"['all_reduce'] [256] {placements}"
