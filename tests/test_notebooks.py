@@ -65,6 +65,15 @@ def quickstart(notebook_kernel: str, bundle: Path) -> dict[str, Any]:
 
 
 @pytest.mark.notebook
+def test_quickstart_training_step_counts_the_saved_activations(quickstart: dict[str, Any]) -> None:
+    """Linear(16, 64)-GELU-Linear(64, 8) on a 32x16 input: autograd keeps the first Linear's output
+    and the GELU's output, 32x64 float32 each (16,384 bytes; parameters and the input cost none)."""
+    text = text_of(quickstart["train-tree"])
+    assert text.startswith("16384 bytes saved for the backward")
+    assert "grad of 0.weight" in text and "8.0 KiB" in text
+
+
+@pytest.mark.notebook
 def test_quickstart_cnn_tree_shows_the_parallel_branches(quickstart: dict[str, Any]) -> None:
     text = text_of(quickstart["cnn-tree"])
     assert "CoolCNN  captured by torch.export" in text
