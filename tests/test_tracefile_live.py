@@ -45,6 +45,10 @@ def both(tmp_path_factory):
     from torch._logging._internal import TorchLogsFormatter, trace_log
 
     torch._dynamo.reset()
+    # Without TORCH_TRACE, torch's LazyTraceHandler removes itself from trace_log on the first
+    # event of the process, while logging iterates over the handlers: the handler after it misses
+    # that event. Let it go first, so that both handlers below see the same events.
+    torch._logging.trace_structured("str", lambda: ("fxviz test", -1))
     path = tmp_path_factory.mktemp("trace") / "dedicated_log_torch_trace_test.log"
     handler = logging.FileHandler(path)
     handler.setFormatter(TorchLogsFormatter(trace=True))

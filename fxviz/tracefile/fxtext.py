@@ -25,6 +25,7 @@ read raises :class:`~fxviz.tracefile.errors.TraceFileError` naming the line.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 from fxviz.ir import Graph, Node, Ref, SourceLoc, TensorMeta
@@ -242,15 +243,12 @@ class _Reader:
     def _meta(self, ann: str | None, i: int) -> tuple[tuple[TensorMeta, ...], list[Any]]:
         if not ann:
             return (), []
-        metas: list[TensorMeta] = []
-        strides: list[Any] = []
-        for part in _split_top(ann):
-            meta, stride = _tensor_meta(part.strip())
-            if meta is None:
-                raise _error(self.name, i, ann, "cannot read this annotation")
-            metas.append(meta)
-            strides.append(stride)
-        return tuple(metas), strides if any(s is not None for s in strides) else []
+        read = _annotation(ann)
+        if read is None:
+            raise _error(self.name, i, ann, "cannot read this annotation")
+        metas, strides = read
+        return metas, [list(s) if s is not None else None for s in strides] if any(
+            s is not None for s in strides) else []
 
     def _statement(self, i: int, s: str) -> None:
         if "fx_pytree.tree_flatten_spec(" in s or re.match(r"^\w+(\s*,\s*\w+)*\s*,\s*=", s):
@@ -434,6 +432,29 @@ def _dim(text: str) -> int | str:
     return int(text) if text.lstrip("-").isdigit() else text
 
 
+_ONE_TENSOR = re.compile(r"^[a-z0-9]+\[[^\]]*\](?:\[[^\]]*\])?[^,\s]*$")
+
+
+@lru_cache(maxsize=65536)
+def _annotation(ann: str) -> tuple[tuple[TensorMeta, ...], tuple[tuple[int | str, ...] | None, ...]] | None:
+    """The outputs an annotation describes (one per comma-separated part) and their strides;
+    None when a part cannot be read. Annotations repeat: the result is cached."""
+    parts = [ann] if _ONE_TENSOR.match(ann) else _split_top(ann)
+    metas: list[TensorMeta] = []
+    strides: list[tuple[int | str, ...] | None] = []
+    for part in parts:
+        meta, stride = _tensor_meta(part.strip())
+        if meta is None:
+            return None
+        metas.append(meta)
+        strides.append(tuple(stride) if stride is not None else None)
+    return tuple(metas), tuple(strides)
+
+
+def _dims(text: str) -> list[str]:
+    return text.split(",") if "(" not in text else _split_top(text)
+
+
 def _tensor_meta(ann: str) -> tuple[TensorMeta | None, list[int | str] | None]:
     """``f32[32, 64][64, 1]cpu`` -> (TensorMeta((32, 64), "float32", "cpu"), [64, 1]);
     ``Sym(s0)`` -> an int scalar whose value is ``s0``."""
@@ -448,6 +469,6 @@ def _tensor_meta(ann: str) -> tuple[TensorMeta | None, list[int | str] | None]:
     if m is None:
         return None, None
     dtype = DTYPES.get(m.group(1), m.group(1))
-    shape = tuple(_dim(d) for d in _split_top(m.group(2)))
-    stride = [_dim(d) for d in _split_top(m.group(3))] if m.group(3) is not None else None
+    shape = tuple(_dim(d) for d in _dims(m.group(2)) if d.strip())
+    stride = [_dim(d) for d in _dims(m.group(3)) if d.strip()] if m.group(3) is not None else None
     return TensorMeta(shape, dtype, m.group(4).strip()), stride

@@ -104,8 +104,10 @@ def _scan_file(path: Path, scan: _Scanner) -> None:
             if cut < 0:
                 pending.append(chunk)
                 continue
-            pending.append(chunk[:cut])
-            scan.text(b"".join(pending).decode("utf-8", "replace"), final=False)
+            head = memoryview(chunk)[:cut]  # decoded without a copy of the bytes
+            data = b"".join([*pending, head]) if pending else head
+            scan.text(str(data, "utf-8", "replace"), final=False)
+            del head, data
             pending = [chunk[cut:]]
         if pending:
             scan.text(b"".join(pending).decode("utf-8", "replace"), final=True)
