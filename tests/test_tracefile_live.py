@@ -88,3 +88,27 @@ def test_live_and_saved_read_the_same(both):
         assert '"frame_compile_id": 0' in text[a.line - 1]
     # the live path numbers events from 1 in the order torch logged them
     assert live.compiles[0].artifacts[0].file == "<live run>"
+
+
+_FIRST_EVENT = """
+import json, torch
+from fxviz.torchbridge.tracelog import structured_trace
+with structured_trace() as events:
+    torch.compile(lambda x: x.sin() + 1, backend="eager")(torch.randn(3))
+meta, payload = events[0]
+print(next(iter(meta)), json.loads(payload)["name"], json.loads(payload)["ph"])
+"""
+
+
+def test_the_live_collector_sees_the_first_event_of_a_fresh_process() -> None:
+    """With TORCH_TRACE unset, torch's lazy trace handler removes itself from the logger while the
+    process's first event is logged; a collector after it in the handler list missed that event
+    (the ``dynamo`` phase's begin, so the phase's end had no start)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_TRACE"}
+    out = subprocess.run([sys.executable, "-c", _FIRST_EVENT], capture_output=True, text=True, env=env,
+                         timeout=300, check=True)
+    assert out.stdout.split() == ["chromium_event", "dynamo", "B"]

@@ -42,7 +42,9 @@ def structured_trace(*, provenance: bool = True) -> Iterator[list[Event]]:
     level = trace_log.level
     patch = (inductor_config.patch({"trace.provenance_tracking_level": 1}) if provenance
              else contextlib.nullcontext())
-    trace_log.addHandler(handler)
+    # first in line: torch's own lazy file handler (TORCH_TRACE unset) removes itself from the list
+    # while the first event is logged, and the handler after it in the list would miss that event
+    trace_log.handlers.insert(0, handler)
     if not trace_log.isEnabledFor(logging.DEBUG):
         trace_log.setLevel(logging.DEBUG)
     try:
