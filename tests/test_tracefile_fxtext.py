@@ -156,6 +156,24 @@ def test_symbolic_sizes_operators_methods_custom_ops_and_submodules():
                        "annotations['subgraphs']: submod_0"]
 
 
+def test_inference_graphs_and_subscripts_with_slices_read():
+    """torch 2.13 prints an inference graph's class as ``<lambda>``, and GPT-2's Dynamo graph
+    indexes with a tuple of slices: both were unreadable."""
+    text = (
+        "class <lambda>(torch.nn.Module):\n"
+        '    def forward(self, arg0_1: "f32[1, 7, 32][224, 32, 1]cpu"):\n'
+        '        h: "f32[1, 7, 32][224, 32, 1]cpu" = arg0_1[(slice(None, None, None), slice(0, None, None), Ellipsis)]\n'
+        '        relu: "f32[1, 7, 32][224, 32, 1]cpu" = torch.ops.aten.relu.default(h);  h = None\n'
+        "        return (relu,)\n"
+    )
+    g = parse_graph(text, name="g")
+    h = g.node("h")
+    assert h.target == "operator.getitem" and [r.node for r in h.inputs] == ["arg0_1"]
+    assert h.attrs["args"] == "(slice(None, None, None), slice(0, None, None), Ellipsis)"
+    assert h.meta == TensorMeta((1, 7, 32), "float32", "cpu")
+    assert [r.node for r in g.node("relu").inputs] == ["h"]
+
+
 @pytest.mark.parametrize(("text", "where"), [
     ("class G(torch.nn.Module):\n    def forward(self, x):\n        y = x +* 2\n        return y\n",
      "line 3"),

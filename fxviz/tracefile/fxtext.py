@@ -47,7 +47,7 @@ BINARY = {
 UNARY = {"-": "neg", "~": "invert", "not ": "not_"}
 TORCH_NAMESPACES = frozenset({"aten", "prims", "quantized"})
 
-_CLASS = re.compile(r"^(\s*)class (\w+)\(.*\):\s*$")
+_CLASS = re.compile(r"^(\s*)class (\w+|<lambda>)\(.*\):\s*$")  # inference graphs print as <lambda>
 _DEF = re.compile(r"^(\s*)def forward\(")
 _ASSIGN = re.compile(r'^(\w+)(?:\s*:\s*"([^"]*)")?\s*=\s*(.*)$')
 _DECLARE = re.compile(r'^(\w+)\s*:\s*"([^"]*)"\s*(?:#\s*(.*))?$')
@@ -58,6 +58,7 @@ _SYM = re.compile(r"^Sym\((.*)\)$")
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _STRINGS = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 _INDEX = re.compile(r"^(\w+)\[(-?\d+)\]$")
+_SUBSCRIPT = re.compile(r"^(\w+)\[(.*)\]$", re.DOTALL)
 _CALLEE = re.compile(r"^([A-Za-z_][\w.]*)\((.*)\)$", re.DOTALL)
 _INFIX = re.compile(r"^(\S+) (" + "|".join(re.escape(o) for o in sorted(BINARY, key=len, reverse=True))
                     + r") (\S+)$")
@@ -297,6 +298,10 @@ class _Reader:
             src, index = self.by_name[m.group(1)], int(m.group(2))
             attrs["index"] = index
             return "operator.getitem", [Ref(src.name, index)]
+        m = _SUBSCRIPT.match(rhs)
+        if m is not None and m.group(1) in self.by_name and _balanced(m.group(2)):
+            attrs["args"] = m.group(2)  # slices, None, Ellipsis: ``x[(slice(None, None, None), 0)]``
+            return "operator.getitem", [Ref(m.group(1)), *self._refs(m.group(2))]
         m = _CALLEE.match(rhs)
         if m is not None and _balanced(m.group(2)):
             callee, args = m.group(1), m.group(2)

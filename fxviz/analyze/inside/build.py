@@ -34,7 +34,6 @@ _SECONDS = {
     "partition": ("min_cut_rematerialization_partition",),
 }
 _STATE = re.compile(r"_(?:parameters|buffers)_")
-_LAMBDA = re.compile(r"^class <lambda>\(")
 
 
 def build(trace: Trace, *, eager_ops: Mapping[str, Mapping[str, str]] | None = None, eager: Graph | None = None,
@@ -62,7 +61,6 @@ def _parse(a: Artifact, name: str, notes: list[str]) -> Graph | None:
     text = a.payload if isinstance(a.payload, str) else None
     if not text:
         return None
-    text = _LAMBDA.sub("class GraphModule(", text, count=1)  # inference graphs print as class <lambda>
     try:
         return parse_graph(text, name=name)
     except Exception as e:  # noqa: BLE001 - a graph torch printed that fxviz cannot read: note it
