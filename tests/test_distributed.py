@@ -356,3 +356,27 @@ def test_saved_graph_reads_and_shows_comm_without_torch(tmp_path) -> None:
     placements = [n.attrs["placements"] for n in g.nodes if "placements" in n.attrs]
     assert "P(sum)" in placements
     assert out.stdout.strip() == f"['all_reduce'] [256] {placements}"
+
+
+def fsdp_factory():
+    """FSDP2 over a 1-D ``dp`` mesh: each block and the root sharded, as in training code."""
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("dp",))
+    torch.manual_seed(0)
+    m = nn.Sequential(MLP(), MLP())
+    for block in m:
+        fully_shard(block, mesh=mesh)
+    fully_shard(m, mesh=mesh)
+    return m, (torch.randn(4, 16),)
+
+
+def test_fsdp2_all_gather_per_sharded_block_equals_comm_debug_mode() -> None:
+    g = fxviz.capture(fsdp_factory, world_size=4)
+    assert not dist.is_initialized()
+    assert counts(g) == oracle(fsdp_factory, 4)
+    recs = collectives(g)
+    assert [(r["kind"], r["module"], r["mesh_dim"], r["group_size"]) for r in recs] == [
+        ("all_gather", m, "dp", 4) for m in ("0", "1")]
+    params = sum(p.numel() for p in MLP().parameters())  # 16*64 + 64 + 64*16 + 16 = 2128 floats
+    assert [r["bytes"] for r in recs] == [params // 4 * 4] * 2  # each rank sends its quarter (float32)

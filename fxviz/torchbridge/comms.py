@@ -29,6 +29,10 @@ from fxviz.torchbridge.source import is_user_file
 COLLECTIVES = frozenset({*NATIVE_TO_PY_MAPPING, *NATIVE_TO_PY_MAPPING.values(), *c10d_collective_ops,
                          torch.ops._dtensor.shard_dim_alltoall})
 
+#: op packet -> the position of the tensors each rank sends: ``c10d``'s gathers and scatters take
+#: the output first, then the input
+SENDS = {p: 1 if p.default._schema.arguments[0].name.startswith("output") else 0 for p in COLLECTIVES}
+
 #: op name fragments -> collective kind
 KINDS = (("all_reduce", "all_reduce"), ("allreduce", "all_reduce"), ("reduce_scatter", "reduce_scatter"),
          ("all_gather", "all_gather"), ("allgather", "all_gather"), ("all_to_all", "all_to_all"),
@@ -142,7 +146,7 @@ class CommRecorder(TorchDispatchMode):
             source = _user_line()
         self.records.append({
             "op": op, "kind": _kind(op), "group": group, "group_size": size,
-            "bytes": _bytes(args[0]) if args else 0, "module": module,
+            "bytes": _bytes(args[SENDS[func._overloadpacket]]) if args else 0, "module": module,
             "phase": "backward" if torch._C._current_autograd_node() is not None else "forward",
             "source": source,
         })
