@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import resource
 import statistics
 import time
@@ -137,8 +138,14 @@ class CommDebugRecorder(CommDebugMode):  # type: ignore[misc]
         return out
 
 
-def old_capture(model: nn.Module, args: tuple[torch.Tensor]) -> None:
-    light, comms.CommRecorder = comms.CommRecorder, CommDebugRecorder  # type: ignore[misc]
+class NoRecorder(contextlib.nullcontext):  # type: ignore[type-arg]
+    """Records nothing: the sharded capture's floor (the tracer on DTensor's dispatch)."""
+
+    records: list[dict[str, object]] = []
+
+
+def old_capture(model: nn.Module, args: tuple[torch.Tensor], recorder: type = CommDebugRecorder) -> None:
+    light, comms.CommRecorder = comms.CommRecorder, recorder  # type: ignore[misc]
     try:
         fxviz.capture(model, args, world_size=8)
     finally:
@@ -165,7 +172,7 @@ def main() -> None:
         fxviz.capture(plain, plain_args, method="eager")  # warm both paths
         fxviz.capture(sharded, args, world_size=8)
         old_capture(sharded, args)
-        base, tp, old, comm, walls, old_walls, fwd = [], [], [], [], [], [], []
+        base, tp, old, comm, walls, old_walls, fwd, floor = [], [], [], [], [], [], [], []
         for _ in range(a.reps):  # interleaved
             base.append(cpu(lambda: fxviz.capture(plain, plain_args, method="eager")))
             w = time.perf_counter()
@@ -174,6 +181,7 @@ def main() -> None:
             w = time.perf_counter()
             old.append(cpu(lambda: old_capture(sharded, args)))
             old_walls.append(time.perf_counter() - w)
+            floor.append(cpu(lambda: old_capture(sharded, args, NoRecorder)))
             mode = CommDebugMode()
 
             def run(mode: CommDebugMode = mode) -> None:
@@ -188,6 +196,8 @@ def main() -> None:
     o = statistics.median(old)
     print(f"  before (recording through CommDebugMode): TP x8 {o * 1e3:.0f} ms CPU "
           f"({statistics.median(old_walls) * 1e3:.0f} ms wall), ratio {o / b:.2f}x; light recorder {o / t:.1f}x faster")
+    print(f"  floor (the same capture recording no collectives): {statistics.median(floor) * 1e3:.0f} ms CPU, "
+          f"ratio {statistics.median(floor) / b:.2f}x")
     print(f"  the sharded forward alone (DTensor dispatch, no fxviz): {statistics.median(fwd) * 1e3:.0f} ms CPU")
     print(f"  CommDebugMode alone on the sharded forward: {c * 1e3:.0f} ms CPU; "
           f"counts {mode.get_total_counts()} collectives; fxviz: {len(collectives(g))} with bytes, module, node")
