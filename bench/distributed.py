@@ -3,7 +3,8 @@
     PYTHONPATH=$PWD python bench/distributed.py [--reps 5] [--layers 80]
 
 1. A TP-sharded LLaMA-shaped decoder (small) at world size 8 against the same model unsharded:
-   process CPU time, interleaved repetitions, medians, ratio (target <= 1.5x).
+   process CPU time, interleaved repetitions, medians, ratio (target <= 1.5x); beside it the same
+   capture recording through ``CommDebugMode`` (the recorder fxviz used before its own light one).
 2. The LLaMA-70B shape (hidden 8192, 80 layers, 64 heads, 8 KV heads, MLP 28672, vocab 128256) on
    meta, sharded 8 ways: time and peak memory (target < 30 s, < 2 GB).
 3. CommDebugMode alone on the same sharded model, for comparison: its time and its counts.
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import resource
 import statistics
 import time
@@ -25,6 +27,7 @@ from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 import fxviz
+import fxviz.torchbridge.comms as comms
 from fxviz.passes.comm import collectives
 from fxviz.torchbridge.distributed import fake_world
 
@@ -115,6 +118,40 @@ def llama70b(layers: int = 80) -> tuple[nn.Module, tuple[torch.Tensor]]:
     return shard(model), (torch.zeros(1, 128, dtype=torch.long, device="meta"),)
 
 
+class CommDebugRecorder(CommDebugMode):  # type: ignore[misc]
+    """The previous recorder: ``CommDebugMode`` (module hooks, every op inspected) keeping records."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[dict[str, object]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        before = sum(self.comm_counts.values())
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        if out is not NotImplemented and sum(self.comm_counts.values()) > before:
+            op = str(func._overloadpacket)
+            group, size = comms._group(tuple(args), dict(kwargs or {}))
+            self.records.append({"op": op, "kind": comms._kind(op), "group": group, "group_size": size,
+                                 "bytes": comms._bytes(args[0]) if args else 0, "phase": "forward",
+                                 "module": self.advanced_module_tracker.name.partition(".")[2],
+                                 "source": comms._user_line()})
+        return out
+
+
+class NoRecorder(contextlib.nullcontext):  # type: ignore[type-arg]
+    """Records nothing: the sharded capture's floor (the tracer on DTensor's dispatch)."""
+
+    records: list[dict[str, object]] = []
+
+
+def old_capture(model: nn.Module, args: tuple[torch.Tensor], recorder: type = CommDebugRecorder) -> None:
+    light, comms.CommRecorder = comms.CommRecorder, recorder  # type: ignore[misc]
+    try:
+        fxviz.capture(model, args, world_size=8)
+    finally:
+        comms.CommRecorder = light  # type: ignore[misc]
+
+
 def cpu(fn: object) -> float:
     t = time.process_time()
     fn()  # type: ignore[operator]
@@ -134,12 +171,17 @@ def main() -> None:
         sharded, args = small_sharded()
         fxviz.capture(plain, plain_args, method="eager")  # warm both paths
         fxviz.capture(sharded, args, world_size=8)
-        base, tp, comm, walls, fwd = [], [], [], [], []
+        old_capture(sharded, args)
+        base, tp, old, comm, walls, old_walls, fwd, floor = [], [], [], [], [], [], [], []
         for _ in range(a.reps):  # interleaved
             base.append(cpu(lambda: fxviz.capture(plain, plain_args, method="eager")))
             w = time.perf_counter()
             tp.append(cpu(lambda: fxviz.capture(sharded, args, world_size=8)))
             walls.append(time.perf_counter() - w)
+            w = time.perf_counter()
+            old.append(cpu(lambda: old_capture(sharded, args)))
+            old_walls.append(time.perf_counter() - w)
+            floor.append(cpu(lambda: old_capture(sharded, args, NoRecorder)))
             mode = CommDebugMode()
 
             def run(mode: CommDebugMode = mode) -> None:
@@ -151,6 +193,11 @@ def main() -> None:
     b, t, c = statistics.median(base), statistics.median(tp), statistics.median(comm)
     print(f"small decoder ({SMALL['layers']} layers) eager capture: unsharded {b * 1e3:.0f} ms CPU, "
           f"TP x8 {t * 1e3:.0f} ms CPU ({statistics.median(walls) * 1e3:.0f} ms wall), ratio {t / b:.2f}x (target <= 1.5x)")
+    o = statistics.median(old)
+    print(f"  before (recording through CommDebugMode): TP x8 {o * 1e3:.0f} ms CPU "
+          f"({statistics.median(old_walls) * 1e3:.0f} ms wall), ratio {o / b:.2f}x; light recorder {o / t:.1f}x faster")
+    print(f"  floor (the same capture recording no collectives): {statistics.median(floor) * 1e3:.0f} ms CPU, "
+          f"ratio {statistics.median(floor) / b:.2f}x")
     print(f"  the sharded forward alone (DTensor dispatch, no fxviz): {statistics.median(fwd) * 1e3:.0f} ms CPU")
     print(f"  CommDebugMode alone on the sharded forward: {c * 1e3:.0f} ms CPU; "
           f"counts {mode.get_total_counts()} collectives; fxviz: {len(collectives(g))} with bytes, module, node")

@@ -274,8 +274,9 @@ def capture(
     ``world_size=N`` captures a sharded model without a cluster: ``model`` may then be a factory
     (``() -> model`` or ``(model, args[, kwargs])``) that runs inside a fake process group of N ranks
     (:func:`fxviz.torchbridge.distributed.fake_world`; a group the caller made is used and left
-    alone), and the collectives of the run are recorded with torch's ``CommDebugMode``
-    (``graph.annotations["collectives"]``, the ``comm`` overlay, totals per group in the notes).
+    alone), and the collectives of the run are recorded (:class:`fxviz.torchbridge.comms.CommRecorder`,
+    counted as torch's ``CommDebugMode`` counts them): ``graph.annotations["collectives"]``, the
+    ``comm`` overlay, totals per mesh dimension (or process group) in the notes.
     """
     if world_size is not None:
         return _capture_distributed(model, args, kwargs, world_size, method=method, passes=passes,
@@ -307,7 +308,7 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
                          **options: Any) -> Graph:
     """:func:`capture` with ``world_size``: the factory and the capture run in a fake process group."""
     from fxviz.passes.comm import write_comm
-    from fxviz.torchbridge.comms import CommRecorder
+    from fxviz.torchbridge.comms import CommRecorder, mesh_dims
     from fxviz.torchbridge.distributed import fake_world
 
     if options["method"] == "auto":  # export fails on DTensor: the eager tracer records the ops
@@ -328,8 +329,20 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
         recorder = CommRecorder()
         with recorder:
             graph = capture(model, args, kwargs, **options)
+        dims = mesh_dims(_state_and_inputs(model, args, kwargs))  # inside: the meshes' groups still exist
+    for r in recorder.records:
+        r["mesh_dim"] = dims.get(r["group"], "")
     write_comm(graph, recorder.records)
     return graph
+
+
+def _state_and_inputs(model: Any, args: Any, kwargs: dict[str, Any] | None) -> list[Any]:
+    """The model's parameters and buffers and the top-level inputs: where its DTensors' meshes are."""
+    found: list[Any] = []
+    if isinstance(model, nn.Module):
+        found += [*model.parameters(), *model.buffers()]
+    found += [*(args if isinstance(args, (tuple, list)) else (args,)), *(kwargs or {}).values()]
+    return found
 
 
 def compare(

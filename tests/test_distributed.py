@@ -206,8 +206,64 @@ def test_bad_world_size_and_cuda_factory_are_one_line() -> None:
         fxviz.capture(mlp_factory, world_size=0)
 
 
-def test_recorder_is_comm_debug_mode() -> None:
-    assert issubclass(CommRecorder, CommDebugMode)
+class Explicit(nn.Module):
+    """Collectives a user writes: ``dist.all_reduce`` (a ``c10d`` op) and a functional all_gather."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        dist.all_reduce(y)
+        from torch.distributed import _functional_collectives as funcol
+        return funcol.all_gather_tensor(y, 0, dist.group.WORLD)
+
+
+def explicit_factory():
+    return Explicit(), (torch.randn(2, 8),)
+
+
+def test_light_recorder_sees_c10d_ops_as_comm_debug_mode_does() -> None:
+    """The recorder is no CommDebugMode (no module hooks of its own, no look at every op), yet
+    counts the user's ``c10d`` and functional collectives per module exactly as it does."""
+    assert not issubclass(CommRecorder, CommDebugMode)
+    g = fxviz.capture(explicit_factory, world_size=4)
+    assert counts(g) == oracle(explicit_factory, 4)
+    recs = collectives(g)
+    assert [(r["kind"], r["module"], r["group_size"], r["bytes"]) for r in recs] == [
+        ("all_reduce", "", 4, 64), ("all_gather", "", 4, 64)]
+    assert all(r["source"].startswith(__file__) for r in recs)  # the forward's lines, from the tracer
+    assert recs[0]["source"].endswith(f":{Explicit.forward.__code__.co_firstlineno + 2}")
+
+
+def test_collectives_labelled_by_mesh_dimension() -> None:
+    """On the 2-D (dp, tp) mesh the sequence-parallel collectives run on the tp dimension's group,
+    labelled ``tp`` (the group ``mesh.get_group("tp")`` names), with the header's totals per dimension."""
+    g = fxviz.capture(sp_factory, world_size=8)
+    recs = collectives(g)
+    assert {r["mesh_dim"] for r in recs} == {"tp"}
+    totals = g.annotations["comm_totals"]
+    assert [(t["mesh_dim"], t["count"], t["bytes"]) for t in totals] == [
+        ("tp", len(recs), sum(r["bytes"] for r in recs))]
+    assert any(n.startswith("collectives on mesh dimension tp (group ") and "4 ranks" in n for n in g.notes)
+
+
+def test_mesh_dimension_names_are_torchs() -> None:
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from fxviz.torchbridge.comms import mesh_dims
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+    try:
+        mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+        m = parallelize_module(MLP(), mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
+        dims = mesh_dims(list(m.parameters()))
+        assert dims == {mesh.get_group("dp").group_name: "dp", mesh.get_group("tp").group_name: "tp"}
+        plain = parallelize_module(MLP(), init_device_mesh("cpu", (8,)), {"up": ColwiseParallel()})
+        assert mesh_dims(list(plain.parameters())) == {}  # an unnamed mesh: the group's name only
+    finally:
+        dist.destroy_process_group()
 
 
 FACTORY = '''
@@ -300,3 +356,27 @@ def test_saved_graph_reads_and_shows_comm_without_torch(tmp_path) -> None:
     placements = [n.attrs["placements"] for n in g.nodes if "placements" in n.attrs]
     assert "P(sum)" in placements
     assert out.stdout.strip() == f"['all_reduce'] [256] {placements}"
+
+
+def fsdp_factory():
+    """FSDP2 over a 1-D ``dp`` mesh: each block and the root sharded, as in training code."""
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("dp",))
+    torch.manual_seed(0)
+    m = nn.Sequential(MLP(), MLP())
+    for block in m:
+        fully_shard(block, mesh=mesh)
+    fully_shard(m, mesh=mesh)
+    return m, (torch.randn(4, 16),)
+
+
+def test_fsdp2_all_gather_per_sharded_block_equals_comm_debug_mode() -> None:
+    g = fxviz.capture(fsdp_factory, world_size=4)
+    assert not dist.is_initialized()
+    assert counts(g) == oracle(fsdp_factory, 4)
+    recs = collectives(g)
+    assert [(r["kind"], r["module"], r["mesh_dim"], r["group_size"]) for r in recs] == [
+        ("all_gather", m, "dp", 4) for m in ("0", "1")]
+    params = sum(p.numel() for p in MLP().parameters())  # 16*64 + 64 + 64*16 + 16 = 2128 floats
+    assert [r["bytes"] for r in recs] == [params // 4 * 4] * 2  # each rank sends its quarter (float32)

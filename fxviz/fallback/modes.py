@@ -28,6 +28,10 @@ from fxviz.fallback.recorder import Recorder
 #: ``handler(func, args, kwargs)`` runs the call ``func(*args, **kwargs)`` and returns its result.
 Handler = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 
+#: the recorders whose modes are on now, innermost last: what a mode outside the tracer (the
+#: collectives' :class:`~fxviz.torchbridge.comms.CommRecorder`) asks for the current module and line
+ACTIVE: list[Recorder] = []
+
 
 class _FunctionMode(TorchFunctionMode):
     def __init__(self, handler: Handler) -> None:
@@ -67,6 +71,8 @@ def recording(rec: Recorder) -> Iterator[None]:
         if rec.aten:
             stack.enter_context(mode("function", rec.observe_call))
         stack.enter_context(mode(rec.level, rec.observe))
+        ACTIVE.append(rec)
+        stack.callback(ACTIVE.pop)
         yield
 
 
@@ -130,4 +136,4 @@ def module_hooks(rec: Recorder) -> Iterator[None]:
             h.remove()
 
 
-__all__ = ["Handler", "mode", "module_hooks", "recording"]
+__all__ = ["ACTIVE", "Handler", "mode", "module_hooks", "recording"]

@@ -1,11 +1,13 @@
-"""The ``comm`` overlay: collective bytes per module, and the step's totals per process group. No torch.
+"""The ``comm`` overlay: collective bytes per module, and the step's totals per mesh dimension. No torch.
 
 Collectives a capture recorded (:mod:`fxviz.torchbridge.comms`) live, as plain JSON, in
 ``graph.annotations["collectives"]``: one dict per collective with ``kind`` (``all_reduce``,
 ``all_gather``, ``reduce_scatter``, ``all_to_all``, ``broadcast``, ``send``, ``recv``), ``op``,
-``group`` (the process group's name), ``group_size`` (its ranks), ``bytes`` (per rank), ``module`` (its path), ``phase`` and
+``group`` (the process group's name), ``group_size`` (its ranks), ``mesh_dim`` (the name of the
+device mesh dimension the group belongs to, ``dp``/``tp``; empty when it belongs to no named one), ``bytes`` (per rank), ``module`` (its path), ``phase`` and
 ``source``. :func:`write_comm` turns them into the ``comm`` overlay (own bytes per module call;
-boxes sum what is inside) and adds totals per group to ``graph.notes``.
+boxes sum what is inside) and adds the step's totals per mesh dimension (per group where unnamed) to ``graph.notes`` and
+``graph.annotations["comm_totals"]``.
 """
 
 from __future__ import annotations
@@ -65,15 +67,19 @@ def write_comm(graph: Graph, records: Sequence[dict[str, Any]]) -> None:
     set_overlay(graph, "comm", label="comm", kind="number", unit="B", nodes=nodes, modules=modules, reduce="sum",
                 description="bytes each rank sends in collectives: per collective op, and per module with "
                             "its submodules (graph.annotations['collectives'] lists each one)")
-    per_group: Counter[tuple[str, int]] = Counter()
-    count: Counter[tuple[str, int]] = Counter()
+    per_dim: Counter[tuple[str, str, int]] = Counter()
+    count: Counter[tuple[str, str, int]] = Counter()
     for r in records:
-        key = (str(r.get("group", "")), int(r.get("group_size", 0)))
-        per_group[key] += int(r.get("bytes", 0))
+        key = (str(r.get("mesh_dim", "")), str(r.get("group", "")), int(r.get("group_size", 0)))
+        per_dim[key] += int(r.get("bytes", 0))
         count[key] += 1
-    for g, size in sorted(per_group):
-        graph.notes.append(f"collectives on group {g or '?'} ({size or '?'} ranks): {count[g, size]}, "
-                           f"{per_group[g, size]:,} bytes per rank")
-
+    totals = []
+    for dim, g, size in sorted(per_dim):
+        key = (dim, g, size)
+        totals.append({"mesh_dim": dim, "group": g, "group_size": size, "count": count[key], "bytes": per_dim[key]})
+        where = f"mesh dimension {dim} (group {g or '?'}, {size or '?'} ranks)" if dim else \
+            f"group {g or '?'} ({size or '?'} ranks)"
+        graph.notes.append(f"collectives on {where}: {count[key]}, {per_dim[key]:,} bytes per rank")
+    graph.annotations["comm_totals"] = totals
 
 __all__ = ["collectives", "write_comm"]

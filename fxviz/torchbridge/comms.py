@@ -1,10 +1,14 @@
-"""Record the collectives a run issues, with torch's own accounting (``CommDebugMode``).
+"""Record the collectives a run issues: kind, process group, mesh dimension, bytes, module, line.
 
-DTensor inserts its collectives at dispatch level, below the tracer's torch-function mode;
-``torch.distributed.tensor.debug.CommDebugMode`` is a dispatch mode that sees them, with the module
-that caused them. :class:`CommRecorder` is that mode, keeping one record per collective besides
-its counts: kind, process group, bytes per rank (the input's), module and user source line. The
-records are plain dicts (torch-free) that :mod:`fxviz.passes.comm` writes onto the graph.
+DTensor inserts its collectives at dispatch level, below the tracer's torch-function mode, as the
+same ``_c10d_functional`` ops a user's functional collectives are; ``dist.all_reduce`` and FSDP2
+reach dispatch as ``c10d`` ops. :class:`CommRecorder` is a light dispatch mode that lets DTensor
+desugar (it declines DTensor ops, as torch's ``CommDebugMode`` does) and looks at nothing but
+those collective ops: the module call and the user's source line come from fxviz's tracer, which
+already keeps both (:data:`fxviz.fallback.modes.ACTIVE`). ``CommDebugMode`` installs module hooks
+and inspects every op, which made a sharded capture cost several times an unsharded one; it stays
+the tests' oracle (same ops counted: :data:`COLLECTIVES`). The records are plain dicts (torch-free)
+that :mod:`fxviz.passes.comm` writes onto the graph.
 """
 
 from __future__ import annotations
@@ -13,14 +17,28 @@ import traceback
 from typing import Any
 
 import torch
-from torch.distributed.tensor.debug import CommDebugMode
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.debug._comm_mode import NATIVE_TO_PY_MAPPING, c10d_collective_ops
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from fxviz.fallback.modes import ACTIVE
 from fxviz.torchbridge.source import is_user_file
+
+#: the op packets counted as collectives: exactly ``CommDebugMode``'s (its registry and torch's c10d ops)
+COLLECTIVES = frozenset({*NATIVE_TO_PY_MAPPING, *NATIVE_TO_PY_MAPPING.values(), *c10d_collective_ops,
+                         torch.ops._dtensor.shard_dim_alltoall})
+
+#: op packet -> the position of the tensors each rank sends: ``c10d``'s gathers and scatters take
+#: the output first, then the input
+SENDS = {p: 1 if p.default._schema.arguments[0].name.startswith("output") else 0 for p in COLLECTIVES}
 
 #: op name fragments -> collective kind
 KINDS = (("all_reduce", "all_reduce"), ("allreduce", "all_reduce"), ("reduce_scatter", "reduce_scatter"),
          ("all_gather", "all_gather"), ("allgather", "all_gather"), ("all_to_all", "all_to_all"),
          ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("send", "send"), ("recv", "recv"))
+
+_HOP = torch._ops.HigherOrderOperator
 
 
 def _kind(op: str) -> str:
@@ -38,17 +56,27 @@ def _bytes(x: Any) -> int:
     return 0
 
 
+def _resolve(name: str) -> Any:
+    from torch.distributed.distributed_c10d import _resolve_process_group
+    return _resolve_process_group(name)  # type: ignore[arg-type]
+
+
 def _group(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, int]:
-    """The process group's name (functional collectives take it last, after the reduce op) and size."""
-    names = [a for a in (*args, *kwargs.values()) if isinstance(a, str)]
-    if not names:
-        return "", 0
-    try:
-        from torch.distributed.distributed_c10d import _resolve_process_group
-        size = _resolve_process_group(names[-1]).size()  # type: ignore[arg-type]
-    except Exception:  # noqa: BLE001 - not a group name after all: keep the name, size unknown
-        size = 0
-    return names[-1], size
+    """The process group's name and size: functional collectives take the name (a string, last
+    after the reduce op), ``c10d`` ops the group itself (a ``ProcessGroup`` script object)."""
+    for a in reversed((*args, *kwargs.values())):
+        if isinstance(a, str):
+            try:
+                return a, _resolve(a).size()
+            except Exception:  # noqa: BLE001 - a reduce op or tag, not a group name: look further
+                continue
+        if isinstance(a, torch.ScriptObject):
+            try:
+                pg = dist.ProcessGroup.unbox(a)
+            except RuntimeError:  # another script object (the reduce op)
+                continue
+            return str(pg.group_name), int(pg.size())
+    return "", 0
 
 
 def _user_line() -> str:
@@ -58,37 +86,70 @@ def _user_line() -> str:
     return ""
 
 
-class CommRecorder(CommDebugMode):  # type: ignore[misc]
-    """``CommDebugMode`` that also keeps one record per collective (:attr:`records`)."""
+def mesh_dims(objs: Any) -> dict[str, str]:
+    """Process group name -> mesh dimension name, for every named dimension of the device meshes
+    (and their root meshes) the DTensors among ``objs`` (parameters, buffers, inputs) live on."""
+    out: dict[str, str] = {}
+    seen: set[int] = set()
+    for t in objs:
+        mesh = getattr(t, "device_mesh", None) if isinstance(t, DTensor) else None
+        for m in (mesh, _root(mesh)):
+            if m is None or id(m) in seen:
+                continue
+            seen.add(id(m))
+            for i, name in enumerate(m.mesh_dim_names or ()):
+                try:
+                    out.setdefault(m.get_group(i).group_name, name)
+                except Exception:  # noqa: BLE001 - a dimension without a group of its own (flattened)
+                    continue
+    return out
+
+
+def _root(mesh: Any) -> Any:
+    if mesh is None:
+        return None
+    try:
+        return mesh._get_root_mesh()
+    except Exception:  # noqa: BLE001 - an older or newer DeviceMesh without it: the mesh itself
+        return None
+
+
+class CommRecorder(TorchDispatchMode):
+    """A dispatch mode that keeps one record per collective (:attr:`records`), with the module and
+    line of the tracer's current op; everything else passes through untouched."""
 
     def __init__(self) -> None:
         super().__init__()
         self.records: list[dict[str, Any]] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        before = sum(self.comm_counts.values())
-        out = super().__torch_dispatch__(func, types, args, kwargs)
-        if out is not NotImplemented and sum(self.comm_counts.values()) > before:
-            name = self.advanced_module_tracker.name
-            root, _, path = name.partition(".")
-            op = str(func._overloadpacket)
-            group, size = _group(tuple(args), dict(kwargs or {}))
-            self.records.append({
-                "op": op, "kind": _kind(op), "group": group, "group_size": size,
-                "bytes": _bytes(args[0]) if args else 0,
-                "module": "" if name == "Global" else path,
-                "phase": "backward" if self.advanced_module_tracker.is_bw else "forward",
-                "source": _user_line(),
-            })
+        if type(func) is _HOP or isinstance(func, _HOP):
+            return func(*args, **(kwargs or {}))
+        if DTensor in types:
+            return NotImplemented  # let DTensor desugar into local ops and collectives, seen next
+        out = func(*args, **(kwargs or {}))
+        if func._overloadpacket in COLLECTIVES:
+            self._record(func, tuple(args), dict(kwargs or {}))
         return out
 
-    def counts_per_module(self) -> dict[str, dict[str, int]]:
-        """CommDebugMode's own per-module forward counts, keyed as :attr:`records` key modules."""
-        out: dict[str, dict[str, int]] = {}
-        for name, d in self.comm_module_counts.items():
-            key = "" if name == "Global" else name.partition(".")[2]
-            out[key] = {_kind(str(op)): n for op, n in d["forward"].items() if n}
-        return out
+    def _record(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        op = str(func._overloadpacket)
+        group, size = _group(args, kwargs)
+        module, source = "", ""
+        if ACTIVE:
+            rec = ACTIVE[-1]
+            stack = rec.module_stack.current
+            module = stack[-1][0] if stack else ""
+            loc = rec.sources.find()
+            source = f"{loc.file}:{loc.line}" if loc is not None else ""
+        else:  # no tracer running (a capture method of its own): the stack says where
+            source = _user_line()
+        self.records.append({
+            "op": op, "kind": _kind(op), "group": group, "group_size": size,
+            "bytes": _bytes(args[SENDS[func._overloadpacket]]) if args else 0, "module": module,
+            "phase": "backward" if torch._C._current_autograd_node() is not None else "forward",
+            "source": source,
+        })
 
 
-__all__ = ["CommRecorder"]
+__all__ = ["COLLECTIVES", "CommRecorder", "mesh_dims"]
