@@ -380,3 +380,19 @@ def test_fsdp2_all_gather_per_sharded_block_equals_comm_debug_mode() -> None:
         ("all_gather", m, "dp", 4) for m in ("0", "1")]
     params = sum(p.numel() for p in MLP().parameters())  # 16*64 + 64 + 64*16 + 16 = 2128 floats
     assert [r["bytes"] for r in recs] == [params // 4 * 4] * 2  # each rank sends its quarter (float32)
+
+
+@pytest.mark.parametrize("factory", [mlp_factory, block_factory])
+def test_values_flow_through_dtensor_boundaries(factory) -> None:
+    """DTensor's from_local/to_local are autograd Functions the tracer's mode does not see: the
+    DTensor (or local shard) an op reads must still be the output of the op that made it, never a
+    `constant` that cuts the graph at every sharded layer."""
+    g = fxviz.capture(factory, world_size=4)
+    assert [n.name for n in g.nodes if n.kind == "constant"] == []
+    ops = {n.name: n for n in g.nodes if n.kind == "op"}
+    linears = [n for n in ops.values() if n.target == "torch.nn.functional.linear"]
+    assert linears and all(ops.get(n.inputs[0].node) is not None or g.node(n.inputs[0].node).kind == "input"
+                           for n in linears)
+    if factory is mlp_factory:
+        relu = next(n for n in ops.values() if n.target == "torch.relu")
+        assert [r.node for r in relu.inputs] == ["linear"]

@@ -68,6 +68,7 @@ class Recorder:
         self.sources = Sources()
         self.versions = Versions()
         self._values = self.versions.values  # every op reads and writes it: one lookup less
+        self._sharded: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Ref] = {}  # DTensor shards
         self.state = ModelState(self.modules, snapshot_buffers=snapshot_buffers)
         self.failed: Node | None = None
         self.failed_stack: tuple[ModuleCall, ...] = ()
@@ -92,7 +93,27 @@ class Recorder:
 
     def read_at(self, t: torch.Tensor, v: int) -> Ref:
         ref = self.versions.lookup(t, v)
+        if ref is None and (self._sharded or type(t) is not torch.Tensor):
+            ref = self._sharded_value(t)
         return ref if ref is not None else self._state_node(t)
+
+    def _sharded_value(self, t: torch.Tensor) -> Ref | None:
+        """A DTensor and its local shard are one value to the graph: DTensor's ``from_local`` and
+        ``to_local`` run as autograd Functions the torch-function mode does not see, so the DTensor
+        (or shard) the next op reads was never an op's output. The DTensor wraps a recorded shard
+        (``_local_tensor``); a shard is a view of a recorded DTensor's ``_local_tensor`` (same
+        storage, offset, shape and strides)."""
+        local = getattr(t, "_local_tensor", None)
+        if isinstance(local, torch.Tensor):
+            return self.versions.lookup(local, version(local))
+        return self._sharded.get(_place(t))
+
+    def _note_sharded(self, out: torch.Tensor, ref: Ref) -> None:
+        local = getattr(out, "_local_tensor", None)
+        if isinstance(local, torch.Tensor):
+            key = _place(local)
+            if key is not None:
+                self._sharded[key] = ref
 
     def _state_node(self, t: torch.Tensor) -> Ref:
         kind, name = self.state.read(t)
@@ -263,7 +284,8 @@ class Recorder:
                     known = e[1]
                     inputs.append(known[0] if known[1] == v else self.versions.changed(a, known, v))
                 else:
-                    inputs.append(self._state_node(a))
+                    ref = self._sharded_value(a) if self._sharded or type(a) is not torch.Tensor else None
+                    inputs.append(ref if ref is not None else self._state_node(a))
                 seen.append((a, v))
                 continue
             key = names[i] if names is not None and i < len(names) else f"arg{i}"
@@ -317,6 +339,7 @@ class Recorder:
     ) -> Node | None:
         """Add the node for one finished call, unless it computed nothing a graph shows."""
         action, target, short = kind.action, kind.target, kind.name
+        sharded = None
         if isinstance(out, torch.Tensor):
             outs: tuple[Any, ...] = (out,)
             meta = METAS.get((out.shape, out.dtype, out.device))  # tensor_meta(), inlined
@@ -324,6 +347,7 @@ class Recorder:
             has_tensor = True
             if type(out) is not torch.Tensor and hasattr(out, "placements"):  # a DTensor: where it lives
                 attrs.update(placement_attrs(out))
+                sharded = out
         else:
             if isinstance(out, (tuple, list)) and action is not _EXIT:
                 outs = tuple(out)
@@ -374,6 +398,8 @@ class Recorder:
             except RuntimeError:  # an inference tensor
                 v = 0
             values[id(out)] = (_weakref(out), [Ref(name), v])
+            if sharded is not None:
+                self._note_sharded(sharded, Ref(name))
         else:
             for i, o in enumerate(outs):
                 if isinstance(o, torch.Tensor):
@@ -404,3 +430,13 @@ def _dropout_active(attrs: dict[str, Any]) -> bool:
 
 
 __all__ = ["Recorder", "TracerFault"]
+
+
+def _place(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], tuple[int, ...]] | None:
+    """Where a tensor's elements are: its storage's address, offset, shape and strides (None on
+    ``meta``, where every storage is at 0)."""
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+    return (ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride())) if ptr else None
