@@ -106,7 +106,8 @@ class Recorder:
         local = getattr(t, "_local_tensor", None)
         if isinstance(local, torch.Tensor):
             return self.versions.lookup(local, version(local))
-        return self._sharded.get(_place(t))
+        place = _place(t)
+        return self._sharded.get(place) if place is not None else None
 
     def _note_sharded(self, out: torch.Tensor, ref: Ref) -> None:
         local = getattr(out, "_local_tensor", None)
@@ -439,4 +440,4 @@ def _place(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]
         ptr = t.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError):
         return None
-    return (ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride())) if ptr else None
+    return (ptr, int(t.storage_offset()), tuple(t.shape), tuple(t.stride())) if ptr else None
