@@ -5,6 +5,7 @@ saved per module. Oracles: torch's own records of the same model with and withou
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from typing import Any
 
@@ -101,3 +102,61 @@ def test_no_checkpoint_no_recompute() -> None:
     g = fxviz.capture(Net(False), (torch.randn(4, 8),), backward=True, method="eager")
     assert not [n for n in g.nodes if n.phase == "recompute"]
     assert not overlays(g).get("checkpoint_saved", {}).get("modules")
+
+
+def _policy(_ctx: Any, op: Any, *_a: Any, **_k: Any) -> Any:
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    return CheckpointPolicy.MUST_SAVE if op == torch.ops.aten.addmm.default else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+class Selective(Net):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+        ctx = functools.partial(create_selective_checkpoint_contexts, _policy)
+        return self.head(torch.tanh(checkpoint(self.blk, x, use_reentrant=False, context_fn=ctx)))
+
+
+def test_a_selective_policy_keeps_the_ops_it_saves_out_of_the_recomputation() -> None:
+    torch.manual_seed(0)
+    model, x = Selective(True), torch.randn(4, 8)
+    plain = Net(False)
+    plain.load_state_dict(model.state_dict())
+    with kept(model, (x,)):
+        g = fxviz.capture(model, (x,), backward=True, method="eager")
+    re = [n for n in g.nodes if n.phase == "recompute"]
+    with torch.utils.checkpoint.set_checkpoint_early_stop(False):
+        again = Counter(_backward_aten(model, x)) - Counter(_backward_aten(plain, x))
+    del again["aten.detach"]
+    # what ran again is what torch ran again: no addmm (the policy saved both), the gelu
+    assert sum((Counter(n.attrs["aten"]) for n in re), Counter()) == again == Counter({"aten.t": 2, "aten.gelu": 1})
+    assert {n.attrs["recomputes"]: n.attrs.get("policy_saved") for n in re} == {
+        "linear": ["aten.addmm"], "gelu": None, "linear_1": ["aten.addmm"]}
+    assert sum(s.bytes for s in g.saved) == torch_step(model, (x,))[0]
+
+
+class _Twice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return g * 2  # Python code run by the backward, as a forward op of the same module is
+
+
+class _UsesTwice(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _Twice.apply(self.lin(x)) * 3
+
+
+def test_a_custom_functions_backward_code_is_not_recompute() -> None:
+    torch.manual_seed(0)
+    g = fxviz.capture(_UsesTwice(), (torch.randn(3, 4),), backward=True, method="eager")
+    assert [n.target for n in g.ops if n.phase == "backward"][-4:-2] == ["MulBackward0", "_TwiceBackward"]
+    assert not [n for n in g.nodes if n.phase == "recompute"]

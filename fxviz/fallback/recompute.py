@@ -17,11 +17,13 @@ checkpointing saved.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from fxviz.fallback.classify import Action, classify
 from fxviz.fallback.tensors import tensor_meta
@@ -29,6 +31,20 @@ from fxviz.ir import Graph, Node, Ref
 
 _plain = torch._C.DisableTorchFunction
 _CUSTOM = torch.autograd.function.BackwardCFunction
+
+
+class _Aten(TorchDispatchMode):
+    """The ATen ops that reach it, by name. Under the whole backward it is below a selective
+    checkpoint's caching mode (entered later, by the recomputation) and sees the ops that really
+    run; around one recomputed call it is above it and sees every op asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        self.ops.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
 
 
 class Recompute(TorchFunctionMode):
@@ -53,6 +69,7 @@ class Recompute(TorchFunctionMode):
         self.seen_fns: set[Any] = set()
         self.nodes: list[tuple[Node, Node]] = []  # (recompute node, backward node running it)
         self.handles: list[Any] = []
+        self.ran = _Aten()
 
     def __enter__(self) -> Recompute:
         def pre(m: nn.Module, _a: Any) -> None:
@@ -64,36 +81,42 @@ class Recompute(TorchFunctionMode):
 
         self.handles = [nn.modules.module.register_module_forward_pre_hook(pre),
                         nn.modules.module.register_module_forward_hook(post)]
+        self.ran.__enter__()
         return super().__enter__()  # type: ignore[no-any-return]
 
     def __exit__(self, *exc: Any) -> None:
         for h in self.handles:
             h.remove()
         super().__exit__(*exc)
+        self.ran.__exit__(*exc)
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
-        try:
+        if not self.running:  # outside any backward node
+            return func(*args, **(kwargs or {}))
+        first = len(self.ran.ops)
+        with _Aten() as asked:
             out = func(*args, **(kwargs or {}))
-        except Exception as e:  # early stop: the call ran, its last saved tensor stops the recomputation
-            if type(e).__name__ == "_StopRecomputationError":
-                with _plain():
-                    self._see(func, args, kwargs, None)
-            raise
         with _plain():
-            self._see(func, args, kwargs, out)
+            self._see(func, args, kwargs, out, asked.ops, self.ran.ops[first:])
         return out
 
-    def _see(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, out: Any) -> None:
-        if not self.running or isinstance(self.running[-1][0], _CUSTOM):
+    def _see(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, out: Any, asked: list[str],
+             ran: list[str]) -> None:
+        if not ran or not self.running or isinstance(self.running[-1][0], _CUSTOM):
             return  # outside any backward node, or a custom Function's own backward code
         kind = classify(func, "function")
         if kind.action is Action.SKIP:
             return
         todo = self.todo.get((self.modules[-1] if self.modules else "", kind.target))
         if todo:
-            self._add(todo.pop(0), args, kwargs or {}, out)
+            node = self._add(todo.pop(0), args, kwargs or {}, out)
+            ran = [op for op in ran if op != "aten.detach"]  # the checkpoint's own, as it saves
+            node.attrs["aten"] = ran
+            cached = Counter(op for op in asked if op != "aten.detach") - Counter(ran)  # a selective checkpoint policy kept these
+            if cached:
+                node.attrs["policy_saved"] = sorted(cached.elements())
 
-    def _add(self, fwd: Node, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+    def _add(self, fwd: Node, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Node:
         outs = [o for o in (out if isinstance(out, tuple | list) else (out,)) if isinstance(o, torch.Tensor)]
         reads = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
         again = dict(self.value_of[id(a)] for a in reads if id(a) in self.value_of)  # forward ref -> recomputed
@@ -106,6 +129,7 @@ class Recompute(TorchFunctionMode):
             self.alias.setdefault(storage_key(o), ("value", fwd.name, i))
         self.keep += outs
         self.nodes.append((node, self.running[-1][1]))
+        return node
 
     def _would_save(self, outs: list[torch.Tensor]) -> int:
         """Bytes the autograd nodes this call made saved (the recomputation saves them as the
