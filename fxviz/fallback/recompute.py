@@ -12,7 +12,13 @@ inputs where those were recomputed too. ``attrs["would_save"]`` is what the op w
 backward without checkpointing: the tensors its autograd nodes saved in the recomputation (each
 forward value once, none that the step saves anyway, no parameter, buffer or input), so that
 the ``checkpoint_saved`` overlay (:mod:`fxviz.passes.training`) says per module what
-checkpointing saved.
+checkpointing saved. The forward runs with the checkpoint's early stop off, so the whole region is
+recomputed and every op's outputs are seen.
+
+``attrs["aten"]`` lists the ATen ops that really ran again: a dispatch mode under the whole
+backward sees what runs below a selective checkpoint's caching mode, one around each call what was
+asked for; the difference, ``attrs["policy_saved"]``, is what the policy kept (a call of which
+nothing ran is no recompute node).
 """
 
 from __future__ import annotations
