@@ -95,6 +95,11 @@ def test_checkpointed_ops_are_recompute_nodes_in_their_module_with_the_bytes_sav
     assert without - with_ckpt == 1024 == sum(n.attrs["would_save"] for n in re)
     ov = overlays(g)["checkpoint_saved"]
     assert ov["modules"]["blk#0"] == 1024 and ov["modules"]["blk.act#0"] == 512 and ov["modules"]["blk.down#0"] == 512
+    # the JSON keeps it: a saved graph reads back with the same recompute nodes and overlay
+    back = fxviz.Graph.from_json(g.to_json())
+    assert [(n.name, n.phase, n.attrs) for n in back.nodes if n.phase == "recompute"] == \
+        [(n.name, n.phase, n.attrs) for n in re]
+    assert overlays(back)["checkpoint_saved"] == overlays(g)["checkpoint_saved"]
 
 
 def test_no_checkpoint_no_recompute() -> None:
