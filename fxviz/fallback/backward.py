@@ -30,10 +30,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 from torch import nn
+from torch.autograd.graph import _engine_run_backward
 from torch.overrides import TorchFunctionMode
 
 from fxviz.errors import ModelError
+from fxviz.fallback.recompute import Recompute, place, storage_key
 from fxviz.fallback.recorder import Recorder
 from fxviz.fallback.tensors import tensor_meta
 from fxviz.fallback.trace import trace_eager
@@ -55,13 +58,14 @@ class Watch(TorchFunctionMode):
         self.saved: list[tuple[str, Any]] = []  # (saving node, record without its node)
         self.pending: list[Any] = []
         self.counted: set[tuple[int, str]] = set()
+        self.saved_values: set[tuple[str, int]] = set()  # forward values (node, output) something saved
         self.state: dict[tuple[int, str], str] = {}
         for p in model.parameters():
-            self.state[_storage(p)] = "parameter"
+            self.state[storage_key(p)] = "parameter"
         for b in model.buffers():
-            self.state.setdefault(_storage(b), "buffer")
+            self.state.setdefault(storage_key(b), "buffer")
         for t in inputs:
-            self.state.setdefault(_storage(t), "input")
+            self.state.setdefault(storage_key(t), "input")
 
     @contextlib.contextmanager
     def attach(self, rec: Recorder) -> Iterator[None]:
@@ -88,7 +92,10 @@ class Watch(TorchFunctionMode):
         e = self.rec.versions.values.get(t)
         if e is None and t._base is not None:
             e = self.rec.versions.values.get(t._base)
-        return e[0].node if e is not None else ""
+        if e is None:
+            return ""
+        self.saved_values.add((e[0].node, e[0].index))
+        return e[0].node
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         rec = self.rec
@@ -121,7 +128,7 @@ class Watch(TorchFunctionMode):
         return out
 
     def _record(self, saver: str, t: torch.Tensor) -> None:
-        key = _storage(t)
+        key = storage_key(t)
         shares, nbytes = self.state.get(key, ""), 0
         if not shares:
             if key in self.counted:
@@ -137,15 +144,6 @@ def _unpack(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _storage(t: torch.Tensor) -> tuple[int, str]:
-    """The storage's identity (its C++ object: on ``meta`` every data pointer is 0); the storages
-    compared are all alive while the step runs (autograd holds what it saved), so none is reused."""
-    try:
-        return (t.untyped_storage()._cdata, "storage")
-    except Exception:  # a tensor without storage (a subclass): counted by identity
-        return (id(t), "object")
-
-
 def trace_backward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, loss: Loss | None = None,
                    level: str = "function") -> Graph:
     """The graph of one training step by the eager tracer (see the module's docstring)."""
@@ -159,7 +157,10 @@ def trace_backward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
 
     handle = model.register_forward_hook(on_output)
     try:
-        graph = trace_eager(model, args, kwargs, level=level, grad=True, watch=watch.attach)
+        # a checkpoint recomputes its whole region (no early stop): every op it repeats, and what
+        # each would have saved, is seen (fxviz.fallback.recompute)
+        with torch.utils.checkpoint.set_checkpoint_early_stop(False):
+            graph = trace_eager(model, args, kwargs, level=level, grad=True, watch=watch.attach)
     except ModelError as e:
         if isinstance(e.__cause__, LossError):
             raise e.__cause__ from None
@@ -268,7 +269,7 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
                     attrs=attrs, phase="backward")
         bnode[f] = node
         graph.nodes.append(node)
-    _run_backward(graph, loss, bnode, leaves)
+    _run_backward(graph, model, loss, bnode, leaves, watch)
     for f, t in leaves.items():
         refs = tuple(Ref(bnode[c].name, i) for c, i in consumers.get(f, []) if c in bnode)
         of = names.get(id(t), "input")
@@ -279,28 +280,33 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
         graph.nodes.append(Node(unique("loss"), "output", target="loss", inputs=(Ref(*loss_at),)))
 
 
-def _run_backward(graph: Graph, loss: torch.Tensor, bnode: dict[Any, Node], leaves: dict[Any, Any]) -> None:
-    """Run the backward once, ``.grad`` untouched: the shapes of each node's gradients, and the node
-    that raises, if one does."""
+def _run_backward(graph: Graph, model: nn.Module, loss: torch.Tensor, bnode: dict[Any, Node], leaves: dict[Any, Any],
+                  watch: Watch) -> None:
+    """Run the backward once, ``.grad`` untouched: the shapes of each node's gradients, the node
+    that raises, if one does, and the ops a checkpoint recomputes (:mod:`fxviz.fallback.recompute`)."""
     if not leaves:  # nothing to differentiate for: the walk is all there is
         return
-    running: list[Node] = []
+    running: list[tuple[Any, Node]] = []
     handles = []
     for f, node in bnode.items():
         def post(grad_inputs: Any, _grad_outputs: Any, node: Node = node) -> None:
             node.outputs = tuple(tensor_meta(g) for g in grad_inputs)
-            if running and running[-1] is node:
+            if running and running[-1][1] is node:
                 running.pop()
 
-        def pre(_grad_outputs: Any, node: Node = node) -> None:
-            running.append(node)
+        def pre(_grad_outputs: Any, node: Node = node, f: Any = f) -> None:
+            running.append((f, node))
 
         handles += [f.register_hook(post), f.register_prehook(pre)]
+    recompute = Recompute(graph, model, running, set(bnode), set(watch.state) | watch.counted, watch.saved_values)
     try:
-        torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+        with recompute:  # the engine itself: torch.autograd.grad would be a call the mode swallows
+            _engine_run_backward((loss,), (torch.ones_like(loss),), False, False, tuple(leaves.values()), True,
+                                 accumulate_grad=False)
+        place(graph, recompute)
     except Exception as e:
         message = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-        where = running[-1] if running else None
+        where = running[-1][1] if running else None
         if where is not None:
             where.error = message
         graph.error = f"the backward raised {message}" + (f" in {where.target} ({where.module or 'root'})" if where else "")

@@ -33,7 +33,7 @@ from fxviz.calls import CallTree
 from fxviz.errors import GraphFormatError, TargetError
 from fxviz.ir import Graph, Node, TensorMeta
 from fxviz.ops import op_family
-from fxviz.passes.training import phase_overlay, saved_overlay, saved_own_overlay
+from fxviz.passes.training import checkpoint_saved_overlay, phase_overlay, saved_overlay, saved_own_overlay
 from fxviz.schema import check_overlay, show
 
 #: Bytes per element of each dtype a capture writes (``bytes`` leaves out tensors of other dtypes).
@@ -173,6 +173,7 @@ BUILTIN: dict[str, Callable[[Graph, CallTree], dict[str, Any]]] = {
     "phase": phase_overlay,
     "saved": saved_overlay,
     "saved_own": saved_own_overlay,
+    "checkpoint_saved": checkpoint_saved_overlay,
 }
 
 

@@ -58,4 +58,17 @@ def saved_own_overlay(graph: Graph, tree: CallTree) -> dict[str, Any]:
             "nodes": nodes, "modules": modules}
 
 
-__all__ = ["phase_overlay", "saved_bytes", "saved_overlay", "saved_own_overlay"]
+
+
+
+def checkpoint_saved_overlay(graph: Graph, tree: CallTree) -> dict[str, Any]:
+    """Bytes activation checkpointing saved: per recompute op what its forward op would have kept
+    for the backward without checkpoint (``attrs["would_save"]``), per module call with its submodules."""
+    nodes = {n.name: int(n.attrs.get("would_save", 0)) for n in graph.nodes if n.phase == "recompute"}
+    fwd = {n.attrs["recomputes"]: b for n in graph.nodes if n.phase == "recompute" for b in [nodes[n.name]]}
+    modules = {c.id: sum(fwd.get(x, 0) for x in c.nodes) for c in tree.walk() if c.stack} if nodes else {}
+    return {"label": "checkpoint saved", "kind": "number", "unit": "B", "scale": "log", "reduce": "sum",
+            "description": "bytes torch.utils.checkpoint saved: what the recomputed ops would have kept for the "
+                           "backward without it (per recompute op, per module with its submodules)",
+            "nodes": nodes, "modules": modules}
+__all__ = ["checkpoint_saved_overlay", "phase_overlay", "saved_bytes", "saved_overlay", "saved_own_overlay"]
