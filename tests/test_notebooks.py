@@ -74,6 +74,15 @@ def test_quickstart_training_step_counts_the_saved_activations(quickstart: dict[
 
 
 @pytest.mark.notebook
+def test_quickstart_sharded_mlp_shows_its_all_reduce_in_the_rowwise_layer(quickstart: dict[str, Any]) -> None:
+    """Colwise then rowwise Linear over 8 ranks: one all_reduce of the (4, 16) float32 partial sums
+    (256 bytes per rank), in layer 2, and the graph unbroken from input to output."""
+    text = text_of(quickstart["sharded-tree"])
+    assert "collectives on" in text and "(8 ranks): 1, 256 bytes per rank" in text
+    assert "_c10d_functional::all_reduce" in text and "constant" not in text
+
+
+@pytest.mark.notebook
 def test_quickstart_cnn_tree_shows_the_parallel_branches(quickstart: dict[str, Any]) -> None:
     text = text_of(quickstart["cnn-tree"])
     assert "CoolCNN  captured by torch.export" in text
