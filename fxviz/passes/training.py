@@ -58,4 +58,44 @@ def saved_own_overlay(graph: Graph, tree: CallTree) -> dict[str, Any]:
             "nodes": nodes, "modules": modules}
 
 
-__all__ = ["phase_overlay", "saved_bytes", "saved_overlay", "saved_own_overlay"]
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+_WHY = {"parameter": "a parameter", "buffer": "a buffer", "input": "an input", "view": "a view of a counted storage"}
+
+
+def saved_summary(graph: Graph) -> str:
+    """The saved activations in one sentence: total bytes and the module whose ops saved the most
+    (``""`` for a graph with no records)."""
+    if not graph.saved:
+        return ""
+    per: dict[str, int] = {}
+    for s in graph.saved:
+        per[s.module] = per.get(s.module, 0) + s.bytes
+    total = sum(per.values())
+    top = max(per, key=lambda m: per[m])
+    where = f"; most in {top or 'the model itself'} ({_size(per[top])})" if per[top] else ""
+    return f"{_size(total)} of saved activations ({total:,} bytes, {len(graph.saved)} tensors){where}"
+
+
+def saved_panel(graph: Graph) -> dict[str, Any] | None:
+    """The panel of saved activations (the shape :func:`fxviz.passes.panels.set_panel` writes), one
+    row per :attr:`Graph.saved` record pointing at the op that saved it; ``None`` when there are none.
+    Derived on every read, never written on the graph."""
+    if not graph.saved:
+        return None
+    rows = []
+    for s in graph.saved:
+        why = _WHY.get(s.shares, s.shares) if s.shares else ""
+        why += (", " if why else "") + "inferred" if s.inferred else ""
+        rows.append({"cells": [s.node, s.module or "(model)", "×".join(str(d) for d in s.shape) or "scalar",
+                               s.dtype, s.bytes, why], "node": s.node})
+    return {"title": "saved activations", "columns": ["op", "module", "shape", "dtype", "bytes", "costs 0: why"],
+            "rows": rows, "note": saved_summary(graph)}
+
+
+__all__ = ["phase_overlay", "saved_bytes", "saved_overlay", "saved_own_overlay", "saved_panel", "saved_summary"]
