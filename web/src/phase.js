@@ -1,8 +1,10 @@
 // Forward, backward or both: which drawn items a training step's report hides when it shows one
-// pass (the toolbar's phase choice). Python writes `phases` in the view-model, the node indices
-// of each pass other than the forward (absent on a forward-only graph); every other node is a
-// forward one. Only ops and outputs belong to a pass: inputs and parameters stay, as both passes
-// read them. A box whose every node is hidden is hidden too. No DOM: web/tests runs it.
+// pass (the toolbar's phase choice; the model leaves them out of the levels, levels.js, so the
+// layout closes up). Python writes `phases` in the view-model, the node indices of each pass
+// other than the forward (absent on a forward-only graph); every other node is a forward one.
+// Ops and outputs belong to their pass, and so do the backward's own inputs (the loss's
+// gradient); the model's inputs and parameters stay, as both passes read them. A box whose every
+// node is hidden is hidden too. No DOM: web/tests runs it.
 
 export const PHASE_CHOICES = ["both", "forward", "backward"];
 
@@ -30,7 +32,7 @@ export function hiddenKeys(data, choice) {
   const shown = new Int32Array(G);
   const any = new Int32Array(G);
   for (let i = 0; i < phases.length; i++) {
-    const off = (kinds[i] === "op" || kinds[i] === "output") && phases[i] !== choice;
+    const off = phases[i] !== choice && (kinds[i] === "op" || kinds[i] === "output" || (kinds[i] === "input" && phases[i] !== "forward"));
     if (off) hidden.add(`n${i}`);
     for (let g = data.nodes.g[i]; g >= 0 && g < G; g = data.groups[g].p) {
       any[g] = 1;

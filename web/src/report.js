@@ -174,9 +174,12 @@ export class Report {
   /** The toolbar's forward / backward / both choice (phase.js), on a training step's graph only. */
   bindPhase() {
     this.phase = "both";
-    this.phaseHidden = new Set();
     const el = this.r.phase;
     if (!el || !hasPhases(this.data)) return;
+    this.viewer.onUnhide = () => { // a search or a table row went to an op of the hidden pass
+      this.phase = el.value = "both";
+      this.saveState();
+    };
     el.replaceChildren(...PHASE_CHOICES.map((c) => h("option", { value: c, text: c === "both" ? "forward + backward" : `${c} only` })));
     el.hidden = false;
     el.addEventListener("change", () => {
@@ -189,23 +192,11 @@ export class Report {
     if (!this.r.phase || this.r.phase.hidden) return;
     this.phase = PHASE_CHOICES.includes(choice) ? choice : "both";
     this.r.phase.value = this.phase;
-    this.phaseHidden = hiddenKeys(this.data, this.phase);
-    this.hidePhase();
-  }
-
-  /** Hide the drawn items of the other pass, and the edges that start or end at them. */
-  hidePhase() {
-    const vp = this.r.viewport;
-    if (!vp) return;
-    for (const e of vp.querySelectorAll(".fx-phase-hidden")) e.classList.remove("fx-phase-hidden");
-    for (const e of vp.querySelectorAll("[data-key], [data-from], [data-to]")) {
-      const d = e.dataset;
-      if (this.phaseHidden.has(d.key) || this.phaseHidden.has(d.from) || this.phaseHidden.has(d.to)) e.classList.add("fx-phase-hidden");
-    }
+    const keys = hiddenKeys(this.data, this.phase);
+    if (keys.size || this.model.hidden.size) this.viewer.setHidden(keys);
   }
 
   afterDraw() {
-    if (this.phaseHidden && this.phaseHidden.size) this.hidePhase();
     for (const m of this.minimaps) m.redraw();
     if (this.treeQueued) return;
     this.treeQueued = true;

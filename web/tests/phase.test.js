@@ -12,6 +12,13 @@ function data() {
   };
 }
 
+test("the backward's own inputs go with it, the model's stay", () => {
+  const d = data();
+  d.nodes.f[5] = 0; // gw is now an input of the backward (the loss's gradient)
+  assert.ok(hiddenKeys(d, "forward").has("n5"));
+  assert.ok(!hiddenKeys(d, "backward").has("n0"));
+});
+
 test("both hides nothing, nor does a forward-only graph", () => {
   assert.equal(hiddenKeys(data(), "both").size, 0);
   const d = data();
