@@ -79,7 +79,38 @@ def saved_summary(graph: Graph) -> str:
     total = sum(per.values())
     top = max(per, key=lambda m: per[m])
     where = f"; most in {top or 'the model itself'} ({_size(per[top])})" if per[top] else ""
-    return f"{_size(total)} of saved activations ({total:,} bytes, {len(graph.saved)} tensors){where}"
+    line = saved_timeline(graph)
+    peak = max(line, key=lambda x: x[1]) if line else ("", 0)
+    at = f"; peak {_size(peak[1])} after {peak[0]}" if peak[1] else ""
+    return f"{_size(total)} of saved activations ({total:,} bytes, {len(graph.saved)} tensors){where}{at}"
+
+
+def saved_timeline(graph: Graph) -> list[tuple[str, int]]:
+    """Saved-activation bytes alive after each op of the step, in graph order (forward, then
+    backward): a record counts from the op that saved it until the last backward op that reads
+    its value (to the end when none does). Empty for a graph with no records."""
+    if not graph.saved:
+        return []
+    ops = [n for n in graph.nodes if n.kind == "op"]
+    at = {n.name: k for k, n in enumerate(ops)}
+    last: dict[str, int] = {}
+    for k, n in enumerate(ops):
+        if n.phase != "forward":
+            for r in n.inputs:
+                last[r.node] = k
+    delta = [0] * (len(ops) + 1)
+    for s in graph.saved:
+        if not s.bytes or s.node not in at:
+            continue
+        start = at[s.node]
+        end = last.get(s.value or s.node, len(ops) - 1)
+        delta[start] += s.bytes
+        delta[max(end, start) + 1] -= s.bytes
+    out, live = [], 0
+    for k, n in enumerate(ops):
+        live += delta[k]
+        out.append((n.name, live))
+    return out
 
 
 def saved_panel(graph: Graph) -> dict[str, Any] | None:
@@ -98,4 +129,4 @@ def saved_panel(graph: Graph) -> dict[str, Any] | None:
             "rows": rows, "note": saved_summary(graph)}
 
 
-__all__ = ["phase_overlay", "saved_bytes", "saved_overlay", "saved_own_overlay", "saved_panel", "saved_summary"]
+__all__ = ["phase_overlay", "saved_bytes", "saved_overlay", "saved_own_overlay", "saved_panel", "saved_summary", "saved_timeline"]
