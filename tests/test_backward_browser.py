@@ -62,6 +62,8 @@ def test_backward_only_hides_every_forward_op_and_the_saved_table_adds_up(browse
         cells = [r.locator("td").nth(col).text_content() or "" for r in table.locator("tbody tr").all()]
         assert len(cells) == len(graph.saved)
         assert sum(int(c.replace(",", "")) for c in cells) == saved
+        # the memory timeline: its peak is the total, every activation alive when the forward ends
+        assert int(table.locator(".fx-timeline-peak").get_attribute("data-peak") or 0) == saved
         # a row selects its op
         table.locator("tbody tr").first.click()
         page.settle()

@@ -27,6 +27,7 @@ import jinja2
 from fxviz.calls import STATE_KINDS, Call
 from fxviz.errors import RenderError
 from fxviz.ir import Graph, Node, Ref, SourceLoc, TensorMeta
+from fxviz.passes.training import saved_timeline
 from fxviz.render.files import write_text
 from fxviz.render.overlays import overlay_view
 from fxviz.render.panels import headline_view, panel_view
@@ -275,6 +276,8 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET, overlay: str | Non
         "panels": panel_view(graph, nindex, gindex),
         "analysis": headline_view(graph, nindex, gindex),
         **_phases(graph, nindex),
+        **({"timeline": {"n": [nindex[n] for n, _ in line], "b": [b for _, b in line]}}
+           if (line := saved_timeline(graph)) else {}),
         "metas": metas.items,
         "sources": sources.items,
         "groups": groups,
