@@ -58,9 +58,6 @@ def saved_own_overlay(graph: Graph, tree: CallTree) -> dict[str, Any]:
             "nodes": nodes, "modules": modules}
 
 
-
-
-
 def checkpoint_saved_overlay(graph: Graph, tree: CallTree) -> dict[str, Any]:
     """Bytes activation checkpointing saved: per recompute op what its forward op would have kept
     for the backward without checkpoint (``attrs["would_save"]``), per module call with its submodules."""
@@ -71,4 +68,78 @@ def checkpoint_saved_overlay(graph: Graph, tree: CallTree) -> dict[str, Any]:
             "description": "bytes torch.utils.checkpoint saved: what the recomputed ops would have kept for the "
                            "backward without it (per recompute op, per module with its submodules)",
             "nodes": nodes, "modules": modules}
-__all__ = ["checkpoint_saved_overlay", "phase_overlay", "saved_bytes", "saved_overlay", "saved_own_overlay"]
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+_WHY = {"parameter": "a parameter", "buffer": "a buffer", "input": "an input", "view": "a view of a counted storage"}
+
+
+def saved_summary(graph: Graph) -> str:
+    """The saved activations in one sentence: total bytes and the module whose ops saved the most
+    (``""`` for a graph with no records)."""
+    if not graph.saved:
+        return ""
+    per: dict[str, int] = {}
+    for s in graph.saved:
+        per[s.module] = per.get(s.module, 0) + s.bytes
+    total = sum(per.values())
+    top = max(per, key=lambda m: per[m])
+    where = f"; most in {top or 'the model itself'} ({_size(per[top])})" if per[top] else ""
+    line = saved_timeline(graph)
+    peak = max(line, key=lambda x: x[1]) if line else ("", 0)
+    at = f"; peak {_size(peak[1])} after {peak[0]}" if peak[1] else ""
+    return f"{_size(total)} of saved activations ({total:,} bytes, {len(graph.saved)} tensors){where}{at}"
+
+
+def saved_timeline(graph: Graph) -> list[tuple[str, int]]:
+    """Saved-activation bytes alive after each op of the step, in graph order (forward, then
+    backward): a record counts from the op that saved it until the last backward op that reads
+    its value (to the end when none does). Empty for a graph with no records."""
+    if not graph.saved:
+        return []
+    ops = [n for n in graph.nodes if n.kind == "op"]
+    at = {n.name: k for k, n in enumerate(ops)}
+    last: dict[str, int] = {}
+    for k, n in enumerate(ops):
+        if n.phase != "forward":
+            for r in n.inputs:
+                last[r.node] = k
+    delta = [0] * (len(ops) + 1)
+    for s in graph.saved:
+        if not s.bytes or s.node not in at:
+            continue
+        start = at[s.node]
+        end = last.get(s.value or s.node, len(ops) - 1)
+        delta[start] += s.bytes
+        delta[max(end, start) + 1] -= s.bytes
+    out, live = [], 0
+    for k, n in enumerate(ops):
+        live += delta[k]
+        out.append((n.name, live))
+    return out
+
+
+def saved_panel(graph: Graph) -> dict[str, Any] | None:
+    """The panel of saved activations (the shape :func:`fxviz.passes.panels.set_panel` writes), one
+    row per :attr:`Graph.saved` record pointing at the op that saved it; ``None`` when there are none.
+    Derived on every read, never written on the graph."""
+    if not graph.saved:
+        return None
+    rows = []
+    for s in graph.saved:
+        why = _WHY.get(s.shares, s.shares) if s.shares else ""
+        why += (", " if why else "") + "inferred" if s.inferred else ""
+        rows.append({"cells": [s.node, s.module or "(model)", "×".join(str(d) for d in s.shape) or "scalar",
+                               s.dtype, s.bytes, why], "node": s.node})
+    return {"title": "saved activations", "columns": ["op", "module", "shape", "dtype", "bytes", "costs 0: why"],
+            "rows": rows, "note": saved_summary(graph)}
+
+
+__all__ = ["checkpoint_saved_overlay", "phase_overlay", "saved_bytes", "saved_overlay", "saved_own_overlay",
+           "saved_panel", "saved_summary", "saved_timeline"]

@@ -27,6 +27,7 @@ import jinja2
 from fxviz.calls import STATE_KINDS, Call
 from fxviz.errors import RenderError
 from fxviz.ir import Graph, Node, Ref, SourceLoc, TensorMeta
+from fxviz.passes.training import saved_timeline
 from fxviz.render.files import write_text
 from fxviz.render.overlays import overlay_view
 from fxviz.render.panels import headline_view, panel_view
@@ -274,6 +275,9 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET, overlay: str | Non
         "overlay": overlay,
         "panels": panel_view(graph, nindex, gindex),
         "analysis": headline_view(graph, nindex, gindex),
+        **_phases(graph, nindex),
+        **({"timeline": {"n": [nindex[n] for n, _ in line], "b": [b for _, b in line]}}
+           if (line := saved_timeline(graph)) else {}),
         "metas": metas.items,
         "sources": sources.items,
         "groups": groups,
@@ -343,6 +347,16 @@ def _node_columns(graph: Graph, nindex: dict[str, int], box_of: dict[str, int], 
 
 #: Colours of boxes that are not module calls (a module call's comes from its class).
 _BOX_COLORS = {"plumbing": "#9e9e9e", "region": "#546e7a"}
+
+
+def _phases(graph: Graph, nindex: dict[str, int]) -> dict[str, Any]:
+    """``{"phases": {phase: node indices}}`` for the passes other than the forward (the report's
+    forward / backward choice, web/src/phase.js); nothing for a forward-only graph."""
+    out: dict[str, list[int]] = {}
+    for n in graph.nodes:
+        if n.phase != "forward":
+            out.setdefault(n.phase, []).append(nindex[n.name])
+    return {"phases": out} if out else {}
 
 
 def _raised_attempt(graph: Graph) -> int | None:

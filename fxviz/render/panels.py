@@ -12,6 +12,7 @@ from rich.text import Text
 
 from fxviz.ir import Graph
 from fxviz.passes.panels import headline, panels
+from fxviz.passes.training import saved_panel, saved_summary
 from fxviz.render.view import bounded
 
 #: How a row's level reads in the terminal (red is for errors only, as everywhere).
@@ -69,7 +70,11 @@ def panel_view(graph: Graph, nindex: Mapping[str, int], gindex: Mapping[str, int
     cells as text, "k": the numbers among them (null for text; absent when none), for sorting, "n": node index, "g": box index, "lv": level, "h": a sibling page}]}``; a row's node or module that
     the graph does not have is dropped from the row, not an error (a panel outlives a refold)."""
     out = []
-    for name, spec in panels(graph).items():
+    specs = panels(graph)
+    derived = saved_panel(graph)  # the training step's saved activations, from Graph.saved
+    if derived is not None and "saved" not in specs:
+        specs["saved"] = derived
+    for name, spec in specs.items():
         rows = []
         for r in spec.get("rows", []):
             cells = r.get("cells", [])
@@ -98,9 +103,11 @@ def headline_view(graph: Graph, nindex: Mapping[str, int], gindex: Mapping[str, 
     the very text the terminal prints) as ``{"text", "lv": level, "p": the panel with the facts
     behind it, "n": node index, "g": box index}``; ``None`` for a graph no analysis wrote on."""
     text = headline(graph)
-    if not text:
+    spec = graph.annotations.get("headline")
+    if not text and graph.saved:  # a training step: its saved activations, the table behind them
+        return {"text": bounded(saved_summary(graph), 600), "p": "saved"}
+    if not text or not isinstance(spec, dict):
         return None
-    spec = graph.annotations["headline"]
     out: dict[str, Any] = {"text": bounded(text, 600)}
     if spec.get("level"):
         out["lv"] = spec["level"]

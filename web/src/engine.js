@@ -21,10 +21,19 @@ export class Engine {
     this.levels = new Map();
     this.cache = new Map();
     this.ids = new Map();
+    this.nextId = 0; // never reused, even after reset: the scene keeps drawings by layout id
     this.keyOf = new Map();
     this.leafSizes = new Map();
     this.last = { jobs: 0, items: 0 };
     this.total = { jobs: 0, items: 0 };
+  }
+
+  /** Forget every level and layout (what the model hides changed); new layouts get new ids. */
+  reset() {
+    this.levels.clear();
+    this.cache.clear();
+    this.ids.clear();
+    this.keyOf.clear();
   }
 
   /** The level of box c, its jobs' fixed part, and each item's room for stubs (computed once). */
@@ -77,7 +86,7 @@ export class Engine {
       for (const k of lv.items) if (k[0] === "g" && open.has(+k.slice(1))) kids.push(keys.get(+k.slice(1)));
       const text = c + "|" + kids.join(",");
       let id = this.ids.get(text);
-      if (id === undefined) this.ids.set(text, (id = this.ids.size));
+      if (id === undefined) this.ids.set(text, (id = this.nextId++));
       keys.set(c, id);
       if (this.cache.has(id) || batch.queued.has(id)) continue;
       batch.queued.set(id, batch.jobs.length);

@@ -62,8 +62,37 @@ export class Findings {
         this.byKey.get(key).push([p, row]);
       }
     }
+    this.timeline = data.timeline || null;
     this.renderHeadline();
     this.renderDrawer();
+  }
+
+  /** The training step's memory timeline (view-model `timeline`: live saved bytes after each
+   * op, forward then backward) as a small line chart, the peak marked; a click on a point
+   * selects its op. */
+  chart() {
+    const t = this.timeline;
+    const W = 600, H = 80, n = t.b.length;
+    const peak = Math.max(...t.b, 1);
+    const k = t.b.indexOf(Math.max(...t.b));
+    const x = (i) => (n > 1 ? (i * W) / (n - 1) : 0);
+    const y = (b) => H - 4 - (b * (H - 12)) / peak;
+    const NS = "http://www.w3.org/2000/svg";
+    const el = (tag, attrs) => {
+      const e = document.createElementNS(NS, tag);
+      for (const [a, v] of Object.entries(attrs)) e.setAttribute(a, v);
+      return e;
+    };
+    const svg = el("svg", { class: "fx-timeline", viewBox: `-4 0 ${W + 8} ${H}`, width: W + 8, height: H, role: "img",
+      "aria-label": "saved activation bytes alive after each op" });
+    svg.append(el("polyline", { points: t.b.map((b, i) => `${x(i)},${y(b)}`).join(" "), fill: "none", stroke: "currentColor", "stroke-width": 1.5 }));
+    const dot = el("circle", { cx: x(k), cy: y(t.b[k]), r: 4, fill: "#e15759", "data-peak": t.b[k], class: "fx-timeline-peak" });
+    const tip = el("title", {});
+    tip.textContent = `peak: ${t.b[k].toLocaleString()} bytes after op ${k + 1} of ${n}`;
+    dot.append(tip);
+    dot.addEventListener("click", () => this.go(`n${t.n[k]}`));
+    svg.append(dot);
+    return h("div", { class: "fx-timeline-box" }, h("p", { class: "fx-muted", text: "saved bytes alive after each op (forward, then backward; the peak in red)" }), svg);
   }
 
   renderHeadline() {
@@ -121,7 +150,8 @@ export class Findings {
       h("h2", { text: p.title || p.name }),
       h("div", { class: "fx-panel-scroll" },
         h("table", { class: "fx-panel-table" }, h("thead", {}, h("tr", {}, ...ths)), tbody)),
-      ...(p.note ? [h("p", { class: "fx-muted fx-panel-note", text: p.note })] : []));
+      ...(p.note ? [h("p", { class: "fx-muted fx-panel-note", text: p.note })] : []),
+      ...(p.name === "saved" && this.timeline ? [this.chart()] : []));
   }
 
   rowEl(r) {

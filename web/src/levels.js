@@ -22,7 +22,10 @@ export const OUT = "out";
  * `stubs`: item key -> { in: [far keys], out: [far keys] }.
  */
 export function levelGraph(model, c) {
-  const items = model.items(c);
+  // items the drawing leaves out (model.hidden): neither drawn nor an end of an edge
+  const hidden = model.hidden && model.hidden.size ? model.hidden : null;
+  const items = hidden ? model.items(c).filter((k) => !hidden.has(k)) : model.items(c);
+  const off = (i) => hidden !== null && hidden.has("n" + i);
   const edges = new Map();
   // "node i is inside box c", inlined: this runs for every node of a box of 100,000
   const { ng, tin } = model;
@@ -44,10 +47,12 @@ export function levelGraph(model, c) {
   const sub = model.subtreeNodes(c);
   for (let x = 0; x < sub.length; x++) {
     const t = sub[x];
+    if (off(t)) continue;
     let it = null;
     for (let j = inOff[t]; j < inOff[t + 1]; j++) {
       const s = inSrc[j];
       const k = inOut[j];
+      if (off(s)) continue;
       if (!inBox(s)) add(IN, it || (it = model.itemAt(c, t)), s, k, t);
       else if (ng[s] === ng[t]) {
         // the same box: two items of this level if it is this box, else inside one item
@@ -60,7 +65,7 @@ export function levelGraph(model, c) {
     if (c === ROOT) continue;
     for (let j = uOff[t]; j < uOff[t + 1]; j++) {
       const u = uDst[j];
-      if (inBox(u)) continue;
+      if (inBox(u) || off(u)) continue;
       for (let q = inOff[u]; q < inOff[u + 1]; q++) if (inSrc[q] === t) add(it || (it = model.itemAt(c, t)), OUT, t, inOut[q], u);
     }
   }

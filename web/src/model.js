@@ -30,6 +30,8 @@ export class Model extends Nodes {
     this.groups = data.groups.slice();
     this.real = data.groups.length;
     this.expanded = new Set();
+    // what the drawing leaves out (phase.js: the other pass of a training step), by key
+    this.hidden = new Set();
     this.ng = Int32Array.from(data.nodes.g);
     this.gp = this.groups.map((g) => g.p);
     this.kinds = this.groups.map(groupKind);

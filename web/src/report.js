@@ -11,6 +11,7 @@ import { Findings } from "./findings.js";
 import { Search, bindSearch } from "./search.js";
 import { LINK_PATTERNS, loadSettings, resolvedTheme, saveSettings } from "./settings.js";
 import { BoxNames, decodeState, encodeState } from "./state.js";
+import { PHASE_CHOICES, hasPhases, hiddenKeys } from "./phase.js";
 import { grouped } from "./text.js";
 import { EXPAND_ALL_MAX, Viewer, afterPaint, busyUntil, idle } from "./viewer.js";
 
@@ -118,6 +119,7 @@ export class Report {
       new Search(this.model), (key) => this.viewer.go(key), (q) => { this.query = q; this.saveState(); });
     bindCommon(this, root);
     this.bindOverlays();
+    this.bindPhase();
     this.bindCanvas();
     this.bindKeys();
     this.bindTools();
@@ -149,6 +151,7 @@ export class Report {
     // a link's colouring may need values the second block holds
     if (state.overlay && state.overlay !== this.data.overlay) await this.later;
     const failing = this.errorNodes();
+    this.usePhase(state.phase);
     if (state.overlay || state.scale) this.useOverlay(state.overlay, state.scale, false);
     else if (this.data.overlay) this.useOverlay(this.data.overlay, null, false);
     else this.useOverlay(null, null, false);
@@ -168,6 +171,31 @@ export class Report {
   /** After each drawing: the overview, and the module tree follows what is open once the
    * graph is on screen and the page is idle (a change outside the graph lays the whole page
    * out again, the graph with it: not in the way of drawing it). */
+  /** The toolbar's forward / backward / both choice (phase.js), on a training step's graph only. */
+  bindPhase() {
+    this.phase = "both";
+    const el = this.r.phase;
+    if (!el || !hasPhases(this.data)) return;
+    this.viewer.onUnhide = () => { // a search or a table row went to an op of the hidden pass
+      this.phase = el.value = "both";
+      this.saveState();
+    };
+    el.replaceChildren(...PHASE_CHOICES.map((c) => h("option", { value: c, text: c === "both" ? "forward + backward" : `${c} only` })));
+    el.hidden = false;
+    el.addEventListener("change", () => {
+      this.usePhase(el.value);
+      this.saveState();
+    });
+  }
+
+  usePhase(choice) {
+    if (!this.r.phase || this.r.phase.hidden) return;
+    this.phase = PHASE_CHOICES.includes(choice) ? choice : "both";
+    this.r.phase.value = this.phase;
+    const keys = hiddenKeys(this.data, this.phase);
+    if (keys.size || this.model.hidden.size) this.viewer.setHidden(keys);
+  }
+
   afterDraw() {
     for (const m of this.minimaps) m.redraw();
     if (this.treeQueued) return;
@@ -245,7 +273,8 @@ export class Report {
     clearTimeout(this.saveTimer);
     this.saveTimer = setTimeout(() => {
       const text = encodeState({ selected: this.selected, open: this.model.expanded, overlay: this.look.current && this.look.current.name,
-        scale: this.look.scale && this.look.current && this.look.scale !== this.look.current.scale ? this.look.scale : null, query: this.query }, this.model, this.names);
+        scale: this.look.scale && this.look.current && this.look.scale !== this.look.current.scale ? this.look.scale : null, query: this.query,
+        phase: this.phase }, this.model, this.names);
       try {
         history.replaceState(null, "", text ? "#" + text : location.pathname + location.search);
       } catch {
@@ -257,6 +286,7 @@ export class Report {
   async restore(hash) {
     await this.later;
     const state = decodeState(hash, this.model, this.names);
+    this.usePhase(state.phase);
     this.useOverlay(state.overlay, state.scale);
     const keep = new Set(state.open);
     await this.viewer.setOpen(state.open, [...this.model.expanded].filter((g) => !keep.has(g)));

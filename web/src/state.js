@@ -65,13 +65,14 @@ export function encodeState(state, model, names) {
   if (state.overlay) parts.push("ov=" + encodeURIComponent(state.overlay));
   if (state.scale) parts.push("scale=" + encodeURIComponent(state.scale));
   if (state.query) parts.push("q=" + encodeURIComponent(state.query));
+  if (state.phase && state.phase !== "both") parts.push("ph=" + encodeURIComponent(state.phase));
   return parts.join("&");
 }
 
 /** The state a hash describes; names it does not know are left out. `open` lists every box to
  * open, parents first. */
 export function decodeState(hash, model, names) {
-  const out = { selected: null, open: [], overlay: null, scale: null, query: "" };
+  const out = { selected: null, open: [], overlay: null, scale: null, query: "", phase: "both" };
   const text = (hash || "").replace(/^#/, "");
   if (!text) return out;
   for (const part of text.split("&")) {
@@ -109,6 +110,7 @@ export function decodeState(hash, model, names) {
     } else if (key === "ov") out.overlay = v;
     else if (key === "scale") out.scale = v === "log" || v === "linear" ? v : null;
     else if (key === "q") out.query = v;
+    else if (key === "ph") out.phase = v === "forward" || v === "backward" ? v : "both";
   }
   return out;
 }

@@ -189,12 +189,31 @@ export class Viewer {
     this.onSelect(this, key);
   }
 
-  /** Reveal a node ("n12") or box ("g3"), opening what hides it, then select it. */
+  /** Leave out the items `keys` (a Set of "n12", "g3") and draw again, keeping the view on what
+   * the reader was looking at. */
+  setHidden(keys) {
+    return this.schedule(async () => {
+      const focus = this.focus();
+      this.model.hidden = keys;
+      this.engine.reset();
+      await this.refresh();
+      this.refocus(focus);
+    });
+  }
+
+  /** Reveal a node ("n12") or box ("g3"), opening what hides it, then select it; an item the
+   * drawing leaves out (setHidden) brings everything back (`onUnhide`). */
   go(key, { center = true, mark = true } = {}) {
     return this.schedule(async () => {
       if (mark) performance.mark("fxviz:go-start");
       const m = this.model;
-      const changed = key[0] === "n" ? m.revealNode(+key.slice(1)) : m.revealGroup(+key.slice(1));
+      let changed = key[0] === "n" ? m.revealNode(+key.slice(1)) : m.revealGroup(+key.slice(1));
+      if (m.hidden.has(key)) {
+        m.hidden = new Set();
+        this.engine.reset();
+        if (this.onUnhide) this.onUnhide();
+        changed = true;
+      }
       if (changed) await this.refresh();
       // a box nested too deep to open stands for what is inside it in the drawing; the details
       // are still those of what was asked for
