@@ -27,7 +27,7 @@ from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 import fxviz
-import fxviz.torchbridge.comms as comms
+import fxviz.fallback.comms as comms
 from fxviz.passes.comm import collectives
 from fxviz.torchbridge.distributed import fake_world
 

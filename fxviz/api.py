@@ -274,7 +274,7 @@ def capture(
     ``world_size=N`` captures a sharded model without a cluster: ``model`` may then be a factory
     (``() -> model`` or ``(model, args[, kwargs])``) that runs inside a fake process group of N ranks
     (:func:`fxviz.torchbridge.distributed.fake_world`; a group the caller made is used and left
-    alone), and the collectives of the run are recorded (:class:`fxviz.torchbridge.comms.CommRecorder`,
+    alone), and the collectives of the run are recorded (:class:`fxviz.fallback.comms.CommRecorder`,
     counted as torch's ``CommDebugMode`` counts them): ``graph.annotations["collectives"]``, the
     ``comm`` overlay, totals per mesh dimension (or process group) in the notes.
     """
@@ -307,8 +307,8 @@ def capture(
 def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, world_size: int,
                          **options: Any) -> Graph:
     """:func:`capture` with ``world_size``: the factory and the capture run in a fake process group."""
+    from fxviz.fallback.comms import CommRecorder, mesh_dims
     from fxviz.passes.comm import write_comm
-    from fxviz.torchbridge.comms import CommRecorder, mesh_dims
     from fxviz.torchbridge.distributed import fake_world
 
     if options["method"] == "auto":  # export fails on DTensor: the eager tracer records the ops

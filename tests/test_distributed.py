@@ -27,10 +27,10 @@ from torch.distributed.tensor.parallel import (
 
 import fxviz
 from fxviz.errors import TargetError
+from fxviz.fallback.comms import CommRecorder, _kind
 from fxviz.ir import Graph
 from fxviz.passes.comm import collectives
 from fxviz.passes.overlays import overlays
-from fxviz.torchbridge.comms import CommRecorder, _kind
 
 
 class MLP(nn.Module):
@@ -252,7 +252,7 @@ def test_collectives_labelled_by_mesh_dimension() -> None:
 def test_mesh_dimension_names_are_torchs() -> None:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from fxviz.torchbridge.comms import mesh_dims
+    from fxviz.fallback.comms import mesh_dims
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
     try:

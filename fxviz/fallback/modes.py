@@ -29,7 +29,7 @@ from fxviz.fallback.recorder import Recorder
 Handler = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 
 #: the recorders whose modes are on now, innermost last: what a mode outside the tracer (the
-#: collectives' :class:`~fxviz.torchbridge.comms.CommRecorder`) asks for the current module and line
+#: collectives' :class:`~fxviz.fallback.comms.CommRecorder`) asks for the current module and line
 ACTIVE: list[Recorder] = []
 
 

@@ -1,6 +1,6 @@
 """The ``comm`` overlay: collective bytes per module, and the step's totals per mesh dimension. No torch.
 
-Collectives a capture recorded (:mod:`fxviz.torchbridge.comms`) live, as plain JSON, in
+Collectives a capture recorded (:mod:`fxviz.fallback.comms`) live, as plain JSON, in
 ``graph.annotations["collectives"]``: one dict per collective with ``kind`` (``all_reduce``,
 ``all_gather``, ``reduce_scatter``, ``all_to_all``, ``broadcast``, ``send``, ``recv``), ``op``,
 ``group`` (the process group's name), ``group_size`` (its ranks), ``mesh_dim`` (the name of the
