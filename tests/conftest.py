@@ -3,6 +3,7 @@
 Tiers (markers registered in pyproject.toml): ``slow`` (subprocesses, big models, package builds,
 and property tests, which the hook below marks), ``browser`` (headless Chromium), ``notebook`` (a
 Jupyter kernel). ``make test`` runs everything, ``make test-fast`` leaves those three out.
+``cuda`` tests need a GPU: deselected where torch sees none (see :func:`_deselect_cuda`).
 
 Prerequisites a developer may lack (the report bundle, Chromium, Playwright, a notebook kernel,
 the ``build`` package) are fixtures here: where one is missing the test is skipped with the
@@ -122,6 +123,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
             item.add_marker(pytest.mark.slow)
+    _deselect_cuda(config, items)
+
+
+def _deselect_cuda(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``cuda`` need a GPU, which CI never has: without one they are deselected (and
+    counted in the summary line), not skipped, so that ``CI=true`` stays strict about skips.
+    ``pytest -m cuda`` on a GPU machine runs them."""
+    gpu = [item for item in items if item.get_closest_marker("cuda") is not None]
+    if not gpu:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    config.hook.pytest_deselected(items=gpu)
+    items[:] = [item for item in items if item.get_closest_marker("cuda") is None]
 
 
 # ---- under CI=true, a skip is a failure ---------------------------------------------------------

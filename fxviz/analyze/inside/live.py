@@ -9,7 +9,9 @@ warm-up and :data:`ITERATIONS` warm iterations under the profiler, each C++ kern
 the while in a ``record_function`` named ``<output code file>:<kernel>``. Inductor names each
 compiled graph's call ``## Call CompiledFxGraph <FX graph cache key> ##``: its direct children are
 those kernels and the extern calls (ATen ops, matched to the output code's extern calls in call
-order); each kernel's time is the median of its calls.
+order); each kernel's time is the median of its calls. On CUDA the time is the device's: a call's
+kernels (the Triton launcher's own ``record_function``, named as the kernel) and extern ATen ops
+count the GPU time of the device kernels they launched (``device_time_total``), not their launch.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ class LiveRun:
     grad: bool = False
     iterations: int = ITERATIONS
     events: list[Any] = field(default_factory=list)
-    calls: list[tuple[str, list[tuple[str, float]]]] = field(default_factory=list)  # (key, children) per call
+    # (FX graph cache key, children) per call; a child: (name, CPU us, device us)
+    calls: list[tuple[str, list[tuple[str, float, float]]]] = field(default_factory=list)
     device: dict[str, float] = field(default_factory=dict)  # device kernel name -> total us
     profiled: int = 0
     note: str = ""
@@ -88,7 +91,7 @@ class LiveRun:
             m = _CALL.match(ev.name)
             if m:
                 kids = sorted(ev.cpu_children, key=lambda k: k.time_range.start)
-                self.calls.append((m.group(1), [(k.name, k.time_range.elapsed_us()) for k in kids]))
+                self.calls.append((m.group(1), [(k.name, k.time_range.elapsed_us(), _device_us(k)) for k in kids]))
             elif getattr(ev, "device_type", None) is not None and "CUDA" in str(ev.device_type):
                 self.device[ev.name] = self.device.get(ev.name, 0.0) + float(getattr(ev, "device_time", 0.0) or 0.0)
 
@@ -148,17 +151,20 @@ class LiveRun:
             for i, part in enumerate(dict.fromkeys(k.part for k in g.kernels)):
                 rows = [k for k in g.kernels if k.part == part]
                 stem = _stem(codes[i].meta.get("filename")) if i < len(codes) else ""
-                parts.append((rows, {f"{stem}:{k.name}" for k in rows if k.kind != "extern"},
-                              keys[i] if i < len(keys) else None))
+                names = {f"{stem}:{k.name}" if k.kind == "cpp" else k.name for k in rows if k.kind != "extern"}
+                parts.append((rows, names, keys[i] if i < len(keys) else None))
                 stems.append(stem)
-        mine: list[list[list[tuple[str, float]]]] = [[] for _ in parts]
+        mine: list[list[list[tuple[str, float, float]]]] = [[] for _ in parts]
         for key, kids in self.calls:
-            ran = {name for name, _ in kids}
-            at = next((i for i, (_, names, _k) in enumerate(parts) if names & ran), None)
+            ran = {name for name, *_ in kids}
+            # the output code whose kernels ran (C++ ones as fxviz names them, Triton ones as their
+            # launcher does: those names repeat between output codes, so the closest set wins)
+            fits = [(len(names & ran) - len(names - ran), i) for i, (_, names, _k) in enumerate(parts) if names & ran]
+            at = max(fits)[1] if fits else None
             if at is None:
                 at = next((i for i, (_, names, k) in enumerate(parts) if k == key and key != "None"), None)
             if at is None:  # no C++ kernel and no cache key (caches off): the extern calls it made, in order
-                ext = [name.split("::")[-1] for name, _ in kids if "::" in name]
+                ext = [name.split("::")[-1] for name, *_ in kids if "::" in name]
                 at = next((i for i, (rows, _, _k) in enumerate(parts)
                            if [_tail(r.name) for r in rows if r.kind == "extern"] == ext and ext), None)
             if at is not None:
@@ -196,29 +202,39 @@ def _recorded(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     return run
 
 
-def _time(rows: list[Kernel], calls: list[list[tuple[str, float]]], device: dict[str, float], n: int,
+def _device_us(ev: Any) -> float:
+    """GPU time of the device kernels an op launched (0 without a device in the profile)."""
+    try:
+        return float(ev.device_time_total or 0.0)
+    except Exception:  # noqa: BLE001 - an event kind without device time
+        return 0.0
+
+
+def _time(rows: list[Kernel], calls: list[list[tuple[str, float, float]]], device: dict[str, float], n: int,
           stem: str) -> None:
-    """Each row's time from the profiled calls of its output code (see the module's docstring)."""
+    """Each row's time from the profiled calls of its output code (see the module's docstring):
+    the device time of what the call launched where there is one, else the CPU time."""
     times: dict[str, list[float]] = {}
     for kids in calls:
         used: set[int] = set()
         for k in rows:
             if k.kind == "extern":
-                want = _tail(k.name)
-                i = next((i for i, (name, _) in enumerate(kids) if i not in used and name.split("::")[-1] == want),
+                want = {_tail(k.name)}
+                i = next((i for i, (name, *_) in enumerate(kids) if i not in used and name.split("::")[-1] in want),
                          None)
-            else:
-                want = f"{stem}:{k.name}"
-                i = next((i for i, (name, _) in enumerate(kids) if i not in used and name == want), None)
+            else:  # a C++ kernel as fxviz names it, a Triton kernel as its launcher does
+                want = {f"{stem}:{k.name}", k.name}
+                i = next((i for i, (name, *_) in enumerate(kids) if i not in used and name in want), None)
             if i is not None:
                 used.add(i)
-                times.setdefault(k.id, []).append(kids[i][1])
+                _, cpu, dev = kids[i]
+                times.setdefault(k.id, []).append(dev if dev > 0 else cpu)
     # per forward: the median call (a machine shared with other work makes single calls slow) times
     # how often it ran per iteration
     per: dict[str, float] = {h: statistics.median(ts) * len(ts) / n for h, ts in times.items()}
-    for k in rows:
-        if k.kind == "triton" and k.name in device:
-            per[k.id] = per.get(k.id, 0.0) + device[k.name] / n
+    for k in rows:  # a Triton kernel launched without its own record (older torch): by name, all calls
+        if k.kind == "triton" and k.id not in per and k.name in device:
+            per[k.id] = device[k.name] / n
     whole = sum(per.values())
     for k in rows:
         if k.id in per:
