@@ -127,3 +127,26 @@ def test_integer_inputs_to_a_float_layer_say_to_drop_the_dtype(model_file: str) 
     assert _last(res.output).startswith(
         "error: --input-shape 1,10 does not fit Sequential: its first layer 0 (Linear(in_features=10, out_features=4, "
         "bias=True)) takes floating-point values, got torch.int64; drop --dtype (float32 is the default)")
+
+
+def test_input_shapes_are_made_where_the_model_is(tmp_path: Path) -> None:
+    """``--input-shape`` makes its tensors on the model's device: a model on ``meta`` (too big to
+    load) gets ``meta`` inputs, shapes and all, and the values are those of the CPU draw."""
+    from fxviz.targets.factory import make_inputs, model_device
+
+    with torch.device("meta"):
+        big = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    assert model_device(big) == torch.device("meta") and model_device(nn.Linear(2, 2)) is None
+    (x,) = make_inputs(["2,8"], "float32", model_device(big))
+    assert x.device.type == "meta" and tuple(x.shape) == (2, 8)
+    assert torch.equal(make_inputs(["2,8"], "float32")[0], make_inputs(["2,8"], "float32", "cpu")[0])
+    p = tmp_path / "meta_model.py"
+    p.write_text("import torch\nfrom torch import nn\n\ndef build():\n    with torch.device('meta'):\n"
+                 "        return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))\n")
+    res = CliRunner().invoke(cli, ["json", f"{p}:build", "--input-shape", "2,8"])
+    assert res.exit_code == 0, res.output
+    import json
+
+    nodes = {n["kind"]: n for n in json.loads(res.output)["nodes"]}
+    assert nodes["input"]["outputs"] == [{"shape": [2, 8], "dtype": "float32", "device": "meta"}]
+    assert nodes["output"]["outputs"][0]["shape"] == [2, 4]

@@ -36,6 +36,11 @@ def block_cuda() -> tuple[nn.Module, tuple[Any, ...]]:
     return _on_cuda(*inside_models.block())
 
 
+def block_model_cuda() -> nn.Module:
+    """Only the model, on the GPU: ``--input-shape`` makes its inputs there."""
+    return inside_models.Block().cuda()
+
+
 def _artifacts(events: Events, name: str) -> list[Any]:
     return [p for meta, p in events if meta.get("artifact", {}).get("name") == name or
             (name in meta and "artifact" not in meta)]
@@ -119,6 +124,10 @@ def test_cli_prints_the_triton_kernels() -> None:
     res = CliRunner().invoke(cli, ["compile", f"{__file__}:block_cuda", "--backend", "inductor", "--inside"])
     assert res.exit_code == 0, res.output
     assert "triton_" in res.output and "extern_kernels.addmm" in res.output
+    # a factory that returns only a model on the GPU: --input-shape makes the inputs there
+    res = CliRunner().invoke(cli, ["tree", f"{__file__}:block_model_cuda", "--input-shape", "8,16"])
+    assert res.exit_code == 0, res.output
+    assert "▶ x  [8, 16] float32" in res.output and "b (Linear)  [8, 32] → [8, 8]" in res.output
 
 
 def test_max_autotune_templates_are_mapped() -> None:

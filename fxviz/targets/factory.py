@@ -52,8 +52,9 @@ def parse_dtype(name: str) -> torch.dtype:
     return dtype
 
 
-def make_inputs(shapes: Sequence[str], dtype: str) -> tuple[torch.Tensor, ...]:
-    """Random example inputs of the given shapes (token-id-like small integers for int dtypes)."""
+def make_inputs(shapes: Sequence[str], dtype: str, device: torch.device | str | None = None) -> tuple[torch.Tensor, ...]:
+    """Random example inputs of the given shapes (token-id-like small integers for int dtypes),
+    drawn on the CPU (the same values everywhere) and moved to ``device``."""
     dt = parse_dtype(dtype)
     g = torch.Generator().manual_seed(0)
     out = []
@@ -68,7 +69,17 @@ def make_inputs(shapes: Sequence[str], dtype: str) -> tuple[torch.Tensor, ...]:
                 out.append(torch.randn(shape, generator=g).to(dt))
         except (RuntimeError, MemoryError) as e:  # too large for this machine, or for the dtype
             raise TargetError(f"cannot make a random {dtype} input of shape {text}: {e}") from e
+    if device is not None and torch.device(device).type != "cpu":
+        out = [t.to(device) for t in out]
     return tuple(out)
+
+
+def model_device(model: nn.Module) -> torch.device | None:
+    """Where the model's weights are, for the inputs fxviz makes: a GPU or ``meta`` (a model too big
+    to load), else ``None`` (the CPU)."""
+    for t in (*model.parameters(), *model.buffers()):
+        return t.device if t.device.type != "cpu" else None
+    return None
 
 
 def _failed(what: str, e: BaseException) -> str:
@@ -165,7 +176,7 @@ def load_factory(spec: TargetSpec, *, input_shapes: Sequence[str] = (), dtype: s
             "(model, args) or (model, args, kwargs)"
         )
     if input_shapes:
-        return Target(model, make_inputs(input_shapes, dtype), {}, tuple(input_shapes))
+        return Target(model, make_inputs(input_shapes, dtype, model_device(model)), {}, tuple(input_shapes))
     if not args and not kwargs:
         hint = suggest(model) or "--input-shape 1,3,224,224 (repeat it for several inputs)"
         raise TargetError(
