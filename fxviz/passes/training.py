@@ -91,10 +91,33 @@ def saved_summary(graph: Graph) -> str:
     total = sum(per.values())
     top = max(per, key=lambda m: per[m])
     where = f"; most in {top or 'the model itself'} ({_size(per[top])})" if per[top] else ""
-    line = saved_timeline(graph)
-    peak = max(line, key=lambda x: x[1]) if line else ("", 0)
-    at = f"; peak {_size(peak[1])} after {peak[0]}" if peak[1] else ""
+    op, alive = saved_at_peak(graph)
+    at = ""
+    if alive:
+        top3 = ", ".join(f"{m or 'the model itself'} {_size(b)}" for m, b in alive[:3])
+        more = f", {len(alive) - 3} more modules" if len(alive) > 3 else ""
+        at = f"; peak {_size(sum(b for _, b in alive))} after {op} ({top3}{more})"
     return f"{_size(total)} of saved activations ({total:,} bytes, {len(graph.saved)} tensors){where}{at}"
+
+
+def _spans(graph: Graph) -> tuple[list[str], list[tuple[int, int, Any]]]:
+    """The step's ops in graph order, and per record that costs bytes the ops it is alive over
+    (inclusive): from the op that saved it to the last backward op that reads its value (to the
+    end when none does)."""
+    ops = [n for n in graph.nodes if n.kind == "op"]
+    at = {n.name: k for k, n in enumerate(ops)}
+    last: dict[str, int] = {}
+    for k, n in enumerate(ops):
+        if n.phase != "forward":
+            for r in n.inputs:
+                last[r.node] = k
+    spans = []
+    for s in graph.saved:
+        if not s.bytes or s.node not in at:
+            continue
+        start = at[s.node]
+        spans.append((start, max(last.get(s.value or s.node, len(ops) - 1), start), s))
+    return [n.name for n in ops], spans
 
 
 def saved_timeline(graph: Graph) -> list[tuple[str, int]]:
@@ -103,26 +126,31 @@ def saved_timeline(graph: Graph) -> list[tuple[str, int]]:
     its value (to the end when none does). Empty for a graph with no records."""
     if not graph.saved:
         return []
-    ops = [n for n in graph.nodes if n.kind == "op"]
-    at = {n.name: k for k, n in enumerate(ops)}
-    last: dict[str, int] = {}
-    for k, n in enumerate(ops):
-        if n.phase != "forward":
-            for r in n.inputs:
-                last[r.node] = k
+    ops, spans = _spans(graph)
     delta = [0] * (len(ops) + 1)
-    for s in graph.saved:
-        if not s.bytes or s.node not in at:
-            continue
-        start = at[s.node]
-        end = last.get(s.value or s.node, len(ops) - 1)
+    for start, end, s in spans:
         delta[start] += s.bytes
-        delta[max(end, start) + 1] -= s.bytes
+        delta[end + 1] -= s.bytes
     out, live = [], 0
-    for k, n in enumerate(ops):
+    for k, name in enumerate(ops):
         live += delta[k]
-        out.append((n.name, live))
+        out.append((name, live))
     return out
+
+
+def saved_at_peak(graph: Graph) -> tuple[str, list[tuple[str, int]]]:
+    """The op after which the most saved bytes are alive (the first, on a tie), and those bytes
+    per module of the ops that saved them, most first (``("", [])`` with nothing saved). The
+    modules' bytes add up to the timeline's peak."""
+    line = saved_timeline(graph)
+    if not line or not max(b for _, b in line):
+        return "", []
+    k = max(range(len(line)), key=lambda i: (line[i][1], -i))
+    per: dict[str, int] = {}
+    for start, end, s in _spans(graph)[1]:
+        if start <= k <= end:
+            per[s.module] = per.get(s.module, 0) + s.bytes
+    return line[k][0], sorted(per.items(), key=lambda x: (-x[1], x[0]))
 
 
 def saved_panel(graph: Graph) -> dict[str, Any] | None:
@@ -142,4 +170,4 @@ def saved_panel(graph: Graph) -> dict[str, Any] | None:
 
 
 __all__ = ["checkpoint_saved_overlay", "phase_overlay", "saved_bytes", "saved_overlay", "saved_own_overlay",
-           "saved_panel", "saved_summary", "saved_timeline"]
+           "saved_at_peak", "saved_panel", "saved_summary", "saved_timeline"]
