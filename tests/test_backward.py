@@ -4,6 +4,9 @@ records of the same step (``saved_tensors_hooks``, the ``grad_fn`` graph, the jo
 
 from __future__ import annotations
 
+import textwrap
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -211,3 +214,46 @@ def test_a_call_keeps_its_forward_structure_with_its_backward_ops_after_it() -> 
     assert steps[: len(fwd)] == fwd and ("par", True) in fwd
     assert all(kind == "op" and g.node(name).phase == "backward" for kind, name in steps[len(fwd):] if kind == "op"
                and name not in ("sum",))
+
+
+def test_the_cli_takes_a_loss_function(tmp_path: Path) -> None:
+    """``--loss FILE.py:FN`` (implies ``--backward``) differentiates that loss, as ``capture(loss=fn)``
+    does; a name that is not a function is one line."""
+    import json
+
+    from click.testing import CliRunner
+
+    from fxviz.cli import cli
+
+    p = tmp_path / "net.py"
+    p.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(8, 16)
+                self.b = nn.Linear(16, 4)
+
+            def forward(self, x):
+                return {"logits": self.b(torch.relu(self.a(x))), "aux": self.a(x)}
+
+        def build():
+            torch.manual_seed(0)
+            return Net(), (torch.randn(2, 8),)
+
+        def ce(out):
+            return torch.nn.functional.cross_entropy(out["logits"], torch.tensor([1, 2]))
+    """))
+    res = CliRunner().invoke(cli, ["json", f"{p}:build", "--loss", f"{p}:ce", "-m", "eager"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    backward = [n["target"] for n in d["nodes"] if n.get("phase") == "backward" and n["kind"] == "op"]
+    assert backward[:2] == ["NllLossBackward0", "LogSoftmaxBackward0"], backward
+    # the default loss (the sum of both outputs) would differentiate aux too: a's addmm twice
+    assert backward.count("AddmmBackward0") == 2
+    for bad, says in ((f"{p}:nope", f"{p} has no function 'nope'"), ("ce", "is not a function: give file.py:name")):
+        res = CliRunner().invoke(cli, ["tree", f"{p}:build", "--loss", bad])
+        assert res.exit_code != 0 and says in res.output.strip().splitlines()[-1], res.output
+        assert "Traceback" not in res.output

@@ -198,11 +198,23 @@ def _set_backward(ctx: click.Context, _param: click.Parameter, value: bool) -> N
         ctx.meta[_BACKWARD] = True
 
 
+_LOSS = "fxviz.loss"
+
+
+def _set_loss(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.meta[_LOSS] = value
+
+
 def backward_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--backward``: capture one training step, forward and backward (``capture(backward=True)``)."""
+    """``--backward``: capture one training step, forward and backward (``capture(backward=True)``);
+    ``--loss FN``: the step's loss (``capture(loss=...)``), which implies ``--backward``."""
+    fn = click.option("--loss", metavar="FILE.py:FN", default=None, expose_value=False, callback=_set_loss,
+                      help="The training step's loss, a function of the model's output returning a scalar tensor "
+                           "(file.py:name or package.module:name); implies --backward.")(fn)
     return click.option("--backward", is_flag=True, expose_value=False, callback=_set_backward,
-                        help="Capture one training step: forward and backward of the sum of the outputs, with "
-                             "the activations saved for the backward (overlays phase, saved).")(fn)
+                        help="Capture one training step: forward and backward of the sum of the outputs (or of "
+                             "--loss), with the activations saved for the backward (overlays phase, saved).")(fn)
 
 
 _WORLD_SIZE = "fxviz.world_size"
@@ -222,7 +234,7 @@ def world_size_option(fn: Callable[..., Any]) -> Callable[..., Any]:
                              "(overlay comm).")(fn)
 
 
-_CAPTURE_OPTIONS = ("method", "input_shapes", "dtype", "no_validate", "backward", "world_size")
+_CAPTURE_OPTIONS = ("method", "input_shapes", "dtype", "no_validate", "backward", "loss", "world_size")
 
 
 def given_options(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
@@ -253,6 +265,8 @@ def spec_graph(spec: TargetSpec, input_shapes: tuple[str, ...], dtype: str, meth
     backward: dict[str, Any] = {"backward": True} if meta.get(_BACKWARD) else {}
     if meta.get(_WORLD_SIZE) is not None:
         backward["world_size"] = meta[_WORLD_SIZE]
+    if meta.get(_LOSS) is not None:
+        backward["loss"] = with_torch(spec).load_function(meta[_LOSS], "--loss")
     return with_torch(spec).load_graph(spec, input_shapes=input_shapes, dtype=dtype, method=method,
                                        validate=validate, **backward)
 

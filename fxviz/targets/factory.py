@@ -12,7 +12,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,7 @@ from fxviz.graphdiff import Diff
 from fxviz.ir import Graph
 from fxviz.passes import DEFAULT, run_passes
 from fxviz.symbolic.pt2 import graph_from_pt2
-from fxviz.targets.parse import TargetSpec, parse_shape, read_graph
+from fxviz.targets.parse import TargetSpec, parse_shape, read_graph, recognise
 from fxviz.targets.shapes import shapes_fit, suggest
 from fxviz.torchbridge.distributed import fake_world
 
@@ -199,12 +199,30 @@ def _model_runs() -> Iterator[None]:
         raise ModelError(_failed("the model", e) + " during capture (not an Exception subclass)") from e
 
 
+def load_function(text: str, option: str) -> Callable[..., Any]:
+    """The function ``text`` names (``file.py:name`` or ``package.module:name``), for ``option``."""
+
+    try:
+        spec = recognise(text)
+    except TargetError:
+        spec = None
+    if spec is None or not spec.captures or not spec.attr:
+        raise TargetError(f"{option} {text!r} is not a function: give file.py:name or package.module:name")
+    fn = getattr(_load_module(spec), spec.attr, None)
+    if not callable(fn):
+        raise TargetError(f"{option} {text!r}: {spec.module or spec.path} has no function {spec.attr!r}")
+    return fn
+
+
 def load_graph(
     spec: TargetSpec, *, input_shapes: Sequence[str] = (), dtype: str = "float32", method: str = "auto",
     validate: bool = True, backward: bool = False, world_size: int | None = None,
+    loss: Callable[[Any], Any] | None = None,
 ) -> Graph:
     """The annotated graph of any target: a saved graph read, a ``.pt2`` file converted, or a
-    factory's model captured with ``method`` (``validate``, ``backward``: see :func:`fxviz.capture`)."""
+    factory's model captured with ``method`` (``validate``, ``backward``, ``loss``: see
+    :func:`fxviz.capture`; a ``loss`` implies ``backward``)."""
+    backward = backward or loss is not None
     if spec.kind == "graph":
         return read_graph(spec.path)
     if spec.kind == "pt2":
@@ -214,10 +232,10 @@ def load_graph(
             t = load_factory(spec, input_shapes=input_shapes, dtype=dtype)
             with t.runs(), _model_runs():
                 return capture(t.model, t.args, t.kwargs, method=method, validate=validate, backward=backward,
-                               world_size=world_size)
+                               loss=loss, world_size=world_size)
     t = load_factory(spec, input_shapes=input_shapes, dtype=dtype)
     with t.runs(), _model_runs():
-        return capture(t.model, t.args, t.kwargs, method=method, validate=validate, backward=backward)
+        return capture(t.model, t.args, t.kwargs, method=method, validate=validate, backward=backward, loss=loss)
 
 
 def compare_target(
@@ -230,4 +248,4 @@ def compare_target(
         return compare(t.model, t.args, t.kwargs, decompose=decompose, level=level)
 
 
-__all__ = ["Target", "compare_target", "load_factory", "load_graph", "make_inputs", "parse_dtype"]
+__all__ = ["Target", "compare_target", "load_factory", "load_function", "load_graph", "make_inputs", "parse_dtype"]

@@ -49,7 +49,7 @@ def step_loss(output: Any, loss: Loss | None) -> torch.Tensor:
         if not leaves:
             what = type(output).__name__
             raise LossError(f"the model's output ({what}) holds no floating tensor to sum into a loss: pass "
-                            "loss=fn(output) -> scalar tensor")
+                            "loss=fn(output) -> scalar tensor (fxviz --loss FILE.py:FN)")
         value = leaves[0].sum()
         for v in leaves[1:]:
             value = value + v.sum()
