@@ -20,7 +20,7 @@ from torch import nn
 
 from fxviz.analyze.compilemap import CompileMap, compile_map
 from fxviz.analyze.compilemap.match import assign, matchable, op_key, pair
-from fxviz.analyze.compilemap.record import OpRecord
+from fxviz.analyze.compilemap.record import OpRecord, op_records
 from fxviz.cli import cli
 from fxviz.ir import Node, SourceLoc
 
@@ -178,3 +178,48 @@ def test_numerics_compares_every_op_of_a_torch_only_model() -> None:
     r = compiled_errors(model, args, {}, backend="aot_eager", rtol=1e-6, atol=1e-5, seed=0)
     compared = {name for name, errs in r.errors.items() if any(e.comparable for e in errs)}
     assert compared == {n.name for n in r.graph.ops} == {"linear", "batch_norm", "relu", "linear_1"}
+
+
+@torch.library.custom_op("fxviz_test::scaled", mutates_args=())
+def _scaled(x: torch.Tensor, k: float) -> torch.Tensor:
+    return x * k
+
+
+@_scaled.register_fake
+def _(x: torch.Tensor, k: float) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class DispatcherOps(nn.Module):
+    """Ops called through the dispatcher: an ATen overload and a custom op (as DTensor's collectives
+    and users' kernels appear in Dynamo's graph)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.ops.aten.mm.default(self.lin(x), self.lin.weight)
+        return torch.ops.fxviz_test.scaled(h, 2.0).relu()
+
+
+def test_dispatcher_ops_in_a_dynamo_graph_match_their_eager_ops() -> None:
+    """Dynamo records ``torch.ops.aten.mm.default`` and a custom op as OpOverloads; the map named
+    them ``default`` and left their eager ops 'eager' although torch compiled them."""
+    torch.manual_seed(0)
+    model, args = DispatcherOps(), (torch.randn(4, 8),)
+    truth = explain(model, args)
+    assert (truth.graph_count, truth.graph_break_count) == (1, 0)
+    compiled = {str(n.target) for gm in truth.graphs for n in gm.graph.nodes if n.op == "call_function"}
+    assert {"aten.mm.default", "fxviz_test.scaled"} <= compiled
+    cmap = compile_map(model, args, backend="aot_eager")
+    check_against_explain(cmap, truth)
+    assert cmap.assigned["mm"] == "g0" and cmap.assigned["fxviz_test::scaled"] == "g0", cmap.assigned
+    # op for op (what numerics compares by): each Dynamo op of torch's graph pairs with its eager op;
+    # the map named the dispatcher ops 'default' and 'scaled', which only the line rescued above
+    (gm,) = truth.graphs
+    records = op_records(gm, {})
+    assert [r.name for r in records] == ["linear", "mm", "fxviz_test::scaled", "relu"]
+    eager = cmap.graph.ops
+    (row,) = pair(eager, [("g0", records)])
+    assert [eager[i].name if i is not None else None for i in row] == ["linear", "mm", "fxviz_test::scaled", "relu"]

@@ -37,6 +37,7 @@ from fxviz.analyze.compilemap.result import ShapeGuard, Symbol
 from fxviz.analyze.compilemap.shapes import every_guard, explain_fail, graph_inputs, read_shape_env
 from fxviz.errors import TargetError
 from fxviz.ops import op_name
+from fxviz.torchbridge.opnames import op_target
 from fxviz.torchbridge.source import source_from_trace
 
 BACKENDS: tuple[str, ...] = ("inductor", "aot_eager", "eager")
@@ -161,8 +162,8 @@ def op_records(gm: torch.fx.GraphModule, paths: dict[int, str]) -> list[OpRecord
     out = []
     for n in op_nodes(gm):
         if n.op == "call_function":
-            t = n.target
-            target = f"{getattr(t, '__module__', None) or ''}.{getattr(t, '__name__', str(t))}"
+            t = n.target  # a dispatcher op is named as every capture names it (mylib::op.default)
+            target = op_target(t) or f"{getattr(t, '__module__', None) or ''}.{getattr(t, '__name__', str(t))}"
         elif n.op == "call_method":
             target = f"Tensor.{n.target}"
         else:
