@@ -11,7 +11,12 @@ one thread:
   activations, the real backward, passes). Target ≤ 1.5x ``step``;
 * ``joint (bare)``: ``torch.export`` of the model with its loss then ``aot_export_joint_with_descriptors``,
   the exact calls fxviz makes (:func:`fxviz.symbolic.joint.export_joint`);
-* ``fxviz export``: ``capture(backward=True, method="export")``. Target ≤ 1.2x ``joint (bare)``.
+* ``fxviz export``: ``capture(backward=True, method="export")``. Target ≤ 1.2x ``joint (bare)``;
+* ``torchlens`` (when run from ``bench/.venv``, ``bash bench/setup.sh``): ``torchlens.trace`` with
+  every activation and gradient saved, then ``Trace.log_backward`` of the same loss (its
+  first-class backward capture, torchlens ≥ 2.7), timed last (it keeps torch wrapped until
+  ``unwrap_torch()``), against ``step``. Beside the times, what each shows of the backward:
+  torch's autograd nodes of the step (the oracle), fxviz's backward ops, torchlens' grad_fns.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import argparse
 import contextlib
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -70,7 +77,20 @@ def main() -> None:
     }
     cpu: dict[str, list[float]] = {}
     wall = round_robin(fns, opts.reps, warmup=1, cpu=cpu)
-    base = {"fxviz eager": "step", "fxviz export": "joint (bare)"}
+    base = {"fxviz eager": "step", "fxviz export": "joint (bare)", "torchlens": "step"}
+    shows = {"torch autograd nodes": _autograd_nodes(step_loss(model(*args), None)),
+             "fxviz backward ops": sum(1 for n in fxviz.capture(model, args, backward=True, method="eager").ops
+                                       if n.phase == "backward")}
+    lens = _torchlens(model, args, step_loss)
+    if lens is not None:  # last: torchlens keeps torch's functions wrapped until unwrap_torch()
+        from torchlens.backends.torch.wrappers import unwrap_torch
+
+        try:
+            shows["torchlens grad_fns"] = len(list(lens().grad_fns))
+            wall.update(round_robin({"torchlens": lens}, min(opts.reps, 3), warmup=0, cpu=cpu))
+        finally:
+            unwrap_torch()
+        fns["torchlens"] = lens
     rows = []
     for k in fns:
         ratio = ""
@@ -80,7 +100,38 @@ def main() -> None:
         rows.append([k, f"{fmt_s(med(cpu[k]))} ({fmt_s(med(wall[k]))})", ratio])
     print(f"GPT-2, {opts.layers} layers, seq {opts.seq}, {opts.reps} rounds, CPU time (wall)\n")
     print(table(["what", "time", "ratio to baseline"], rows))
-    write_json(opts.out, {"env": environment(), "layers": opts.layers, "seq": opts.seq, "cpu": cpu, "wall": wall})
+    print("\nwhat each shows of the backward: " + ", ".join(f"{k} {v}" for k, v in shows.items()))
+    write_json(opts.out, {"env": environment(), "layers": opts.layers, "seq": opts.seq, "cpu": cpu, "wall": wall,
+                          "shows": shows})
+
+
+def _autograd_nodes(loss: Any) -> int:
+    """torch's own count: the autograd nodes of the step other than AccumulateGrad."""
+    seen, todo = set(), [loss.grad_fn]
+    while todo:
+        f = todo.pop()
+        if f is None or f in seen:
+            continue
+        seen.add(f)
+        todo += [g for g, _ in f.next_functions]
+    return sum(1 for f in seen if type(f).__name__ != "AccumulateGrad")
+
+
+def _torchlens(model: Any, args: tuple[Any, ...], step_loss: Any) -> Callable[[], Any] | None:
+    """torchlens' forward trace (activations and gradients saved) and its backward capture."""
+    try:
+        import torchlens as tl
+        from torchlens.options import CaptureOptions
+    except ImportError:
+        return None
+
+    def run() -> Any:
+        t = tl.trace(model, list(args), capture=CaptureOptions(layers_to_save="all", save_grads="all"))
+        outs = [t[name].out for name in t.output_layers]
+        t.log_backward(step_loss(outs, None))
+        return t
+
+    return run
 
 
 if __name__ == "__main__":
