@@ -25,7 +25,8 @@ from fxviz.graphdiff.result import Diff
 from fxviz.ir import Graph, SourceLoc
 from fxviz.render.files import write_text
 from fxviz.render.html import VIEW_MODEL_VERSION, in_frame, json_for_script, page, view_model
-from fxviz.render.view import module_boxes
+from fxviz.render.panels import cell_text
+from fxviz.render.view import bounded, module_boxes, node_label
 
 __all__ = ["DIFF_COLORS", "diff_view_model", "repr_html", "to_html"]
 
@@ -106,7 +107,13 @@ def diff_view_model(d: Diff) -> dict[str, Any]:
             failure = {"side": key, "label": d.labels[0 if key == "a" else 1], "method": attempt.method,
                        "reason": attempt.reason(), "at": site[other] if site else [], "on": other}
     informational = d.summary(informational=True)
+    analysis: dict[str, Any] = {"text": bounded(d.headline(), 600),
+                                "lv": "error" if d.one_sided else "warn" if d.significant else "ok"}
+    panels = [_differences_panel(d, differences)] if differences else []
+    if panels:
+        analysis["p"] = panels[0]["name"]
     return {"v": VIEW_MODEL_VERSION, "diff": {
+        "analysis": analysis, "panels": panels,
         "labels": list(d.labels), "a": sides["a"], "b": sides["b"], "pairs": pairs,
         "groupPairs": _group_pairs(d, boxes), "differences": differences, "failure": failure,
         "captures": [{"method": g.method, "ops": len(g.ops), "seconds": d.seconds.get(key), "failed": _failed_attempts(g)}
@@ -119,6 +126,35 @@ def diff_view_model(d: Diff) -> dict[str, Any]:
             "seconds": {k: round(v, 4) for k, v in d.seconds.items()},
         },
     }}
+
+
+def _differences_panel(d: Diff, differences: list[dict[str, Any]]) -> dict[str, Any]:
+    """The differences as the analysis drawer's table, in the shape of every analysis page's
+    (:func:`fxviz.render.panels.panel_view`): one row per difference, which shows it on both
+    sides when clicked (its ``key``, ``d<k>``: the page's script shows difference ``k``), and
+    whose facts the details of each node it names list (``at``: ``a:n<i>`` and ``b:n<i>``; on a
+    side without a node of it, the box of its module call there, ``a:g<i>``)."""
+    graphs = {"a": d.a, "b": d.b}
+
+    def nodes(side: str, ids: list[int]) -> str:
+        if not ids:
+            return ""
+        more = f" +{len(ids) - 1}" if len(ids) > 1 else ""
+        return node_label(graphs[side].nodes[ids[0]]) + more
+
+    rows = []
+    for k, x in enumerate(differences):
+        module = (x["module"] + (f" call {x['call'] + 1}" if x["call"] else "")) if x["module"] else "(model)"
+        src = x["source"]
+        line = f"{str(src[0]).rsplit('/', 1)[-1]}:{src[1]}" if src else ""
+        at = [f"{side}:n{i}" for side in ("a", "b") for i in x[side]]
+        at += [f"{side}:g{box}" for side, box in zip(("a", "b"), x["at"], strict=True) if not x[side] and box is not None]
+        rows.append({"c": [cell_text(c) for c in (x["words"], x["message"], nodes("a", x["a"]), nodes("b", x["b"]), module, line)],
+                     "key": f"d{k}", "at": at, "lv": "info" if x["informational"] else "warn"})
+    return {"name": "differences", "title": "differences",
+            "note": "a row shows its difference on both sides; the grey ones are informational "
+                    "(decompositions, symbolic sizes)",
+            "columns": ["difference", "what", *(bounded(label, 60) for label in d.labels), "module", "line"], "rows": rows}
 
 
 class _Boxes:
@@ -166,7 +202,9 @@ def _failed_attempts(g: Graph) -> list[str]:
 def to_html(d: Diff, path: str | os.PathLike[str] | None = None) -> str:
     """The diff page as one self-contained HTML string; written to ``path`` when given."""
     name = d.a.name or d.b.name or "model"
-    text = page(json_for_script(diff_view_model(d)), title=f"{name}: {d.labels[0]} vs {d.labels[1]} — fxviz")
+    data = diff_view_model(d)
+    text = page(json_for_script(data), title=f"{name}: {d.labels[0]} vs {d.labels[1]} — fxviz",
+                analysis=data["diff"]["analysis"], panels=data["diff"]["panels"])
     if path is not None:
         write_text(path, text, what="diff report")
     return text
