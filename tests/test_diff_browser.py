@@ -94,6 +94,14 @@ def test_the_diff_view_links_each_difference_to_both_sides(browser: Any, cnn_pai
     r.settle()
     assert selected(page, "a") == f"n{ia['view']}"
     assert "not in eager" in (page.text_content('.fx-diff-item[data-diff="d2"]') or "")
+    # shown as a whole, a difference with no place on one side leaves nothing selected there (the
+    # node selected before is not its pair)
+    page.locator('.fx-diff-item[data-diff="d1"] .fx-diff-words').click()
+    r.settle()
+    assert selected(page, "b") == f"n{ib['conv2d_2']}"
+    page.locator('.fx-diff-item[data-diff="d2"] .fx-diff-words').click()
+    r.settle()
+    assert selected(page, "a") == f"n{ia['view']}" and selected(page, "b") is None
     # opening a box opens its pair
     r.js("fxvizReport.viewers.a.collapseAll().then(() => fxvizReport.viewers.b.collapseAll())")
     page.locator('.fx-pane[data-side="a"] .fx-box[data-path="fully_connected1"]').dispatch_event("dblclick")

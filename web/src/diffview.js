@@ -202,6 +202,9 @@ export class DiffPage {
     const keys = Object.fromEntries(SIDES.map((s) => [s, this.target(d, s)]));
     this.syncing = true;
     try {
+      // a side where the difference has no place (an op of the model's own forward only in the
+      // other graph) keeps nothing selected: what was selected there is not this difference's pair
+      for (const s of SIDES) if (!keys[s]) this.viewers[s].select(null, false);
       await Promise.all(SIDES.filter((s) => keys[s]).map(async (s) => {
         const v = this.viewers[s];
         // a side without the difference's nodes opens the box they would be in
