@@ -298,9 +298,11 @@ def test_the_diff_page_says_its_answer_and_its_differences_are_the_drawers_table
     off = ctx.new_page()
     off.goto(path.as_uri())
     assert off.locator("[data-ref=analysis]").inner_text().strip() == d.headline()
+    assert off.locator("[data-ref=model]").inner_text() == "Stack: old vs new"
     rows = off.locator("[data-ref=findings] [data-panel=differences] tbody tr")
     assert rows.count() == 2 and rows.first.is_visible()
     assert rows.evaluate_all("rs => rs.map(r => r.cells[1].textContent)") == [x.message for x in d.differences]
+    assert "script, which is off" in off.locator("[data-ref=canvas]").inner_text()
     ctx.close()
     r = ReportPage(browser, path, width=1600, height=1000)
     page = r.page

@@ -203,7 +203,8 @@ def to_html(d: Diff, path: str | os.PathLike[str] | None = None) -> str:
     """The diff page as one self-contained HTML string; written to ``path`` when given."""
     name = d.a.name or d.b.name or "model"
     data = diff_view_model(d)
-    text = page(json_for_script(data), title=f"{name}: {d.labels[0]} vs {d.labels[1]} — fxviz",
+    heading = f"{name}: {d.labels[0]} vs {d.labels[1]}"
+    text = page(json_for_script(data), title=f"{heading} — fxviz", heading=heading,
                 analysis=data["diff"]["analysis"], panels=data["diff"]["panels"])
     if path is not None:
         write_text(path, text, what="diff report")
