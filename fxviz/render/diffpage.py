@@ -9,8 +9,10 @@ one side, decomposed, ...) so that the colouring is the overlay mechanism (match
 difference in colour), the pairs of nodes and of boxes the alignment found (selecting a node
 selects its pair, expanding a box expands its pair), each side's capture in words, and every
 difference in words with the nodes it names on each side, the box of its module call on each
-side, and its source line: the list of differences under the graphs, each row selecting both
-sides. When one capture failed (export on data-dependent control flow), the other side is drawn
+side, and its source line: the list of differences beside the graphs, and, as on every analysis
+page (:mod:`fxviz.render.panels`), the diff's answer in words (``analysis``: the terminal's
+sentence, :meth:`~fxviz.graphdiff.result.Diff.headline`) and the differences as the drawer's table
+(``panels``), each row selecting both sides. When one capture failed (export on data-dependent control flow), the other side is drawn
 whole, every op "only in" it, and ``failure`` names the node where the forward left the graph.
 Everything is addressed by index, so the page grows linearly with the nodes and the nesting.
 """
@@ -73,8 +75,8 @@ def _diff_overlay(d: Diff, side: str) -> dict[str, Any]:
 
 
 def diff_view_model(d: Diff) -> dict[str, Any]:
-    """``{"v", "diff": {"labels", "a", "b", "pairs", "groupPairs", "differences", "summary",
-    "failure", "captures"}}``: the data of the diff page (see the module docstring). ``pairs`` are
+    """``{"v", "diff": {"analysis", "panels", "labels", "a", "b", "pairs", "groupPairs",
+    "differences", "summary", "failure", "captures"}}``: the data of the diff page (see the module docstring). ``pairs`` are
     the alignment's rows, node index in ``a`` against node index in ``b``; each difference's
     ``at`` is the box of its module call on each side (``None``: the model's own forward, or a
     call that side does not have)."""
