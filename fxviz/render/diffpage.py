@@ -12,8 +12,9 @@ difference in words with the nodes it names on each side, the box of its module 
 side, and its source line: the list of differences beside the graphs, and, as on every analysis
 page (:mod:`fxviz.render.panels`), the diff's answer in words (``analysis``: the terminal's
 sentence, :meth:`~fxviz.graphdiff.result.Diff.headline`) and the differences as the drawer's table
-(``panels``), each row selecting both sides. When one capture failed (export on data-dependent control flow), the other side is drawn
-whole, every op "only in" it, and ``failure`` names the node where the forward left the graph.
+(``panels``), each row selecting both sides. When one capture failed (export on data-dependent
+control flow), the other side is drawn whole, every op "only in" it, and ``failure`` names the
+node where the forward left the graph.
 Everything is addressed by index, so the page grows linearly with the nodes and the nesting.
 """
 
