@@ -94,6 +94,14 @@ def test_the_diff_view_links_each_difference_to_both_sides(browser: Any, cnn_pai
     r.settle()
     assert selected(page, "a") == f"n{ia['view']}"
     assert "not in eager" in (page.text_content('.fx-diff-item[data-diff="d2"]') or "")
+    # shown as a whole, a difference with no place on one side leaves nothing selected there (the
+    # node selected before is not its pair)
+    page.locator('.fx-diff-item[data-diff="d1"] .fx-diff-words').click()
+    r.settle()
+    assert selected(page, "b") == f"n{ib['conv2d_2']}"
+    page.locator('.fx-diff-item[data-diff="d2"] .fx-diff-words').click()
+    r.settle()
+    assert selected(page, "a") == f"n{ia['view']}" and selected(page, "b") is None
     # opening a box opens its pair
     r.js("fxvizReport.viewers.a.collapseAll().then(() => fxvizReport.viewers.b.collapseAll())")
     page.locator('.fx-pane[data-side="a"] .fx-box[data-path="fully_connected1"]').dispatch_event("dblclick")
@@ -274,4 +282,51 @@ def test_a_region_that_differs_is_highlighted_on_both_sides_while_closed(browser
     assert selected(page, "b") == f"g{only['at'][1]}"
     assert page.locator('.fx-pane[data-side="b"] .fx-cluster[data-path="h.1.fc"]').count() == 1
     assert page.locator('.fx-pane[data-side="b"] .fx-cluster[data-path="h.1.fc"] .fx-node').count() >= 1
+    r.close()
+
+
+def test_the_diff_page_says_its_answer_and_its_differences_are_the_drawers_table(browser: Any, tmp_path: Path) -> None:
+    from tests.test_diff_page import page_data, stack_diff
+
+    d = stack_diff()
+    path = tmp_path / "stack.html"
+    d.to_html(str(path))
+    data = page_data(path.read_text(encoding="utf-8"))["diff"]
+    na, nb = data["a"]["nodes"]["n"], data["b"]["nodes"]["n"]
+    # with its script off, the page still says its answer and lists the differences
+    ctx = browser.new_context(java_script_enabled=False, viewport={"width": 1600, "height": 1000})
+    off = ctx.new_page()
+    off.goto(path.as_uri())
+    assert off.locator("[data-ref=analysis]").inner_text().strip() == d.headline()
+    assert off.locator("[data-ref=model]").inner_text() == "Stack: old vs new"
+    rows = off.locator("[data-ref=findings] [data-panel=differences] tbody tr")
+    assert rows.count() == 2 and rows.first.is_visible()
+    assert rows.evaluate_all("rs => rs.map(r => r.cells[1].textContent)") == [x.message for x in d.differences]
+    assert "script, which is off" in off.locator("[data-ref=canvas]").inner_text()
+    ctx.close()
+    r = ReportPage(browser, path, width=1600, height=1000)
+    page = r.page
+    assert page.locator("[data-ref=analysis] [data-ref=headline]").text_content() == d.headline()
+    assert page.locator("[data-ref=drawerBar] .fx-drawer-tab").all_text_contents() == ["differences (2)"]
+    page.locator("[data-ref=analysis] .fx-analysis-facts").click()
+    table = page.locator("[data-ref=findings] [data-panel=differences]")
+    assert table.is_visible()
+    # sortable: by the new side's column, the row of the op only in new comes first
+    table.locator("th", has_text="new").click()
+    assert table.locator("tbody tr").evaluate_all("rs => rs.map(r => r.cells[3].textContent)") == ["matmul", ""]
+    # a row shows its difference on both sides: the op only in old there, and on new's side the
+    # box of the call it would be in
+    only_a = next(x for x in data["differences"] if x["kind"] == "only_in_a")
+    table.locator("tbody tr", has_text=d.differences[0].message).click()
+    r.settle()
+    assert selected(page, "a") == f"n{only_a['a'][0]}" and selected(page, "b") == f"g{only_a['at'][1]}"
+    assert "fx-finding-current" in (table.locator("tbody tr", has_text=d.differences[0].message).get_attribute("class") or "")
+    # a node's details list the differences that name it, as the rows say them
+    node(page, "b", "fc_1").click()
+    r.settle()
+    assert selected(page, "b") == f"n{nb.index('fc_1')}"
+    facts = page.locator("[data-ref=details] .fx-facts [data-panel=differences]")
+    assert facts.count() == 1 and "only in new: matmul" in (facts.text_content() or "")
+    assert "fx-finding-current" in (table.locator("tbody tr", has_text="only in new").get_attribute("class") or "")
+    assert na  # side a drew its nodes too
     r.close()

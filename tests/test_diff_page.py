@@ -144,3 +144,71 @@ def test_the_commands_write_the_side_by_side_page(bundle: Any, tmp_path: Path) -
     assert data["labels"] == ["stage 0 (export)", "stage 1 (decompose)"]
     names = {(data["a"]["nodes"]["n"][i], data["b"]["nodes"]["n"][j]) for i, j in data["pairs"]}
     assert ("linear", "addmm") in names or any(x == "linear" for x, _ in names)
+
+
+# ---- the answer and the differences, as every analysis page has them ---------------------------
+
+STATIC_ANSWER = re.compile(r'<div class="fx-analysis[^"]*" data-ref="analysis" role="status">\s*'
+                           r'<strong class="fx-analysis-text" data-ref="headline">(.*?)</strong>', re.S)
+STATIC_ROWS = re.compile(r'<section class="fx-panel" data-panel="([^"]+)">.*?<tbody>(.*?)</tbody>', re.S)
+CELLS = re.compile(r"<td>(.*?)</td>", re.S)
+
+
+def static_tables(text: str) -> dict[str, list[list[str]]]:
+    """The tables the page writes as plain HTML (what a reader sees with the script off)."""
+    body = text[: text.index("<script>")]
+    return {name: [[html_lib.unescape(c) for c in CELLS.findall(tr)] for tr in rows.split("</tr>") if "<td>" in tr]
+            for name, rows in STATIC_ROWS.findall(body)}
+
+
+def test_the_diffs_answer_is_the_terminals_sentence_and_its_differences_the_drawers_table() -> None:
+    from fxviz.render.diff import report_text
+
+    d = stack_diff()
+    data = diff_view_model(d)["diff"]
+    # the answer: the very sentence the terminal report opens with, after the model's name
+    assert data["analysis"] == {"text": "✗ 2 differences", "lv": "warn", "p": "differences"}
+    assert f"Stack  {d.headline()}" in report_text(d).splitlines()
+    (panel,) = data["panels"]
+    assert panel["name"] == "differences" and panel["columns"] == ["difference", "what", "old", "new", "module", "line"]
+    na, nb = data["a"]["nodes"]["n"], data["b"]["nodes"]["n"]
+    assert len(panel["rows"]) == len(d.differences) == 2
+    for k, (x, row) in enumerate(zip(d.differences, panel["rows"], strict=True)):
+        # a row stands for its difference (shown on both sides) and is about each node it names
+        assert row["key"] == f"d{k}" and row["c"][:2] == [d.describe(x.kind), x.message]
+        named = {f"a:n{na.index(n)}" for n in (x.a.nodes if x.a else ())} | {f"b:n{nb.index(n)}" for n in (x.b.nodes if x.b else ())}
+        assert named and named <= set(row["at"])
+        assert row["c"][4] == x.module == "h.1.fc"
+    only_a, only_b = panel["rows"]
+    assert (only_a["c"][2], only_a["c"][3], only_b["c"][2], only_b["c"][3]) == ("linear", "", "", "matmul")
+    # on the side without the op, the row is about the box of the call it would be in
+    box_b = data["differences"][0]["at"][1]
+    assert box_b is not None and f"b:g{box_b}" in only_a["at"]
+
+
+def test_the_diff_page_says_its_answer_and_lists_its_differences_without_its_script(bundle: Any) -> None:
+    d = stack_diff()
+    d.differences[0].message = "only in old: <img src=x onerror=alert(1)> linear"
+    text = d.to_html()
+    m = STATIC_ANSWER.search(text)
+    assert m is not None and html_lib.unescape(m.group(1)) == d.headline()
+    rows = static_tables(text)["differences"]
+    assert [r[:2] for r in rows] == [[d.describe(x.kind), x.message] for x in d.differences]
+    assert "<img src=x" not in text[: text.index("<script>")]  # written as text, escaped
+
+
+def test_an_analysis_page_says_its_answer_without_its_script_and_a_plain_one_nothing(bundle: Any) -> None:
+    from fxviz.passes.panels import row, set_headline, set_panel
+    from fxviz.render.html import to_html
+
+    g = stack_diff().a
+    plain = to_html(g)
+    assert STATIC_ANSWER.search(plain) is None and static_tables(plain) == {}
+    assert 'data-ref="analysis" role="status" hidden' in plain and 'data-ref="drawer" aria-label="The analysis\'s tables" hidden' in plain
+    set_panel(g, "breaks", title="graph breaks", columns=["line", "reason", "count"],
+              rows=[row("m.py:3", "Tensor.item() & <b>", 2, node="fc"), row("m.py:9", "print", 1)])
+    set_headline(g, "1 graph, 2 breaks, 80% of ops compiled", level="warn", panel="breaks")
+    text = to_html(g)
+    m = STATIC_ANSWER.search(text)
+    assert m is not None and m.group(1) == "1 graph, 2 breaks, 80% of ops compiled"
+    assert static_tables(text) == {"breaks": [["m.py:3", "Tensor.item() & <b>", "2"], ["m.py:9", "print", "1"]]}

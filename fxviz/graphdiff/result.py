@@ -22,6 +22,8 @@ from fxviz.ir import Attempt, Graph, view
 #: Version of the JSON a :class:`Diff` writes. 2: both graphs are in it (``a.graph``, ``b.graph``),
 #: so that it reads back into a Diff; each module call counts its ``significant`` differences.
 DIFF_SCHEMA_VERSION = 2
+#: What parts the headline's count of significant differences from its count of informational ones.
+HEADLINE_SEP = "  ·  "
 
 # kinds and statuses as a report names them; {a} and {b} are the diff's labels
 _WORDS = {
@@ -80,6 +82,13 @@ class Diff:
             if informational is None or d.informational == informational:
                 counts[d.kind] = counts.get(d.kind, 0) + 1
         return {k: n for k, n in counts.items() if n}
+
+    def headline(self) -> str:
+        """The diff's answer in words, the sentence its terminal report opens with (after the
+        model's name) and its page says: ``✗ 2 differences  ·  8 informational``."""
+        n, notes = len(self.significant), len(self.informational)
+        text = f"✗ {n} difference{'s' if n != 1 else ''}" if n else "✓ no significant differences"
+        return f"{text}{HEADLINE_SEP}{notes} informational" if notes else text
 
     def by_id(self) -> dict[str, Difference]:
         return {d.id: d for d in self.differences}

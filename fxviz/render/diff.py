@@ -23,7 +23,7 @@ from rich.tree import Tree
 
 from fxviz.calls import Stack
 from fxviz.graphdiff.parts import Difference, ModuleDiff, Run
-from fxviz.graphdiff.result import Diff
+from fxviz.graphdiff.result import HEADLINE_SEP, Diff
 from fxviz.text import one_line
 
 _STATUS_STYLE = {"matched": "green", "differs": "bold red", "only_in_a": "yellow", "only_in_b": "yellow"}
@@ -161,14 +161,12 @@ def to_report(d: Diff, *, notes: bool = False) -> Group:
     """The terminal report of ``d``; ``notes=True`` also lists informational differences (and
     lists every call of a run of matched calls, so that each shows its notes)."""
     ctx = _Ctx(d, notes, d.by_id(), d.children(), {} if notes else d.runs())
-    significant, informational = len(d.significant), len(d.informational)
+    # the diff's answer (the page's headline too), its counts styled apart
+    answer, sep, rest = d.headline().partition(HEADLINE_SEP)
     head = Text(one_line(_name(d) or "model"), style="bold")
-    if significant:
-        head.append(f"  ✗ {significant} difference{'s' if significant != 1 else ''}", style=_ERR)
-    else:
-        head.append("  ✓ no significant differences", style="green")
-    if informational:
-        head.append(f"  ·  {informational} informational" + ("" if notes else " (--notes lists them)"), style=_DIM)
+    head.append(f"  {answer}", style=_ERR if d.significant else "green")
+    if sep:
+        head.append(sep + rest + ("" if notes else " (--notes lists them)"), style=_DIM)
     tree = Tree(head, guide_style="dim")
     root = d.root
     if root is not None:

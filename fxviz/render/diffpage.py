@@ -9,9 +9,12 @@ one side, decomposed, ...) so that the colouring is the overlay mechanism (match
 difference in colour), the pairs of nodes and of boxes the alignment found (selecting a node
 selects its pair, expanding a box expands its pair), each side's capture in words, and every
 difference in words with the nodes it names on each side, the box of its module call on each
-side, and its source line: the list of differences under the graphs, each row selecting both
-sides. When one capture failed (export on data-dependent control flow), the other side is drawn
-whole, every op "only in" it, and ``failure`` names the node where the forward left the graph.
+side, and its source line: the list of differences beside the graphs, and, as on every analysis
+page (:mod:`fxviz.render.panels`), the diff's answer in words (``analysis``: the terminal's
+sentence, :meth:`~fxviz.graphdiff.result.Diff.headline`) and the differences as the drawer's table
+(``panels``), each row selecting both sides. When one capture failed (export on data-dependent
+control flow), the other side is drawn whole, every op "only in" it, and ``failure`` names the
+node where the forward left the graph.
 Everything is addressed by index, so the page grows linearly with the nodes and the nesting.
 """
 
@@ -25,7 +28,8 @@ from fxviz.graphdiff.result import Diff
 from fxviz.ir import Graph, SourceLoc
 from fxviz.render.files import write_text
 from fxviz.render.html import VIEW_MODEL_VERSION, in_frame, json_for_script, page, view_model
-from fxviz.render.view import module_boxes
+from fxviz.render.panels import cell_text
+from fxviz.render.view import bounded, module_boxes, node_label
 
 __all__ = ["DIFF_COLORS", "diff_view_model", "repr_html", "to_html"]
 
@@ -72,8 +76,8 @@ def _diff_overlay(d: Diff, side: str) -> dict[str, Any]:
 
 
 def diff_view_model(d: Diff) -> dict[str, Any]:
-    """``{"v", "diff": {"labels", "a", "b", "pairs", "groupPairs", "differences", "summary",
-    "failure", "captures"}}``: the data of the diff page (see the module docstring). ``pairs`` are
+    """``{"v", "diff": {"analysis", "panels", "labels", "a", "b", "pairs", "groupPairs",
+    "differences", "summary", "failure", "captures"}}``: the data of the diff page (see the module docstring). ``pairs`` are
     the alignment's rows, node index in ``a`` against node index in ``b``; each difference's
     ``at`` is the box of its module call on each side (``None``: the model's own forward, or a
     call that side does not have)."""
@@ -106,7 +110,13 @@ def diff_view_model(d: Diff) -> dict[str, Any]:
             failure = {"side": key, "label": d.labels[0 if key == "a" else 1], "method": attempt.method,
                        "reason": attempt.reason(), "at": site[other] if site else [], "on": other}
     informational = d.summary(informational=True)
+    analysis: dict[str, Any] = {"text": bounded(d.headline(), 600),
+                                "lv": "error" if d.one_sided else "warn" if d.significant else "ok"}
+    panels = [_differences_panel(d, differences)] if differences else []
+    if panels:
+        analysis["p"] = panels[0]["name"]
     return {"v": VIEW_MODEL_VERSION, "diff": {
+        "analysis": analysis, "panels": panels,
         "labels": list(d.labels), "a": sides["a"], "b": sides["b"], "pairs": pairs,
         "groupPairs": _group_pairs(d, boxes), "differences": differences, "failure": failure,
         "captures": [{"method": g.method, "ops": len(g.ops), "seconds": d.seconds.get(key), "failed": _failed_attempts(g)}
@@ -119,6 +129,35 @@ def diff_view_model(d: Diff) -> dict[str, Any]:
             "seconds": {k: round(v, 4) for k, v in d.seconds.items()},
         },
     }}
+
+
+def _differences_panel(d: Diff, differences: list[dict[str, Any]]) -> dict[str, Any]:
+    """The differences as the analysis drawer's table, in the shape of every analysis page's
+    (:func:`fxviz.render.panels.panel_view`): one row per difference, which shows it on both
+    sides when clicked (its ``key``, ``d<k>``: the page's script shows difference ``k``), and
+    whose facts the details of each node it names list (``at``: ``a:n<i>`` and ``b:n<i>``; on a
+    side without a node of it, the box of its module call there, ``a:g<i>``)."""
+    graphs = {"a": d.a, "b": d.b}
+
+    def nodes(side: str, ids: list[int]) -> str:
+        if not ids:
+            return ""
+        more = f" +{len(ids) - 1}" if len(ids) > 1 else ""
+        return node_label(graphs[side].nodes[ids[0]]) + more
+
+    rows = []
+    for k, x in enumerate(differences):
+        module = (x["module"] + (f" call {x['call'] + 1}" if x["call"] else "")) if x["module"] else "(model)"
+        src = x["source"]
+        line = f"{str(src[0]).rsplit('/', 1)[-1]}:{src[1]}" if src else ""
+        at = [f"{side}:n{i}" for side in ("a", "b") for i in x[side]]
+        at += [f"{side}:g{box}" for side, box in zip(("a", "b"), x["at"], strict=True) if not x[side] and box is not None]
+        rows.append({"c": [cell_text(c) for c in (x["words"], x["message"], nodes("a", x["a"]), nodes("b", x["b"]), module, line)],
+                     "key": f"d{k}", "at": at, "lv": "info" if x["informational"] else "warn"})
+    return {"name": "differences", "title": "differences",
+            "note": "a row shows its difference on both sides; the grey ones are informational "
+                    "(decompositions, symbolic sizes)",
+            "columns": ["difference", "what", *(bounded(label, 60) for label in d.labels), "module", "line"], "rows": rows}
 
 
 class _Boxes:
@@ -166,7 +205,10 @@ def _failed_attempts(g: Graph) -> list[str]:
 def to_html(d: Diff, path: str | os.PathLike[str] | None = None) -> str:
     """The diff page as one self-contained HTML string; written to ``path`` when given."""
     name = d.a.name or d.b.name or "model"
-    text = page(json_for_script(diff_view_model(d)), title=f"{name}: {d.labels[0]} vs {d.labels[1]} — fxviz")
+    data = diff_view_model(d)
+    heading = f"{name}: {d.labels[0]} vs {d.labels[1]}"
+    text = page(json_for_script(data), title=f"{heading} — fxviz", heading=heading,
+                analysis=data["diff"]["analysis"], panels=data["diff"]["panels"])
     if path is not None:
         write_text(path, text, what="diff report")
     return text

@@ -429,12 +429,24 @@ def split_view_model(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
     return first, {"nodes": attrs, "boundaries": boundaries, "overlays": later_overlays}
 
 
-def page(data_json: str, later_json: str = "null", *, title: str) -> str:
+#: How many rows of each table the page writes as plain HTML (the script draws them all).
+STATIC_ROWS = 500
+
+
+def page(data_json: str, later_json: str = "null", *, title: str, heading: str = "",
+         analysis: dict[str, Any] | None = None, panels: list[dict[str, Any]] | None = None) -> str:
     """The report's page (script, styles, the data in its two blocks) around data already made
     safe for a script element (:func:`json_for_script`): a graph's view-model, or the diff page's
-    (:mod:`fxviz.render.diffpage`), which the same script draws side by side."""
+    (:mod:`fxviz.render.diffpage`), which the same script draws side by side.
+
+    ``heading`` (what the page is of: the model's name), ``analysis`` and ``panels`` (the
+    view-model's answer and tables, :mod:`fxviz.render.panels`): the page also writes them as
+    plain HTML (escaped), which the script replaces by the
+    interactive ones, so that a page whose script is off or failed still says its answer and
+    lists its findings (the first :data:`STATIC_ROWS` rows of each table)."""
     js, css = _bundle()
-    return _template().render(title=title, data_json=data_json, later_json=later_json, js=js, css=css)
+    return _template().render(title=title, data_json=data_json, later_json=later_json, js=js, css=css,
+                              heading=heading, analysis=analysis, panels=panels or [], static_rows=STATIC_ROWS)
 
 
 def to_html(
@@ -454,7 +466,8 @@ def to_html(
     of the graph's, or ``path`` cannot be written.
     """
     first, later = split_view_model(view_model(graph, budget=budget, overlay=overlay))
-    text = page(json_for_script(first), json_for_script(later), title=title or f"{graph.name or 'model'} — fxviz")
+    text = page(json_for_script(first), json_for_script(later), title=title or f"{graph.name or 'model'} — fxviz",
+                heading=graph.name or "model", analysis=first["analysis"], panels=first["panels"])
     if path is not None:
         write_text(path, text, what="HTML report")
     return text

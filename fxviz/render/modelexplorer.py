@@ -6,7 +6,9 @@ The format is the one Model Explorer's adapters return and its JSON adapter load
 [{"id", "nodes": [{"id", "label", "namespace", "attrs", "incomingEdges", "outputsMetadata",
 "style"}], "groupNodeAttributes"}]}``. Module calls become namespaces (``transformer/h.0/attn``:
 Model Explorer draws each level as a collapsible layer), each output's shape and dtype its
-``tensor_shape`` (``float32[1,7,32]``, as Model Explorer's own PyTorch adapter writes it), node
+``tensor_shape`` (``float32[1,7,32]``, as Model Explorer's own PyTorch adapter writes it), each op's
+label its qualified name (``aten.view``, ``Tensor.view``), each module call's class its qualified
+one (``torch.nn.modules.linear.Linear``), as torch records them and that adapter writes them, node
 facts its ``attrs``. fxviz's overlays become Model Explorer's per-node data
 (``model_explorer.node_data_builder.GraphNodeData``: ``{"results": {node id: {"value"}},
 "gradient"}``), one file each, and each node's overlay values also stand in its attributes.
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fxviz.calls import Call, CallTree
-from fxviz.ir import Graph, Node, TensorMeta, module_class
+from fxviz.ir import Graph, Node, TensorMeta
 from fxviz.passes.overlays import overlays
 from fxviz.render.files import write_text
 from fxviz.render.overlays import category_colors, format_value
@@ -62,6 +64,24 @@ def _namespaces(graph: Graph, tree: CallTree) -> dict[int, str]:
     return out
 
 
+def _label(n: Node) -> str:
+    """A node's label: an op's qualified name as torch records it and Model Explorer's own PyTorch
+    adapter labels it (the overload packet of an ATen op, ``aten.view`` for ``aten.view.default``;
+    the eager tracer's ``Tensor.view``, ``torch.nn.functional.linear``; a custom op's
+    ``mylib::scaled_swish``), so that a bare ``view`` is not read as some other ``view`` and an op
+    matches Model Explorer's spelling of it; other nodes' labels as fxviz draws them."""
+    t = n.target
+    if n.kind != "op" or not t:
+        return node_label(n)
+    if "::" in t:  # a custom op: torch's qualified op name, without the overload
+        ns, _, rest = t.partition("::")
+        return f"{ns}::{rest.split('.', 1)[0]}"
+    parts = t.split(".")
+    if len(parts) == 3 and parts[0] in ("aten", "prims", "quantized"):
+        return f"{parts[0]}.{parts[1]}"
+    return bounded(t, 200)
+
+
 def _tensor_shape(m: TensorMeta) -> str:
     if not m.is_tensor:
         return f"{m.dtype}[]" + (f" = {m.value}" if m.value is not None else "")
@@ -83,7 +103,7 @@ def to_model_explorer(graph: Graph) -> dict[str, Any]:
     for n in graph.nodes:
         call = tree.of(n.name)
         entry: dict[str, Any] = {
-            "id": ids[n.name], "label": node_label(n), "namespace": spaces.get(id(call), "") if n.kind not in (
+            "id": ids[n.name], "label": _label(n), "namespace": spaces.get(id(call), "") if n.kind not in (
                 "input", "output") else "",
             "attrs": _attrs(n, shown),
             "incomingEdges": [{"sourceNodeId": ids[r.node], "sourceNodeOutputId": str(r.index),
@@ -104,7 +124,10 @@ def to_model_explorer(graph: Graph) -> dict[str, Any]:
     for c in tree.walk():
         if not c.stack:
             continue
-        attrs = {"module": bounded(c.path, 2000), "class": module_class(graph, c.path), "call": str(c.index + 1),
+        # the class as torch names it (its nn_module_stack, and Model Explorer's own adapter's layers)
+        info = graph.modules.get(c.path)
+        cls = (info.qualname or info.cls) if info is not None else ""
+        attrs = {"module": bounded(c.path, 2000), "class": bounded(cls, 2000), "call": str(c.index + 1),
                  "ops": str(len(c.nodes))}
         if stats.get(c.path, {}).get("params"):
             attrs["params"] = str(stats[c.path]["params"])

@@ -6,6 +6,7 @@
 // sides (matched is muted). The list of differences selects each one on both sides. Data:
 // fxviz/render/diffpage.py.
 import { action, h, refs } from "./dom.js";
+import { Findings } from "./findings.js";
 import { Model } from "./model.js";
 import { groupDetails, nodeDetails, renderHeader, renderLegend } from "./panels.js";
 import { boxPairs, pairMaps, partnerKey } from "./pairs.js";
@@ -63,6 +64,10 @@ export class DiffPage {
     this.r.method.title = "how each graph was captured";
     renderLegend(this.r.legend, this.models.a, this.legend());
     this.renderDifferences();
+    // the answer above the graphs and the differences as the drawer's table, as on every
+    // analysis page: a row shows its difference on both sides ("d<k>"); a node's details list
+    // the differences that name it ("a:n3")
+    this.findings = new Findings(this.r, diff, (key) => this.goKey(key));
     this.bindSearch();
     bindCommon(this, root);
     for (const b of root.querySelectorAll("[data-action]")) b.addEventListener("click", () => this.tool(b.dataset.action));
@@ -170,6 +175,16 @@ export class DiffPage {
     this.r.differences.replaceChildren(list.length ? h("ol", { class: "fx-diff-list" }, list) : h("p", { class: "fx-muted", text: "No differences: the graphs agree." }));
   }
 
+  /** Show what a table row points at: difference k ("d<k>") on both sides, or one side's item ("a:n3"). */
+  goKey(key) {
+    if (key[0] === "d") {
+      const d = this.diff.differences[+key.slice(1)];
+      return d ? this.showDifference(d) : null;
+    }
+    const [side, k] = key.split(":");
+    return this.viewers[side] ? this.viewers[side].go(k) : null;
+  }
+
   /** Where difference d is on side `side`: its first node there, else the box of its module call
    * there (an op only in the other graph sits in this box on this side), else null. */
   target(d, side) {
@@ -187,6 +202,9 @@ export class DiffPage {
     const keys = Object.fromEntries(SIDES.map((s) => [s, this.target(d, s)]));
     this.syncing = true;
     try {
+      // a side where the difference has no place (an op of the model's own forward only in the
+      // other graph) keeps nothing selected: what was selected there is not this difference's pair
+      for (const s of SIDES) if (!keys[s]) this.viewers[s].select(null, false);
       await Promise.all(SIDES.filter((s) => keys[s]).map(async (s) => {
         const v = this.viewers[s];
         // a side without the difference's nodes opens the box they would be in
@@ -202,6 +220,7 @@ export class DiffPage {
       this.showDetails();
     }
     this.mark(d);
+    this.findings.mark(`d${this.diff.differences.indexOf(d)}`);
   }
 
   async goSide(side, d) {
@@ -240,6 +259,7 @@ export class DiffPage {
     if (this.syncing) return;
     this.selected = { side, key };
     this.showDetails();
+    if (this.findings) this.findings.mark(key ? `${side}:${key}` : null);
     if (!key) return;
     const partner = partnerKey(key, this.maps[side].nodes, this.maps[side].boxes);
     if (!partner) return;
@@ -308,6 +328,8 @@ export class DiffPage {
       : h("span", { class: "fx-diff-none", text: "none" });
     body.prepend(h("p", { class: "fx-diff-side" }, `in ${this.diff.labels[side === "a" ? 0 : 1]} · pair in ${otherLabel}: `, pair));
     this.r.details.replaceChildren(body);
+    const facts = this.findings && this.findings.facts(`${side}:${key}`);
+    if (facts) this.r.details.append(facts);
   }
 
   bindSearch() {

@@ -10,9 +10,17 @@ import { h } from "./dom.js";
 const SIBLING = /^[A-Za-z0-9_][A-Za-z0-9._-]{0,200}\.html$/;
 const MIN_HEIGHT = 80;
 
-/** A row's key in the graph: "n<i>", "g<i>" or null. */
+/** A row's key in the graph: "n<i>", "g<i>", the page's own key for what the row stands for
+ * (`key`: the diff page's "d<k>", a difference shown on both sides), or null. */
 export function rowKey(r) {
-  return r.n != null ? `n${r.n}` : r.g != null ? `g${r.g}` : null;
+  return r.n != null ? `n${r.n}` : r.g != null ? `g${r.g}` : r.key || null;
+}
+
+/** Every key a row is about: its own, and the other items whose details list it (`at`: the
+ * diff page's "a:n3", "b:g2", the nodes of a difference on each side). */
+export function rowKeys(r) {
+  const key = rowKey(r);
+  return [...(key ? [key] : []), ...(Array.isArray(r.at) ? r.at.filter((k) => typeof k === "string" && k !== key) : [])];
 }
 
 /** What column `j` of a row sorts by: Python's number, else the number the text starts with
@@ -56,10 +64,10 @@ export class Findings {
     this.current = null;
     for (const p of this.panels) {
       for (const row of p.rows) {
-        const key = rowKey(row);
-        if (!key) continue;
-        if (!this.byKey.has(key)) this.byKey.set(key, []);
-        this.byKey.get(key).push([p, row]);
+        for (const key of rowKeys(row)) {
+          if (!this.byKey.has(key)) this.byKey.set(key, []);
+          this.byKey.get(key).push([p, row]);
+        }
       }
     }
     this.timeline = data.timeline || null;
@@ -162,9 +170,11 @@ export class Findings {
       first.replaceChildren(h("a", { href: r.h, class: "fx-panel-link", title: `Open ${r.h}`, text: first.textContent }));
     }
     const tr = h("tr", { class: `fx-finding${r.lv ? ` fx-lv-${r.lv}` : ""}${key ? " fx-linked" : ""}` }, ...cells);
+    for (const k of rowKeys(r)) {
+      if (!this.rowEls.has(k)) this.rowEls.set(k, []);
+      this.rowEls.get(k).push(tr);
+    }
     if (key) {
-      if (!this.rowEls.has(key)) this.rowEls.set(key, []);
-      this.rowEls.get(key).push(tr);
       tr.tabIndex = 0;
       tr.title = "Show it in the graph";
       tr.dataset.key = key;

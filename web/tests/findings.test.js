@@ -2,12 +2,22 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { rowKey, sortRows, sortValue } from "../src/findings.js";
+import { rowKey, rowKeys, sortRows, sortValue } from "../src/findings.js";
 
 test("a row points at its node, else its box, else nowhere", () => {
   assert.equal(rowKey({ n: 0, g: 3 }), "n0");
   assert.equal(rowKey({ g: 3 }), "g3");
   assert.equal(rowKey({ c: [] }), null);
+});
+
+test("a row of the diff page stands for its difference and is about the nodes it names on each side", () => {
+  const row = { c: ["only in old"], key: "d0", at: ["a:n3", "a:n4", "b:g2"] };
+  assert.equal(rowKey(row), "d0");
+  assert.deepEqual(rowKeys(row), ["d0", "a:n3", "a:n4", "b:g2"]);
+  // a graph's row: its node or box only; `at` that is not a list of keys is ignored
+  assert.deepEqual(rowKeys({ n: 5, c: [] }), ["n5"]);
+  assert.deepEqual(rowKeys({ c: [], at: "a:n1" }), []);
+  assert.deepEqual(rowKeys({ c: [], at: [null, "b:n2", 3] }), ["b:n2"]);
 });
 
 test("a column sorts by Python's numbers, else by the number its text starts with, else as text", () => {
