@@ -165,8 +165,10 @@ def test_a_fused_op_takes_its_modules_whole_call_only() -> None:
     # a Dynamo op of a name the tracer recorded is no fused op, and a call one of whose ops matched
     # elsewhere is not taken
     assert assign(ops, [("g0", [OpRecord("tanh", "l.0", "", 0)])]) == {}
+    # a library op after a matched one inside the same call takes that call's unmatched ops up to
+    # the next match (DTensor's redistribute and its all_reduce), never the next call's
     part = [OpRecord("linear", "l.0.a", "user.py", 5), OpRecord("layer_fwd", "l.0", "", 0)]
-    assert assign(ops, [("g0", part)]) == {"linear": ("g0", 0)}
+    assert assign(ops, [("g0", part)]) == {"linear": ("g0", 0), "relu": ("g0", 0)}
 
 
 def test_numerics_compares_every_op_of_a_torch_only_model() -> None:
@@ -223,3 +225,22 @@ def test_dispatcher_ops_in_a_dynamo_graph_match_their_eager_ops() -> None:
     eager = cmap.graph.ops
     (row,) = pair(eager, [("g0", records)])
     assert [eager[i].name if i is not None else None for i in row] == ["linear", "mm", "fxviz_test::scaled", "relu"]
+
+
+@pytest.mark.parametrize("factory", ["mlp_factory", "block_factory"])
+def test_a_tensor_parallel_model_compiles_whole_its_collectives_included(factory: str) -> None:
+    """DTensor's from_local / redistribute are single Dynamo ops whose views and collectives the
+    tracer records below them: with one graph and no break (torch's explain), every eager op, the
+    all_reduce included, ran in that graph. The map left them 'eager' (under 100% compiled)."""
+    from fxviz.torchbridge.distributed import fake_world
+    from tests import test_distributed as td
+
+    with fake_world(2):
+        model, args = getattr(td, factory)()
+        truth = explain(model, args)
+        assert (truth.graph_count, truth.graph_break_count) == (1, 0)
+        assert any(n.op == "call_method" and n.target == "redistribute" for n in truth.graphs[0].graph.nodes)
+        cmap = compile_map(model, args, backend="aot_eager")
+    check_against_explain(cmap, truth, comparable=False)
+    collectives = [n.name for n in cmap.graph.ops if "c10d" in n.target]
+    assert collectives and all(cmap.assigned[c] == "g0" for c in collectives)

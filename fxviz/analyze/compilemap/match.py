@@ -21,8 +21,11 @@ and module alone, in order (:func:`matchable` says which eager ops a set of Dyna
 
 A Dynamo op of a name the tracer never recorded, in a named module, stands for a whole call of that
 module that the tracer saw as other ops (eval-mode ``nn.TransformerEncoderLayer`` is one fused op
-under torch.compile): it takes that call's eager ops if none of them matched (:func:`_claim`; for
-:func:`assign` only, :func:`pair` stays op for op).
+under torch.compile): it takes that call's eager ops if none of them matched; else, inside a call
+that other ops of the graph matched, it is a library call whose ops the tracer saw below it
+(DTensor's ``from_local``, ``redistribute``: a ``view_as``, an ``all_reduce``) and takes the
+module's unmatched eager ops from where the last match stopped up to the next matched op
+(:func:`_claim`; for :func:`assign` only, :func:`pair` stays op for op).
 
 Then the ops Dynamo folded away (``x.size(0)`` becomes a constant, ``dropout`` in eval a no-op)
 are filled in: an unmatched op whose nearest matched neighbours on both sides belong to the same
@@ -102,12 +105,35 @@ def _claim(ops: Sequence[Node], runs: Sequence[Run], rows: Sequence[Sequence[int
             cursor = i + 1
             continue
         d = runs[r][1][j]
-        block = _call_of(ops, d.module, cursor, min(after[k], cursor + WINDOW)) \
-            if d.module and d.name not in names else None
+        if not d.module or d.name in names:
+            continue
+        hi = min(after[k], cursor + WINDOW)
+        block = _call_of(ops, d.module, cursor, hi)
         if block is not None and all(hit[b] is None and not ops[b].attrs.get("data_dependent") for b in block):
             for b in block:
                 hit[b] = (runs[r][0], r)
             cursor = block[-1] + 1
+            continue
+        # a library call inside a call of the module (DTensor's from_local / redistribute: their
+        # views and collectives): that call's unmatched ops up to the next matched one
+        call = _call_path(ops[cursor - 1].module if cursor else ops[cursor].module if cursor < len(ops) else "",
+                          d.module)
+        for b in range(cursor, hi):
+            m = ops[b].module
+            if call is None or hit[b] is not None or ops[b].attrs.get("data_dependent") or \
+                    not (m == call or m.startswith(call + ".")):
+                break
+            hit[b] = (runs[r][0], r)
+            cursor = b + 1
+
+
+def _call_path(path: str, module: str) -> str | None:
+    """The path of the call of ``module`` (up to list indices) an eager op of module ``path`` runs
+    in (``blocks.3`` for ``blocks.3.attn`` and ``blocks.0``), or ``None``."""
+    depth = module.count(".") + 1
+    parts = path.split(".")
+    prefix = ".".join(parts[:depth])
+    return prefix if len(parts) >= depth and _same_module(prefix, module) else None
 
 
 def _call_of(ops: Sequence[Node], module: str, lo: int, hi: int) -> range | None:
