@@ -27,8 +27,8 @@ from fxviz.cli import cli  # noqa: E402
 from tests import compile_backward_models as backward_models  # noqa: E402
 
 
-def _run(budget: float | None) -> tuple[CompileMap, dict[str, torch.fx.GraphModule]]:
-    """The compile map of a training step of the MLP and the graph modules torch compiled."""
+def _run(build: Any, budget: float | None) -> tuple[CompileMap, dict[str, torch.fx.GraphModule]]:
+    """The compile map of a training step and the graph modules torch compiled."""
     gms: dict[str, torch.fx.GraphModule] = {}
 
     def keep(part: str) -> Any:
@@ -42,27 +42,31 @@ def _run(budget: float | None) -> tuple[CompileMap, dict[str, torch.fx.GraphModu
 
     backend = aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw"),
                            partition_fn=min_cut_rematerialization_partition)
-    model, args = backward_models.mlp()
+    model, args = build()
     cm = fxviz.compile_map(model, args, backend=backend, grad=True, inside=True, activation_memory_budget=budget)
     return cm, gms
 
 
 @pytest.fixture(scope="module")
-def runs() -> dict[float, tuple[CompileMap, dict[str, torch.fx.GraphModule]]]:
-    return {b: _run(b) for b in (1.0, 0.0)}
+def runs() -> dict[Any, tuple[CompileMap, dict[str, torch.fx.GraphModule]]]:
+    """The MLP at budgets 1.0 and 0.0, and a 2-layer GPT-2 (two blocks running the same lines)."""
+    out: dict[Any, Any] = {b: _run(backward_models.mlp, b) for b in (1.0, 0.0)}
+    out["gpt2"] = _run(backward_models.gpt2, None)
+    return out
 
 
-def _module(node: torch.fx.Node) -> str:
-    """The module path torch's own ``nn_module_stack`` gives a node (``""``: the model itself)."""
+def _module(node: torch.fx.Node) -> str | None:
+    """The module path torch's own ``nn_module_stack`` gives a node (``""``: an op of the model's
+    own forward; ``None``: a node of the joint graph's backward part, which torch gives none)."""
     stack = node.meta.get("nn_module_stack") or {}
     if not stack:
-        return ""
+        return "" if node.meta.get("partitioner_tag") == "is_forward" else None
     path = list(stack.values())[-1][0]
     path = re.sub(r"\[(\d+)\]", r".\1", re.sub(r"^L\['self'\]\.?", "", path))
     return re.sub(r"\._modules\['(\w+)'\]", r".\1", path).lstrip(".")
 
 
-def _oracle(gms: dict[str, torch.fx.GraphModule]) -> tuple[dict[str, int], dict[str, str], set[str]]:
+def _oracle(gms: dict[str, torch.fx.GraphModule]) -> tuple[dict[str, int], dict[str, str | None], set[str]]:
     """From torch's graph modules: saved value -> its extra bytes (each storage once, the forward's
     inputs free), node -> module, and the recomputed ops (call_function names in both graphs,
     getitems left out: torch's ``remat_nodes``)."""
@@ -85,8 +89,8 @@ def _oracle(gms: dict[str, torch.fx.GraphModule]) -> tuple[dict[str, int], dict[
     return nbytes, modules, recomputed
 
 
-@pytest.mark.parametrize("budget", [1.0, 0.0])
-def test_saved_and_recomputed_are_torchs(runs: Any, budget: float) -> None:
+@pytest.mark.parametrize("budget", [1.0, 0.0, "gpt2"])
+def test_saved_and_recomputed_are_torchs(runs: Any, budget: Any) -> None:
     cm, gms = runs[budget]
     assert cm.inside is not None and len(cm.inside.graphs) == 1
     part = cm.inside.graphs[0].partition
@@ -94,23 +98,29 @@ def test_saved_and_recomputed_are_torchs(runs: Any, budget: float) -> None:
     nbytes, modules, recomputed = _oracle(gms)
     assert {s.node: s.bytes for s in part.saved} == nbytes
     assert part.saved_bytes == sum(nbytes.values())
-    assert (part.saved_bytes > 0) == (budget == 1.0)  # at budget 0 the backward recomputes every activation
+    assert (part.saved_bytes > 0) == (budget != 0.0)  # at budget 0 the backward recomputes every activation
     assert {r.node for r in part.recomputed} == recomputed
     # each op's module is the one torch's nn_module_stack names; the inputs saved cost nothing
     for s in part.saved:
         if s.node in modules:
-            assert s.module == modules[s.node], s
+            assert s.module == modules[s.node] or modules[s.node] is None, s
         else:
             assert s.bytes == 0 and s.shares in ("input", "parameter")
-    assert all(r.module == modules[r.node] for r in part.recomputed)
-    assert {s.module for s in part.saved if s.shares == "parameter"} <= {"fc1", "fc2"}
+    assert all(r.module == modules[r.node] for r in part.recomputed if modules[r.node] is not None)
+    params = {s.module for s in part.saved if s.shares == "parameter"}
+    assert params <= ({"fc1", "fc2"} if budget != "gpt2" else {m for m in cm.graph.modules if m})
     # per module the bytes add up to the total, and the report's overlay has the same per module call
     assert sum(r[1] for r in part.per_module()) == part.saved_bytes
     overlays = cm.graph.annotations.get("overlays") or {}
     assert ("backward saves" in overlays) == (part.saved_bytes > 0)
     overlay = overlays.get("backward saves") or {"nodes": {}, "modules": {}}
     assert sum(overlay["nodes"].values()) == part.saved_bytes
-    assert overlay["modules"].get("fc1#0", 0) == sum(s.bytes or 0 for s in part.saved if s.module == "fc1")
+    mod = "fc1" if budget != "gpt2" else "h.1.attn"
+    assert overlay["modules"].get(f"{mod}#0", 0) == sum(s.bytes or 0 for s in part.saved
+                                                        if s.module is not None and s.module.startswith(mod))
+    if budget == "gpt2":  # the second block's values are its own, not the first's (the same source lines)
+        per = {m: b for m, b, _, _ in part.per_module()}
+        assert per["h.1.attn"] == per["h.0.attn"] > 0 and per["h.1.mlp.c_fc"] == per["h.0.mlp.c_fc"] > 0
 
 
 def test_a_lower_budget_saves_less_and_recomputes_more(runs: Any) -> None:

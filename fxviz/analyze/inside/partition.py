@@ -42,7 +42,7 @@ _IDX = re.compile(r"\bidx=(\d+)")
 _VIEWS = frozenset({
     "view", "reshape", "permute", "t", "transpose", "expand", "unsqueeze", "squeeze", "slice", "select", "as_strided",
     "alias", "_unsafe_view", "view_as", "unflatten", "flatten", "detach", "_reshape_alias", "narrow", "diagonal",
-    "split", "split_with_sizes", "unbind", "chunk", "getitem",
+    "split", "split_with_sizes", "unbind", "chunk",
 })
 
 
@@ -214,10 +214,16 @@ def _short(target: str) -> str:
 
 def _base(n: Node, nodes: dict[str, Node]) -> Node:
     """The node whose storage ``n``'s output is (through view ops' first input)."""
-    seen = 0
-    while n.kind == "op" and _short(n.target) in _VIEWS and n.inputs and n.inputs[0].node in nodes and seen < 1000:
-        n = nodes[n.inputs[0].node]
-        seen += 1
+    for _ in range(1000):
+        if n.kind != "op" or not n.inputs or n.inputs[0].node not in nodes:
+            break
+        src = nodes[n.inputs[0].node]
+        if _short(n.target) in _VIEWS:
+            n = src
+        elif _short(n.target) == "getitem" and src.kind == "op" and _short(src.target) in _VIEWS:
+            n = src  # an output of split / unbind / chunk: a view of their input
+        else:
+            break
     return n
 
 
@@ -277,22 +283,29 @@ class _Origin:
 
 
 def _align(aot: list[Node], dyn: list[Node]) -> dict[str, Node]:
-    """The AOT ops of one source line -> the Dynamo ops of that line, in order: an AOT op of a
-    Dynamo op's own name is that op (the first at or after the last matched one); any other comes
-    from decomposing one of the line's Dynamo ops that no AOT op is named after (the first such at
-    or after the last matched one)."""
+    """The AOT ops of one source line -> the Dynamo ops of that line (a line runs once per call:
+    GPT-2's blocks run the same lines), in order. An AOT op of a Dynamo op's own name is the first
+    such Dynamo op not taken yet, at or after the last one matched; any other comes from decomposing
+    a Dynamo op that no AOT op is named after (``linear`` -> ``t``, ``addmm``): the one at or after
+    the last matched, the next one when the op that opened its group comes again."""
     if not dyn:
         return {}
     names = {_short(a.target) for a in aot}
     dnames = [d.target.rsplit(".", 1)[-1].rstrip("_") for d in dyn]
     split = [k for k, name in enumerate(dnames) if name not in names]
+    taken: set[int] = set()
+    opened: dict[int, str] = {}  # a decomposed Dynamo op -> the name of its first AOT op
     out: dict[str, Node] = {}
     p = 0
     for a in aot:
         name = _short(a.target)
-        k = next((k for k in range(p, len(dyn)) if dnames[k] == name), None)
-        if k is None:
-            k = next((k for k in split if k >= p), split[-1] if split else p)
+        k = next((k for k in range(p, len(dyn)) if dnames[k] == name and k not in taken), None)
+        if k is not None:
+            taken.add(k)
+        else:
+            ahead = [k for k in split if k >= p] or split[-1:] or [p]
+            k = ahead[1] if opened.get(ahead[0]) == name and len(ahead) > 1 else ahead[0]
+            opened.setdefault(k, name)
         out[a.name] = dyn[k]
         p = k
     return out
