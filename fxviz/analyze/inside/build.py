@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from fxviz.analyze.inside.backward import refine
 from fxviz.analyze.inside.costs import cost
 from fxviz.analyze.inside.kernels import kernel_map
 from fxviz.analyze.inside.partition import read as read_partition
@@ -204,6 +205,7 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
             " (Dynamo restarted the frame: the next attempt compiled it)" if restart else ""))
     ig.pipeline.stages = stages
     ig.pipeline.notes = [n for n in notes if n.startswith(f"compile {cid}")]
+    refine(ig)  # backward kernels: the modules of the parameters their ops read or differentiate
     ig.partition = read_partition(ig.pipeline, partitioner="min-cut" if any(
         p.name == "min_cut_rematerialization_partition" for p in c.phases) else "")
     return ig

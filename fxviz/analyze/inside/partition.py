@@ -37,7 +37,7 @@ from fxviz.passes.panels import row, set_panel
 SAVES = "backward saves"
 
 _INPUT_KINDS = ("input", "parameter", "buffer")
-_IDX = re.compile(r"\bidx=(\d+)")
+_IDX = re.compile(r"^\w*AOTInput\(idx=(\d+)\)")  # a primal: not TangentAOTInput(output=...(idx=0))
 #: ATen ops whose output is a view of their first input (the storage is their input's).
 _VIEWS = frozenset({
     "view", "reshape", "permute", "t", "transpose", "expand", "unsqueeze", "squeeze", "slice", "select", "as_strided",
@@ -272,7 +272,7 @@ class _Origin:
         return None, "", False
 
     def _dyn_input(self, n: Node) -> Node | None:
-        m = _IDX.search(str(n.attrs.get("aot", "")))
+        m = _IDX.match(str(n.attrs.get("aot", "")))
         if m is None or int(m.group(1)) >= len(self.dyn_inputs):
             return None
         return self.dyn_inputs[int(m.group(1))]
