@@ -61,9 +61,9 @@ def _input_sets(text: str) -> list[Any]:
               help="Write the compile map as JSON here ('-': stdout, instead of the tree).")
 @click.option("--fail-on-break", is_flag=True, help="Exit 1 when any graph break occurs (after writing outputs).")
 @click.option("--inside", is_flag=True,
-              help="Inductor only: per compiled graph its stages (Dynamo, pre-grad, AOT joint/forward/backward, "
-                   "post-grad, kernels), every kernel and extern call with the ops and modules it runs and its "
-                   "time, and the compile cost.")
+              help="Per compiled graph its stages (Dynamo, pre-grad, AOT joint/forward/backward, post-grad, "
+                   "kernels), every kernel and extern call with the ops and modules it runs and its time, and the "
+                   "compile cost (--backend aot_eager: the AOT stages only).")
 @click.option("--backward", "--grad", "grad", is_flag=True,
               help="A training step: the outputs are differentiated once, so the backward compiles; shows the stages "
                    "and kernels (as --inside does) with the backward's, and per compiled graph what the compiled "

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fxviz.analyze.inside import partition
 from fxviz.analyze.inside.costs import cost_rows
+from fxviz.analyze.inside.partition import write as write_partition
 from fxviz.analyze.inside.result import Inside, Kernel
 from fxviz.analyze.pipeline.views import stage_cells, stage_keys
 from fxviz.ir import Graph
@@ -85,7 +85,7 @@ def write(graph: Graph, inside: Inside) -> Graph:
                     description="measured time (torch.profiler, per forward) of the kernels that run each op, a "
                                 "kernel's time split evenly over the ops it runs")
     panels(graph, inside)
-    partition.write(graph, [g.partition for g in inside.graphs if g.partition is not None])
+    write_partition(graph, [g.partition for g in inside.graphs if g.partition is not None])
     return graph
 
 
