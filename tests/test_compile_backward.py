@@ -149,7 +149,8 @@ def test_cli_backward(tmp_path: Any) -> None:
     res = CliRunner().invoke(cli, ["compile", "tests/compile_backward_models.py:mlp", "--backward", "--backend", "aot_eager",
                                    "--json", str(out)])
     assert res.exit_code == 0, res.output
-    assert re.search(r"g0 \(0/0\) partition: the compiled backward\s+saves [\d.]+ KB", res.output)
+    assert re.search(r"g0 \(0/0\) partition: the compiled backward saves [\d.]+ KB \(\d+ values\) and "
+                     r"recomputes \d+ ops", res.output)
     assert "fc1" in res.output and "AOT backward" in res.output
     d = json.loads(out.read_text())
     part = d["inside"]["graphs"][0]["partition"]

@@ -65,8 +65,9 @@ def partition_table(g: InsideGraph, rows: int = 15) -> Table | None:
     p = g.partition
     if p is None:
         return None
-    how = f", {p.partitioner} partitioner" if p.partitioner else ""
-    table = Table(title=f"{g.id} ({g.compile_id}) partition{how}: {summary([p])}", title_justify="left")
+    how = f" ({p.partitioner} partitioner)" if p.partitioner else ""
+    title = f"{g.id} ({g.compile_id}) partition{how}: {summary([p])}"
+    table = Table(title=title, title_justify="left", min_width=min(len(title), 100))
     for c in ("module", "saved", "values", "recomputed ops"):
         table.add_column(c, justify="right" if c in ("saved", "values") else "left")
     ops: dict[str, list[str]] = {}
