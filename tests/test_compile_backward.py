@@ -158,3 +158,14 @@ def test_cli_backward(tmp_path: Any) -> None:
     bad = CliRunner().invoke(cli, ["compile", "tests/compile_backward_models.py:mlp", "--backward", "--backend", "aot_eager",
                                    "--activation-memory-budget", "0.5"])
     assert bad.exit_code != 0 and "min-cut partitioner" in bad.output and "Traceback" not in bad.output
+
+
+def test_budget_needs_a_backward() -> None:
+    """A budget with no backward to partition is one clear error, before anything compiles."""
+    from fxviz.errors import TargetError
+
+    model, args = backward_models.mlp()
+    with pytest.raises(TargetError, match="add grad=True, inside=True"):
+        fxviz.compile_map(model, args, backend="aot_eager", activation_memory_budget=0.5)
+    with pytest.raises(TargetError, match="not 'eager'"):
+        fxviz.compile_map(model, args, backend="eager", grad=True, inside=True)
