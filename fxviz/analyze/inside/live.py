@@ -3,8 +3,8 @@ kernel's time from torch.profiler over a few warm iterations. Needs torch.
 
 :class:`LiveRun` is what ``compile_map(..., inside=True)`` hands its compiled run: the run goes on
 inside :func:`fxviz.torchbridge.tracelog.structured_trace` (AOT Autograd's cache off, so every
-stage is recorded, and ``budget``, when given, as
-``torch._functorch.config.activation_memory_budget``); with ``grad`` the first input set's outputs are differentiated once
+stage is recorded; ``budget``, when given, as ``torch._functorch.config.activation_memory_budget``);
+with ``grad`` the first input set's outputs are differentiated once
 (``torch.autograd.grad``: no ``.grad`` is written) so the backward compiles too; then one more
 warm-up and :data:`ITERATIONS` warm iterations under the profiler, each C++ kernel wrapped for
 the while in a ``record_function`` named ``<output code file>:<kernel>``. Inductor names each

@@ -140,6 +140,8 @@ class Inside:
     def summary(self) -> str:
         """``2 graphs, 9 kernels (5 extern calls), 100% of post-grad ops mapped to a kernel``."""
         ks = self.kernels
+        if not ks and not any(g.ops for g in self.graphs):  # aot_eager: AOT Autograd's stages, no Inductor
+            return f"{len(self.graphs)} compiled graph{'s' if len(self.graphs) != 1 else ''}, no Inductor kernels"
         ext = sum(1 for k in ks if k.kind == "extern")
         p = self.share_mapped * 100
         pct = f"{p:.1f}%" if 99 < p < 100 else f"{p:.0f}%"
