@@ -61,11 +61,16 @@ def _input_sets(text: str) -> list[Any]:
               help="Write the compile map as JSON here ('-': stdout, instead of the tree).")
 @click.option("--fail-on-break", is_flag=True, help="Exit 1 when any graph break occurs (after writing outputs).")
 @click.option("--inside", is_flag=True,
-              help="Inductor only: per compiled graph its stages (Dynamo, pre-grad, AOT joint/forward/backward, "
-                   "post-grad, kernels), every kernel and extern call with the ops and modules it runs and its "
-                   "time, and the compile cost.")
-@click.option("--grad", is_flag=True, help="Run with autograd on (a training step): with --inside the outputs are "
-                                           "differentiated once, so the backward graph compiles and is shown too.")
+              help="Per compiled graph its stages (Dynamo, pre-grad, AOT joint/forward/backward, post-grad, "
+                   "kernels), every kernel and extern call with the ops and modules it runs and its time, and the "
+                   "compile cost (--backend aot_eager: the AOT stages only).")
+@click.option("--backward", "--grad", "grad", is_flag=True,
+              help="A training step: the outputs are differentiated once, so the backward compiles; shows the stages "
+                   "and kernels (as --inside does) with the backward's, and per compiled graph what the compiled "
+                   "backward saves from the forward and recomputes, per module (--grad: the same).")
+@click.option("--activation-memory-budget", "budget", type=click.FloatRange(0.0, 1.0), default=None, metavar="F",
+              help="With --backward: torch._functorch.config.activation_memory_budget for the run (1.0: torch's "
+                   "default; lower: the min-cut partitioner saves less and recomputes more).")
 @click.option("--stage", "stage_index", type=click.IntRange(min=0), default=None,
               help="With --inside or --from-trace: print this stage's tree (of --graph), changes marked.")
 @click.option("--graph", "graph_id", default=None, metavar="g0",
@@ -76,14 +81,15 @@ def _input_sets(text: str) -> list[Any]:
 @verbose_option
 def compile_cmd(target: str | None, backend: str, mode: str | None, dynamic: bool | None, inputs_factory: str | None,
                 input_shapes: tuple[str, ...], dtype: str, depth: int | None, html_out: str | None,
-                json_out: str | None, fail_on_break: bool, inside: bool, grad: bool, stage_index: int | None,
-                graph_id: str | None, from_trace: str | None) -> None:
+                json_out: str | None, fail_on_break: bool, inside: bool, grad: bool, budget: float | None,
+                stage_index: int | None, graph_id: str | None, from_trace: str | None) -> None:
     """Show which parts of TARGET's forward torch.compile runs compiled: each op and module
     coloured by the Dynamo graph that ran it or marked eager, the share compiled per module, every
     graph break grouped by cause and line with a hint, and the recompiles --inputs cause.
 
-    With --inside, what Inductor did to each compiled graph; with --from-trace DIR, the same read
-    from a saved TORCH_TRACE directory. Dynamo's caches are reset before and after (the analysis
+    With --inside, what Inductor did to each compiled graph; with --backward, a training step's
+    backward too and what it saves and recomputes; with --from-trace DIR, the same read from a
+    saved TORCH_TRACE directory. Dynamo's caches are reset before and after (the analysis
     runs in its own process here).
     """
     ctx = click.get_current_context()
@@ -92,8 +98,14 @@ def compile_cmd(target: str | None, backend: str, mode: str | None, dynamic: boo
         return
     if target is None:
         raise TargetError("fxviz compile needs a TARGET (model.py:build or package.module:build), or --from-trace DIR")
-    if inside and backend != "inductor":
-        raise TargetError(f"--inside reads Inductor's records: use --backend inductor, not {backend}")
+    if budget is not None and not grad:
+        raise TargetError("--activation-memory-budget changes what the backward saves: add --backward")
+    if budget is not None and backend != "inductor":
+        raise TargetError(f"--activation-memory-budget steers the min-cut partitioner, which --backend {backend} "
+                          "does not use: use --backend inductor")
+    if (inside or grad) and backend == "eager":
+        raise TargetError("--inside and --backward read AOT Autograd's records: use --backend inductor or aot_eager")
+    inside = inside or grad
     if (stage_index is not None or graph_id is not None) and not inside:
         raise TargetError("--stage and --graph show Inductor's stages: add --inside (or --from-trace DIR)")
     spec = recognise(target)
@@ -109,7 +121,7 @@ def compile_cmd(target: str | None, backend: str, mode: str | None, dynamic: boo
     model_out = contextlib.redirect_stdout(sys.stderr) if json_out == "-" else contextlib.nullcontext()
     with t.runs(), spinner(f"compiling with {backend} …"), model_out:
         cmap = compile_map(t.model, t.args, t.kwargs, backend=backend, mode=mode, dynamic=dynamic, inputs=sets,
-                           grad=grad, inside=inside)
+                           grad=grad, inside=inside, activation_memory_budget=budget)
     _write(cmap, depth=depth, html_out=html_out, json_out=json_out, stage=stage_index, graph=graph_id)
     if fail_on_break and cmap.break_count:
         ctx.exit(1)
@@ -170,9 +182,9 @@ def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_ou
         # shapes and guards: a page of them below; graphs: the header counts them; all in --json/--html
         inside = cmap.inside
         have = cmap.graph.annotations.get("overlays") or {}
-        overlay = next(o for o in ("kernel time", "kernel", "coverage") if o in have or o == "coverage")
-        # the kernels, stages and costs: tables below
-        with without_panels(cmap.graph, "shapes", "guards", "graphs", "kernels", "stages", "compile cost"):
+        overlay = next(o for o in ("backward saves", "kernel time", "kernel", "coverage") if o in have or o == "coverage")
+        # the kernels, stages, costs and partition: tables below
+        with without_panels(cmap.graph, "shapes", "guards", "graphs", "kernels", "stages", "compile cost", "partition"):
             if stage is None:
                 console.print(cmap.graph.tree(depth=depth, overlay=overlay))
         for line in break_lines(cmap.breaks):

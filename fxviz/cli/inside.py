@@ -1,6 +1,6 @@
 """The terminal's and the report's view of ``fxviz compile --inside`` / ``--from-trace``: per
-compiled graph the stage table (``fxviz passes``' own), the kernel table (slowest first) and the
-compile cost table; ``--stage N`` prints one stage's tree as ``fxviz passes --stage`` does."""
+compiled graph the stage table (``fxviz passes``' own), the kernel table (slowest first), the
+compile cost table and, with a backward, the partition table; ``--stage N`` prints one stage's tree as ``fxviz passes --stage`` does."""
 
 from __future__ import annotations
 
@@ -56,6 +56,34 @@ def cost_table(g: InsideGraph) -> Table | None:
     return table
 
 
+def partition_table(g: InsideGraph, rows: int = 15) -> Table | None:
+    """Per module what ``g``'s compiled backward saves (bytes, values) and recomputes (ops)."""
+    from rich.table import Table
+
+    from fxviz.analyze.inside.partition import size, summary
+
+    p = g.partition
+    if p is None:
+        return None
+    how = f" ({p.partitioner} partitioner)" if p.partitioner else ""
+    title = f"{g.id} ({g.compile_id}) partition{how}: {summary([p])}"
+    table = Table(title=title, title_justify="left", min_width=min(len(title), 100))
+    for c in ("module", "saved", "values", "recomputed ops"):
+        table.add_column(c, justify="right" if c in ("saved", "values") else "left")
+    ops: dict[str, list[str]] = {}
+    for r in p.recomputed:
+        ops.setdefault("?" if r.module is None else r.module, []).append(r.op)
+    per = p.per_module()
+    for module, saved, values, _ in per[:rows]:
+        names = ops.get(module, [])
+        table.add_row(clean(module or "(model)"), size(saved), str(values),
+                      clean(one_line(", ".join(f"{o}" + (f" x{names.count(o)}" if names.count(o) > 1 else "")
+                                               for o in dict.fromkeys(names)), limit=60)) or "-")
+    if len(per) > rows:
+        table.caption = f"{len(per) - rows} more modules (--json and --html list every value)"
+    return table
+
+
 def print_inside(console: Console, inside: Inside, *, stage: int | None, graph: str | None) -> None:
     """Per compiled graph (or the one ``graph`` names): the stage, kernel and cost tables; with
     ``stage``, that stage's tree instead, its changes marked."""
@@ -74,13 +102,17 @@ def print_inside(console: Console, inside: Inside, *, stage: int | None, graph: 
             console.print(annotate(p, stage, show_unchanged=True).tree(overlay="pass_change"))
             continue
         console.print(stage_table(p, show_unchanged=True, stages=range(len(p.stages))))
-        console.print(kernel_table(g))
+        if g.kernels or any(s.name.startswith("post-grad") for s in p.stages):  # aot_eager: no kernels
+            console.print(kernel_table(g))
         unmapped = [f"{k} ({why})" for k, why in g.unmapped.items() if not why.startswith(("view", "getitem"))]
         if unmapped:
             console.print(f"post-grad ops without a kernel: {one_line('; '.join(unmapped), limit=400)}", markup=False)
         table = cost_table(g)
         if table is not None:
             console.print(table)
+        part = partition_table(g)
+        if part is not None:
+            console.print(part)
 
 
 def pick(inside: Inside, graph: str | None) -> InsideGraph:
@@ -110,4 +142,4 @@ def stage_report(inside: Inside, graph: str | None, stage: int | None) -> Graph:
     return out
 
 
-__all__ = ["KERNEL_ROWS", "cost_table", "kernel_table", "pick", "print_inside", "stage_report"]
+__all__ = ["KERNEL_ROWS", "cost_table", "kernel_table", "partition_table", "pick", "print_inside", "stage_report"]

@@ -50,6 +50,7 @@ def compile_map(
     inputs: Sequence[Any] | None = None,
     grad: bool = False,
     inside: bool = False,
+    activation_memory_budget: float | None = None,
 ) -> CompileMap:
     """Compile ``model`` with ``torch.compile(backend=..., mode=..., dynamic=...)``, run it on
     ``args``/``kwargs`` and then on each further input set of ``inputs`` (each a tuple of
@@ -82,12 +83,15 @@ def compile_map(
         >>> cm.assigned["linear"], cm.assigned["item"], cm.breaks[0].line_text(), cm.breaks[0].category
         ('g0', 'eager', 'compile_models.py:27', 'item')
 
-    With ``inside=True`` (the inductor backend only), the compiled run is recorded with torch's
-    structured trace and ``cm.inside`` holds what Inductor did to each compiled graph: its stages,
-    every kernel and extern call with the eager ops and modules it runs and its time
-    (torch.profiler over :data:`fxviz.analyze.inside.live.ITERATIONS` warm iterations), and the
-    compile cost (:mod:`fxviz.analyze.inside`); with ``grad=True`` the first input set's outputs
-    are differentiated once so the backward compiles and is timed too.
+    With ``inside=True`` (any backend but ``eager``: the kernels are Inductor's), the compiled run
+    is recorded with torch's structured trace and ``cm.inside`` holds what AOT Autograd and
+    Inductor did to each compiled graph: its stages, every kernel and extern call with the eager
+    ops and modules it runs and its time (torch.profiler over
+    :data:`fxviz.analyze.inside.live.ITERATIONS` warm iterations), and the compile cost
+    (:mod:`fxviz.analyze.inside`); with ``grad=True`` the first input set's outputs are
+    differentiated once so the backward compiles and is timed too, and each graph's
+    ``partition`` says which forward values the backward saves and which ops it recomputes
+    (``activation_memory_budget``: torch._functorch.config's, for the run).
 
     A model that raises under torch.compile (but not eagerly) is a
     :class:`~fxviz.errors.ModelError` that chains torch's exception; one that raises eagerly too
@@ -99,9 +103,12 @@ def compile_map(
         notes.append(f"the target is torch.compile'd: its original module ({type(orig).__name__}) is analysed, "
                      "its own compiled code is not used")
         model = orig
-    if inside and _name(backend) != "inductor":
-        raise TargetError(f"inside=True reads Inductor's records: use backend='inductor', not {_name(backend)!r}")
-    live = LiveRun(grad=grad) if inside else None
+    if inside and _name(backend) == "eager":
+        raise TargetError("inside=True reads AOT Autograd's and Inductor's records: use backend='inductor' or "
+                          "'aot_eager', not 'eager'")
+    if activation_memory_budget is not None and not (inside and grad):
+        raise TargetError("activation_memory_budget changes what the backward saves: add grad=True, inside=True")
+    live = LiveRun(grad=grad, budget=activation_memory_budget) if inside else None
     args, kwargs = normalize_args(model, args, kwargs)
     sets: list[InputSet] = [(args, kwargs)] + [_input_set(model, i, k) for k, i in enumerate(inputs or (), 1)]
 

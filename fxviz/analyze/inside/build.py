@@ -15,8 +15,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from fxviz.analyze.inside.backward import refine
 from fxviz.analyze.inside.costs import cost
 from fxviz.analyze.inside.kernels import kernel_map
+from fxviz.analyze.inside.partition import read as read_partition
 from fxviz.analyze.inside.result import Inside, InsideGraph
 from fxviz.analyze.inside.stages import make_stage, op_nodes
 from fxviz.analyze.pipeline.result import EXACT, INFERRED, Pipeline, Stage
@@ -119,7 +121,8 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
     pre_art = c.first("after_pre_grad_graph")
     s_pre = add("pre-grad passes", _parse(pre_art, f"{gid} after pre-grad passes", notes), s_dyn,
                 _seconds(c, "pre-grad")) if pre_art else None
-    if pre_art is None:
+    inductor = pre_art is not None or c.first("inductor_post_grad_graph") is not None  # not aot_eager's
+    if pre_art is None and inductor:
         notes.append(f"compile {cid}: no pre-grad graph recorded (AOT Autograd cache hit?): stages start at AOT")
     top = s_pre or s_dyn
     maps = [_json(a) for a in c.all("inductor_provenance_tracking_node_mappings")]
@@ -195,13 +198,16 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
             stages.append(_kernels_stage(len(stages), part, km.graph, s_post, km, _seconds(c, "code_gen", i)))
     for label, art, b in aot.values():  # a part torch traced but never compiled (a backward never run)
         add(label, _parse(art, f"{gid} {label}", notes), b or top, _seconds(c, "partition"))
-    if not codes:
-        restart = any(k.attempt > c.attempt and (k.frame_id, k.frame_compile_id) == (c.frame_id, c.frame_compile_id)
-                      for k in trace_compiles) if trace_compiles else False
+    restart = any(k.attempt > c.attempt and (k.frame_id, k.frame_compile_id) == (c.frame_id, c.frame_compile_id)
+                  for k in trace_compiles) if trace_compiles and not codes else False
+    if not codes and (inductor or restart):
         notes.append(f"compile {cid}: torch wrote no output code" + (
             " (Dynamo restarted the frame: the next attempt compiled it)" if restart else ""))
     ig.pipeline.stages = stages
     ig.pipeline.notes = [n for n in notes if n.startswith(f"compile {cid}")]
+    refine(ig)  # backward kernels: the modules of the parameters their ops read or differentiate
+    ig.partition = read_partition(ig.pipeline, partitioner="min-cut" if any(
+        p.name == "min_cut_rematerialization_partition" for p in c.phases) else "")
     return ig
 
 

@@ -8,7 +8,9 @@ renderer shows. No torch.
 * panels ``kernels`` (every kernel and extern call, slowest first: kind, graph, part, eager ops,
   modules, time, share; a fusion across modules marked), ``stages`` (each compiled graph's stage
   table, as ``fxviz passes`` prints it) and ``compile cost`` (torch's compile metrics, the phases
-  and the cache outcomes per graph).
+  and the cache outcomes per graph);
+* with a backward graph, overlay ``backward saves`` and panel ``partition``
+  (:func:`fxviz.analyze.inside.partition.write`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from fxviz.analyze.inside.costs import cost_rows
+from fxviz.analyze.inside.partition import write as write_partition
 from fxviz.analyze.inside.result import Inside, Kernel
 from fxviz.analyze.pipeline.views import stage_cells, stage_keys
 from fxviz.ir import Graph
@@ -82,6 +85,7 @@ def write(graph: Graph, inside: Inside) -> Graph:
                     description="measured time (torch.profiler, per forward) of the kernels that run each op, a "
                                 "kernel's time split evenly over the ops it runs")
     panels(graph, inside)
+    write_partition(graph, [g.partition for g in inside.graphs if g.partition is not None])
     return graph
 
 

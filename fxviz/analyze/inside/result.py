@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fxviz.analyze.inside.partition import Partition
 from fxviz.analyze.pipeline.result import Pipeline
 
 
@@ -87,8 +88,9 @@ class Cost:
 
 @dataclass
 class InsideGraph:
-    """One compiled graph: its stages (``pipeline``), kernels, what compiling it cost, and the
-    post-grad ops no kernel runs with the reason (``unmapped``: ``part:node`` -> why)."""
+    """One compiled graph: its stages (``pipeline``), kernels, what compiling it cost, the
+    post-grad ops no kernel runs with the reason (``unmapped``: ``part:node`` -> why) and, with a
+    backward graph, the partition (:mod:`fxviz.analyze.inside.partition`)."""
 
     id: str
     compile_id: str
@@ -98,6 +100,7 @@ class InsideGraph:
     unmapped: dict[str, str] = field(default_factory=dict)
     ops: int = 0  # post-grad ops that compute (views and getitems left out)
     mapped: int = 0  # of those, run by a kernel or extern call
+    partition: Partition | None = None  # a training step's: what the backward saves and recomputes
 
     @property
     def share_mapped(self) -> float:
@@ -137,6 +140,8 @@ class Inside:
     def summary(self) -> str:
         """``2 graphs, 9 kernels (5 extern calls), 100% of post-grad ops mapped to a kernel``."""
         ks = self.kernels
+        if not ks and not any(g.ops for g in self.graphs):  # aot_eager: AOT Autograd's stages, no Inductor
+            return f"{len(self.graphs)} compiled graph{'s' if len(self.graphs) != 1 else ''}, no Inductor kernels"
         ext = sum(1 for k in ks if k.kind == "extern")
         p = self.share_mapped * 100
         pct = f"{p:.1f}%" if 99 < p < 100 else f"{p:.0f}%"
@@ -152,7 +157,8 @@ class Inside:
             "costs": [asdict(c) | {"total_s": c.total_s} for c in self.costs],
             "inside": {"notes": list(self.notes), "timed": self.timed, "summary": self.summary(),
                        "graphs": [{"id": g.id, "compile_id": g.compile_id, "ops": g.ops, "mapped": g.mapped,
-                                   "unmapped": g.unmapped} for g in self.graphs]},
+                                   "unmapped": g.unmapped} | ({"partition": g.partition.to_dict()} if g.partition
+                                                              is not None else {}) for g in self.graphs]},
         }
 
     @classmethod
@@ -170,7 +176,8 @@ class Inside:
             m = meta.get(s["id"], {})
             graphs.append(InsideGraph(s["id"], s["compile_id"], Pipeline.from_json(json.dumps(p)),
                                       kernels.get(s["id"], []), costs.get(s["id"]), dict(m.get("unmapped", {})),
-                                      m.get("ops", 0), m.get("mapped", 0)))
+                                      m.get("ops", 0), m.get("mapped", 0),
+                                      Partition.from_dict(m["partition"]) if "partition" in m else None))
         return cls(graphs, list(d.get("inside", {}).get("notes", [])), bool(d.get("inside", {}).get("timed", False)))
 
 

@@ -1,0 +1,76 @@
+"""``fxviz compile --backward`` under Inductor (issue 21 point 4): the backward's kernels mapped to
+modules, checked against the module torch itself gives each backward node (``fwd_nn_module_stack``,
+which AOT Autograd copies from the forward op of the same ``seq_nr``) in the post-grad graph
+Inductor compiled, read by a custom post-grad pass in the same run. A 2-layer MLP and a 2-layer
+GPT-2 (whose blocks run the same source lines, so a line says nothing about the block)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # Inductor compiles a forward and a backward
+
+from torch._inductor.custom_graph_pass import CustomGraphPass  # noqa: E402
+
+import fxviz  # noqa: E402
+from fxviz.analyze.compilemap.result import CompileMap  # noqa: E402
+from tests import compile_backward_models as models  # noqa: E402
+
+
+class _Modules(CustomGraphPass):
+    """Records each backward post-grad node's module as torch gives it (changes nothing)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, str | None] = {}
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        if not any(n.op == "placeholder" and n.name.startswith("tangents") for n in graph.nodes):
+            return
+        for n in graph.nodes:
+            stack = n.meta.get("fwd_nn_module_stack") or n.meta.get("nn_module_stack")
+            path = list(stack.values())[-1][0] if stack else None
+            if path is not None:
+                path = re.sub(r"\[(\d+)\]", r".\1", re.sub(r"^L\['self'\]\.?", "", path))
+                path = re.sub(r"\._modules\['(\w+)'\]", r".\1", path).lstrip(".")
+            self.seen[n.name] = path
+
+    def uuid(self) -> bytes:
+        return b"fxviz-test-backward-modules"
+
+
+def _run(build: Any) -> tuple[CompileMap, dict[str, str | None]]:
+    import torch._inductor.config as inductor_config
+
+    record = _Modules()
+    model, args = build()
+    with inductor_config.patch({"force_disable_caches": True, "post_grad_custom_post_pass": record}):
+        cm = fxviz.compile_map(model, args, backend="inductor", grad=True, inside=True)
+    return cm, record.seen
+
+
+@pytest.mark.parametrize("build", [models.mlp, models.gpt2], ids=["mlp", "gpt2"])
+def test_backward_extern_calls_belong_to_their_module(build: Any) -> None:
+    cm, truth = _run(build)
+    assert cm.inside is not None
+    g = cm.inside.graphs[0]
+    back = [k for k in g.kernels if k.part == "backward"]
+    post = next(s.graph for s in g.pipeline.stages if s.name == "post-grad passes (backward)")
+    targets = {n.name: n.target for n in post.nodes}
+    # every matmul of the backward (the extern calls run on the post-grad graph's mm nodes)
+    mms = [k for k in back if k.kind == "extern" and k.ops
+           and all(targets.get(o, "").split(".")[-2:-1] in (["mm"], ["addmm"], ["bmm"]) for o in k.ops)]
+    assert len(mms) >= (3 if build is models.mlp else 12) and truth
+    for k in mms:  # the one module torch says its node belongs to
+        want = {truth[o] for o in k.ops if truth.get(o) is not None}
+        assert len(want) == 1 and k.modules == list(want), (k.id, k.ops, k.modules, want)
+    # no backward kernel claims a module none of its nodes belongs to in torch's record
+    for k in back:
+        want = {truth[o] for o in k.ops if truth.get(o) is not None}
+        if k.modules and want and all(truth.get(o) is not None for o in k.ops):
+            assert set(k.modules) >= want, (k.id, k.modules, want)
+    # and the partition is read under Inductor too: the min-cut partitioner's choice
+    assert g.partition is not None and g.partition.partitioner == "min-cut" and g.partition.saved_bytes > 0
