@@ -244,3 +244,16 @@ def test_a_tensor_parallel_model_compiles_whole_its_collectives_included(factory
     check_against_explain(cmap, truth, comparable=False)
     collectives = [n.name for n in cmap.graph.ops if "c10d" in n.target]
     assert collectives and all(cmap.assigned[c] == "g0" for c in collectives)
+
+
+def test_cli_compiles_a_model_sharded_in_a_fake_world() -> None:
+    """``fxviz compile TARGET --world-size 2``: the factory shards the model in torch's fake process
+    group, the compiled run stays in it, and no group is left behind."""
+    import torch.distributed as dist
+
+    res = CliRunner().invoke(cli, ["compile", f"{Path(__file__).parent / 'test_distributed.py'}:mlp_factory",
+                                   "--world-size", "2", "--backend", "aot_eager"])
+    assert res.exit_code == 0, res.output
+    assert "1 graph, 0 breaks, 100% of ops compiled (7/7)" in res.output
+    assert "_c10d_functional::all_reduce" in res.output
+    assert not dist.is_initialized()

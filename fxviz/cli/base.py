@@ -234,6 +234,12 @@ def world_size_option(fn: Callable[..., Any]) -> Callable[..., Any]:
                              "(overlay comm).")(fn)
 
 
+def world_size(ctx: click.Context) -> int | None:
+    """The ``--world-size`` given to this command, if any."""
+    value = ctx.meta.get(_WORLD_SIZE)
+    return int(value) if value is not None else None
+
+
 _CAPTURE_OPTIONS = ("method", "input_shapes", "dtype", "no_validate", "backward", "loss", "world_size")
 
 

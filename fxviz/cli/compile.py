@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from fxviz.cli.base import cli, out_console, spinner, verbose_option, with_torch, write_json
+from fxviz.cli.base import (
+    cli,
+    out_console,
+    spinner,
+    verbose_option,
+    with_torch,
+    world_size,
+    world_size_option,
+    write_json,
+)
 from fxviz.errors import TargetError
 from fxviz.targets.parse import recognise
 from fxviz.text import one_line
@@ -78,6 +87,7 @@ def _input_sets(text: str) -> list[Any]:
 @click.option("--from-trace", "from_trace", type=click.Path(exists=True), default=None, metavar="DIR",
               help="Read a saved TORCH_TRACE directory (or one file) instead of compiling: TARGET may be left out; "
                    "given, the kernels are drawn on its module tree.")
+@world_size_option
 @verbose_option
 def compile_cmd(target: str | None, backend: str, mode: str | None, dynamic: bool | None, inputs_factory: str | None,
                 input_shapes: tuple[str, ...], dtype: str, depth: int | None, html_out: str | None,
@@ -113,15 +123,20 @@ def compile_cmd(target: str | None, backend: str, mode: str | None, dynamic: boo
         raise TargetError(f"{target!r} is {spec.what}: fxviz compile runs a model, so give a factory "
                           "(model.py:build or package.module:build)")
     factory = with_torch(spec)
-    t = factory.load_factory(spec, input_shapes=input_shapes, dtype=dtype)
-    sets = _input_sets(inputs_factory) if inputs_factory else None
-    from fxviz.analyze.compilemap import compile_map
+    ranks = world_size(ctx)
+    # with --world-size the factory shards the model inside torch's fake process group, and the
+    # compiled run stays inside it
+    group = factory.fake_world(ranks) if ranks is not None else contextlib.nullcontext()
+    with group:
+        t = factory.load_factory(spec, input_shapes=input_shapes, dtype=dtype)
+        sets = _input_sets(inputs_factory) if inputs_factory else None
+        from fxviz.analyze.compilemap import compile_map
 
-    # with --json -, stdout is the JSON: what the model prints goes to stderr
-    model_out = contextlib.redirect_stdout(sys.stderr) if json_out == "-" else contextlib.nullcontext()
-    with t.runs(), spinner(f"compiling with {backend} …"), model_out:
-        cmap = compile_map(t.model, t.args, t.kwargs, backend=backend, mode=mode, dynamic=dynamic, inputs=sets,
-                           grad=grad, inside=inside, activation_memory_budget=budget)
+        # with --json -, stdout is the JSON: what the model prints goes to stderr
+        model_out = contextlib.redirect_stdout(sys.stderr) if json_out == "-" else contextlib.nullcontext()
+        with t.runs(), spinner(f"compiling with {backend} …"), model_out:
+            cmap = compile_map(t.model, t.args, t.kwargs, backend=backend, mode=mode, dynamic=dynamic, inputs=sets,
+                               grad=grad, inside=inside, activation_memory_budget=budget)
     _write(cmap, depth=depth, html_out=html_out, json_out=json_out, stage=stage_index, graph=graph_id)
     if fail_on_break and cmap.break_count:
         ctx.exit(1)
