@@ -55,6 +55,7 @@ _FILE = re.compile(r"^#\s*File:\s*(.*?):(\d+) in ([^,]*), code: (.*)$")
 _DELETE = re.compile(r";\s+(?:\w+\s*=\s*)+None\s*$")
 _TENSOR = re.compile(r"^([a-z0-9]+)\[(.*?)\](?:\[(.*?)\])?(.*)$")
 _SYM = re.compile(r"^Sym\((.*)\)$")
+_DTENSOR = re.compile(r"^DTensor\(([a-z0-9]+\[[^\]]*\](?:\[[^\]]*\])?[^,\s]*),.*\)$")
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _STRINGS = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 _INDEX = re.compile(r"^(\w+)\[(-?\d+)\]$")
@@ -189,7 +190,8 @@ class _Reader:
                 if code.strip():
                     entries.append((code.strip().rstrip(","), comment.strip() or None))
         for text, note in entries:
-            m = re.match(r'^\*{0,2}(\w+)\s*(?::\s*"([^"]*)")?$', text)
+            # an unquoted annotation is a Python type (Dynamo's ``mesh : torch...DeviceMesh``): no tensor
+            m = re.match(r'^\*{0,2}(\w+)\s*(?::\s*(?:"([^"]*)"|[A-Za-z_][\w.]*))?$', text)
             if m is None:
                 raise _error(self.name, start, text, "cannot read this argument")
             if m.group(1) != "self":
@@ -470,6 +472,9 @@ def _tensor_meta(ann: str) -> tuple[TensorMeta | None, list[int | str] | None]:
                  if value.startswith(("zf", "f")) or re.fullmatch(r"-?\d+\.\d*(e-?\d+)?", value)
                  else "int")
         return TensorMeta((), dtype, "", value), None
+    m = _DTENSOR.match(ann)  # ``DTensor(f32[32, 16][16, 1]cpu, S(0))``: the global tensor (placements dropped)
+    if m is not None:
+        return _tensor_meta(m.group(1))
     m = _TENSOR.match(ann)
     if m is None:
         return None, None
