@@ -23,7 +23,7 @@ from torch.distributed.tensor.debug._comm_mode import NATIVE_TO_PY_MAPPING, c10d
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fxviz.fallback.modes import ACTIVE
-from fxviz.torchbridge.source import is_user_file
+from fxviz.torchbridge.source import _is_fxviz, is_user_file
 
 #: the op packets counted as collectives: exactly ``CommDebugMode``'s (its registry and torch's c10d ops)
 COLLECTIVES = frozenset({*NATIVE_TO_PY_MAPPING, *NATIVE_TO_PY_MAPPING.values(), *c10d_collective_ops,
@@ -80,9 +80,13 @@ def _group(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, int]:
 
 
 def _user_line() -> str:
+    """The innermost user frame below fxviz's own: frames that called fxviz (the capture's caller)
+    are not where the collective came from."""
     for fr in reversed(traceback.extract_stack()[:-3]):
         if is_user_file(fr.filename):
             return f"{fr.filename}:{fr.lineno}"
+        if _is_fxviz(fr.filename):
+            return ""
     return ""
 
 
@@ -136,7 +140,9 @@ class CommRecorder(TorchDispatchMode):
         op = str(func._overloadpacket)
         group, size = _group(args, kwargs)
         module, source = "", ""
-        if ACTIVE:
+        backward = torch._C._current_graph_task_id() != -1  # also in the engine's final callbacks
+        node = torch._C._current_autograd_node()
+        if ACTIVE and not backward:
             rec = ACTIVE[-1]
             stack = rec.module_stack.current
             module = stack[-1][0] if stack else ""
@@ -144,12 +150,14 @@ class CommRecorder(TorchDispatchMode):
             source = f"{loc.file}:{loc.line}" if loc is not None else ""
         else:  # no tracer running (a capture method of its own): the stack says where
             source = _user_line()
-        self.records.append({
+        record = {
             "op": op, "kind": _kind(op), "group": group, "group_size": size,
             "bytes": _bytes(args[SENDS[func._overloadpacket]]) if args else 0, "module": module,
-            "phase": "backward" if torch._C._current_autograd_node() is not None else "forward",
-            "source": source,
-        })
+            "phase": "backward" if backward else "forward", "source": source,
+        }
+        if node is not None:  # the autograd node running (or about to, in its hooks): placed by the comm pass
+            record["autograd_node"] = [type(node).__name__, node._sequence_nr()]
+        self.records.append(record)
 
 
 __all__ = ["COLLECTIVES", "CommRecorder", "mesh_dims"]

@@ -4,9 +4,12 @@ Collectives a capture recorded (:mod:`fxviz.fallback.comms`) live, as plain JSON
 ``graph.annotations["collectives"]``: one dict per collective with ``kind`` (``all_reduce``,
 ``all_gather``, ``reduce_scatter``, ``all_to_all``, ``broadcast``, ``send``, ``recv``), ``op``,
 ``group`` (the process group's name), ``group_size`` (its ranks), ``mesh_dim`` (the name of the
-device mesh dimension the group belongs to, ``dp``/``tp``; empty when it belongs to no named one), ``bytes`` (per rank), ``module`` (its path), ``phase`` and
-``source``. :func:`write_comm` turns them into the ``comm`` overlay (own bytes per module call;
-boxes sum what is inside) and adds the step's totals per mesh dimension (per group where unnamed) to ``graph.notes`` and
+device mesh dimension the group belongs to, ``dp``/``tp``; empty when it belongs to no named one), ``bytes`` (per rank), ``module`` (its path), ``phase``
+(``forward``, or ``backward`` for one run by the autograd engine, its final callbacks included),
+``autograd_node`` (the backward op running it: class and sequence number) and ``source``.
+:func:`write_comm` gives each backward collective a node of its own in the module of the backward
+op that ran it, turns them into the ``comm`` overlay (own bytes per module call; boxes sum what is
+inside) and adds the step's totals per mesh dimension (per group where unnamed) to ``graph.notes`` and
 ``graph.annotations["comm_totals"]``.
 """
 
@@ -16,7 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from fxviz.ir import Graph
+from fxviz.ir import Graph, Node
 from fxviz.passes.overlays import set_overlay
 
 
@@ -31,14 +34,16 @@ def _base(op: str) -> str:
 
 
 def _link_nodes(graph: Graph, records: list[dict[str, Any]]) -> None:
-    """Name, in each record, the graph's op node of that collective where the tracer recorded one
-    (``node``): the n-th collective of an op is the n-th node of that op, in execution order."""
+    """Name, in each forward record, the graph's op node of that collective where the tracer
+    recorded one (``node``): the n-th collective of an op is the n-th node of that op, in execution order."""
     nodes: dict[str, list[str]] = {}
     for n in graph.nodes:
-        if n.kind == "op" and "c10d" in n.target:
+        if n.kind == "op" and "c10d" in n.target and n.phase == "forward":
             nodes.setdefault(_base(n.target), []).append(n.name)
     seen: Counter[str] = Counter()
     for r in records:
+        if r.get("phase") == "backward":
+            continue
         base = _base(str(r.get("op", "")))
         k = seen[base]
         seen[base] += 1
@@ -47,10 +52,43 @@ def _link_nodes(graph: Graph, records: list[dict[str, Any]]) -> None:
             r["node"] = found[k]
 
 
+def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> None:
+    """Give each backward collective a node of its own, in the module call of the backward op
+    (autograd node) it ran in: the module whose forward caused it. ``autograd_node`` (class and
+    sequence number) names that op; a collective run in an op's hooks (FSDP2's pre-backward
+    all-gather) belongs to that op, one run after the last op (the engine's final callbacks:
+    FSDP2's reduce-scatter for a block whose inputs need no gradient) to the last op run. The node
+    reads nothing (``attrs["during"]`` names the op) and sits right after that op."""
+    ops = [n for n in graph.nodes if n.kind == "op" and n.phase == "backward" and "seq_nr" in n.attrs]
+    by_key = {(n.target, n.attrs["seq_nr"]): n for n in ops}
+    if not ops:
+        return
+    used = {n.name for n in graph.nodes}
+    after: dict[str, list[Node]] = {}
+    for r in records:
+        if r.get("phase") != "backward":
+            continue
+        at = r.get("autograd_node")
+        during = by_key.get((at[0], at[1])) if isinstance(at, list) and len(at) == 2 else ops[-1]
+        if during is None:  # an autograd node outside the graph's backward (a nested one): left unplaced
+            continue
+        name, i = f"{_base(str(r.get('op', '')))}_bw", 1
+        while name in used:
+            name, i = f"{_base(str(r.get('op', '')))}_bw_{i}", i + 1
+        used.add(name)
+        node = Node(name, "op", target=str(r.get("op", "")), stack=during.stack, phase="backward",
+                    attrs={"during": during.name, "collective": r.get("kind", ""), "bytes": int(r.get("bytes", 0))})
+        after.setdefault(during.name, []).append(node)
+        r["module"], r["node"] = during.module, name
+    if after:
+        graph.nodes[:] = [m for n in graph.nodes for m in (n, *after.get(n.name, ()))]
+
+
 def write_comm(graph: Graph, records: Sequence[dict[str, Any]]) -> None:
     """Store ``records`` on ``graph``, with the ``comm`` overlay and per-group totals in the notes."""
     records = [dict(r) for r in records]
     _link_nodes(graph, records)
+    _place_backward(graph, records)
     graph.annotations["collectives"] = records
     tree = graph.calls
     total: Counter[str] = Counter()  # a module's total: its own collectives and those of its submodules
