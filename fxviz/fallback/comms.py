@@ -13,6 +13,7 @@ that :mod:`fxviz.passes.comm` writes onto the graph.
 
 from __future__ import annotations
 
+import re
 import traceback
 from typing import Any
 
@@ -118,6 +119,34 @@ def _root(mesh: Any) -> Any:
         return None
 
 
+#: how torch words a collective that ran out of time: NCCL's watchdog, gloo's wait on a peer (a
+#: ``RuntimeError``), and gloo's later ops on the pair a timeout closed
+TIMEOUT = re.compile(r"collective operation timeout|timed out waiting|application timeout|timed out after", re.I)
+
+
+def _first_line(e: BaseException) -> str:
+    """torch's message without the C++ file gloo puts in front (``[.../unbound_buffer.cc:78] ``)."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return re.sub(r"^\[[^\]]*\]\s*", "", text)
+
+
+def timed_out(error: BaseException, records: list[dict[str, Any]]) -> str | None:
+    """One line for a capture that failed because a collective never returned: the one that hung
+    (the last issued: a blocking collective waits before the next is issued), where, and what torch
+    said; ``None`` when ``error`` (or its cause) is no collective timeout."""
+    cause = error.__cause__ or error
+    if not records or not (isinstance(cause, dist.DistBackendError) or TIMEOUT.search(str(cause))):
+        return None
+    last = records[-1]
+    last.setdefault("error", _first_line(cause))
+    last["timed_out"] = True
+    where = f" in {last['module'] or 'the model'}" + (f" ({last['source']})" if last.get("source") else "")
+    return (f"a collective never returned: {last['kind']} on group {last['group'] or '?'} "
+            f"({last['group_size'] or '?'} ranks){where} waited past the process group's timeout "
+            f"({_first_line(cause)}); some rank did not issue it or issued another collective first; the "
+            f"partial graph (err.graph) keeps the {len(records)} collectives issued, this one marked timed_out")
+
+
 class CommRecorder(TorchDispatchMode):
     """A dispatch mode that keeps one record per collective (:attr:`records`), with the module and
     line of the tracer's current op; everything else passes through untouched."""
@@ -131,7 +160,14 @@ class CommRecorder(TorchDispatchMode):
             return func(*args, **(kwargs or {}))
         if DTensor in types:
             return NotImplemented  # let DTensor desugar into local ops and collectives, seen next
-        out = func(*args, **(kwargs or {}))
+        try:
+            out = func(*args, **(kwargs or {}))
+        except Exception as e:  # a collective (or the wait on one) that failed: the last one issued is marked
+            if func._overloadpacket in COLLECTIVES:
+                self._record(func, tuple(args), dict(kwargs or {}))
+            if self.records and "error" not in self.records[-1]:
+                self.records[-1]["error"] = _first_line(e)
+            raise
         if func._overloadpacket in COLLECTIVES:
             self._record(func, tuple(args), dict(kwargs or {}))
         return out
@@ -160,4 +196,4 @@ class CommRecorder(TorchDispatchMode):
         self.records.append(record)
 
 
-__all__ = ["COLLECTIVES", "CommRecorder", "mesh_dims"]
+__all__ = ["COLLECTIVES", "CommRecorder", "mesh_dims", "timed_out"]
