@@ -337,6 +337,7 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
                 raise
             raise CollectiveTimeout(hang, graph=e.graph) from e.__cause__
         dims = mesh_dims(_state_and_inputs(model, args, kwargs))  # inside: the meshes' groups still exist
+        graph.annotations["rank"] = torch.distributed.get_rank()
     _write_comm(graph, recorder.records, dims)
     return graph
 

@@ -120,4 +120,59 @@ def write_comm(graph: Graph, records: Sequence[dict[str, Any]]) -> None:
         graph.notes.append(f"collectives on {where}: {count[key]}, {per_dim[key]:,} bytes per rank")
     graph.annotations["comm_totals"] = totals
 
-__all__ = ["collectives", "write_comm"]
+
+def _say(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return "nothing"
+    where = r.get("module") or "the model"
+    return f"{r.get('kind', '?')} ({int(r.get('bytes', 0)):,} B, {r.get('phase', 'forward')}, {where})"
+
+
+def rank_mismatches(graphs: Sequence[Graph]) -> list[dict[str, Any]]:
+    """Flag the collectives that differ between ranks, given one graph per rank (``graphs[0]`` is
+    the one shown; a graph's rank is ``annotations["rank"]``, else its position).
+
+    Every rank of a group must issue that group's collectives in the same order, with the same
+    kind and size; the first one where a rank differs (another kind or size, or none at all) is
+    where the ranks part and wait on each other (the classic hang). Collectives are aligned per
+    mesh dimension (per process group where unnamed), in the order each rank issued them, forward
+    then backward; after the first difference a group's sequences are out of step, so one flag per
+    group. Each flag is a dict (``group``, ``index``, ``ranks``: rank -> what it issued there),
+    kept in ``graphs[0].annotations["rank_mismatches"]``, with a note, the record marked
+    (``rank_mismatch``) and its node's ``attrs["rank_mismatch"]`` where it has one."""
+    if not graphs:
+        return []
+
+    def per_group(g: Graph) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for r in collectives(g):
+            out.setdefault(str(r.get("mesh_dim") or r.get("group", "")), []).append(r)
+        return out
+
+    ranks = [g.annotations.get("rank", i) for i, g in enumerate(graphs)]
+    seqs = [per_group(g) for g in graphs]
+    ref, flags = graphs[0], []
+    for key in sorted({k for s in seqs for k in s}):
+        lists = [s.get(key, []) for s in seqs]
+        for i in range(max(len(x) for x in lists)):
+            got = [x[i] if i < len(x) else None for x in lists]
+            sig = {(r.get("kind"), r.get("bytes")) if r is not None else None for r in got}
+            if len(sig) == 1:
+                continue
+            said = {str(rank): _say(r) for rank, r in zip(ranks, got, strict=True)}
+            flag = {"group": key, "index": i, "ranks": said}
+            flags.append(flag)
+            text = f"collective {i + 1} on {key or 'the default group'} differs between ranks: " + \
+                ", ".join(f"rank {k} {v}" for k, v in said.items())
+            ref.notes.append(text + ": each waits for a collective another never issues (a hang)")
+            mine = got[0]
+            if mine is not None:
+                mine["rank_mismatch"] = text
+                if mine.get("node") and any(n.name == mine["node"] for n in ref.nodes):
+                    ref.node(mine["node"]).attrs["rank_mismatch"] = text
+            break
+    ref.annotations["rank_mismatches"] = flags
+    return flags
+
+
+__all__ = ["collectives", "rank_mismatches", "write_comm"]
