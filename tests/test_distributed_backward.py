@@ -108,6 +108,8 @@ def test_tp_input_gradient_all_reduce_is_a_backward_node_in_the_colwise_layer() 
     assert [(r["phase"], r["kind"], r["module"], r["bytes"]) for r in recs] == [
         ("forward", "all_reduce", "mlp.down", 4 * 16 * 4),  # the rowwise layer's partial output
         ("backward", "all_reduce", "mlp.up", 4 * 16 * 4)]  # the colwise layer's partial input gradient
+    # the line of the forward op whose input redistribution it differentiates: the MLP's one line
+    assert recs[1]["source"].endswith(f"test_distributed.py:{MLP.forward.__code__.co_firstlineno + 1}")
     node = g.node(recs[1]["node"])
     assert (node.kind, node.phase, node.module, node.target) == ("op", "backward", "mlp.up", recs[1]["op"])
     during = g.node(node.attrs["during"])

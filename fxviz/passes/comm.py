@@ -52,6 +52,17 @@ def _link_nodes(graph: Graph, records: list[dict[str, Any]]) -> None:
             r["node"] = found[k]
 
 
+def _forward_line(op: Node, nodes: dict[str, Node]) -> str:
+    """The user's line of the forward op a backward op differentiates, or, for one whose forward
+    the tracer did not see (DTensor's redistributions), of the forward op that read its output
+    (the backward op that hands it its gradient): the line whose op made the collective needed."""
+    for n in (op, *(nodes.get(r.node) for r in op.inputs)):
+        fwd = nodes.get(str(n.attrs.get("forward", ""))) if n is not None else None
+        if fwd is not None and fwd.source is not None:
+            return f"{fwd.source.file}:{fwd.source.line}"
+    return ""
+
+
 def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> None:
     """Give each backward collective a node of its own, in the module call of the backward op
     (autograd node) it ran in: the module whose forward caused it. ``autograd_node`` (class and
@@ -63,7 +74,8 @@ def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> None:
     by_key = {(n.target, n.attrs["seq_nr"]): n for n in ops}
     if not ops:
         return
-    used = {n.name for n in graph.nodes}
+    nodes = {n.name: n for n in graph.nodes}
+    used = set(nodes)
     after: dict[str, list[Node]] = {}
     for r in records:
         if r.get("phase") != "backward":
@@ -80,6 +92,8 @@ def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> None:
                     attrs={"during": during.name, "collective": r.get("kind", ""), "bytes": int(r.get("bytes", 0))})
         after.setdefault(during.name, []).append(node)
         r["module"], r["node"] = during.module, name
+        if not r.get("source"):
+            r["source"] = _forward_line(during, nodes)
     if after:
         graph.nodes[:] = [m for n in graph.nodes for m in (n, *after.get(n.name, ()))]
 
