@@ -157,7 +157,8 @@ def test_sequence_parallel_backward_on_2d_mesh_equals_comm_debug_mode() -> None:
     assert [r["module"] for r in bw if r["kind"] == "all_gather"] == [
         "layers.1.mlp.down_proj", "layers.1.self_attn.o_proj", "layers.0.mlp.down_proj",
         "layers.0.self_attn.o_proj", "embed_tokens"]
-    assert [(t["mesh_dim"], t["count"]) for t in g.annotations["comm_totals"]] == [("tp", 18)]  # 9 + 9
+    assert [(t["mesh_dim"], t["count"], t["backward"]) for t in g.annotations["comm_totals"]] == [("tp", 18, 9)]
+    assert any(n.startswith("collectives on mesh dimension tp") and ": 18 (9 forward, 9 backward), " in n for n in g.notes)
 
 
 TP_FACTORY = '''

@@ -9,8 +9,8 @@ device mesh dimension the group belongs to, ``dp``/``tp``; empty when it belongs
 ``autograd_node`` (the backward op running it: class and sequence number) and ``source``.
 :func:`write_comm` gives each backward collective a node of its own in the module of the backward
 op that ran it, turns them into the ``comm`` overlay (own bytes per module call; boxes sum what is
-inside) and adds the step's totals per mesh dimension (per group where unnamed) to ``graph.notes`` and
-``graph.annotations["comm_totals"]``.
+inside) and adds the step's totals per mesh dimension (per group where unnamed; how many of them the
+backward ran) to ``graph.notes`` and ``graph.annotations["comm_totals"]``.
 """
 
 from __future__ import annotations
@@ -121,17 +121,21 @@ def write_comm(graph: Graph, records: Sequence[dict[str, Any]]) -> None:
                             "its submodules (graph.annotations['collectives'] lists each one)")
     per_dim: Counter[tuple[str, str, int]] = Counter()
     count: Counter[tuple[str, str, int]] = Counter()
+    backward: Counter[tuple[str, str, int]] = Counter()
     for r in records:
         key = (str(r.get("mesh_dim", "")), str(r.get("group", "")), int(r.get("group_size", 0)))
         per_dim[key] += int(r.get("bytes", 0))
         count[key] += 1
+        backward[key] += r.get("phase") == "backward"
     totals = []
     for dim, g, size in sorted(per_dim):
         key = (dim, g, size)
-        totals.append({"mesh_dim": dim, "group": g, "group_size": size, "count": count[key], "bytes": per_dim[key]})
+        totals.append({"mesh_dim": dim, "group": g, "group_size": size, "count": count[key], "bytes": per_dim[key],
+                       "backward": backward[key]})
         where = f"mesh dimension {dim} (group {g or '?'}, {size or '?'} ranks)" if dim else \
             f"group {g or '?'} ({size or '?'} ranks)"
-        graph.notes.append(f"collectives on {where}: {count[key]}, {per_dim[key]:,} bytes per rank")
+        phases = f" ({count[key] - backward[key]} forward, {backward[key]} backward)" if backward[key] else ""
+        graph.notes.append(f"collectives on {where}: {count[key]}{phases}, {per_dim[key]:,} bytes per rank")
     graph.annotations["comm_totals"] = totals
 
 
