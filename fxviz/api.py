@@ -276,7 +276,12 @@ def capture(
     (:func:`fxviz.torchbridge.distributed.fake_world`; a group the caller made is used and left
     alone), and the collectives of the run are recorded (:class:`fxviz.fallback.comms.CommRecorder`,
     counted as torch's ``CommDebugMode`` counts them): ``graph.annotations["collectives"]``, the
-    ``comm`` overlay, totals per mesh dimension (or process group) in the notes.
+    ``comm`` overlay, totals per mesh dimension (or process group) in the notes. With ``backward``
+    the backward's collectives (FSDP2's gradient reduce-scatters, tensor parallel's gradient
+    all-reduces) are backward nodes in the module of the backward op that ran them. On a real group,
+    a collective that never returns ends in :class:`~fxviz.errors.CollectiveTimeout` (at the group's
+    timeout) with the partial graph; ``graph.annotations["rank"]`` is this process's rank, for
+    :func:`fxviz.passes.comm.rank_mismatches`.
     """
     if world_size is not None:
         return _capture_distributed(model, args, kwargs, world_size, method=method, passes=passes,
