@@ -330,7 +330,7 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
                 model, args, kwargs = (*made, None)[:3] if len(made) == 2 else made
             else:
                 model = made
-        recorder = CommRecorder()
+        recorder = CommRecorder({id(p): n for n, p in model.named_parameters()} if isinstance(model, nn.Module) else None)
         try:
             with recorder:
                 graph = capture(model, args, kwargs, **options)

@@ -161,6 +161,44 @@ def test_sequence_parallel_backward_on_2d_mesh_equals_comm_debug_mode() -> None:
     assert any(n.startswith("collectives on mesh dimension tp") and ": 18 (9 forward, 9 backward), " in n for n in g.notes)
 
 
+def _reduce_grad(g: torch.Tensor) -> torch.Tensor:
+    dist.all_reduce(g)
+    return g
+
+
+def hand_ddp_factory():
+    """Data parallel by hand: a hook on each parameter's gradient all-reduces it."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
+    for p in m.parameters():
+        p.register_hook(_reduce_grad)
+    return m, (torch.randn(2, 8),)
+
+
+def test_gradient_hook_collectives_sit_in_the_parameters_module() -> None:
+    g = fxviz.capture(hand_ddp_factory, world_size=2, backward=True)
+    want = oracle(hand_ddp_factory, 2)
+    assert totals(want)["backward"] == {"all_reduce": 4}
+    recs = collectives(g)
+    assert [(r["phase"], r["kind"], r["module"], r["bytes"], r["grad_of"]) for r in recs] == [
+        ("backward", "all_reduce", "2", 16, "2.bias"), ("backward", "all_reduce", "2", 128, "2.weight"),
+        ("backward", "all_reduce", "0", 32, "0.bias"), ("backward", "all_reduce", "0", 256, "0.weight")]
+    for r in recs:  # after the backward op that made the gradient
+        node = g.node(r["node"])
+        assert node.phase == "backward" and g.nodes.index(node) > g.nodes.index(g.node(node.attrs["during"]))
+
+
+def test_post_accumulate_grad_hooks_not_run_are_said() -> None:
+    def factory():
+        m, args = hand_ddp_factory()
+        m[0].weight.register_post_accumulate_grad_hook(lambda p: dist.all_reduce(p.grad))
+        return m, args
+
+    g = fxviz.capture(factory, world_size=2, backward=True)
+    assert len(collectives(g)) == 4  # the gradient hooks' only: the post-accumulate one never ran
+    assert any(n.startswith("1 parameters have post-accumulate-grad hooks, which this backward") for n in g.notes)
+
+
 TP_FACTORY = '''
 import torch, torch.distributed as dist
 from torch import nn

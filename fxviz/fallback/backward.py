@@ -301,6 +301,11 @@ def _run_backward(graph: Graph, model: nn.Module, loss: torch.Tensor, bnode: dic
         handles += [f.register_hook(post), f.register_prehook(pre)]
     recompute = Recompute(graph, model, running, set(bnode), set(watch.state) | watch.counted, watch.saved_values)
     accumulate = _reduces_grads(model)
+    hooked = [t for t in leaves.values() if getattr(t, "_post_accumulate_grad_hooks", None)]
+    if hooked and not accumulate:
+        graph.notes.append(f"{len(hooked)} parameters have post-accumulate-grad hooks, which this backward (no "
+                           f"gradient accumulated) does not run: what they do (an optimizer step, a collective) "
+                           f"is not in the graph")
     kept = {id(t): (t, t.grad) for t in (*model.parameters(), *leaves.values())} if accumulate else {}
     try:
         with recompute:  # the engine itself: torch.autograd.grad would be a call the mode swallows

@@ -151,9 +151,10 @@ class CommRecorder(TorchDispatchMode):
     """A dispatch mode that keeps one record per collective (:attr:`records`), with the module and
     line of the tracer's current op; everything else passes through untouched."""
 
-    def __init__(self) -> None:
+    def __init__(self, params: dict[int, str] | None = None) -> None:
         super().__init__()
         self.records: list[dict[str, Any]] = []
+        self.params = params or {}  # id -> name: whose gradient a hook on AccumulateGrad handles
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if type(func) is _HOP or isinstance(func, _HOP):
@@ -193,6 +194,9 @@ class CommRecorder(TorchDispatchMode):
         }
         if node is not None:  # the autograd node running (or about to, in its hooks): placed by the comm pass
             record["autograd_node"] = [type(node).__name__, node._sequence_nr()]
+            var = getattr(node, "variable", None)  # AccumulateGrad: a gradient hook on a parameter
+            if var is not None and id(var) in self.params:
+                record["grad_of"] = self.params[id(var)]
         self.records.append(record)
 
 

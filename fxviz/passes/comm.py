@@ -68,30 +68,39 @@ def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> None:
     (autograd node) it ran in: the module whose forward caused it. ``autograd_node`` (class and
     sequence number) names that op; a collective run in an op's hooks (FSDP2's pre-backward
     all-gather) belongs to that op, one run after the last op (the engine's final callbacks:
-    FSDP2's reduce-scatter for a block whose inputs need no gradient) to the last op run. The node
-    reads nothing (``attrs["during"]`` names the op) and sits right after that op."""
+    FSDP2's reduce-scatter for a block whose inputs need no gradient) to the last op run, one in a
+    hook on a parameter's gradient (``grad_of``: a hand-written data-parallel all-reduce) to the
+    parameter's module, after the op that made the gradient. The node reads nothing
+    (``attrs["during"]`` names the op) and sits right after that op."""
     ops = [n for n in graph.nodes if n.kind == "op" and n.phase == "backward" and "seq_nr" in n.attrs]
     by_key = {(n.target, n.attrs["seq_nr"]): n for n in ops}
     if not ops:
         return
     nodes = {n.name: n for n in graph.nodes}
     used = set(nodes)
+    params = {n.target: n for n in graph.nodes if n.kind == "parameter"}
+    grads = {str(n.attrs["grad_of"]): n for n in graph.nodes if n.kind == "output" and "grad_of" in n.attrs}
     after: dict[str, list[Node]] = {}
     for r in records:
         if r.get("phase") != "backward":
             continue
         at = r.get("autograd_node")
         during = by_key.get((at[0], at[1])) if isinstance(at, list) and len(at) == 2 else ops[-1]
-        if during is None:  # an autograd node outside the graph's backward (a nested one): left unplaced
+        owner = during
+        if during is None and r.get("grad_of"):  # a hook on a parameter's gradient: in the parameter's
+            owner = params.get(str(r["grad_of"]))  # module, after the op that made the gradient
+            made = grads.get(str(r["grad_of"]))
+            during = nodes.get(made.inputs[-1].node) if made is not None and made.inputs else None
+        if during is None or owner is None:  # an autograd node outside the graph's backward (a nested one)
             continue
         name, i = f"{_base(str(r.get('op', '')))}_bw", 1
         while name in used:
             name, i = f"{_base(str(r.get('op', '')))}_bw_{i}", i + 1
         used.add(name)
-        node = Node(name, "op", target=str(r.get("op", "")), stack=during.stack, phase="backward",
+        node = Node(name, "op", target=str(r.get("op", "")), stack=owner.stack, phase="backward",
                     attrs={"during": during.name, "collective": r.get("kind", ""), "bytes": int(r.get("bytes", 0))})
         after.setdefault(during.name, []).append(node)
-        r["module"], r["node"] = during.module, name
+        r["module"], r["node"] = owner.module, name
         if not r.get("source"):
             r["source"] = _forward_line(during, nodes)
     if after:
