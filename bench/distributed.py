@@ -172,7 +172,7 @@ def main() -> None:
         fxviz.capture(plain, plain_args, method="eager")  # warm both paths
         fxviz.capture(sharded, args, world_size=8)
         old_capture(sharded, args)
-        base, tp, old, comm, walls, old_walls, fwd, floor = [], [], [], [], [], [], [], []
+        base, tp, old, comm, walls, old_walls, fwd, floor, plain_fwd = [], [], [], [], [], [], [], [], []
         for _ in range(a.reps):  # interleaved
             base.append(cpu(lambda: fxviz.capture(plain, plain_args, method="eager")))
             w = time.perf_counter()
@@ -189,6 +189,7 @@ def main() -> None:
                     sharded(*args)
             comm.append(cpu(run))
             fwd.append(cpu(lambda: sharded(*args)))  # DTensor's own dispatch, nothing recorded
+            plain_fwd.append(cpu(lambda: plain(*plain_args)))
         g = fxviz.capture(sharded, args, world_size=8)
     b, t, c = statistics.median(base), statistics.median(tp), statistics.median(comm)
     print(f"small decoder ({SMALL['layers']} layers) eager capture: unsharded {b * 1e3:.0f} ms CPU, "
@@ -198,7 +199,9 @@ def main() -> None:
           f"({statistics.median(old_walls) * 1e3:.0f} ms wall), ratio {o / b:.2f}x; light recorder {o / t:.1f}x faster")
     print(f"  floor (the same capture recording no collectives): {statistics.median(floor) * 1e3:.0f} ms CPU, "
           f"ratio {statistics.median(floor) / b:.2f}x")
-    print(f"  the sharded forward alone (DTensor dispatch, no fxviz): {statistics.median(fwd) * 1e3:.0f} ms CPU")
+    print(f"  the sharded forward alone (DTensor dispatch, no fxviz): {statistics.median(fwd) * 1e3:.0f} ms CPU; "
+          f"the unsharded forward alone: {statistics.median(plain_fwd) * 1e3:.1f} ms CPU (the floor's excess "
+          f"over the unsharded capture is about DTensor's own cost)")
     print(f"  CommDebugMode alone on the sharded forward: {c * 1e3:.0f} ms CPU; "
           f"counts {mode.get_total_counts()} collectives; fxviz: {len(collectives(g))} with bytes, module, node")
 

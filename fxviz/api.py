@@ -16,7 +16,7 @@ from torch import nn
 from torch.export import Dim
 
 from fxviz.analyze.flops import CAPTURE_PASSES  # the default passes and flops (registers the pass)
-from fxviz.errors import CaptureError, InputError, ModelError, TargetError
+from fxviz.errors import CaptureError, CollectiveTimeout, InputError, ModelError, TargetError
 from fxviz.fallback.trace import trace_eager, uses_meta
 from fxviz.graphdiff import Diff, diff
 from fxviz.ir import Attempt, Graph
@@ -276,7 +276,12 @@ def capture(
     (:func:`fxviz.torchbridge.distributed.fake_world`; a group the caller made is used and left
     alone), and the collectives of the run are recorded (:class:`fxviz.fallback.comms.CommRecorder`,
     counted as torch's ``CommDebugMode`` counts them): ``graph.annotations["collectives"]``, the
-    ``comm`` overlay, totals per mesh dimension (or process group) in the notes.
+    ``comm`` overlay, totals per mesh dimension (or process group) in the notes. With ``backward``
+    the backward's collectives (FSDP2's gradient reduce-scatters, tensor parallel's gradient
+    all-reduces) are backward nodes in the module of the backward op that ran them. On a real group,
+    a collective that never returns ends in :class:`~fxviz.errors.CollectiveTimeout` (at the group's
+    timeout) with the partial graph; ``graph.annotations["rank"]`` is this process's rank, for
+    :func:`fxviz.passes.comm.rank_mismatches`.
     """
     if world_size is not None:
         return _capture_distributed(model, args, kwargs, world_size, method=method, passes=passes,
@@ -307,8 +312,7 @@ def capture(
 def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, world_size: int,
                          **options: Any) -> Graph:
     """:func:`capture` with ``world_size``: the factory and the capture run in a fake process group."""
-    from fxviz.fallback.comms import CommRecorder, mesh_dims
-    from fxviz.passes.comm import write_comm
+    from fxviz.fallback.comms import CommRecorder, mesh_dims, timed_out
     from fxviz.torchbridge.distributed import fake_world
 
     if options["method"] == "auto":  # export fails on DTensor: the eager tracer records the ops
@@ -326,14 +330,29 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
                 model, args, kwargs = (*made, None)[:3] if len(made) == 2 else made
             else:
                 model = made
-        recorder = CommRecorder()
-        with recorder:
-            graph = capture(model, args, kwargs, **options)
+        recorder = CommRecorder({id(p): n for n, p in model.named_parameters()} if isinstance(model, nn.Module) else None)
+        try:
+            with recorder:
+                graph = capture(model, args, kwargs, **options)
+        except ModelError as e:  # the partial graph keeps the collectives recorded up to the failure
+            hang = timed_out(e, recorder.records)
+            if e.graph is not None:
+                _write_comm(e.graph, recorder.records, mesh_dims(_state_and_inputs(model, args, kwargs)))
+            if hang is None:
+                raise
+            raise CollectiveTimeout(hang, graph=e.graph) from e.__cause__
         dims = mesh_dims(_state_and_inputs(model, args, kwargs))  # inside: the meshes' groups still exist
-    for r in recorder.records:
-        r["mesh_dim"] = dims.get(r["group"], "")
-    write_comm(graph, recorder.records)
+        graph.annotations["rank"] = torch.distributed.get_rank()
+    _write_comm(graph, recorder.records, dims)
     return graph
+
+
+def _write_comm(graph: Graph, records: list[dict[str, Any]], dims: dict[str, str]) -> None:
+    from fxviz.passes.comm import write_comm
+
+    for r in records:
+        r["mesh_dim"] = dims.get(r["group"], "")
+    write_comm(graph, records)
 
 
 def _state_and_inputs(model: Any, args: Any, kwargs: dict[str, Any] | None) -> list[Any]:

@@ -9,6 +9,7 @@ adds the traceback):
 error                       exit  when
 ==========================  ====  ==========================================================
 :class:`ModelError`         1     the model itself raised (the partial graph is kept)
+:class:`CollectiveTimeout`  1     a collective never returned (the partial graph is kept)
 :class:`CaptureError`       3     no capture method produced a graph
 :class:`PassError`          4     a pass failed
 :class:`RenderError`        5     a renderer could not write its output
@@ -59,6 +60,12 @@ class ModelError(FxvizError):
         self.graph = graph
 
 
+class CollectiveTimeout(ModelError):
+    """A collective never returned: the process group's timeout ran out while this rank waited for
+    the others (one that never issues it, or issues another one first: the classic hang). ``graph``
+    is the partial graph with the collectives recorded up to it, the one that hung marked."""
+
+
 class PassError(FxvizError):
     """A pass failed; the message names it and the passes that ran before it."""
 
@@ -93,6 +100,6 @@ class ReplayError(FxvizError):
 
 
 __all__ = [
-    "CaptureError", "FxvizError", "GraphFormatError", "InputError", "ModelError", "PassError",
+    "CaptureError", "CollectiveTimeout", "FxvizError", "GraphFormatError", "InputError", "ModelError", "PassError",
     "RenderError", "ReplayError", "TargetError",
 ]

@@ -16,7 +16,7 @@ of the forward op it differentiates (inferred from the node that reads its gradi
 reading the gradients its consumers produce and the values its forward op saved, in the order
 autograd runs them. ``AccumulateGrad`` is a parameter's gradient: an output ``grad of <name>``.
 The backward then runs for real, once, through ``torch.autograd.grad`` (``.grad`` is never
-touched), with hooks on the autograd nodes that record the shapes of the gradients; a backward
+touched, but for FSDP2's gradient reduce-scatters, which read it: put back afterwards), with hooks on the autograd nodes that record the shapes of the gradients; a backward
 that raises marks its node and leaves the forward graph with the error
 (:class:`~fxviz.torchbridge.training.BackwardError`).
 """
@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import re
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -299,10 +300,17 @@ def _run_backward(graph: Graph, model: nn.Module, loss: torch.Tensor, bnode: dic
 
         handles += [f.register_hook(post), f.register_prehook(pre)]
     recompute = Recompute(graph, model, running, set(bnode), set(watch.state) | watch.counted, watch.saved_values)
+    accumulate = _reduces_grads(model)
+    hooked = [t for t in leaves.values() if getattr(t, "_post_accumulate_grad_hooks", None)]
+    if hooked and not accumulate:
+        graph.notes.append(f"{len(hooked)} parameters have post-accumulate-grad hooks, which this backward (no "
+                           f"gradient accumulated) does not run: what they do (an optimizer step, a collective) "
+                           f"is not in the graph")
+    kept = {id(t): (t, t.grad) for t in (*model.parameters(), *leaves.values())} if accumulate else {}
     try:
         with recompute:  # the engine itself: torch.autograd.grad would be a call the mode swallows
             _engine_run_backward((loss,), (torch.ones_like(loss),), False, False, tuple(leaves.values()), True,
-                                 accumulate_grad=False)
+                                 accumulate_grad=accumulate)
         place(graph, recompute)
     except Exception as e:
         message = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
@@ -314,6 +322,16 @@ def _run_backward(graph: Graph, model: nn.Module, loss: torch.Tensor, bnode: dic
     finally:
         for h in handles:
             h.remove()
+        for t, grad in kept.values():
+            t.grad = grad
+
+
+def _reduces_grads(model: nn.Module) -> bool:
+    """FSDP2 reduce-scatters the gradients autograd accumulates into ``.grad`` (its post-backward
+    hook reads them there): such a model's backward accumulates, and every ``.grad`` is put back
+    afterwards, so that the step's gradient reduce-scatters run as in training."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    return fsdp is not None and any(isinstance(m, fsdp.FSDPModule) for m in model.modules())
 
 
 __all__ = ["Watch", "add_backward", "trace_backward"]

@@ -13,6 +13,7 @@ that :mod:`fxviz.passes.comm` writes onto the graph.
 
 from __future__ import annotations
 
+import re
 import traceback
 from typing import Any
 
@@ -23,7 +24,7 @@ from torch.distributed.tensor.debug._comm_mode import NATIVE_TO_PY_MAPPING, c10d
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fxviz.fallback.modes import ACTIVE
-from fxviz.torchbridge.source import is_user_file
+from fxviz.torchbridge.source import _is_fxviz, is_user_file
 
 #: the op packets counted as collectives: exactly ``CommDebugMode``'s (its registry and torch's c10d ops)
 COLLECTIVES = frozenset({*NATIVE_TO_PY_MAPPING, *NATIVE_TO_PY_MAPPING.values(), *c10d_collective_ops,
@@ -80,9 +81,13 @@ def _group(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, int]:
 
 
 def _user_line() -> str:
+    """The innermost user frame below fxviz's own: frames that called fxviz (the capture's caller)
+    are not where the collective came from."""
     for fr in reversed(traceback.extract_stack()[:-3]):
         if is_user_file(fr.filename):
             return f"{fr.filename}:{fr.lineno}"
+        if _is_fxviz(fr.filename):
+            return ""
     return ""
 
 
@@ -114,20 +119,56 @@ def _root(mesh: Any) -> Any:
         return None
 
 
+#: how torch words a collective that ran out of time: NCCL's watchdog, gloo's wait on a peer (a
+#: ``RuntimeError``), and gloo's later ops on the pair a timeout closed
+TIMEOUT = re.compile(r"collective operation timeout|timed out waiting|application timeout|timed out after", re.I)
+
+
+def _first_line(e: BaseException) -> str:
+    """torch's message without the C++ file gloo puts in front (``[.../unbound_buffer.cc:78] ``)."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return re.sub(r"^\[[^\]]*\]\s*", "", text)
+
+
+def timed_out(error: BaseException, records: list[dict[str, Any]]) -> str | None:
+    """One line for a capture that failed because a collective never returned: the one that hung
+    (the last issued: a blocking collective waits before the next is issued), where, and what torch
+    said; ``None`` when ``error`` (or its cause) is no collective timeout."""
+    cause = error.__cause__ or error
+    if not records or not (isinstance(cause, dist.DistBackendError) or TIMEOUT.search(str(cause))):
+        return None
+    last = records[-1]
+    last.setdefault("error", _first_line(cause))
+    last["timed_out"] = True
+    where = f" in {last['module'] or 'the model'}" + (f" ({last['source']})" if last.get("source") else "")
+    return (f"a collective never returned: {last['kind']} on group {last['group'] or '?'} "
+            f"({last['group_size'] or '?'} ranks){where} waited past the process group's timeout "
+            f"({_first_line(cause)}); some rank did not issue it or issued another collective first; the "
+            f"partial graph (err.graph) keeps the {len(records)} collectives issued, this one marked timed_out")
+
+
 class CommRecorder(TorchDispatchMode):
     """A dispatch mode that keeps one record per collective (:attr:`records`), with the module and
     line of the tracer's current op; everything else passes through untouched."""
 
-    def __init__(self) -> None:
+    def __init__(self, params: dict[int, str] | None = None) -> None:
         super().__init__()
         self.records: list[dict[str, Any]] = []
+        self.params = params or {}  # id -> name: whose gradient a hook on AccumulateGrad handles
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if type(func) is _HOP or isinstance(func, _HOP):
             return func(*args, **(kwargs or {}))
         if DTensor in types:
             return NotImplemented  # let DTensor desugar into local ops and collectives, seen next
-        out = func(*args, **(kwargs or {}))
+        try:
+            out = func(*args, **(kwargs or {}))
+        except Exception as e:  # a collective (or the wait on one) that failed: the last one issued is marked
+            if func._overloadpacket in COLLECTIVES:
+                self._record(func, tuple(args), dict(kwargs or {}))
+            if self.records and "error" not in self.records[-1]:
+                self.records[-1]["error"] = _first_line(e)
+            raise
         if func._overloadpacket in COLLECTIVES:
             self._record(func, tuple(args), dict(kwargs or {}))
         return out
@@ -136,7 +177,9 @@ class CommRecorder(TorchDispatchMode):
         op = str(func._overloadpacket)
         group, size = _group(args, kwargs)
         module, source = "", ""
-        if ACTIVE:
+        backward = torch._C._current_graph_task_id() != -1  # also in the engine's final callbacks
+        node = torch._C._current_autograd_node()
+        if ACTIVE and not backward:
             rec = ACTIVE[-1]
             stack = rec.module_stack.current
             module = stack[-1][0] if stack else ""
@@ -144,12 +187,17 @@ class CommRecorder(TorchDispatchMode):
             source = f"{loc.file}:{loc.line}" if loc is not None else ""
         else:  # no tracer running (a capture method of its own): the stack says where
             source = _user_line()
-        self.records.append({
+        record = {
             "op": op, "kind": _kind(op), "group": group, "group_size": size,
             "bytes": _bytes(args[SENDS[func._overloadpacket]]) if args else 0, "module": module,
-            "phase": "backward" if torch._C._current_autograd_node() is not None else "forward",
-            "source": source,
-        })
+            "phase": "backward" if backward else "forward", "source": source,
+        }
+        if node is not None:  # the autograd node running (or about to, in its hooks): placed by the comm pass
+            record["autograd_node"] = [type(node).__name__, node._sequence_nr()]
+            var = getattr(node, "variable", None)  # AccumulateGrad: a gradient hook on a parameter
+            if var is not None and id(var) in self.params:
+                record["grad_of"] = self.params[id(var)]
+        self.records.append(record)
 
 
-__all__ = ["COLLECTIVES", "CommRecorder", "mesh_dims"]
+__all__ = ["COLLECTIVES", "CommRecorder", "mesh_dims", "timed_out"]

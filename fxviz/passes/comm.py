@@ -4,10 +4,13 @@ Collectives a capture recorded (:mod:`fxviz.fallback.comms`) live, as plain JSON
 ``graph.annotations["collectives"]``: one dict per collective with ``kind`` (``all_reduce``,
 ``all_gather``, ``reduce_scatter``, ``all_to_all``, ``broadcast``, ``send``, ``recv``), ``op``,
 ``group`` (the process group's name), ``group_size`` (its ranks), ``mesh_dim`` (the name of the
-device mesh dimension the group belongs to, ``dp``/``tp``; empty when it belongs to no named one), ``bytes`` (per rank), ``module`` (its path), ``phase`` and
-``source``. :func:`write_comm` turns them into the ``comm`` overlay (own bytes per module call;
-boxes sum what is inside) and adds the step's totals per mesh dimension (per group where unnamed) to ``graph.notes`` and
-``graph.annotations["comm_totals"]``.
+device mesh dimension the group belongs to, ``dp``/``tp``; empty when it belongs to no named one), ``bytes`` (per rank), ``module`` (its path), ``phase``
+(``forward``, or ``backward`` for one run by the autograd engine, its final callbacks included),
+``autograd_node`` (the backward op running it: class and sequence number) and ``source``.
+:func:`write_comm` gives each backward collective a node of its own in the module of the backward
+op that ran it, turns them into the ``comm`` overlay (own bytes per module call; boxes sum what is
+inside) and adds the step's totals per mesh dimension (per group where unnamed; how many of them the
+backward ran) to ``graph.notes`` and ``graph.annotations["comm_totals"]``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from fxviz.ir import Graph
+from fxviz.ir import Graph, Node
 from fxviz.passes.overlays import set_overlay
 
 
@@ -31,14 +34,16 @@ def _base(op: str) -> str:
 
 
 def _link_nodes(graph: Graph, records: list[dict[str, Any]]) -> None:
-    """Name, in each record, the graph's op node of that collective where the tracer recorded one
-    (``node``): the n-th collective of an op is the n-th node of that op, in execution order."""
+    """Name, in each forward record, the graph's op node of that collective where the tracer
+    recorded one (``node``): the n-th collective of an op is the n-th node of that op, in execution order."""
     nodes: dict[str, list[str]] = {}
     for n in graph.nodes:
-        if n.kind == "op" and "c10d" in n.target:
+        if n.kind == "op" and "c10d" in n.target and n.phase == "forward":
             nodes.setdefault(_base(n.target), []).append(n.name)
     seen: Counter[str] = Counter()
     for r in records:
+        if r.get("phase") == "backward":
+            continue
         base = _base(str(r.get("op", "")))
         k = seen[base]
         seen[base] += 1
@@ -47,10 +52,66 @@ def _link_nodes(graph: Graph, records: list[dict[str, Any]]) -> None:
             r["node"] = found[k]
 
 
+def _forward_line(op: Node, nodes: dict[str, Node]) -> str:
+    """The user's line of the forward op a backward op differentiates, or, for one whose forward
+    the tracer did not see (DTensor's redistributions), of the forward op that read its output
+    (the backward op that hands it its gradient): the line whose op made the collective needed."""
+    for n in (op, *(nodes.get(r.node) for r in op.inputs)):
+        fwd = nodes.get(str(n.attrs.get("forward", ""))) if n is not None else None
+        if fwd is not None and fwd.source is not None:
+            return f"{fwd.source.file}:{fwd.source.line}"
+    return ""
+
+
+def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> None:
+    """Give each backward collective a node of its own, in the module call of the backward op
+    (autograd node) it ran in: the module whose forward caused it. ``autograd_node`` (class and
+    sequence number) names that op; a collective run in an op's hooks (FSDP2's pre-backward
+    all-gather) belongs to that op, one run after the last op (the engine's final callbacks:
+    FSDP2's reduce-scatter for a block whose inputs need no gradient) to the last op run, one in a
+    hook on a parameter's gradient (``grad_of``: a hand-written data-parallel all-reduce) to the
+    parameter's module, after the op that made the gradient. The node reads nothing
+    (``attrs["during"]`` names the op) and sits right after that op."""
+    ops = [n for n in graph.nodes if n.kind == "op" and n.phase == "backward" and "seq_nr" in n.attrs]
+    by_key = {(n.target, n.attrs["seq_nr"]): n for n in ops}
+    if not ops:
+        return
+    nodes = {n.name: n for n in graph.nodes}
+    used = set(nodes)
+    params = {n.target: n for n in graph.nodes if n.kind == "parameter"}
+    grads = {str(n.attrs["grad_of"]): n for n in graph.nodes if n.kind == "output" and "grad_of" in n.attrs}
+    after: dict[str, list[Node]] = {}
+    for r in records:
+        if r.get("phase") != "backward":
+            continue
+        at = r.get("autograd_node")
+        during = by_key.get((at[0], at[1])) if isinstance(at, list) and len(at) == 2 else ops[-1]
+        owner = during
+        if during is None and r.get("grad_of"):  # a hook on a parameter's gradient: in the parameter's
+            owner = params.get(str(r["grad_of"]))  # module, after the op that made the gradient
+            made = grads.get(str(r["grad_of"]))
+            during = nodes.get(made.inputs[-1].node) if made is not None and made.inputs else None
+        if during is None or owner is None:  # an autograd node outside the graph's backward (a nested one)
+            continue
+        name, i = f"{_base(str(r.get('op', '')))}_bw", 1
+        while name in used:
+            name, i = f"{_base(str(r.get('op', '')))}_bw_{i}", i + 1
+        used.add(name)
+        node = Node(name, "op", target=str(r.get("op", "")), stack=owner.stack, phase="backward",
+                    attrs={"during": during.name, "collective": r.get("kind", ""), "bytes": int(r.get("bytes", 0))})
+        after.setdefault(during.name, []).append(node)
+        r["module"], r["node"] = owner.module, name
+        if not r.get("source"):
+            r["source"] = _forward_line(during, nodes)
+    if after:
+        graph.nodes[:] = [m for n in graph.nodes for m in (n, *after.get(n.name, ()))]
+
+
 def write_comm(graph: Graph, records: Sequence[dict[str, Any]]) -> None:
     """Store ``records`` on ``graph``, with the ``comm`` overlay and per-group totals in the notes."""
     records = [dict(r) for r in records]
     _link_nodes(graph, records)
+    _place_backward(graph, records)
     graph.annotations["collectives"] = records
     tree = graph.calls
     total: Counter[str] = Counter()  # a module's total: its own collectives and those of its submodules
@@ -69,17 +130,76 @@ def write_comm(graph: Graph, records: Sequence[dict[str, Any]]) -> None:
                             "its submodules (graph.annotations['collectives'] lists each one)")
     per_dim: Counter[tuple[str, str, int]] = Counter()
     count: Counter[tuple[str, str, int]] = Counter()
+    backward: Counter[tuple[str, str, int]] = Counter()
     for r in records:
         key = (str(r.get("mesh_dim", "")), str(r.get("group", "")), int(r.get("group_size", 0)))
         per_dim[key] += int(r.get("bytes", 0))
         count[key] += 1
+        backward[key] += r.get("phase") == "backward"
     totals = []
     for dim, g, size in sorted(per_dim):
         key = (dim, g, size)
-        totals.append({"mesh_dim": dim, "group": g, "group_size": size, "count": count[key], "bytes": per_dim[key]})
+        totals.append({"mesh_dim": dim, "group": g, "group_size": size, "count": count[key], "bytes": per_dim[key],
+                       "backward": backward[key]})
         where = f"mesh dimension {dim} (group {g or '?'}, {size or '?'} ranks)" if dim else \
             f"group {g or '?'} ({size or '?'} ranks)"
-        graph.notes.append(f"collectives on {where}: {count[key]}, {per_dim[key]:,} bytes per rank")
+        phases = f" ({count[key] - backward[key]} forward, {backward[key]} backward)" if backward[key] else ""
+        graph.notes.append(f"collectives on {where}: {count[key]}{phases}, {per_dim[key]:,} bytes per rank")
     graph.annotations["comm_totals"] = totals
 
-__all__ = ["collectives", "write_comm"]
+
+def _say(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return "nothing"
+    where = r.get("module") or "the model"
+    return f"{r.get('kind', '?')} ({int(r.get('bytes', 0)):,} B, {r.get('phase', 'forward')}, {where})"
+
+
+def rank_mismatches(graphs: Sequence[Graph]) -> list[dict[str, Any]]:
+    """Flag the collectives that differ between ranks, given one graph per rank (``graphs[0]`` is
+    the one shown; a graph's rank is ``annotations["rank"]``, else its position).
+
+    Every rank of a group must issue that group's collectives in the same order, with the same
+    kind and size; the first one where a rank differs (another kind or size, or none at all) is
+    where the ranks part and wait on each other (the classic hang). Collectives are aligned per
+    mesh dimension (per process group where unnamed), in the order each rank issued them, forward
+    then backward; after the first difference a group's sequences are out of step, so one flag per
+    group. Each flag is a dict (``group``, ``index``, ``ranks``: rank -> what it issued there),
+    kept in ``graphs[0].annotations["rank_mismatches"]``, with a note, the record marked
+    (``rank_mismatch``) and its node's ``attrs["rank_mismatch"]`` where it has one."""
+    if not graphs:
+        return []
+
+    def per_group(g: Graph) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for r in collectives(g):
+            out.setdefault(str(r.get("mesh_dim") or r.get("group", "")), []).append(r)
+        return out
+
+    ranks = [g.annotations.get("rank", i) for i, g in enumerate(graphs)]
+    seqs = [per_group(g) for g in graphs]
+    ref, flags = graphs[0], []
+    for key in sorted({k for s in seqs for k in s}):
+        lists = [s.get(key, []) for s in seqs]
+        for i in range(max(len(x) for x in lists)):
+            got = [x[i] if i < len(x) else None for x in lists]
+            sig = {(r.get("kind"), r.get("bytes")) if r is not None else None for r in got}
+            if len(sig) == 1:
+                continue
+            said = {str(rank): _say(r) for rank, r in zip(ranks, got, strict=True)}
+            flag = {"group": key, "index": i, "ranks": said}
+            flags.append(flag)
+            text = f"collective {i + 1} on {key or 'the default group'} differs between ranks: " + \
+                ", ".join(f"rank {k} {v}" for k, v in said.items())
+            ref.notes.append(text + ": each waits for a collective another never issues (a hang)")
+            mine = got[0]
+            if mine is not None:
+                mine["rank_mismatch"] = text
+                if mine.get("node") and any(n.name == mine["node"] for n in ref.nodes):
+                    ref.node(mine["node"]).attrs["rank_mismatch"] = text
+            break
+    ref.annotations["rank_mismatches"] = flags
+    return flags
+
+
+__all__ = ["collectives", "rank_mismatches", "write_comm"]

@@ -1,0 +1,235 @@
+"""A training step of a sharded model: ``capture(backward=True, world_size=N)`` (issue 22 point 5).
+
+The backward's collectives (tensor parallel's all-reduce of the input gradient, sequence parallel's
+gathers and scatters, FSDP2's gradient reduce-scatters and backward all-gathers) are nodes of the
+backward phase, in the module call of the backward op that ran them, and agree with torch's
+``CommDebugMode`` over the same forward and backward.
+
+``CommDebugMode`` names, for a backward collective, the last module whose backward began (a
+module backward pre-hook, never popped), fxviz the module of the backward op (autograd node) that
+ran it, which is where the op's forward ran. Both agree on every module that holds others (a
+layer, an FSDP unit, the model); the leaf they name differs where a collective runs between leaf
+modules: FSDP2's reduce-scatter after a block's first layer, sequence parallel's redistribution of
+an input that two projections read. The tests compare the whole table where both agree (tensor
+parallel) and every module with submodules elsewhere, with the totals per kind always exact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from click.testing import CliRunner
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.debug import CommDebugMode
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+import fxviz
+from fxviz.fallback.comms import _kind
+from fxviz.ir import Graph
+from fxviz.passes.comm import collectives
+from fxviz.passes.overlays import overlays
+from tests.test_distributed import MLP, fsdp_factory, sp_factory
+
+Counts = dict[str, dict[str, dict[str, int]]]  # module -> phase -> kind -> count
+
+
+class Pre(nn.Module):
+    """A plain layer before a tensor-parallel MLP: the MLP's input needs a gradient, whose
+    partial sums the colwise layer's input redistribution all-reduces in the backward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(16, 16)
+        self.mlp = MLP()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.inp(x))
+
+
+def tp_factory():
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    torch.manual_seed(0)
+    m = Pre()
+    parallelize_module(m.mlp, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    return m, (torch.randn(4, 16),)
+
+
+def oracle(factory, world_size: int) -> Counts:
+    """``CommDebugMode``'s per-module counts over one forward and backward (the loss fxviz takes
+    by default: the output's sum), each module's own and its submodules', as it keeps them."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        model, args = factory()
+        with CommDebugMode() as mode:
+            model(*args).sum().backward()
+        return {("" if k == "Global" else k.partition(".")[2]): {
+                    phase: {_kind(str(op)): n for op, n in v[phase].items() if n} for phase in ("forward", "backward")}
+                for k, v in mode.comm_module_counts.items()}
+    finally:
+        dist.destroy_process_group()
+
+
+def counts(graph: Graph) -> Counts:
+    """The graph's records counted as ``CommDebugMode`` counts: per module, own and inherited by
+    every ancestor that ran, forward and backward apart."""
+    tree = graph.calls
+    out: Counts = {}
+    for r in collectives(graph):
+        parts = r["module"].split(".") if r["module"] else []
+        for k in range(len(parts), -1, -1):
+            prefix = ".".join(parts[:k])
+            if k and not tree.calls(prefix):  # a container never called (ModuleList): no module of its own
+                continue
+            d = out.setdefault(prefix, {"forward": {}, "backward": {}})[r["phase"]]
+            d[r["kind"]] = d.get(r["kind"], 0) + 1
+    return out
+
+
+def holders(table: Counts) -> Counts:
+    """The modules that hold others (and the model), where both tools name the same module."""
+    return {p: v for p, v in table.items() if not p or any(q.startswith(p + ".") for q in table)}
+
+
+def totals(table: Counts) -> dict[str, dict[str, int]]:
+    return table[""]
+
+
+def test_tp_input_gradient_all_reduce_is_a_backward_node_in_the_colwise_layer() -> None:
+    g = fxviz.capture(tp_factory, world_size=4, backward=True)
+    want = oracle(tp_factory, 4)
+    assert want["mlp.up"]["backward"] == {"all_reduce": 1}  # torch's own record: the input gradient
+    assert counts(g) == want  # every module, both phases
+    recs = collectives(g)
+    assert [(r["phase"], r["kind"], r["module"], r["bytes"]) for r in recs] == [
+        ("forward", "all_reduce", "mlp.down", 4 * 16 * 4),  # the rowwise layer's partial output
+        ("backward", "all_reduce", "mlp.up", 4 * 16 * 4)]  # the colwise layer's partial input gradient
+    # the line of the forward op whose input redistribution it differentiates: the MLP's one line
+    assert recs[1]["source"].endswith(f"test_distributed.py:{MLP.forward.__code__.co_firstlineno + 1}")
+    node = g.node(recs[1]["node"])
+    assert (node.kind, node.phase, node.module, node.target) == ("op", "backward", "mlp.up", recs[1]["op"])
+    during = g.node(node.attrs["during"])
+    assert during.phase == "backward" and during.target == "_FromTorchTensorBackward"  # DTensor.from_local's backward
+    assert g.nodes.index(node) == g.nodes.index(during) + 1
+    assert overlays(g)["comm"]["nodes"][node.name] == 256
+    assert overlays(g)["comm"]["modules"][g.calls.calls("mlp")[0].id] == 512  # forward and backward
+    g2 = Graph.from_json(g.to_json())
+    assert collectives(g2) == collectives(g) and g2.node(node.name).phase == "backward"
+
+
+def test_fsdp2_gradient_reduce_scatter_per_unit_equals_comm_debug_mode() -> None:
+    made: list[nn.Module] = []
+
+    def factory():
+        m, args = fsdp_factory()
+        made.append(m)
+        return m, args
+
+    g = fxviz.capture(factory, world_size=4, backward=True)
+    want = oracle(fsdp_factory, 4)
+    assert totals(want)["backward"] == {"all_gather": 2, "reduce_scatter": 2}
+    assert holders(counts(g)) == holders(want)  # the model and both FSDP units, both phases
+    assert totals(counts(g)) == totals(want)
+    bw = [r for r in collectives(g) if r["phase"] == "backward"]
+    params = sum(p.numel() for p in MLP().parameters())
+    scatters = [r for r in bw if r["kind"] == "reduce_scatter"]
+    # block 1's gradients first (autograd runs the last block first), each the unit's whole
+    # unsharded gradient (float32) going in, on the dp dimension
+    assert [(r["module"].partition(".")[0], r["bytes"], r["mesh_dim"], r["group_size"]) for r in scatters] == [
+        ("1", params * 4, "dp", 4), ("0", params * 4, "dp", 4)]
+    assert all(g.node(r["node"]).phase == "backward" for r in bw)
+    assert [p.grad for p in made[0].parameters()] == [None] * 8  # .grad put back (FSDP2 wrote the shards')
+    assert not dist.is_initialized()
+
+
+def test_sequence_parallel_backward_on_2d_mesh_equals_comm_debug_mode() -> None:
+    g = fxviz.capture(sp_factory, world_size=8, backward=True)
+    want = oracle(sp_factory, 8)
+    assert totals(want)["backward"] == {"all_gather": 5, "reduce_scatter": 4}
+    assert holders(counts(g)) == holders(want)
+    bw = [r for r in collectives(g) if r["phase"] == "backward"]
+    assert {r["mesh_dim"] for r in bw} == {"tp"} and all(r.get("node") for r in bw)
+    # the backward of each layer's Shard(1) output of o_proj and down_proj gathers its gradient
+    assert [r["module"] for r in bw if r["kind"] == "all_gather"] == [
+        "layers.1.mlp.down_proj", "layers.1.self_attn.o_proj", "layers.0.mlp.down_proj",
+        "layers.0.self_attn.o_proj", "embed_tokens"]
+    assert [(t["mesh_dim"], t["count"], t["backward"]) for t in g.annotations["comm_totals"]] == [("tp", 18, 9)]
+    assert any(n.startswith("collectives on mesh dimension tp") and ": 18 (9 forward, 9 backward), " in n for n in g.notes)
+
+
+def _reduce_grad(g: torch.Tensor) -> torch.Tensor:
+    dist.all_reduce(g)
+    return g
+
+
+def hand_ddp_factory():
+    """Data parallel by hand: a hook on each parameter's gradient all-reduces it."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
+    for p in m.parameters():
+        p.register_hook(_reduce_grad)
+    return m, (torch.randn(2, 8),)
+
+
+def test_gradient_hook_collectives_sit_in_the_parameters_module() -> None:
+    g = fxviz.capture(hand_ddp_factory, world_size=2, backward=True)
+    want = oracle(hand_ddp_factory, 2)
+    assert totals(want)["backward"] == {"all_reduce": 4}
+    recs = collectives(g)
+    assert [(r["phase"], r["kind"], r["module"], r["bytes"], r["grad_of"]) for r in recs] == [
+        ("backward", "all_reduce", "2", 16, "2.bias"), ("backward", "all_reduce", "2", 128, "2.weight"),
+        ("backward", "all_reduce", "0", 32, "0.bias"), ("backward", "all_reduce", "0", 256, "0.weight")]
+    for r in recs:  # after the backward op that made the gradient
+        node = g.node(r["node"])
+        assert node.phase == "backward" and g.nodes.index(node) > g.nodes.index(g.node(node.attrs["during"]))
+
+
+def test_post_accumulate_grad_hooks_not_run_are_said() -> None:
+    def factory():
+        m, args = hand_ddp_factory()
+        m[0].weight.register_post_accumulate_grad_hook(lambda p: dist.all_reduce(p.grad))
+        return m, args
+
+    g = fxviz.capture(factory, world_size=2, backward=True)
+    assert len(collectives(g)) == 4  # the gradient hooks' only: the post-accumulate one never ran
+    assert any(n.startswith("1 parameters have post-accumulate-grad hooks, which this backward") for n in g.notes)
+
+
+TP_FACTORY = '''
+import torch, torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(16, 64)
+        self.down = nn.Linear(64, 16)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+def build():
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    m = parallelize_module(MLP(), mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    return m, (torch.randn(4, 16, requires_grad=True),)
+'''
+
+
+def test_cli_backward_world_size(tmp_path: Any) -> None:
+    from fxviz.cli import cli
+
+    f = tmp_path / "tp.py"
+    f.write_text(TP_FACTORY)
+    out = tmp_path / "g.json"
+    r = CliRunner().invoke(cli, ["json", f"{f}:build", "--world-size", "4", "--backward", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    g = Graph.from_json(out.read_text())
+    assert [(c["phase"], c["kind"], c["module"], c["bytes"]) for c in collectives(g)] == [
+        ("forward", "all_reduce", "down", 256), ("backward", "all_reduce", "up", 256)]
+    assert not dist.is_initialized()
