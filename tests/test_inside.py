@@ -188,7 +188,13 @@ def test_a_saved_trace_shows_what_the_live_run_does(training: Any, tmp_path: Pat
     saved, _ = from_trace(tmp_path / "trace")
     live = cm.inside
     assert [s.name for s in saved.graphs[0].pipeline.stages] == [s.name for s in live.graphs[0].pipeline.stages]
-    assert [(k.id, sorted(k.ops)) for k in saved.kernels] == [(k.id, sorted(k.ops)) for k in live.kernels]
+    # the same kernels on the same nodes; the numbers of the backward's provenance handles are not
+    # compared: torch's handle counter is reset for each forward compile only, so the backward's
+    # continue from whatever this process compiled before (another test's model)
+    def kernels(inside: Any) -> list[tuple[str, str, list[str]]]:
+        return [(k.part, k.id if k.part != "backward" else k.name, sorted(k.ops)) for k in inside.kernels]
+
+    assert kernels(saved) == kernels(live)
     # the CLI: the stage table, the kernels and the costs; one stage's tree
     from click.testing import CliRunner
 
