@@ -222,3 +222,20 @@ def test_saved_bytes_and_peak_agree_with_the_cuda_allocator(method: str) -> None
     model.zero_grad(set_to_none=True)
     assert abs(held - saved) <= 512 * len(g.saved), (method, held, saved)
     assert peak <= top, (peak, top)
+
+
+# ---- the compiled backward's partition on the GPU --------------------------------------------
+
+
+def test_the_compiled_backward_saves_and_recomputes_what_torch_says_on_cuda() -> None:
+    """``--backward`` on a GPU model: the saved values and their bytes and the recomputed ops are
+    those of the forward and backward graph modules torch compiled in the same run."""
+    from tests import compile_backward_models
+    from tests.test_compile_backward import _oracle, _run
+
+    cm, gms = _run(lambda: _on_cuda(*compile_backward_models.mlp()), 1.0)
+    part = cm.inside.graphs[0].partition
+    nbytes, _, recomputed = _oracle(gms)
+    assert part is not None and {s.node: s.bytes for s in part.saved} == nbytes
+    assert part.saved_bytes == sum(nbytes.values()) > 0
+    assert {r.node for r in part.recomputed} == recomputed
