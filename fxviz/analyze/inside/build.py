@@ -184,7 +184,7 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
             notes.append(f"compile {cid}: no output code for the {part} graph: no kernels")
             continue
         km = kernel_map(post, code, mapping, kstacks[i] if i < len(kstacks) else {}, graph_id=gid, compile_id=cid,
-                        part=part, origin=origin, text=codes[i].payload if isinstance(codes[i].payload, str) else "")
+                        part=part, origin=origin)
         ig.kernels += km.kernels
         ig.unmapped.update(km.unmapped)
         ig.ops += km.ops
