@@ -129,7 +129,7 @@ def _origins(names: list[str], ops: dict[str, Any]) -> list[str]:
 
 
 @contextlib.contextmanager
-def structured_trace(*, provenance: bool = True, fusion: bool = True) -> Iterator[list[Event]]:
+def structured_trace(*, provenance: bool = True, fusion: bool = False) -> Iterator[list[Event]]:
     """Collect torch's structured-trace events while the block runs (and Inductor's provenance
     tracking, ``torch._inductor.config.trace.provenance_tracking_level = 1``, when ``provenance``;
     and Inductor's fusion decisions as :data:`~fxviz.tracefile.records.FUSION_LOG` events when

@@ -3,7 +3,7 @@ kernel's time from torch.profiler over a few warm iterations. Needs torch.
 
 :class:`LiveRun` is what ``compile_map(..., inside=True)`` hands its compiled run: the run goes on
 inside :func:`fxviz.torchbridge.tracelog.structured_trace` (AOT Autograd's cache off, so every
-stage is recorded); with ``grad`` the first input set's outputs are differentiated once
+stage is recorded; Inductor's fusion decisions collected too); with ``grad`` the first input set's outputs are differentiated once
 (``torch.autograd.grad``: no ``.grad`` is written) so the backward compiles too; then one more
 warm-up and :data:`ITERATIONS` warm iterations under the profiler, each C++ kernel wrapped for
 the while in a ``record_function`` named ``<output code file>:<kernel>``. Inductor names each
@@ -52,7 +52,7 @@ class LiveRun:
 
         # AOT Autograd's cache off: a hit skips the pre-grad, joint and partition stages (Inductor's
         # FX graph cache still serves the post-grad graph and the kernels)
-        with structured_trace() as events, functorch_config.patch({"enable_autograd_cache": False}):
+        with structured_trace(fusion=True) as events, functorch_config.patch({"enable_autograd_cache": False}):
             self.events = events
             yield
 

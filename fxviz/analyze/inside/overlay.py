@@ -114,12 +114,12 @@ def not_fused_lines(g: InsideGraph, limit: int = NOT_FUSED_LINES) -> list[str]:
     return out
 
 
-def _refused_with(inside: Inside) -> dict[str, list[NotFused]]:
-    """Kernel id -> the refusals that name it, on either side."""
-    out: dict[str, list[NotFused]] = {}
+def _refused_with(inside: Inside) -> dict[tuple[str, str, str], list[NotFused]]:
+    """(graph, part, kernel id) -> the refusals that name the kernel, on either side."""
+    out: dict[tuple[str, str, str], list[NotFused]] = {}
     for n in inside.not_fused:
         for k in dict.fromkeys((*n.first_kernels, *n.second_kernels)):
-            out.setdefault(k, []).append(n)
+            out.setdefault((n.graph, n.part, k), []).append(n)
     return out
 
 
@@ -141,7 +141,7 @@ def panels(graph: Graph, inside: Inside) -> None:
     for k in ks[:KERNEL_ROWS]:
         first = next((e for e in k.eager if e in ops), None)
         mods = ", ".join(m or "(model)" for m in k.modules) + (" (crosses modules)" if k.crosses_modules else "")
-        others = [f"{_other(k, n, names)} ({n.reason})" for n in refused.get(k.id, ()) if k.graph == n.graph]
+        others = [f"{_other(k, n, names)} ({n.reason})" for n in refused.get((k.graph, k.part, k.id), ())]
         rows.append(row(k.name, k.kind, k.graph, k.part, len(k.ops), ", ".join(k.eager[:8]) or None, mods or None,
                         f"{k.time_us:.1f} µs" if k.time_us is not None else None,
                         f"{k.share * 100:.1f}%" if k.share is not None else None,
