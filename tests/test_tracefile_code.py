@@ -274,6 +274,9 @@ def test_triton_call_args_and_returns():
         ("extern_kernels.convolution:3", ["buf1", "arg2_1"], ["buf2"]),
         # a list's tensors; a string is no tensor
         ("torch.ops.aten._foreach_add.List:4", ["buf3", "buf1", "arg1_1"], ["buf4", "buf5"])]
+    # by place, as a kernel's signature matches them: one entry per positional argument, out= apart
+    assert [(c.positional, c.out) for c in parsed.calls] == [
+        (["arg1_1", "buf0", "", ""], ""), (["buf0", "arg2_1"], "buf1"), (["buf1", "arg2_1", ""], ""), (["", ""], "")]
     # one name per returned item, in order; "" for what names no tensor; the module-level function
     # after call() returns something else, which is not call()'s return
     assert parsed.returns == ["buf1", "buf0", "arg1_1", "", "", "buf5"]

@@ -55,8 +55,10 @@ class KernelCall:
     ``args``: the tensors the call line passes, in order (see :func:`call_args`: ``buf0``,
     ``arg0_1``, ``primals_3``; a ``reinterpret_tensor(buf2, ...)`` view as ``buf2``; ``out=buf0``
     included; numbers, sizes, ``stream=stream0`` and other keywords left out); ``results``: the
-    names the line assigns (``buf3 = extern_kernels.convolution(...)`` -> ``["buf3"]``). Both empty
-    for a call whose line was not found."""
+    names the line assigns (``buf3 = extern_kernels.convolution(...)`` -> ``["buf3"]``). The same
+    parse, by place (what a kernel's signature is matched by): ``positional``, one entry per
+    positional argument, its tensor (:func:`tensor_name`) or ``""``; ``out``, the ``out=`` tensor or
+    ``""``. All empty for a call whose line was not found."""
 
     handle: str
     name: str
@@ -66,6 +68,8 @@ class KernelCall:
     aten: list[str] = field(default_factory=list)
     args: list[str] = field(default_factory=list)
     results: list[str] = field(default_factory=list)
+    positional: list[str] = field(default_factory=list)
+    out: str = ""
 
 
 @dataclass
@@ -169,27 +173,32 @@ def tensor_name(item: str) -> str:
     return ""
 
 
-def call_args(line: str) -> tuple[list[str], list[str]]:
-    """The tensors a call line passes and the names it assigns (see :class:`KernelCall`)."""
+def call_args(line: str) -> tuple[list[str], list[str], list[str], str]:
+    """What a call line passes and assigns: ``(args, results, positional, out)`` (see
+    :class:`KernelCall`)."""
     s = line.strip()
     open_ = s.find("(")
     close = s.rfind(")")
     if open_ < 0 or close < open_:
-        return [], []
+        return [], [], [], ""
     head = s[:open_]
     results: list[str] = []
     eq = head.find("=")
     if eq >= 0:
         results = [r for r in (x.strip() for x in head[:eq].split(",")) if _NAME.match(r)]
     args: list[str] = []
+    positional: list[str] = []
+    out = ""
     for a in split_args(s[open_ + 1:close]):
         key, sep, value = a.partition("=")
         if sep and _NAME.match(key.strip()) and not value.startswith("="):
-            if key.strip() != "out":
-                continue  # alpha=1, stream=stream0, ...: not a tensor passed
-            a = value
+            if key.strip() == "out":  # alpha=1, stream=stream0, ...: not tensors passed
+                out = tensor_name(value)
+                args += _tensors(value)
+            continue
+        positional.append(tensor_name(a))
         args += _tensors(a)
-    return args, results
+    return args, results, positional, out
 
 
 def _tensors(item: str) -> list[str]:
@@ -252,8 +261,8 @@ def _calls(text: str, spans: list[tuple[int, int]],
                 nodes, aten = list(kernel.source_nodes), list(kernel.aten)
         elif name.startswith("extern_kernels."):
             kind = "extern"
-        args, results = call_args(src) if src else ([], [])
-        calls.append(KernelCall(handle, name, kind, line, nodes, aten, args, results))
+        args, results, positional, out = call_args(src) if src else ([], [], [], "")
+        calls.append(KernelCall(handle, name, kind, line, nodes, aten, args, results, positional, out))
         nodes, aten = [], []
 
     def flush() -> None:
