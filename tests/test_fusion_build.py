@@ -124,6 +124,21 @@ def test_refusals_land_on_the_kernels_that_run_their_nodes() -> None:
         ("extern_kernels.mm", "g1", "cpp_fused_sum_1 (exceeds max fusion)")]
 
 
+def test_a_side_is_the_kernel_that_writes_its_buffers() -> None:
+    """A refused scheduler node's origins can hold nodes inlined into it that other kernels also run
+    (torch's cppCodeToPost lists them under each): its kernel is the call that writes its buffer
+    (the first call line naming it), its nodes those that kernel runs."""
+    code = _of(_events(), "0/0", "inductor_output_code")[0]
+    writer = next(ln.strip() for ln in code.split("\n") if "buf6" in ln and "(" in ln and " = " not in ln)
+    assert writer.startswith("cpp_fused_gelu_native_layer_norm_0(")  # the line that first names buf6
+    inside = _with_decisions(_event(_decision(
+        "op1", "op2", "exceeds max fusion", first_ops=["mul_4", "addmm"], second_ops=["addmm_1", "mul_4"])
+        | {"first_buffers": ["buf6"], "second_buffers": ["buf7"]}, (0, 0)))
+    (nf,) = inside.graphs[0].not_fused
+    assert (nf.first_kernels, nf.first_ops) == (["cpp_fused_gelu_native_layer_norm_0:2"], ["mul_4"])
+    assert (nf.second_kernels, nf.second_ops) == (["extern_kernels.addmm:3"], ["addmm_1"])
+
+
 def test_a_saved_trace_says_it_has_no_reasons() -> None:
     inside = from_trace(TRACE)[0]
     assert fusion.NOT_IN_TRACE in inside.notes

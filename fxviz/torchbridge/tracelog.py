@@ -12,8 +12,8 @@ refusal as a ``WhyNoFuse`` record (``cannot fuse op0 with op1: exceeds max fusio
 ``fusing op0 with op1``. With ``fusion`` on, a handler on that logger (its level DEBUG for the
 block, then put back) turns each into one :data:`~fxviz.tracefile.records.FUSION_LOG` event in the
 same list, stamped with the compile id torch's own events of that moment carry; a refusal carries
-the post-grad nodes of both scheduler nodes (their operations' origin nodes, read from the graph
-Inductor is lowering).
+the post-grad nodes of both scheduler nodes (their operations' origin nodes) and the buffers they
+write (the names the output code uses), read from the graph Inductor is lowering.
 """
 
 from __future__ import annotations
@@ -95,7 +95,8 @@ class _Decisions(logging.Handler):
                 return
             self.seen.add(key)
             payload |= {"reason": reason, "first_ops": _origins(first_names, ops),
-                        "second_ops": _origins(second_names, ops)}
+                        "second_ops": _origins(second_names, ops), "first_buffers": _buffers(first_names, ops),
+                        "second_buffers": _buffers(second_names, ops)}
         meta["has_payload"] = ""
         self.events.append((meta, json.dumps(payload)))
 
@@ -125,6 +126,17 @@ def _origins(names: list[str], ops: dict[str, Any]) -> list[str]:
             n_name = getattr(n, "name", None)
             if isinstance(n_name, str) and n_name not in out:
                 out.append(n_name)
+    return out
+
+
+def _buffers(names: list[str], ops: dict[str, Any]) -> list[str]:
+    """The buffers Inductor operations ``names`` write (``buf3``: the names the output code uses)."""
+    out: list[str] = []
+    for name in names:
+        for buf in ops[name].get_outputs():
+            b = buf.get_name()
+            if isinstance(b, str) and b not in out:
+                out.append(b)
     return out
 
 

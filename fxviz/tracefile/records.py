@@ -123,8 +123,9 @@ class Trace:
 #: REASON``; ``fused``: ``fusing op0 with op1``), ``part`` (``forward``, ``backward``, ``inference``:
 #: the graph being scheduled), ``first``/``second`` (torch's scheduler node names: ``op3``, or
 #: ``op3_op4`` for nodes fused before), ``first_names``/``second_names`` (the Inductor operations
-#: in each: ``["op3", "op4"]``); a refusal adds ``reason`` (torch's text) and ``first_ops``/
-#: ``second_ops`` (the post-grad nodes each computes: its operations' origin nodes). One such
+#: in each: ``["op3", "op4"]``); a refusal adds ``reason`` (torch's text), ``first_ops``/
+#: ``second_ops`` (the post-grad nodes each computes: its operations' origin nodes) and
+#: ``first_buffers``/``second_buffers`` (the buffers they write: ``buf3``). One such
 #: artifact outside any compile id, first in the events, says fxviz listened to the fusion logger
 #: from there on (payload ``{"listening": true}``): without it, no decision was looked for.
 FUSION_LOG = "fxviz_fusion_log"

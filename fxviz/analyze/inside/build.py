@@ -193,8 +193,8 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
                         part=part, origin=origin)
         ig.kernels += km.kernels
         decided = fusion.decisions(c, part)
-        ig.not_fused += fusion.not_fused(fusion.refusals(decided), km.kernels, graph_id=gid, compile_id=cid, part=part,
-                                         origin=origin)
+        ig.not_fused += fusion.not_fused(fusion.refusals(decided), km.kernels, km.writers, graph_id=gid, compile_id=cid,
+                                         part=part, origin=origin)
         note = fusion.cache_note(ig.cost, i, cid, part) if listening and not decided else None
         if note:
             notes.append(note)

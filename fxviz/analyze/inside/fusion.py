@@ -4,9 +4,10 @@ torch does not put fusion decisions in its structured trace; its scheduler logs 
 ``fusion`` artifact logger, a refusal as ``cannot fuse op0 with op1: REASON``, a fusion as
 ``fusing op0 with op1``. In a live run :func:`fxviz.torchbridge.tracelog.structured_trace` turns
 each into a :data:`~fxviz.tracefile.records.FUSION_LOG` artifact of its compile id, a refusal
-carrying the post-grad nodes of both scheduler nodes; :func:`refusals` keeps the refusals whose two
-sides torch did not fuse in a later round anyway, and :func:`not_fused` puts their nodes on the
-kernels that run them (the kernel map's provenance), with their eager ops and modules. A saved trace
+carrying the post-grad nodes and buffers of both scheduler nodes; :func:`refusals` keeps the
+refusals whose two sides torch did not fuse in a later round anyway, and :func:`not_fused` puts each
+side on the kernel that writes its buffers (the output code's calls), else on those that run its
+nodes (the kernel map's provenance), with their eager ops and modules. A saved trace
 has no such artifact: its map has no reasons.
 
 On CPU one C++ kernel function may run several loop nests that were not fused (Inductor's C++
@@ -16,7 +17,7 @@ name the same kernel, their loops apart and the intermediate buffer written to m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fxviz.analyze.inside.result import Cost, Kernel, NotFused
@@ -63,20 +64,34 @@ def refusals(decs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def not_fused(recs: Sequence[dict[str, Any]], kernels: Sequence[Kernel], *, graph_id: str, compile_id: str, part: str,
-              origin: Callable[[str], tuple[list[str], list[str]]]) -> list[NotFused]:
-    """Each refusal of ``recs`` (:func:`refusals`) on the ``kernels`` of its output code (see :class:`NotFused`);
-    ``origin(post node)`` -> (eager ops, module paths)."""
+def not_fused(recs: Sequence[dict[str, Any]], kernels: Sequence[Kernel], writers: Mapping[str, str], *, graph_id: str,
+              compile_id: str, part: str, origin: Callable[[str], tuple[list[str], list[str]]]) -> list[NotFused]:
+    """Each refusal of ``recs`` (:func:`refusals`) on the ``kernels`` of its output code (see
+    :class:`NotFused`); ``writers``: buffer -> the kernel that writes it; ``origin(post node)`` ->
+    (eager ops, module paths).
+
+    A side's kernels are those that write its buffers; where none does (a buffer Inductor removed,
+    fusing it further), those that run its post-grad nodes. Its post-grad nodes are the ones its own
+    kernels run (an operation's origins include nodes inlined into it, which other kernels run)."""
+    runs: dict[str, set[str]] = {k.id: set(k.ops) for k in kernels}
     owner: dict[str, list[str]] = {}
     for k in kernels:
         for n in k.ops:
             owner.setdefault(n, []).append(k.id)
+
+    def side(ops: list[str], buffers: list[str]) -> tuple[list[str], list[str]]:
+        mine = list(dict.fromkeys(writers[b] for b in buffers if b in writers))
+        if not mine:
+            return ops, list(dict.fromkeys(k for n in ops for k in owner.get(n, ())))
+        own = [n for n in ops if any(n in runs.get(k, ()) for k in mine)]
+        return own or ops, mine
+
     out: list[NotFused] = []
     for r in recs:
-        first_ops = [str(n) for n in r.get("first_ops") or ()]
-        second_ops = [str(n) for n in r.get("second_ops") or ()]
-        first_k = list(dict.fromkeys(k for n in first_ops for k in owner.get(n, ())))
-        second_k = list(dict.fromkeys(k for n in second_ops for k in owner.get(n, ())))
+        first_ops, first_k = side([str(n) for n in r.get("first_ops") or ()],
+                                  [str(b) for b in r.get("first_buffers") or ()])
+        second_ops, second_k = side([str(n) for n in r.get("second_ops") or ()],
+                                    [str(b) for b in r.get("second_buffers") or ()])
         origins = [origin(n) for n in (*first_ops, *second_ops)]
         eager = list(dict.fromkeys(e for ops, _ in origins for e in ops))
         modules = list(dict.fromkeys(m for _, mods in origins for m in mods))

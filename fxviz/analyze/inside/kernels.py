@@ -49,9 +49,11 @@ def is_getitem(n: Node) -> bool:
 
 @dataclass
 class KernelMap:
-    """One output code's kernels, the kernels stage's graph, and what no kernel runs."""
+    """One output code's kernels, the kernels stage's graph, and what no kernel runs; ``writers``:
+    each buffer of the output code (``buf3``) -> the kernel (id) that writes it (:func:`writers`)."""
 
     kernels: list[Kernel] = field(default_factory=list)
+    writers: dict[str, str] = field(default_factory=dict)
     graph: Graph | None = None
     unmapped: dict[str, str] = field(default_factory=dict)
     ops: int = 0
@@ -72,7 +74,7 @@ def kernel_map(post: Graph, code: OutputCode, mappings: Mapping[str, Any] | None
     covers = ({h: [n for n in recorded.get(h, ()) if n in ops] for h in handles} if recorded
               else _infer(post, code, handles))
     defs = {k.name: k for k in code.kernels}
-    out = KernelMap(inferred=inferred)
+    out = KernelMap(inferred=inferred, writers={b: handles[i] for b, i in writers(code).items()})
     called = set()
     for c, h in zip(calls, handles, strict=True):
         called.add(c.name)
@@ -119,6 +121,16 @@ def _lines(stacks: Mapping[str, Any] | None, handle: str) -> list[str]:
     return out
 
 
+def writers(code: OutputCode) -> dict[str, int]:
+    """Buffer or input name -> the index of the first call that names it (passes or assigns it):
+    the call that writes a buffer (Inductor allocates it, then hands it to its kernel)."""
+    first: dict[str, int] = {}
+    for i, c in enumerate(code.calls):
+        for buf in (*c.args, *c.results):
+            first.setdefault(buf, i)
+    return first
+
+
 def _pins(post: Graph, code: OutputCode) -> dict[str, int]:
     """Post-grad node -> the call that computes it, from the buffers of the output code: a
     buffer belongs to the first call that names it (passes or assigns it); the graph's outputs are
@@ -130,10 +142,7 @@ def _pins(post: Graph, code: OutputCode) -> dict[str, int]:
             name = ops[name].inputs[0].node
         return name
 
-    first: dict[str, int] = {}
-    for i, c in enumerate(code.calls):
-        for buf in (*c.args, *c.results):
-            first.setdefault(buf, i)
+    first = writers(code)
     pins: dict[str, int] = {}
     out = next((n for n in post.nodes if n.kind == "output"), None)
     if out is not None:
@@ -229,4 +238,4 @@ def _node_name(handle: str) -> str:
     return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in handle)
 
 
-__all__ = ["VIEW_OPS", "KernelMap", "is_getitem", "is_view", "kernel_map", "kernels_graph", "short"]
+__all__ = ["VIEW_OPS", "KernelMap", "is_getitem", "is_view", "kernel_map", "kernels_graph", "short", "writers"]

@@ -106,7 +106,7 @@ def not_fused_lines(g: InsideGraph, limit: int = NOT_FUSED_LINES) -> list[str]:
     names = _names(g)
     out = []
     for n in g.not_fused[:limit]:
-        mods = ", ".join(m or "(model)" for m in n.modules)
+        mods = ", ".join(m or "(model)" for m in n.modules[:3]) + (f" +{len(n.modules) - 3}" if len(n.modules) > 3 else "")
         out.append(f"  {n.part}: {side(n.first_ops, n.first_kernels, names)} ✗ "
                    f"{side(n.second_ops, n.second_kernels, names)}: {n.reason}" + (f" [{mods}]" if mods else ""))
     if len(g.not_fused) > limit:

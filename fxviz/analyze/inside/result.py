@@ -67,9 +67,10 @@ class NotFused:
     trace does not record fusion decisions).
 
     ``first``/``second``: torch's scheduler nodes (``op3``; ``op3_op4`` for nodes fused before);
-    ``first_ops``/``second_ops``: the post-grad nodes they compute (torch's origin nodes);
-    ``first_kernels``/``second_kernels``: the kernels (ids, as :attr:`Kernel.id`) that run those nodes
-    in the output code (on CPU both sides can name one kernel: a C++ kernel function may run several
+    ``first_ops``/``second_ops``: the post-grad nodes they compute (torch's origin nodes; of those,
+    the ones their own kernels run, where the output code says which kernels those are);
+    ``first_kernels``/``second_kernels``: the kernels (ids, as :attr:`Kernel.id`) that write their
+    buffers in the output code (else that run those nodes) (on CPU both sides can name one kernel: a C++ kernel function may run several
     unfused loop nests); ``eager``/``modules``: the eager ops and module paths of those nodes,
     first's then second's. A refusal whose two sides torch fused in a later round is not kept."""
 
