@@ -79,7 +79,8 @@ def one(name: str, side: str, threads: int, device: str = "cpu") -> dict[str, An
         cm = fxviz.compile_map(model, args, backend="inductor", inside=True)
         assert cm.inside is not None
         extra = {"mapped": cm.inside.share_mapped, "kernels": len(cm.inside.kernels),
-                 "graphs": len(cm.inside.graphs), "timed": cm.inside.timed, "summary": cm.inside.summary()}
+                 "graphs": len(cm.inside.graphs), "timed": cm.inside.timed, "summary": cm.inside.summary(),
+                 "not_fused": len(cm.inside.not_fused)}
     return {"cpu": cpu() - c0, "wall": time.perf_counter() - w0, **extra}
 
 

@@ -48,6 +48,33 @@ def broken() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     return Broken(), (torch.randn(8, 16),)
 
 
+class SinSum(nn.Module):
+    """A reduction and a pointwise op that read the same values: Inductor fuses them unless told not
+    to (``max_fusion_size=1``: "exceeds max fusion")."""
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        a = torch.sin(h)
+        s = a.sum(dim=1, keepdim=True)
+        return torch.cos(a) + s
+
+
+class Unfused(nn.Module):
+    """Linear -> SinSum: the fusion tests' model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.scale = SinSum()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale(self.a(x))
+
+
+def unfused() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    return Unfused(), (torch.randn(8, 16),)
+
+
 class ReluToMax(CustomGraphPass):
     """A post-grad pass that rewrites the one ``relu`` as ``clamp_min(x, 0)``: the post-grad
     stage's only change."""

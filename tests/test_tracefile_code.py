@@ -175,3 +175,142 @@ def test_a_handle_whose_call_is_not_recognised_still_names_a_call():
     assert [(c.handle, c.name, c.kind, c.line) for c in calls] == [
         ("my_custom_op.default:1", "my_custom_op.default", "other", 3),
         ("extern_kernels.mm:2", "extern_kernels.mm", "extern", 5)]
+
+
+def _call_body(code):
+    """The lines of ``call()`` (plain text slicing, not the reader)."""
+    lines = code.split("\n")
+    start = next(i for i, ln in enumerate(lines) if ln.strip().startswith("def call("))
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    body = []
+    for ln in lines[start + 1:]:
+        if ln.strip() and len(ln) - len(ln.lstrip()) <= indent:
+            break
+        body.append(ln)
+    return body
+
+
+def test_call_args_and_returns_match_torch_s_provenance(trace):
+    """On real CPU output code: each returned buffer torch's kernels compute is passed to the call
+    whose ``cppCodeToPost`` entry holds the post-grad node the post-grad graph returns at that place;
+    a returned graph input is that input; every passed name is an input of ``call()`` or a buffer it
+    made before the call."""
+    checked = 0
+    for c in trace.compiles:
+        for code_art, post_art, map_art in zip(c.all("inductor_output_code"), c.all("inductor_post_grad_graph"),
+                                               c.all("inductor_provenance_tracking_node_mappings"), strict=True):
+            parsed = parse_output_code(code_art.payload)
+            ret = next(ln for ln in post_art.payload.split("\n") if ln.strip().startswith("return ("))
+            outs = [x.strip() for x in ret.strip()[len("return ("):-1].split(",") if x.strip()]
+            assert len(parsed.returns) == len(outs)
+            body = _call_body(code_art.payload)
+            inputs = [x.strip() for x in body[0].split("=")[0].split(",") if x.strip()]
+            made = {ln.strip().split(" = ")[0] for ln in body if ln.strip().startswith("buf") and " = " in ln}
+            for call in parsed.calls:
+                assert call.args and set(call.args) <= set(inputs) | made, call
+                assert call.results == []  # CPU calls write into buffers they are passed
+            to_post = map_art.payload.get("cppCodeToPost")
+            for buf, node in zip(parsed.returns, outs, strict=True):
+                if not buf.startswith("buf"):
+                    assert buf == node and buf in inputs
+                elif to_post:  # the forward (torch 2.13 leaves the backward's mapping empty)
+                    writer = next(call for call in parsed.calls if buf in call.args)
+                    assert node in to_post[writer.handle], (buf, node, writer.handle)
+                    checked += 1
+    assert checked >= 8
+    first = parse_output_code(trace.compiles[0].all("inductor_output_code")[0].payload)
+    assert [(c.handle, c.args) for c in first.calls] == [
+        ("extern_kernels.addmm:1", ["primals_2", "primals_3", "primals_1", "buf0"]),
+        ("cpp_fused_gelu_native_layer_norm_0:2", ["buf2", "buf4", "buf6", "buf0", "primals_4", "primals_5"]),
+        ("extern_kernels.addmm:3", ["primals_7", "buf6", "primals_6", "buf7"])]
+    # reinterpret_tensor(buf2, (32, 1), (1, 1), 0) is returned as the buffer it views
+    assert first.returns == ["buf7", "primals_3", "primals_4", "primals_5", "primals_6", "buf0", "buf2", "buf4",
+                             "buf6"]
+
+
+TRITON_CALLS = '''# AOT ID: ['1_forward']
+triton_poi_fused_add_0 = async_compile.triton('triton_poi_fused_add_0', \'\'\'
+@triton.jit
+def triton_poi_fused_add_0(in_ptr0, out_ptr0, ks0, xnumel, XBLOCK : tl.constexpr):
+    pass
+\'\'\', device_str='cuda')
+
+async_compile.wait(globals())
+del async_compile
+
+def call(args):
+    arg0_1, arg1_1, arg2_1 = args
+    args.clear()
+    s0 = arg0_1
+    with torch.cuda._DeviceGuard(0):
+        buf0 = empty_strided_cuda((s0, 16), (16, 1), torch.float32)
+        # [Provenance debug handles] triton_poi_fused_add_0:1
+        stream0 = get_raw_stream(0)
+        triton_poi_fused_add_0.run(arg1_1, buf0, s0, 16*s0, stream=stream0)
+        buf1 = empty_strided_cuda((s0, 8), (8, 1), torch.float32)
+        # [Provenance debug handles] extern_kernels.mm:2
+        extern_kernels.mm(buf0, reinterpret_tensor(arg2_1, (16, 8), (1, 16), 0), out=buf1)
+        # [Provenance debug handles] extern_kernels.convolution:3
+        buf2 = extern_kernels.convolution(buf1, arg2_1, None, stride=(1, 1), padding=(0, 0), groups=1)
+        buf3 = buf2[0]
+        # [Provenance debug handles] torch.ops.aten._foreach_add.List:4
+        buf4, buf5 = torch.ops.aten._foreach_add.List([buf3, buf1], [arg1_1, 'x, (y)'])
+    return (buf1, reinterpret_tensor(buf0, (16*s0, ), (1, ), 0), arg1_1, None, s0, buf5, )
+
+
+def benchmark_compiled_module(args, times=10, repeat=10):
+    return (buf9, )
+'''
+
+
+def test_triton_call_args_and_returns():
+    parsed = parse_output_code(TRITON_CALLS)
+    assert [(c.handle, c.args, c.results) for c in parsed.calls] == [
+        # sizes (s0, 16*s0) and the stream are not tensors passed
+        ("triton_poi_fused_add_0:1", ["arg1_1", "buf0"], []),
+        # a view is its buffer; out= is a tensor passed
+        ("extern_kernels.mm:2", ["buf0", "arg2_1", "buf1"], []),
+        # an extern call that returns its buffer; keywords and None left out
+        ("extern_kernels.convolution:3", ["buf1", "arg2_1"], ["buf2"]),
+        # a list's tensors; a string is no tensor
+        ("torch.ops.aten._foreach_add.List:4", ["buf3", "buf1", "arg1_1"], ["buf4", "buf5"])]
+    # by place, as a kernel's signature matches them: one entry per positional argument, out= apart
+    assert [(c.positional, c.out) for c in parsed.calls] == [
+        (["arg1_1", "buf0", "", ""], ""), (["buf0", "arg2_1"], "buf1"), (["buf1", "arg2_1", ""], ""), (["", ""], "")]
+    # one name per returned item, in order; "" for what names no tensor; the module-level function
+    # after call() returns something else, which is not call()'s return
+    assert parsed.returns == ["buf1", "buf0", "arg1_1", "", "", "buf5"]
+    # the Runner form: call() as a method
+    assert parse_output_code(TRITON).returns == ["buf4"]
+    assert [c.args for c in parse_output_code(TRITON).calls] == [
+        ["arg0_1", "buf0"], ["buf0", "arg0_1", "buf1"], ["buf1", "buf1", "buf1"], ["buf3", "buf4"]]
+
+
+CUDA = Path(__file__).parent / "data" / "inductor_cuda.json"
+
+
+def test_real_triton_output_code_calls_and_returns():
+    """Triton output code Inductor wrote on an H200 (tests/data/inductor_cuda.json): each call's
+    tensors are the call line's names that ``call()`` binds (its inputs, its buffers), in order; the
+    returns are the ``return (...)`` line's items."""
+    import json
+    import re
+
+    codes = json.loads(CUDA.read_text())["output_code"]
+    for code in codes:
+        parsed = parse_output_code(code)
+        body = _call_body(code)
+        bound = {x.strip() for x in body[0].split("=")[0].split(",") if x.strip()}
+        bound |= {m.group(1) for ln in body if (m := re.match(r"\s*(buf\d+) = ", ln))}
+        assert parsed.calls
+        for call in parsed.calls:
+            line = code.split("\n")[call.line - 1]
+            words = re.findall(r"\b[A-Za-z_]\w*\b", line[line.index("(") + 1:])
+            assert call.args == [w for w in words if w in bound], line
+        ret = next(ln for ln in body if ln.strip().startswith("return ("))
+        assert parsed.returns == re.findall(r"\b(buf\d+|primals_\d+|arg\d+_\d+)\b", ret)
+    first = parse_output_code(codes[0])
+    assert [(c.handle, c.kind, c.args) for c in first.calls] == [
+        ("triton_per_fused_sin_sum_0:1", "triton", ["arg0_1", "buf0"]),
+        ("triton_per_fused_exp_sin_sum_1:2", "triton", ["arg0_1", "buf1", "buf2"])]
+    assert first.returns == ["buf0", "buf1", "buf2"]

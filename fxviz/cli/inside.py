@@ -104,6 +104,12 @@ def print_inside(console: Console, inside: Inside, *, stage: int | None, graph: 
         console.print(stage_table(p, show_unchanged=True, stages=range(len(p.stages))))
         if g.kernels or any(s.name.startswith("post-grad") for s in p.stages):  # aot_eager: no kernels
             console.print(kernel_table(g))
+        if g.not_fused:
+            from fxviz.analyze.inside.overlay import not_fused_lines
+
+            console.print(f"not fused ({len(g.not_fused)}, Inductor's reasons):", markup=False)
+            for line in not_fused_lines(g):
+                console.print(line, markup=False)
         unmapped = [f"{k} ({why})" for k, why in g.unmapped.items() if not why.startswith(("view", "getitem"))]
         if unmapped:
             console.print(f"post-grad ops without a kernel: {one_line('; '.join(unmapped), limit=400)}", markup=False)

@@ -14,7 +14,10 @@ The output code of one compiled graph defines its kernels at module level::
 and ``call()`` runs them in order, each call preceded (with provenance tracking on) by
 ``# [Provenance debug handles] NAME:N`` (the key of ``cppCodeToPost`` in torch's
 ``inductor_provenance_tracking_node_mappings``) and, for most, by the
-``# Topologically Sorted Source Nodes: [...], Original ATen: [...]`` comment. Nothing is executed.
+``# Topologically Sorted Source Nodes: [...], Original ATen: [...]`` comment; it ends with
+``return (buf7, primals_3, reinterpret_tensor(buf2, ...), )``, the graph's outputs in order. Each
+call line is read once, here: its name and the tensors it passes (:attr:`KernelCall.args`), and
+the returned names (:attr:`OutputCode.returns`). Nothing is executed.
 """
 
 from __future__ import annotations
@@ -47,7 +50,15 @@ class KernelCall:
     (``cpp_fused_gelu_0:2``, as in ``cppCodeToPost``; ``""`` without provenance tracking), the
     called name (``cpp_fused_gelu_0``, ``extern_kernels.addmm``), its kind, its 1-based line, and the
     post-grad nodes and ATen ops of the "Topologically Sorted Source Nodes" comment (of the call, or
-    else of the kernel's definition)."""
+    else of the kernel's definition).
+
+    ``args``: the tensors the call line passes, in order (see :func:`call_args`: ``buf0``,
+    ``arg0_1``, ``primals_3``; a ``reinterpret_tensor(buf2, ...)`` view as ``buf2``; ``out=buf0``
+    included; numbers, sizes, ``stream=stream0`` and other keywords left out); ``results``: the
+    names the line assigns (``buf3 = extern_kernels.convolution(...)`` -> ``["buf3"]``). The same
+    parse, by place (what a kernel's signature is matched by): ``positional``, one entry per
+    positional argument, its tensor (:func:`tensor_name`) or ``""``; ``out``, the ``out=`` tensor or
+    ``""``. All empty for a call whose line was not found."""
 
     handle: str
     name: str
@@ -55,16 +66,24 @@ class KernelCall:
     line: int
     source_nodes: list[str] = field(default_factory=list)
     aten: list[str] = field(default_factory=list)
+    args: list[str] = field(default_factory=list)
+    results: list[str] = field(default_factory=list)
+    positional: list[str] = field(default_factory=list)
+    out: str = ""
 
 
 @dataclass
 class OutputCode:
     """``part``: ``"forward"``, ``"backward"``, ``"inference"`` from ``# AOT ID: ['0_forward']``
-    (``""`` when absent); the kernels defined and the calls made, in order."""
+    (``""`` when absent); the kernels defined and the calls made, in order. ``returns``: what
+    ``call()`` returns, one name per returned item in order (the graph's outputs): the item itself
+    (``buf7``, ``primals_3``), the buffer a ``reinterpret_tensor(buf2, ...)`` views (``buf2``), ``""``
+    for anything else (``None``, a number); empty when ``call()`` has no ``return (...)``."""
 
     part: str = ""
     kernels: list[KernelDef] = field(default_factory=list)
     calls: list[KernelCall] = field(default_factory=list)
+    returns: list[str] = field(default_factory=list)
 
     def kernel(self, name: str) -> KernelDef | None:
         return next((k for k in self.kernels if k.name == name), None)
@@ -107,8 +126,98 @@ def parse_output_code(text: str) -> OutputCode:
         line = text.count("\n", 0, d.start()) + 1
         nodes, aten = _origins_above(text, d.start())
         out.kernels.append(KernelDef(name, kind, source, line, nodes, aten))
-    out.calls = _calls(text, spans, {k.name: k for k in out.kernels})
+    out.calls, out.returns = _calls(text, spans, {k.name: k for k in out.kernels})
     return out
+
+
+#: Names Inductor gives the non-tensors a call passes: sizes and symbols (``s0``, ``ks0``, ``ps0``,
+#: unbacked ``u0``), and CUDA streams (``stream0``).
+_NOT_TENSOR = re.compile(r"^(?:s|ks|ps|u|zf|zuf|stream)\d+$")
+_NAME = re.compile(r"^[A-Za-z_]\w*$")
+#: Wrappers whose first argument is the tensor they view.
+_VIEWS = ("reinterpret_tensor(", "as_strided(", "torch.as_strided(")
+_CONSTANTS = frozenset({"None", "True", "False", "inf", "nan"})
+
+
+def split_args(args: str) -> list[str]:
+    """A call's argument text split at its top-level commas (brackets and quotes respected)."""
+    out: list[str] = []
+    depth, start, quote = 0, 0, ""
+    for i, ch in enumerate(args):
+        if quote:
+            if ch == quote and args[i - 1] != "\\":
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(args[start:i].strip())
+            start = i + 1
+    out.append(args[start:].strip())
+    return [x for x in out if x]
+
+
+def tensor_name(item: str) -> str:
+    """The tensor one argument or returned item names: ``buf0``; ``reinterpret_tensor(buf2, ...)``
+    -> ``buf2``; ``""`` for a constant, a size, a stream or an expression."""
+    item = item.strip()
+    for view in _VIEWS:
+        if item.startswith(view) and item.endswith(")"):
+            inner = split_args(item[len(view):-1])
+            return tensor_name(inner[0]) if inner else ""
+    if _NAME.match(item) and item not in _CONSTANTS and not _NOT_TENSOR.match(item):
+        return item
+    return ""
+
+
+def call_args(line: str) -> tuple[list[str], list[str], list[str], str]:
+    """What a call line passes and assigns: ``(args, results, positional, out)`` (see
+    :class:`KernelCall`)."""
+    s = line.strip()
+    open_ = s.find("(")
+    close = s.rfind(")")
+    if open_ < 0 or close < open_:
+        return [], [], [], ""
+    head = s[:open_]
+    results: list[str] = []
+    eq = head.find("=")
+    if eq >= 0:
+        results = [r for r in (x.strip() for x in head[:eq].split(",")) if _NAME.match(r)]
+    args: list[str] = []
+    positional: list[str] = []
+    out = ""
+    for a in split_args(s[open_ + 1:close]):
+        key, sep, value = a.partition("=")
+        if sep and _NAME.match(key.strip()) and not value.startswith("="):
+            if key.strip() == "out":  # alpha=1, stream=stream0, ...: not tensors passed
+                out = tensor_name(value)
+                args += _tensors(value)
+            continue
+        positional.append(tensor_name(a))
+        args += _tensors(a)
+    return args, results, positional, out
+
+
+def _tensors(item: str) -> list[str]:
+    """The tensors one argument names: itself or its view (:func:`tensor_name`), or each of a
+    ``[buf0, buf1]`` / ``(buf0, buf1)`` list's items."""
+    item = item.strip()
+    if item[:1] in "([" and item[-1:] in ")]":
+        return [n for x in split_args(item[1:-1]) for n in _tensors(x)]
+    name = tensor_name(item)
+    return [name] if name else []
+
+
+def returned(line: str) -> list[str]:
+    """``return (buf7, reinterpret_tensor(buf2, ...), None, )`` -> ``["buf7", "buf2", ""]``."""
+    s = line.strip()
+    body = s[len("return"):].strip()
+    if body.startswith("(") and body.endswith(")"):
+        body = body[1:-1]
+    return [tensor_name(x) for x in split_args(body)]
 
 
 def _origins_above(text: str, pos: int) -> tuple[list[str], list[str]]:
@@ -130,13 +239,17 @@ def _names(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
 
 
-def _calls(text: str, spans: list[tuple[int, int]], kernels: dict[str, KernelDef]) -> list[KernelCall]:
+def _calls(text: str, spans: list[tuple[int, int]],
+           kernels: dict[str, KernelDef]) -> tuple[list[KernelCall], list[str]]:
+    """The calls ``call()`` makes and what it returns (see :class:`OutputCode`)."""
     calls: list[KernelCall] = []
+    returns: list[str] = []
+    call_indent = -1  # the indentation of ``def call(`` while inside it, else -1
     pending: list[tuple[str, int]] = []  # a handle comment waiting for its call: (handle, line)
     nodes: list[str] = []
     aten: list[str] = []
 
-    def emit(name: str, line: int) -> None:
+    def emit(name: str, line: int, src: str = "") -> None:
         nonlocal nodes, aten
         handle = pending.pop()[0] if pending else ""
         kernel = kernels.get(name)
@@ -148,7 +261,8 @@ def _calls(text: str, spans: list[tuple[int, int]], kernels: dict[str, KernelDef
                 nodes, aten = list(kernel.source_nodes), list(kernel.aten)
         elif name.startswith("extern_kernels."):
             kind = "extern"
-        calls.append(KernelCall(handle, name, kind, line, nodes, aten))
+        args, results, positional, out = call_args(src) if src else ([], [], [], "")
+        calls.append(KernelCall(handle, name, kind, line, nodes, aten, args, results, positional, out))
         nodes, aten = [], []
 
     def flush() -> None:
@@ -186,17 +300,27 @@ def _calls(text: str, spans: list[tuple[int, int]], kernels: dict[str, KernelDef
             if m:
                 nodes, aten = _names(m.group(1)), _names(m.group(2))
             continue
-        if not raw.startswith((" ", "\t")):
+        indent = len(raw) - len(raw.lstrip())
+        if call_indent >= 0 and indent <= call_indent:
+            call_indent = -1  # past the end of call()
+        if s.startswith("def call("):  # a method of Runner, or a module-level function
+            flush()
+            call_indent = indent
+            continue
+        if not indent:
             flush()  # a module-level statement: not inside call()
             nodes, aten = [], []
+            continue
+        if call_indent >= 0 and (s == "return" or s.startswith(("return (", "return("))):
+            returns = returned(s)
             continue
         m = _CALL.match(s)
         called = m.group(1) if m else ""
         base = called[:-4] if called.endswith(".run") else called
         if pending:
             if base == pending[-1][0].rpartition(":")[0]:
-                emit(base, here)
+                emit(base, here, s)
         elif base in kernels or base.startswith("extern_kernels."):
-            emit(base, here)
+            emit(base, here, s)
     flush()
-    return calls
+    return calls, returns

@@ -6,6 +6,8 @@ for events with ``has_payload``, payload lines that start with a tab. :func:`fxv
 turns that stream into a :class:`Trace`: its events grouped by compile id (:class:`Compile`), in the
 order torch wrote them. Nothing here interprets the graphs: ``fxviz.tracefile.fxtext`` reads a graph
 payload into an fxviz Graph, ``fxviz.tracefile.code`` reads ``inductor_output_code`` into kernels.
+A live run's events may hold one more artifact, :data:`FUSION_LOG`, that fxviz adds (Inductor's
+fusion decisions, which torch logs but does not put in its structured trace).
 """
 
 from __future__ import annotations
@@ -112,3 +114,18 @@ class Trace:
 
     def ranks(self) -> list[int | None]:
         return sorted({c.rank for c in self.compiles}, key=lambda r: -1 if r is None else r)
+
+
+#: The artifact fxviz adds to a live run's events (torch never writes it, so a saved ``TORCH_TRACE``
+#: directory has none): one fusion decision Inductor's scheduler logged on its ``fusion`` logger, put
+#: in the event stream at the moment torch logged it so that it belongs to its compile id like
+#: torch's own events. The JSON payload: ``decision`` (``refused``: ``cannot fuse op0 with op1:
+#: REASON``; ``fused``: ``fusing op0 with op1``), ``part`` (``forward``, ``backward``, ``inference``:
+#: the graph being scheduled), ``first``/``second`` (torch's scheduler node names: ``op3``, or
+#: ``op3_op4`` for nodes fused before), ``first_names``/``second_names`` (the Inductor operations
+#: in each: ``["op3", "op4"]``); a refusal adds ``reason`` (torch's text), ``first_ops``/
+#: ``second_ops`` (the post-grad nodes each computes: its operations' origin nodes) and
+#: ``first_buffers``/``second_buffers`` (the buffers they write: ``buf3``). One such
+#: artifact outside any compile id, first in the events, says fxviz listened to the fusion logger
+#: from there on (payload ``{"listening": true}``): without it, no decision was looked for.
+FUSION_LOG = "fxviz_fusion_log"

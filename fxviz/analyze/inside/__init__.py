@@ -4,8 +4,9 @@ structured trace.
 
 ``build`` (:mod:`.build`, no torch) reads a :class:`~fxviz.tracefile.records.Trace` (a live run's
 or a saved ``TORCH_TRACE`` directory's); ``live`` (:mod:`.live`, torch) records a compiled run and
-times its kernels with torch.profiler; ``overlay`` writes the ``kernel`` and ``kernel time``
-overlays and the ``kernels``, ``stages`` and ``compile cost`` panels on the eager graph;
+times its kernels with torch.profiler and collects Inductor's fusion decisions (:mod:`.fusion` puts
+its refusals on the kernels); ``overlay`` writes the ``kernel`` and ``kernel time``
+overlays and the ``kernels``, ``not fused``, ``stages`` and ``compile cost`` panels on the eager graph;
 ``partition`` (no torch) reads a training step's forward/backward partition (what the backward saves
 and recomputes) and ``backward`` the modules of the backward's kernels. The
 result (:class:`Inside`) is plain data riding on the compile map:

@@ -3,7 +3,8 @@
 :func:`build` reads a :class:`~fxviz.tracefile.records.Trace` (a live run's events or a saved
 ``TORCH_TRACE`` directory, read by :mod:`fxviz.tracefile`): for each compile id with a Dynamo
 graph, its stages (:mod:`.stages`), the kernel map of each output code (:mod:`.kernels`) and
-its compile cost (:mod:`.costs`). Post-grad nodes go back to Dynamo's nodes through torch's
+its compile cost (:mod:`.costs`) and, from a live run, the fusions Inductor refused
+(:mod:`.fusion`). Post-grad nodes go back to Dynamo's nodes through torch's
 ``postToPre``; Dynamo's nodes to the eager graph's ops and modules through the compile map's
 matching (``eager_ops``: graph id -> Dynamo node -> eager op), when there is an eager graph.
 """
@@ -15,6 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from fxviz.analyze.inside import fusion
 from fxviz.analyze.inside.backward import refine
 from fxviz.analyze.inside.costs import cost
 from fxviz.analyze.inside.kernels import kernel_map
@@ -47,15 +49,19 @@ def build(trace: Trace, *, eager_ops: Mapping[str, Mapping[str, str]] | None = N
     if len(trace.problems) > 20:
         inside.notes.append(f"... {len(trace.problems) - 20} more unreadable lines")
     k = 0
+    listening = fusion.listening(trace)
     for c in trace.compiles:
         if c.first("dynamo_output_graph") is None:
             continue
         gid = (ids or {}).get(c.compile_id, f"g{k}")
         k += 1
         try:
-            inside.graphs.append(_graph(c, gid, (eager_ops or {}).get(gid, {}), eager, inside.notes, trace.compiles))
+            inside.graphs.append(_graph(c, gid, (eager_ops or {}).get(gid, {}), eager, inside.notes, trace.compiles,
+                                        listening))
         except Exception as e:  # noqa: BLE001 - one compile torch wrote oddly: say so, show the others
             inside.notes.append(f"compile {c.compile_id}: could not be read: {type(e).__name__}: {one_line(str(e), limit=200)}")
+    if not listening and inside.kernels:
+        inside.notes.append(fusion.NOT_IN_TRACE)
     return inside
 
 
@@ -102,7 +108,7 @@ def _seconds(c: Compile, key: str, nth: int = 0) -> float:
 
 
 def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | None, notes: list[str],
-           trace_compiles: list[Compile] | None = None) -> InsideGraph:
+           trace_compiles: list[Compile] | None = None, listening: bool = False) -> InsideGraph:
     cid = c.compile_id if c.rank is None else f"rank {c.rank}: {c.compile_id}"  # ranks share compile ids
     stages: list[Stage] = []
 
@@ -187,8 +193,14 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
             notes.append(f"compile {cid}: no output code for the {part} graph: no kernels")
             continue
         km = kernel_map(post, code, mapping, kstacks[i] if i < len(kstacks) else {}, graph_id=gid, compile_id=cid,
-                        part=part, origin=origin, text=codes[i].payload if isinstance(codes[i].payload, str) else "")
+                        part=part, origin=origin)
         ig.kernels += km.kernels
+        decided = fusion.decisions(c, part)
+        ig.not_fused += fusion.not_fused(fusion.refusals(decided), km.kernels, km.writers, graph_id=gid, compile_id=cid,
+                                         part=part, origin=origin)
+        note = fusion.cache_note(ig.cost, i, cid, part) if listening and not decided else None
+        if note:
+            notes.append(note)
         ig.unmapped.update(km.unmapped)
         ig.ops += km.ops
         ig.mapped += km.mapped

@@ -23,7 +23,7 @@ from typing import Any
 from fxviz.analyze.inside.result import Kernel
 from fxviz.analyze.inside.stages import op_nodes
 from fxviz.ir import Graph, ModuleCall, Node, Ref
-from fxviz.tracefile.code import KernelCall, OutputCode
+from fxviz.tracefile.code import OutputCode
 
 #: ATen ops that Inductor runs as views of a buffer (``reinterpret_tensor``), never as a kernel.
 VIEW_OPS = frozenset({
@@ -49,9 +49,11 @@ def is_getitem(n: Node) -> bool:
 
 @dataclass
 class KernelMap:
-    """One output code's kernels, the kernels stage's graph, and what no kernel runs."""
+    """One output code's kernels, the kernels stage's graph, and what no kernel runs; ``writers``:
+    each buffer of the output code (``buf3``) -> the kernel (id) that writes it (:func:`writers`)."""
 
     kernels: list[Kernel] = field(default_factory=list)
+    writers: dict[str, str] = field(default_factory=dict)
     graph: Graph | None = None
     unmapped: dict[str, str] = field(default_factory=dict)
     ops: int = 0
@@ -61,18 +63,18 @@ class KernelMap:
 
 def kernel_map(post: Graph, code: OutputCode, mappings: Mapping[str, Any] | None, stacks: Mapping[str, Any] | None, *,
                graph_id: str, compile_id: str, part: str,
-               origin: Callable[[str], tuple[list[str], list[str]]], text: str = "") -> KernelMap:
-    """The kernel map of ``code`` (whose post-grad graph is ``post``; ``text``, the output code
-    itself). ``origin(post node)`` -> (eager ops, module paths) it comes from."""
+               origin: Callable[[str], tuple[list[str], list[str]]]) -> KernelMap:
+    """The kernel map of ``code`` (whose post-grad graph is ``post``). ``origin(post node)`` ->
+    (eager ops, module paths) it comes from."""
     ops = op_nodes(post)
     recorded = dict((mappings or {}).get("cppCodeToPost") or {})
     calls = list(code.calls)
     handles = [c.handle or f"{c.name}:{i + 1}" for i, c in enumerate(calls)]
     inferred = not recorded
     covers = ({h: [n for n in recorded.get(h, ()) if n in ops] for h in handles} if recorded
-              else _infer(post, calls, handles, text))
+              else _infer(post, code, handles))
     defs = {k.name: k for k in code.kernels}
-    out = KernelMap(inferred=inferred)
+    out = KernelMap(inferred=inferred, writers={b: handles[i] for b, i in writers(code).items()})
     called = set()
     for c, h in zip(calls, handles, strict=True):
         called.add(c.name)
@@ -119,25 +121,20 @@ def _lines(stacks: Mapping[str, Any] | None, handle: str) -> list[str]:
     return out
 
 
-def _split(args: str) -> list[str]:
-    """A call's arguments split at its top-level commas."""
-    out, depth, cur = [], 0, ""
-    for ch in args:
-        if ch == "," and depth == 0:
-            out.append(cur.strip())
-            cur = ""
-            continue
-        depth += ch in "([{"
-        depth -= ch in ")]}"
-        cur += ch
-    return [x for x in [*out, cur.strip()] if x]
+def writers(code: OutputCode) -> dict[str, int]:
+    """Buffer or input name -> the index of the first call that names it (passes or assigns it):
+    the call that writes a buffer (Inductor allocates it, then hands it to its kernel)."""
+    first: dict[str, int] = {}
+    for i, c in enumerate(code.calls):
+        for buf in (*c.args, *c.results):
+            first.setdefault(buf, i)
+    return first
 
 
-def _pins(post: Graph, calls: list[KernelCall], text: str) -> dict[str, int]:
+def _pins(post: Graph, code: OutputCode) -> dict[str, int]:
     """Post-grad node -> the call that computes it, from the buffers of the output code: a
-    buffer belongs to the first call that names it; the graph's outputs are the buffers ``call()``
-    returns, in order, and an extern call's inputs the buffers it reads, in order."""
-    lines = text.splitlines()
+    buffer belongs to the first call that names it (passes or assigns it); the graph's outputs are
+    the buffers ``call()`` returns, in order (:attr:`OutputCode.returns`)."""
     ops = op_nodes(post)
 
     def base(name: str) -> str:
@@ -145,36 +142,21 @@ def _pins(post: Graph, calls: list[KernelCall], text: str) -> dict[str, int]:
             name = ops[name].inputs[0].node
         return name
 
-    def args(i: int) -> list[str]:
-        line = lines[calls[i].line - 1] if 0 < calls[i].line <= len(lines) else ""
-        if "(" not in line:
-            return []
-        return _split(line[line.index("(") + 1: line.rindex(")")])
-
-    first: dict[str, int] = {}
-    for i in range(len(calls)):
-        for a in args(i):
-            for buf in _BUF.findall(a):
-                first.setdefault(buf, i)
+    first = writers(code)
     pins: dict[str, int] = {}
-    ret = next((ln.strip() for ln in reversed(lines) if ln.strip().startswith("return (")), "")
     out = next((n for n in post.nodes if n.kind == "output"), None)
-    if ret and out is not None:
-        items = _split(ret[len("return ("): ret.rindex(")")])
-        for r, item in zip(out.inputs, items, strict=False):
-            bufs = _BUF.findall(item)
-            if bufs and bufs[0] in first:
-                pins.setdefault(base(r.node), first[bufs[0]])
+    if out is not None:
+        for r, buf in zip(out.inputs, code.returns, strict=False):
+            if buf in first:
+                pins.setdefault(base(r.node), first[buf])
     return pins
 
 
-_BUF = re.compile(r"\b(buf\d+)\b")
-
-
-def _infer(post: Graph, calls: list[KernelCall], handles: list[str], text: str = "") -> dict[str, list[str]]:
+def _infer(post: Graph, code: OutputCode, handles: list[str]) -> dict[str, list[str]]:
     """Post-grad nodes per call where torch recorded none (see the module's docstring)."""
     ops = op_nodes(post)
-    pins = _pins(post, calls, text) if text else {}
+    calls = code.calls
+    pins = _pins(post, code)
     order = list(ops)
     taken: set[str] = set()
     covers: dict[str, list[str]] = {h: [] for h in handles}
@@ -256,4 +238,4 @@ def _node_name(handle: str) -> str:
     return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in handle)
 
 
-__all__ = ["VIEW_OPS", "KernelMap", "is_getitem", "is_view", "kernel_map", "kernels_graph", "short"]
+__all__ = ["VIEW_OPS", "KernelMap", "is_getitem", "is_view", "kernel_map", "kernels_graph", "short", "writers"]

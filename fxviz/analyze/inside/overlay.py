@@ -6,9 +6,11 @@ renderer shows. No torch.
 * overlay ``kernel time`` (number, µs): per eager op its share of the time of the kernels that run
   it (a kernel's time split evenly over the eager ops it runs), summed per module call;
 * panels ``kernels`` (every kernel and extern call, slowest first: kind, graph, part, eager ops,
-  modules, time, share; a fusion across modules marked), ``stages`` (each compiled graph's stage
-  table, as ``fxviz passes`` prints it) and ``compile cost`` (torch's compile metrics, the phases
-  and the cache outcomes per graph);
+  modules, time, share, the kernels Inductor refused to fuse it with; a fusion across modules
+  marked), ``not fused`` (each fusion Inductor refused: both sides' post-grad nodes and kernels, the
+  reason torch logged, the modules), ``stages`` (each compiled graph's stage table, as ``fxviz
+  passes`` prints it) and ``compile cost`` (torch's compile metrics, the phases and the cache
+  outcomes per graph);
 * with a backward graph, overlay ``backward saves`` and panel ``partition``
   (:func:`fxviz.analyze.inside.partition.write`).
 """
@@ -19,7 +21,7 @@ from typing import Any
 
 from fxviz.analyze.inside.costs import cost_rows
 from fxviz.analyze.inside.partition import write as write_partition
-from fxviz.analyze.inside.result import Inside, Kernel
+from fxviz.analyze.inside.result import Inside, InsideGraph, Kernel, NotFused
 from fxviz.analyze.pipeline.views import stage_cells, stage_keys
 from fxviz.ir import Graph
 from fxviz.passes.overlays import set_overlay
@@ -31,6 +33,8 @@ _PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#
             "#bab0ac", "#1f77b4", "#2ca02c", "#17becf", "#d62728", "#9467bd", "#8c564b")
 #: Rows of the kernels panel (the JSON keeps every kernel).
 KERNEL_ROWS = 200
+#: Rows of the not-fused panel, and lines the terminal prints per graph (the JSON keeps all).
+NOT_FUSED_ROWS, NOT_FUSED_LINES = 200, 10
 
 
 def label(k: Kernel) -> str:
@@ -89,23 +93,84 @@ def write(graph: Graph, inside: Inside) -> Graph:
     return graph
 
 
+def side(ops: list[str], kernels: list[str], names: dict[str, str]) -> str:
+    """One side of a refused fusion: ``sum_1 in cpp_fused_sum_0`` (post-grad nodes, their kernels)."""
+    what = ", ".join(ops[:4]) + (f" +{len(ops) - 4}" if len(ops) > 4 else "")
+    ks = ", ".join(dict.fromkeys(names.get(k, k) for k in kernels)) or "no kernel"
+    return f"{what or '?'} in {ks}"
+
+
+def _names(inside: Inside | InsideGraph) -> dict[str, str]:
+    return {k.id: k.name for k in inside.kernels}
+
+
+def not_fused_lines(g: InsideGraph, limit: int = NOT_FUSED_LINES) -> list[str]:
+    """The terminal's short not-fused list of one compiled graph: per refusal, both sides (post-grad
+    nodes and kernels), torch's reason and the modules; at most ``limit`` lines, then a count."""
+    names = _names(g)
+    out = []
+    for n in g.not_fused[:limit]:
+        mods = ", ".join(m or "(model)" for m in n.modules[:3]) + (f" +{len(n.modules) - 3}" if len(n.modules) > 3 else "")
+        out.append(f"  {n.part}: {side(n.first_ops, n.first_kernels, names)} ✗ "
+                   f"{side(n.second_ops, n.second_kernels, names)}: {n.reason}" + (f" [{mods}]" if mods else ""))
+    if len(g.not_fused) > limit:
+        out.append(f"  ... {len(g.not_fused) - limit} more (--json lists every one under 'fusion')")
+    return out
+
+
+def _refused_with(inside: Inside) -> dict[tuple[str, str, str], list[NotFused]]:
+    """(graph, part, kernel id) -> the refusals that name the kernel, on either side."""
+    out: dict[tuple[str, str, str], list[NotFused]] = {}
+    for n in inside.not_fused:
+        for k in dict.fromkeys((*n.first_kernels, *n.second_kernels)):
+            out.setdefault((n.graph, n.part, k), []).append(n)
+    return out
+
+
+def _other(k: Kernel, n: NotFused, names: dict[str, str]) -> str:
+    """The kernels on the other side of refusal ``n`` from kernel ``k`` (``a loop of its own`` when
+    both sides run in ``k``: a C++ kernel function runs unfused loop nests one after the other)."""
+    mine = n.first_kernels if k.id in n.first_kernels else n.second_kernels
+    theirs = n.second_kernels if mine is n.first_kernels else n.first_kernels
+    other = [names.get(o, o) for o in dict.fromkeys(theirs) if o != k.id]
+    return ", ".join(other) if other else "a loop of its own" if k.id in theirs else "no kernel"
+
+
 def panels(graph: Graph, inside: Inside) -> None:
     ops = {n.name for n in graph.nodes if n.kind == "op"}
     ks = by_time(inside.kernels)
+    names = _names(inside)
+    refused = _refused_with(inside)
     rows = []
     for k in ks[:KERNEL_ROWS]:
         first = next((e for e in k.eager if e in ops), None)
         mods = ", ".join(m or "(model)" for m in k.modules) + (" (crosses modules)" if k.crosses_modules else "")
+        others = [f"{_other(k, n, names)} ({n.reason})" for n in refused.get((k.graph, k.part, k.id), ())]
         rows.append(row(k.name, k.kind, k.graph, k.part, len(k.ops), ", ".join(k.eager[:8]) or None, mods or None,
                         f"{k.time_us:.1f} µs" if k.time_us is not None else None,
                         f"{k.share * 100:.1f}%" if k.share is not None else None,
+                        "; ".join(dict.fromkeys(others)) or None,
                         node=first, level="warn" if k.crosses_modules else "info" if k.inferred else "ok",
                         sort=[None, None, None, None, len(k.ops), None, None, k.time_us,
-                              k.share * 100 if k.share is not None else None]))
+                              k.share * 100 if k.share is not None else None, None]))
     if rows:
         set_panel(graph, "kernels", title="Inductor kernels",
-                  columns=["kernel", "kind", "graph", "part", "post-grad ops", "eager ops", "modules", "time", "share"],
+                  columns=["kernel", "kind", "graph", "part", "post-grad ops", "eager ops", "modules", "time", "share",
+                           "not fused with"],
                   rows=rows, note=inside.summary() + ("" if len(ks) <= KERNEL_ROWS else f"; the slowest {KERNEL_ROWS} shown"))
+    frows = []
+    for n in inside.not_fused[:NOT_FUSED_ROWS]:
+        node = next((e for e in n.eager if e in ops), None)
+        frows.append(row(n.graph, n.part, side(n.first_ops, n.first_kernels, names),
+                         side(n.second_ops, n.second_kernels, names), n.reason,
+                         ", ".join(m or "(model)" for m in n.modules) or None, node=node, level="warn"))
+    if frows:
+        total = len(inside.not_fused)
+        set_panel(graph, "not fused", title="fusions Inductor refused",
+                  columns=["graph", "part", "first (post-grad ops in kernel)", "second", "reason (torch's)", "modules"],
+                  rows=frows, note=f"{total} refusal{'s' if total != 1 else ''} logged by Inductor's scheduler "
+                                   "(its 'fusion' log), each on the kernels that run its nodes"
+                                   + ("" if total <= NOT_FUSED_ROWS else f"; the first {NOT_FUSED_ROWS} shown"))
     srows = []
     for g in inside.graphs:
         for s in g.pipeline.stages:
@@ -121,4 +186,4 @@ def panels(graph: Graph, inside: Inside) -> None:
                   rows=crows, note="torch's compilation_metrics, its chromium phases and cache lookups")
 
 
-__all__ = ["KERNEL", "KERNEL_TIME", "by_time", "label", "panels", "write"]
+__all__ = ["KERNEL", "KERNEL_TIME", "by_time", "label", "not_fused_lines", "panels", "side", "write"]

@@ -62,6 +62,41 @@ class Kernel:
 
 
 @dataclass
+class NotFused:
+    """A fusion Inductor's scheduler refused, with the reason torch logged (its ``fusion`` logger:
+    ``cannot fuse op0 with op1: exceeds max fusion``), read in a live run only (torch's structured
+    trace does not record fusion decisions).
+
+    ``first``/``second``: torch's scheduler nodes (``op3``; ``op3_op4`` for nodes fused before);
+    ``first_ops``/``second_ops``: the post-grad nodes they compute (torch's origin nodes; of those,
+    the ones their own kernels run, where the output code says which kernels those are);
+    ``first_kernels``/``second_kernels``: the kernels (ids, as :attr:`Kernel.id`) that write their
+    buffers in the output code (else that run those nodes) (on CPU both sides can name one kernel: a C++ kernel function may run several
+    unfused loop nests); ``eager``/``modules``: the eager ops and module paths of those nodes,
+    first's then second's. A refusal whose two sides torch fused in a later round is not kept."""
+
+    graph: str
+    compile_id: str
+    part: str
+    first: str
+    second: str
+    reason: str
+    first_ops: list[str] = field(default_factory=list)
+    second_ops: list[str] = field(default_factory=list)
+    first_kernels: list[str] = field(default_factory=list)
+    second_kernels: list[str] = field(default_factory=list)
+    eager: list[str] = field(default_factory=list)
+    modules: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> NotFused:
+        return cls(**d)
+
+
+@dataclass
 class Cost:
     """What compiling one graph cost: torch's ``compilation_metrics`` (and
     ``bwd_compilation_metrics``) numbers as torch wrote them (``metrics``, ``bwd_metrics``:
@@ -89,8 +124,9 @@ class Cost:
 @dataclass
 class InsideGraph:
     """One compiled graph: its stages (``pipeline``), kernels, what compiling it cost, the
-    post-grad ops no kernel runs with the reason (``unmapped``: ``part:node`` -> why) and, with a
-    backward graph, the partition (:mod:`fxviz.analyze.inside.partition`)."""
+    post-grad ops no kernel runs with the reason (``unmapped``: ``part:node`` -> why), the fusions
+    Inductor refused (``not_fused``) and, with a backward graph, the partition
+    (:mod:`fxviz.analyze.inside.partition`)."""
 
     id: str
     compile_id: str
@@ -101,6 +137,7 @@ class InsideGraph:
     ops: int = 0  # post-grad ops that compute (views and getitems left out)
     mapped: int = 0  # of those, run by a kernel or extern call
     partition: Partition | None = None  # a training step's: what the backward saves and recomputes
+    not_fused: list[NotFused] = field(default_factory=list)  # the fusions Inductor refused, in torch's order
 
     @property
     def share_mapped(self) -> float:
@@ -120,6 +157,10 @@ class Inside:
     @property
     def kernels(self) -> list[Kernel]:
         return [k for g in self.graphs for k in g.kernels]
+
+    @property
+    def not_fused(self) -> list[NotFused]:
+        return [n for g in self.graphs for n in g.not_fused]
 
     @property
     def costs(self) -> list[Cost]:
@@ -149,11 +190,13 @@ class Inside:
                 f"calls ({ext} extern), {pct} of post-grad ops mapped to a kernel")
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON keys: ``stages`` (per compiled graph its pipeline), ``kernels``, ``costs`` and
-        ``inside`` (notes, unmapped ops, shares)."""
+        """The JSON keys: ``stages`` (per compiled graph its pipeline), ``kernels``, ``fusion`` (the
+        fusions Inductor refused, each a :class:`NotFused` naming its graph and the kernels on both
+        sides), ``costs`` and ``inside`` (notes, unmapped ops, shares)."""
         return {
             "stages": [{"id": g.id, "compile_id": g.compile_id, **g.pipeline.to_dict()} for g in self.graphs],
             "kernels": [k.to_dict() for k in self.kernels],
+            "fusion": [n.to_dict() for n in self.not_fused],
             "costs": [asdict(c) | {"total_s": c.total_s} for c in self.costs],
             "inside": {"notes": list(self.notes), "timed": self.timed, "summary": self.summary(),
                        "graphs": [{"id": g.id, "compile_id": g.compile_id, "ops": g.ops, "mapped": g.mapped,
@@ -170,6 +213,9 @@ class Inside:
         kernels: dict[str, list[Kernel]] = {}
         for k in d.get("kernels", []):
             kernels.setdefault(k["graph"], []).append(Kernel.from_dict(k))
+        refused: dict[str, list[NotFused]] = {}
+        for n in d.get("fusion", []):
+            refused.setdefault(n["graph"], []).append(NotFused.from_dict(n))
         graphs = []
         for s in d.get("stages", []):
             p = {k: v for k, v in s.items() if k not in ("id", "compile_id")}
@@ -177,8 +223,9 @@ class Inside:
             graphs.append(InsideGraph(s["id"], s["compile_id"], Pipeline.from_json(json.dumps(p)),
                                       kernels.get(s["id"], []), costs.get(s["id"]), dict(m.get("unmapped", {})),
                                       m.get("ops", 0), m.get("mapped", 0),
-                                      Partition.from_dict(m["partition"]) if "partition" in m else None))
+                                      Partition.from_dict(m["partition"]) if "partition" in m else None,
+                                      refused.get(s["id"], [])))
         return cls(graphs, list(d.get("inside", {}).get("notes", [])), bool(d.get("inside", {}).get("timed", False)))
 
 
-__all__ = ["Cost", "Inside", "InsideGraph", "Kernel"]
+__all__ = ["Cost", "Inside", "InsideGraph", "Kernel", "NotFused"]
