@@ -181,6 +181,33 @@ def test_flops_match_torchs_flop_counter_and_work_on_meta() -> None:
     assert Graph.from_json(g.to_json()).annotations["overlays"]["flops"] == g.annotations["overlays"]["flops"]
 
 
+
+def test_flops_per_module_match_torchs_counter_in_nested_repeated_blocks() -> None:
+    """Each module call's FLOPs are those torch's counter gives the module (its ops at any depth),
+    also where blocks repeat the same shapes (counts remembered per op and shape) and nest."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    import fxviz
+
+    def block(width: int) -> torch.nn.Module:
+        return torch.nn.Sequential(torch.nn.Linear(width, 2 * width), torch.nn.ReLU(),
+                                   torch.nn.Sequential(torch.nn.Linear(2 * width, width)))
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[block(8) for _ in range(3)], torch.nn.Sequential(block(8), block(8))).eval()
+    args = (torch.randn(5, 8),)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(*args)
+    torch_modules = {k.removeprefix("Sequential").lstrip("."): sum(v.values())
+                     for k, v in counter.get_flop_counts().items()}
+    flops = fxviz.capture(model, args, method="eager").annotations["overlays"]["flops"]
+    assert sum(flops["nodes"].values()) == counter.get_total_flops() == 10 * 2 * 5 * 8 * 16
+    mine = {k.split("#")[0]: v for k, v in flops["modules"].items()}
+    assert mine == {k: v for k, v in torch_modules.items() if k and k != "Global" and v}
+    assert mine["3"] == mine["3.0"] + mine["3.1"] == 2 * mine["0"]
+
+
 # ---- Model Explorer's graph JSON ----------------------------------------------------------------------
 
 #: The fields of Model Explorer's graph JSON (model_explorer/graph_builder.py in the

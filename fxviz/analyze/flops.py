@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from typing import Any
 
 import torch
@@ -155,18 +156,41 @@ def count_flops(graph: Graph) -> Graph:
     """Write the overlay ``flops`` (see the module docstring)."""
     nodes = {}
     shape_of: dict[int, Shape | None] = {}  # by id: the graph keeps every metadata object alive
+    # a model repeats a few targets and a few shapes: the counter is looked up once per target
+    # (most targets have none: ``op_name`` was most of this pass), and a count is worked out once
+    # per target and input/output metadata objects (a capture shares one per shape)
+    counted: dict[str, bool] = {}
+    memo: dict[tuple[Any, ...], int | None] = {}
     for n in graph.nodes:
-        if n.kind == "op":
-            f = node_flops(graph, n, shape_of)
-            if f:
-                nodes[n.name] = f
+        if n.kind != "op":
+            continue
+        target = n.target
+        has = counted.get(target)
+        if has is None:
+            has = counted[target] = op_name(target) in COUNTERS
+        if not has:
+            continue
+        key = (target, *map(id, map(graph.meta_of, n.inputs)), *map(id, n.outputs), n.attrs.get("transposed"))
+        if key in memo:
+            f = memo[key]
+        else:
+            f = memo[key] = node_flops(graph, n, shape_of)
+        if f:
+            nodes[n.name] = f
     modules = {}
     if nodes:
-        for c in tree_of(graph).walk():
-            if c.stack:
-                total = sum(nodes.get(x, 0) for x in c.nodes)
-                if total:
-                    modules[c.id] = total
+        # a call's ``nodes`` are its own ``ops`` and its child calls' ``nodes``: each op is added
+        # once, children before parents, where summing every call's ``nodes`` cost the nodes times
+        # the nesting depth
+        calls = list(tree_of(graph).walk())  # parents first
+        totals: dict[int, int] = {}
+        for c in reversed(calls):
+            total = totals[id(c)] = totals.get(id(c), 0) + sum(map(nodes.get, c.ops, repeat(0)))
+            if c.parent is not None and total:
+                totals[id(c.parent)] = totals.get(id(c.parent), 0) + total
+        for c in calls:
+            if c.stack and totals[id(c)]:
+                modules[c.id] = totals[id(c)]
     set_overlay(graph, "flops", label="FLOPs", kind="number", unit="FLOP", scale="log", reduce="sum",
                 nodes=nodes, modules=modules,
                 description="forward FLOPs from torch.utils.flop_counter's formulas at the captured shapes "

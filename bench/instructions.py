@@ -1,0 +1,101 @@
+"""Eager capture cost in instructions (valgrind's callgrind): a figure a loaded machine does not move,
+for the before/after of a change to the tracer, its passes or the snapshot, where process CPU time on
+a shared machine swings by more than the change.
+
+    python bench/instructions.py [--models stack,resnet] [--parts capture,tracer,forward,snapshot]
+                                 [--reps 2] [--stack-layers 300]
+
+Each part runs twice untimed (imports, first-call caches), then ``--reps`` times inside
+``functools.reduce``, the only code callgrind collects (``--toggle-collect=functools_reduce``): the
+count excludes starting Python and importing torch. Parts: ``capture`` is
+``fxviz.capture(model, args, method="eager")``, ``tracer`` the same with ``passes=()``, ``forward``
+the plain forward under ``torch.no_grad()``, ``snapshot`` taking and restoring the model's snapshot
+(:class:`fxviz.torchbridge.guard.Snapshot`). Printed: instructions per call, and per recorded op
+beyond the forward for the stack. Slow: about 50x a plain run per part (minutes each on GPT-2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+STACK_OPS_PER_LAYER = 3
+
+
+def child(model_name: str, part: str, reps: int, layers: int) -> None:
+    """Run ``part`` under callgrind's collection (this process is the one valgrind runs)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _common import pin_threads
+
+    pin_threads(1)
+    import torch
+    from tracer import build_models
+
+    import fxviz
+    from fxviz.torchbridge.guard import Snapshot, walks_shared
+
+    model, args, _ = build_models(layers)[model_name]()
+
+    def forward() -> None:
+        with torch.no_grad():
+            model(*args)
+
+    def snapshot() -> None:
+        with walks_shared():
+            Snapshot(model, [args, {}]).restore()
+
+    fn = {
+        "capture": lambda: fxviz.capture(model, args, method="eager"),
+        "tracer": lambda: fxviz.capture(model, args, method="eager", passes=()),
+        "forward": forward,
+        "snapshot": snapshot,
+    }[part]
+    for _ in range(2):
+        fn()
+    functools.reduce(lambda acc, _: fn(), range(reps), None)
+
+
+def count(model_name: str, part: str, reps: int, layers: int) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "callgrind.out")
+        proc = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--toggle-collect=functools_reduce",
+             sys.executable, __file__, "--child", model_name, part, str(reps), str(layers)],
+            capture_output=True, text=True, check=False,
+        )
+    m = re.search(r"Collected : (\d+)", proc.stderr)
+    if proc.returncode != 0 or m is None:
+        raise SystemExit(f"callgrind failed on {model_name} {part}: {proc.stderr[-2000:]}")
+    return int(m.group(1)) // reps
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="stack")
+    ap.add_argument("--parts", default="capture,tracer,forward,snapshot")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--stack-layers", type=int, default=300)
+    a = ap.parse_args()
+    for model_name in a.models.split(","):
+        got = {part: count(model_name, part, a.reps, a.stack_layers) for part in a.parts.split(",")}
+        line = ", ".join(f"{part} {n / 1e6:.1f} M" for part, n in got.items())
+        if model_name == "stack" and "forward" in got:
+            ops = a.stack_layers * STACK_OPS_PER_LAYER
+            line += "; per op beyond the forward: " + ", ".join(
+                f"{part} {(n - got['forward']) / ops / 1e3:.0f} k" for part, n in got.items()
+                if part in ("capture", "tracer"))
+        print(f"{model_name}: instructions per call: {line}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
