@@ -314,3 +314,26 @@ def test_real_triton_output_code_calls_and_returns():
         ("triton_per_fused_sin_sum_0:1", "triton", ["arg0_1", "buf0"]),
         ("triton_per_fused_exp_sin_sum_1:2", "triton", ["arg0_1", "buf1", "buf2"])]
     assert first.returns == ["buf0", "buf1", "buf2"]
+
+
+def test_a_functional_collective_is_a_collective_call():
+    """Inductor calls a DTensor collective as ``torch.ops._c10d_functional.all_reduce_.default``
+    (the CPU output code of a tensor-parallel MLP, as torch 2.13 wrote it): one op, not a kernel."""
+    code = '''
+def call(self, args):
+    primals_1, primals_7, primals_9 = args
+    buf3 = empty_strided_cpu((4, 16), (16, 1), torch.float32)
+    # Topologically Sorted Source Nodes: [linear_1], Original ATen: [aten.t, aten.div, aten.addmm]
+    # [Provenance debug handles] extern_kernels.addmm:3
+    extern_kernels.addmm(buf2, buf1, reinterpret_tensor(primals_7, (16, 16), (1, 16), 0), alpha=1, beta=1, out=buf3)
+    del buf2
+    # Topologically Sorted Source Nodes: [outputs_1], Original ATen: [_c10d_functional.all_reduce]
+    # [Provenance debug handles] torch.ops._c10d_functional.all_reduce_.default:4
+    torch.ops._c10d_functional.all_reduce_.default(buf3, 'sum', '0')
+    return (buf3, primals_1, buf1, primals_7, )
+'''
+    out = parse_output_code(code)
+    assert [(c.handle, c.kind) for c in out.calls] == [
+        ("extern_kernels.addmm:3", "extern"), ("torch.ops._c10d_functional.all_reduce_.default:4", "collective")]
+    ar = out.calls[1]
+    assert ar.args == ["buf3"] and ar.aten == ["_c10d_functional.all_reduce"] and ar.source_nodes == ["outputs_1"]

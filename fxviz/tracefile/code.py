@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 KernelKind = Literal["cpp", "triton", "template", "other"]
-CallKind = Literal["cpp", "triton", "extern", "other"]
+CallKind = Literal["cpp", "triton", "extern", "collective", "other"]
+#: Calls that run one op each (an ATen kernel; a collective of ``_c10d_functional``), not a fused kernel.
+ONE_OP = frozenset({"extern", "collective"})
 
 
 @dataclass
@@ -261,6 +263,8 @@ def _calls(text: str, spans: list[tuple[int, int]],
                 nodes, aten = list(kernel.source_nodes), list(kernel.aten)
         elif name.startswith("extern_kernels."):
             kind = "extern"
+        elif "c10d_functional." in name:  # torch.ops._c10d_functional.all_reduce_.default
+            kind = "collective"
         args, results, positional, out = call_args(src) if src else ([], [], [], "")
         calls.append(KernelCall(handle, name, kind, line, nodes, aten, args, results, positional, out))
         nodes, aten = [], []

@@ -23,7 +23,7 @@ from typing import Any
 from fxviz.analyze.inside.result import Kernel
 from fxviz.analyze.inside.stages import op_nodes
 from fxviz.ir import Graph, ModuleCall, Node, Ref
-from fxviz.tracefile.code import OutputCode
+from fxviz.tracefile.code import ONE_OP, OutputCode
 
 #: ATen ops that Inductor runs as views of a buffer (``reinterpret_tensor``), never as a kernel.
 VIEW_OPS = frozenset({
@@ -162,7 +162,7 @@ def _infer(post: Graph, code: OutputCode, handles: list[str]) -> dict[str, list[
     covers: dict[str, list[str]] = {h: [] for h in handles}
     extern_at: dict[str, int] = {}
     for i, (c, h) in enumerate(zip(calls, handles, strict=True)):
-        if c.kind != "extern":
+        if c.kind not in ONE_OP:
             continue
         named = [n for n in c.source_nodes if n in ops and n not in taken and not is_view(ops[n])]
         if not named:
@@ -173,7 +173,7 @@ def _infer(post: Graph, code: OutputCode, handles: list[str]) -> dict[str, list[
             covers[h].append(x)
             taken.add(x)
             extern_at[x] = i
-    fused = [i for i, c in enumerate(calls) if c.kind != "extern"]
+    fused = [i for i, c in enumerate(calls) if c.kind not in ONE_OP]
     after: dict[str, int] = {}  # node -> the last extern call (index) it depends on, -1 for none
     for name, node in ops.items():
         deps = [after.get(r.node, -1) for r in node.inputs if r.node in ops]

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from fxviz.analyze.inside.result import Inside, Kernel
+from fxviz.tracefile.code import ONE_OP
 from fxviz.tracefile.records import Trace
 
 #: Warm iterations timed with torch.profiler (the issue allows at most 10).
@@ -156,7 +157,7 @@ class LiveRun:
             for i, part in enumerate(dict.fromkeys(k.part for k in g.kernels)):
                 rows = [k for k in g.kernels if k.part == part]
                 stem = _stem(codes[i].meta.get("filename")) if i < len(codes) else ""
-                names = {f"{stem}:{k.name}" if k.kind == "cpp" else k.name for k in rows if k.kind != "extern"}
+                names = {f"{stem}:{k.name}" if k.kind == "cpp" else k.name for k in rows if k.kind not in ONE_OP}
                 parts.append((rows, names, keys[i] if i < len(keys) else None))
                 stems.append(stem)
         mine: list[list[list[tuple[str, float, float]]]] = [[] for _ in parts]
@@ -223,7 +224,7 @@ def _time(rows: list[Kernel], calls: list[list[tuple[str, float, float]]], devic
     for kids in calls:
         used: set[int] = set()
         for k in rows:
-            if k.kind == "extern":
+            if k.kind in ONE_OP:  # an ATen op or a collective, named as the profiler names it
                 want = {_tail(k.name)}
                 i = next((i for i, (name, *_) in enumerate(kids) if i not in used and name.split("::")[-1] in want),
                          None)

@@ -26,6 +26,7 @@ from fxviz.analyze.pipeline.views import stage_cells, stage_keys
 from fxviz.ir import Graph
 from fxviz.passes.overlays import set_overlay
 from fxviz.passes.panels import row, set_panel
+from fxviz.tracefile.code import ONE_OP
 
 KERNEL, KERNEL_TIME = "kernel", "kernel time"
 SEVERAL = "several kernels"
@@ -39,8 +40,14 @@ NOT_FUSED_ROWS, NOT_FUSED_LINES = 200, 10
 
 def label(k: Kernel) -> str:
     """How the tree and report name a kernel: ``cpp_fused_gelu_0`` (``g0``), ``extern addmm``."""
-    name = f"extern {k.name.rsplit('.', 1)[-1]}" if k.kind == "extern" else k.name
+    name = f"{k.kind} {_short(k.name)}" if k.kind in ONE_OP else k.name
     return f"{name} ({k.graph}{'' if k.part in ('forward', 'inference', '') else ' ' + k.part})"
+
+
+def _short(name: str) -> str:
+    """``extern_kernels.addmm`` -> ``addmm``; ``torch.ops._c10d_functional.all_reduce_.default`` -> ``all_reduce_``."""
+    parts = [p for p in name.split(".") if p not in ("default", "Tensor", "out")]
+    return parts[-1] if parts else name
 
 
 def by_time(kernels: list[Kernel]) -> list[Kernel]:

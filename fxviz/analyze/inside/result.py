@@ -24,7 +24,7 @@ class Kernel:
 
     ``id`` is torch's provenance handle (``cpp_fused_gelu_0:2``, ``extern_kernels.addmm:1``);
     ``name`` the kernel (``cpp_fused_gelu_0``) or the extern function (``extern_kernels.addmm``);
-    ``kind`` ``cpp``, ``triton``, ``template``, ``extern`` or ``other``; ``graph``/``compile_id``/
+    ``kind`` ``cpp``, ``triton``, ``template``, ``extern``, ``collective`` or ``other``; ``graph``/``compile_id``/
     ``part`` the compiled graph and which of its output codes (``forward``, ``backward``,
     ``inference``). ``ops``: the post-grad nodes it runs; ``eager``: the eager graph's ops they
     come from and ``modules`` their module paths; ``lines``: the user lines torch's kernel stack
@@ -184,10 +184,12 @@ class Inside:
         if not ks and not any(g.ops for g in self.graphs):  # aot_eager: AOT Autograd's stages, no Inductor
             return f"{len(self.graphs)} compiled graph{'s' if len(self.graphs) != 1 else ''}, no Inductor kernels"
         ext = sum(1 for k in ks if k.kind == "extern")
+        comm = sum(1 for k in ks if k.kind == "collective")
         p = self.share_mapped * 100
         pct = f"{p:.1f}%" if 99 < p < 100 else f"{p:.0f}%"
         return (f"{len(self.graphs)} compiled graph{'s' if len(self.graphs) != 1 else ''}, {len(ks)} kernels and "
-                f"calls ({ext} extern), {pct} of post-grad ops mapped to a kernel")
+                f"calls ({ext} extern{f', {comm} collective' if comm else ''}), {pct} of post-grad ops mapped "
+                "to a kernel")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON keys: ``stages`` (per compiled graph its pipeline), ``kernels``, ``fusion`` (the
