@@ -38,5 +38,10 @@ def test_collectives_of_a_compiled_tensor_parallel_mlp() -> None:
     for k in collective:
         assert sorted(k.ops) == sorted(torch_map[k.id])
     assert "collective)" in inside.summary()
+    # timed like any compiled graph (the trace of a process-group run has rank 0: the live run's
+    # calls are matched to it all the same), collectives included
+    assert inside.timed and all(k.time_us is not None and k.time_us > 0 for k in g.kernels), \
+        [(k.id, k.time_us) for k in g.kernels]
+    assert sum(k.share or 0 for k in g.kernels) == pytest.approx(1.0)
     # the compile map counts the all_reduce as compiled (one graph, no break)
     assert cm.share == 1.0

@@ -85,6 +85,12 @@ class Compile:
             base = f"!{self.compiled_autograd_id}" + (f"/{base}" if self.frame_id >= 0 else "")
         return f"{base}_{self.attempt}" if self.attempt else base
 
+    @property
+    def label(self) -> str:
+        """The compile id with its rank where the trace has ranks (ranks share compile ids):
+        ``rank 1: 0/0``."""
+        return self.compile_id if self.rank is None else f"rank {self.rank}: {self.compile_id}"
+
     def all(self, name: str) -> list[Artifact]:
         return [a for a in self.artifacts if a.name == name]
 

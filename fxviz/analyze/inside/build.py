@@ -109,7 +109,7 @@ def _seconds(c: Compile, key: str, nth: int = 0) -> float:
 
 def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | None, notes: list[str],
            trace_compiles: list[Compile] | None = None, listening: bool = False) -> InsideGraph:
-    cid = c.compile_id if c.rank is None else f"rank {c.rank}: {c.compile_id}"  # ranks share compile ids
+    cid = c.label
     stages: list[Stage] = []
 
     def add(name: str, graph: Graph | None, base: Stage | None, seconds: float = 0.0,

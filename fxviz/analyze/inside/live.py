@@ -147,7 +147,7 @@ class LiveRun:
                 inside.notes.append(self.note)
             return
         inside.timed = True
-        by_cid = {c.compile_id: c for c in trace.compiles if c.rank is None}  # a live run has no ranks
+        by_cid = {c.label: c for c in trace.compiles}  # a fake process group's run has rank 0
         parts: list[tuple[list[Kernel], set[str], str | None]] = []
         stems: list[str] = []
         for g in inside.graphs:
@@ -177,6 +177,9 @@ class LiveRun:
                 mine[at].append(kids)
         for (rows, _, _), calls, stem in zip(parts, mine, stems, strict=True):
             _time(rows, calls, self.device, self.profiled, stem)
+        if self.calls and not any(k.time_us is not None for g in inside.graphs for k in g.kernels):
+            inside.notes.append(f"kernel times not measured: none of the {len(self.calls)} profiled calls of a "
+                                "compiled graph could be told apart by its kernels or cache key")
 
 
 def _key(payload: Any) -> str | None:
