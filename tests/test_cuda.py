@@ -248,27 +248,12 @@ def test_refusals_on_triton_are_the_ones_torch_logged() -> None:
     """``max_fusion_size=1`` makes Inductor refuse fusions of Triton kernels: fxviz's list is what
     torch's fusion logger said in the same run, each side on the Triton kernels torch's
     ``cppCodeToPost`` gives its nodes."""
-    import logging
+    from tests.test_inside_fusion import _stood, compile_with_torchs_fusion_log
 
-    import torch._inductor.config as inductor_config
-    from torch._inductor.scheduler import fusion_log
-
-    from tests.test_inside_fusion import _stood, _TorchLog
-
-    model, args = _on_cuda(*inside_models.unfused())
-    level = fusion_log.level
-    with structured_trace(fusion=False) as events, inductor_config.patch({"max_fusion_size": 1, "fx_graph_cache": False}):
-        log = _TorchLog(events)
-        fusion_log.addHandler(log)
-        fusion_log.setLevel(logging.DEBUG)
-        try:
-            cm = fxviz.compile_map(model, args, backend="inductor", inside=True, grad=True)
-        finally:
-            fusion_log.removeHandler(log)
-            fusion_log.setLevel(level)
+    cm, events, log = compile_with_torchs_fusion_log(*_on_cuda(*inside_models.unfused()))
     got = {(n.part, n.first, n.second, n.reason) for n in cm.inside.not_fused}
     assert got and got == _stood(log)
-    forward = json.loads(_artifacts(list(events), "inductor_provenance_tracking_node_mappings")[0])["cppCodeToPost"]
+    forward = json.loads(_artifacts(events, "inductor_provenance_tracking_node_mappings")[0])["cppCodeToPost"]
     for n in cm.inside.not_fused:
         if n.part == "forward":
             for ops, kernels in ((n.first_ops, n.first_kernels), (n.second_ops, n.second_kernels)):

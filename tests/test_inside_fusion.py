@@ -44,10 +44,15 @@ class _TorchLog(logging.Handler):
 
 @pytest.fixture(scope="module")
 def run() -> tuple[CompileMap, list[Any], _TorchLog]:
+    return compile_with_torchs_fusion_log(*inside_models.unfused())
+
+
+def compile_with_torchs_fusion_log(model: Any, args: Any) -> tuple[CompileMap, list[Any], _TorchLog]:
+    """The compile map of a training step (``max_fusion_size=1``, FX graph cache off), the
+    structured trace, and torch's own fusion log of the same run."""
     import torch._inductor.config as inductor_config
     from torch._inductor.scheduler import fusion_log
 
-    model, args = inside_models.unfused()
     level = fusion_log.level
     with structured_trace(fusion=False) as events, inductor_config.patch({"max_fusion_size": 1, "fx_graph_cache": False}):
         log = _TorchLog(events)

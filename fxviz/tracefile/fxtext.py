@@ -29,6 +29,7 @@ from functools import lru_cache
 from typing import Any
 
 from fxviz.ir import Graph, Node, Ref, SourceLoc, TensorMeta
+from fxviz.tracefile.code import split_args
 from fxviz.tracefile.errors import TraceFileError
 
 DTYPES = {
@@ -183,7 +184,7 @@ class _Reader:
         if len(parts) == 1:
             inner = parts[0].strip()[len("def forward("):]
             inner = inner[:inner.rfind(")")]
-            entries = [(x.strip(), None) for x in _split_top(inner)]
+            entries = [(x.strip(), None) for x in split_args(inner)]
         else:
             for p in parts[1:-1]:
                 code, _, comment = p.partition("  #")
@@ -409,31 +410,6 @@ def _target(callee: str) -> str:
     return f"{ns}::{op}"
 
 
-def _split_top(text: str) -> list[str]:
-    """Split at commas outside brackets and quotes."""
-    out: list[str] = []
-    depth = 0
-    quote = ""
-    start = 0
-    for k, ch in enumerate(text):
-        if quote:
-            if ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            out.append(text[start:k])
-            start = k + 1
-    tail = text[start:]
-    if tail.strip():
-        out.append(tail)
-    return [x for x in (o.strip() for o in out) if x]
-
-
 def _dim(text: str) -> int | str:
     text = text.strip()
     return int(text) if text.lstrip("-").isdigit() else text
@@ -446,7 +422,7 @@ _ONE_TENSOR = re.compile(r"^[a-z0-9]+\[[^\]]*\](?:\[[^\]]*\])?[^,\s]*$")
 def _annotation(ann: str) -> tuple[tuple[TensorMeta, ...], tuple[tuple[int | str, ...] | None, ...]] | None:
     """The outputs an annotation describes (one per comma-separated part) and their strides;
     None when a part cannot be read. Annotations repeat: the result is cached."""
-    parts = [ann] if _ONE_TENSOR.match(ann) else _split_top(ann)
+    parts = [ann] if _ONE_TENSOR.match(ann) else split_args(ann)
     metas: list[TensorMeta] = []
     strides: list[tuple[int | str, ...] | None] = []
     for part in parts:
@@ -459,7 +435,7 @@ def _annotation(ann: str) -> tuple[tuple[TensorMeta, ...], tuple[tuple[int | str
 
 
 def _dims(text: str) -> list[str]:
-    return text.split(",") if "(" not in text else _split_top(text)
+    return text.split(",") if "(" not in text else split_args(text)
 
 
 def _tensor_meta(ann: str) -> tuple[TensorMeta | None, list[int | str] | None]:
