@@ -273,8 +273,34 @@ def spec_graph(spec: TargetSpec, input_shapes: tuple[str, ...], dtype: str, meth
         backward["world_size"] = meta[_WORLD_SIZE]
     if meta.get(_LOSS) is not None:
         backward["loss"] = with_torch(spec).load_function(meta[_LOSS], "--loss")
-    return with_torch(spec).load_graph(spec, input_shapes=input_shapes, dtype=dtype, method=method,
-                                       validate=validate, **backward)
+    factory = with_torch(spec)
+    ranks = factory.launched_world_size() if meta.get(_WORLD_SIZE) is None else None
+    if ranks is None:
+        return factory.load_graph(spec, input_shapes=input_shapes, dtype=dtype, method=method, validate=validate,
+                                  **backward)
+    return _launched_graph(spec, ranks, input_shapes=input_shapes, dtype=dtype, method=method, validate=validate,
+                           **backward)
+
+
+def _launched_graph(spec: TargetSpec, ranks: int, **options: Any) -> Graph:
+    """Under ``torchrun``: every rank captures its own graph in the launch's (gloo) group, rank 0
+    gathers them, flags the collectives where ranks differ, and is the one that writes; the other
+    ranks leave quietly."""
+    from fxviz.ir import Graph
+    from fxviz.passes.comm import rank_mismatches
+
+    factory = with_torch(spec)
+    with factory.launched_world() as rank:
+        graph = factory.load_graph(spec, world_size=ranks, **options)
+        texts = factory.gather_to_rank0(graph.to_json())
+    if rank != 0 or texts is None:
+        click.get_current_context().exit(0)
+    graphs = [graph, *(Graph.from_json(t) for t in texts[1:])]
+    if not rank_mismatches(graphs):
+        n = len(graph.annotations.get("collectives") or [])
+        graph.notes.append(f"rank 0 of {ranks} (torchrun): every rank issued the same {n} collective"
+                           f"{'s' if n != 1 else ''}, in the same order, kind and size")
+    return graph
 
 
 def _has_torch() -> bool:

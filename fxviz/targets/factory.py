@@ -27,7 +27,7 @@ from fxviz.passes import DEFAULT, run_passes
 from fxviz.symbolic.pt2 import graph_from_pt2
 from fxviz.targets.parse import TargetSpec, parse_shape, read_graph, recognise
 from fxviz.targets.shapes import shapes_fit, suggest
-from fxviz.torchbridge.distributed import fake_world
+from fxviz.torchbridge.distributed import fake_world, gather_to_rank0, launched_world, launched_world_size
 
 _INT_DTYPES = {torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
 
@@ -248,4 +248,5 @@ def compare_target(
         return compare(t.model, t.args, t.kwargs, decompose=decompose, level=level)
 
 
-__all__ = ["Target", "compare_target", "load_factory", "load_function", "load_graph", "make_inputs", "parse_dtype"]
+__all__ = ["Target", "compare_target", "gather_to_rank0", "launched_world", "launched_world_size", "load_factory",
+           "load_function", "load_graph", "make_inputs", "parse_dtype"]

@@ -9,7 +9,10 @@ code does. Only what it created is destroyed: a group the caller made is left al
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
 
 import torch.distributed as dist
 
@@ -42,6 +45,46 @@ def fake_world(world_size: int) -> Iterator[bool]:
         if dist.is_initialized():
             dist.destroy_process_group()
 
+
+
+#: The variables a launcher (torchrun) sets for each process it starts.
+_LAUNCHED = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+#: How long a collective may wait for the other ranks (``FXVIZ_COLLECTIVE_TIMEOUT``, seconds).
+TIMEOUT_S = 600.0
+
+
+def launched_world_size() -> int | None:
+    """The number of ranks a launcher (``torchrun``) started this process among, from the
+    environment it sets; ``None`` when this process was not launched so (or alone)."""
+    if not all(k in os.environ for k in _LAUNCHED):
+        return None
+    size = int(os.environ["WORLD_SIZE"])
+    return size if size > 1 else None
+
+
+@contextlib.contextmanager
+def launched_world() -> Iterator[int]:
+    """Join the process group of a ``torchrun`` launch (gloo on the CPU, rendezvous from the
+    environment; a group the caller already made is used as it is) and yield this rank. A
+    collective that waits longer than ``FXVIZ_COLLECTIVE_TIMEOUT`` seconds (default
+    :data:`TIMEOUT_S`) fails with the group's timeout. The group is destroyed after when this call
+    made it."""
+    made = not dist.is_initialized()
+    if made:
+        seconds = float(os.environ.get("FXVIZ_COLLECTIVE_TIMEOUT", TIMEOUT_S))
+        dist.init_process_group("gloo", timeout=timedelta(seconds=seconds))
+    try:
+        yield dist.get_rank()
+    finally:
+        if made and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def gather_to_rank0(text: str) -> list[Any] | None:
+    """Every rank's ``text`` (a graph's JSON), in rank order, on rank 0; ``None`` on the others."""
+    out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(text, out, dst=0)
+    return out
 
 
 def placement_attrs(t: object) -> dict[str, str]:

@@ -1,0 +1,46 @@
+"""A real multi-process run (issue 22 point 3): ``torchrun --nproc-per-node 2 -m fxviz json
+TARGET`` on gloo (CPU) captures every rank in the launch's own process group, rank 0 gathers the
+ranks' graphs, compares their collectives (:func:`fxviz.passes.comm.rank_mismatches`) and is the only
+one that writes; the graph is the one the fake process group gives for the same model."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fxviz
+from tests import test_distributed as td
+
+pytestmark = pytest.mark.slow  # two processes start torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_torchrun_gives_rank_0s_graph_with_the_ranks_compared() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FXVIZ_COLLECTIVE_TIMEOUT": "120"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "--master-port", str(_free_port()), "-m", "fxviz", "json",
+                           f"{REPO / 'tests' / 'test_distributed.py'}:mlp_factory"],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = json.loads(proc.stdout)  # one JSON document: rank 1 wrote nothing
+    a = d["annotations"]
+    assert a["rank"] == 0 and a["rank_mismatches"] == []
+    assert any("rank 0 of 2 (torchrun): every rank issued the same 1 collective" in n for n in d["notes"])
+    # the same collectives as the fake process group records for the model (kind, bytes, module)
+    fake = fxviz.capture(td.mlp_factory, world_size=2)
+    key = [(c["kind"], c["bytes"], c.get("module")) for c in fake.annotations["collectives"]]
+    assert [(c["kind"], c["bytes"], c.get("module")) for c in a["collectives"]] == key
+    assert [n["target"] for n in d["nodes"] if n["kind"] == "op"] == [n.target for n in fake.ops]
