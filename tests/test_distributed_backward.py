@@ -31,7 +31,7 @@ from fxviz.fallback.comms import _kind
 from fxviz.ir import Graph
 from fxviz.passes.comm import collectives
 from fxviz.passes.overlays import overlays
-from tests.test_distributed import MLP, fsdp_factory, sp_factory
+from tests.test_distributed import FACTORY, MLP, fsdp_factory, sp_factory
 
 Counts = dict[str, dict[str, dict[str, int]]]  # module -> phase -> kind -> count
 
@@ -199,26 +199,9 @@ def test_post_accumulate_grad_hooks_not_run_are_said() -> None:
     assert any(n.startswith("1 parameters have post-accumulate-grad hooks, which this backward") for n in g.notes)
 
 
-TP_FACTORY = '''
-import torch, torch.distributed as dist
-from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
-class MLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.up = nn.Linear(16, 64)
-        self.down = nn.Linear(64, 16)
-
-    def forward(self, x):
-        return self.down(torch.relu(self.up(x)))
-
-def build():
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    m = parallelize_module(MLP(), mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
-    return m, (torch.randn(4, 16, requires_grad=True),)
-'''
+# the CLI's tensor-parallel MLP factory, with an input that requires grad
+TP_FACTORY = FACTORY.replace("torch.randn(4, 16),)", "torch.randn(4, 16, requires_grad=True),)")
+assert TP_FACTORY != FACTORY
 
 
 def test_cli_backward_world_size(tmp_path: Any) -> None:
