@@ -9,7 +9,8 @@ Each part runs twice untimed (imports, first-call caches), then ``--reps`` times
 ``functools.reduce``, the only code callgrind collects (``--toggle-collect=functools_reduce``): the
 count excludes starting Python and importing torch. Parts: ``capture`` is
 ``fxviz.capture(model, args, method="eager")``, ``tracer`` the same with ``passes=()``, ``forward``
-the plain forward under ``torch.no_grad()``, ``snapshot`` taking and restoring the model's snapshot
+the plain forward under ``torch.no_grad()``, ``floor`` the forward under an empty
+``TorchFunctionMode`` and empty global module hooks (what any tracer of this kind pays), ``snapshot`` taking and restoring the model's snapshot
 (:class:`fxviz.torchbridge.guard.Snapshot`). Printed: instructions per call, and per recorded op
 beyond the forward for the stack. Slow: about 50x a plain run per part (minutes each on GPT-2).
 """
@@ -35,7 +36,7 @@ def child(model_name: str, part: str, reps: int, layers: int) -> None:
 
     pin_threads(1)
     import torch
-    from tracer import build_models
+    from tracer import build_models, floor_fn
 
     import fxviz
     from fxviz.torchbridge.guard import Snapshot, walks_shared
@@ -55,6 +56,7 @@ def child(model_name: str, part: str, reps: int, layers: int) -> None:
         "tracer": lambda: fxviz.capture(model, args, method="eager", passes=()),
         "forward": forward,
         "snapshot": snapshot,
+        "floor": floor_fn(model, args),
     }[part]
     for _ in range(2):
         fn()
@@ -92,7 +94,7 @@ def main() -> int:
             ops = a.stack_layers * STACK_OPS_PER_LAYER
             line += "; per op beyond the forward: " + ", ".join(
                 f"{part} {(n - got['forward']) / ops / 1e3:.0f} k" for part, n in got.items()
-                if part in ("capture", "tracer"))
+                if part in ("capture", "tracer", "floor"))
         print(f"{model_name}: instructions per call: {line}", flush=True)
     return 0
 
