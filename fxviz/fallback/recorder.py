@@ -31,6 +31,10 @@ from fxviz.torchbridge.guard import named_modules
 # these comparisons run on every op.
 _SKIP, _EXIT = Action.SKIP, Action.EXIT
 _PLAIN_TYPES = frozenset({int, bool, str})
+#: Tensors that are neither a DTensor nor a shard of one by their type alone. A parameter is looked
+#: for among the sharded values only in a sharded run: outside one, asking a parameter for its
+#: storage (``_place``) went through ``Parameter.__torch_function__`` on every first read.
+_PLAIN_TENSORS = frozenset({torch.Tensor, nn.Parameter})
 
 
 class TracerFault(Exception):
@@ -93,7 +97,7 @@ class Recorder:
 
     def read_at(self, t: torch.Tensor, v: int) -> Ref:
         ref = self.versions.lookup(t, v)
-        if ref is None and (self._sharded or type(t) is not torch.Tensor):
+        if ref is None and (self._sharded or type(t) not in _PLAIN_TENSORS):
             ref = self._sharded_value(t)
         return ref if ref is not None else self._state_node(t)
 
@@ -285,7 +289,7 @@ class Recorder:
                     known = e[1]
                     inputs.append(known[0] if known[1] == v else self.versions.changed(a, known, v))
                 else:
-                    ref = self._sharded_value(a) if self._sharded or type(a) is not torch.Tensor else None
+                    ref = self._sharded_value(a) if self._sharded or type(a) not in _PLAIN_TENSORS else None
                     inputs.append(ref if ref is not None else self._state_node(a))
                 seen.append((a, v))
                 continue
