@@ -126,6 +126,12 @@ def test_the_diff_view_links_each_difference_to_both_sides(browser: Any, cnn_pai
     row(page, 1).click()
     r.settle()
     assert selected(page, "a") == f"n{ia['view']}" and selected(page, "b") is None
+    # from the keyboard too: Enter on a side's cell goes to that side, not to the whole row
+    side_link(page, 0, "b").focus()
+    page.keyboard.press("Enter")
+    r.settle()
+    assert selected(page, "b") == f"n{ib['conv2d_2']}"
+    assert (page.text_content("[data-ref=details] .fx-diff-side") or "").startswith("in eager · pair in export: ")
     # opening a box opens its pair
     r.js("fxvizReport.viewers.a.collapseAll().then(() => fxvizReport.viewers.b.collapseAll())")
     page.locator('.fx-pane[data-side="a"] .fx-box[data-path="fully_connected1"]').dispatch_event("dblclick")

@@ -201,7 +201,8 @@ export class Findings {
         this.go(key);
       });
       tr.addEventListener("keydown", (e) => {
-        if (e.key !== "Enter") return;
+        // Enter on a link in the row (a cell's own target, a sibling page) follows the link
+        if (e.key !== "Enter" || (e.target.closest && e.target.closest("a"))) return;
         e.preventDefault();
         e.stopPropagation();
         this.go(key);
