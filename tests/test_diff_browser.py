@@ -386,6 +386,7 @@ SAID = """([root, text]) => {
 def test_the_differences_are_listed_once_in_the_drawer_and_nowhere_else(browser: Any, tmp_path: Path) -> None:
     """The diff page lists its differences in one place, the drawer's table: a second list of
     them (the sidebar's list it once had beside the table) fails this test."""
+    from fxviz.graphdiff import diff
     from tests.test_diff_page import stack_diff
 
     d = stack_diff()
@@ -401,4 +402,11 @@ def test_the_differences_are_listed_once_in_the_drawer_and_nowhere_else(browser:
     panes = page.locator(".fx-panes").bounding_box()
     assert panes is not None and panes["x"] < 2 and panes["width"] >= 1600 - 300 - 2
     assert r.errors == []
+    r.close()
+    # graphs that agree: the answer says so, and there is no table (nor any other list)
+    same = diff(d.a, d.a, labels=("old", "new"))
+    same.to_html(str(path))
+    r = ReportPage(browser, path, width=1600, height=1000)
+    assert r.page.locator("[data-ref=analysis] [data-ref=headline]").text_content() == same.headline() == "✓ no significant differences"
+    assert r.page.locator("[data-ref=drawer]").is_hidden() and r.page.locator(".fx-sidebar").is_hidden()
     r.close()
