@@ -1,6 +1,7 @@
 """The diff page in headless Chromium: both graphs drawn side by side in the same viewer, kept in
 step (opening a box opens its pair, selecting a node selects its pair, panning one side moves
-the other), and the list of differences, in words, linking each to both sides. The first tests
+the other), and the differences, in words, as the drawer's table (the page's one list of them):
+a row shows its difference on both sides, its cell of one side's nodes that side. The first tests
 draw data built by hand (pairs by node name); the later ones open the page fxviz writes
 (`fxviz diff --html`, ``Diff.to_html``) for models with control flow that depends on the input:
 what differs is coloured on its side, the pair of a node is the one the diff aligned, a failed
@@ -16,6 +17,7 @@ import pytest
 import fxviz
 from fxviz import examples
 from fxviz.ir import Graph
+from fxviz.render.diffpage import differences_panel
 from fxviz.render.html import view_model
 from tests.fallback_models import DataDependentIf
 from tests.report_browser import ReportPage, page_from_data
@@ -34,6 +36,7 @@ def status_overlay(vm: dict[str, Any], status: list[str]) -> None:
 
 
 def diff_data(a: Graph, b: Graph, differences: list[dict[str, Any]]) -> dict[str, Any]:
+    differences = [{"module": None, "call": 0, "informational": False, "at": [None, None], "detail": "", **x} for x in differences]
     va, vb = view_model(a), view_model(b)
     ia = {n: i for i, n in enumerate(va["nodes"]["n"])}
     ib = {n: i for i, n in enumerate(vb["nodes"]["n"])}
@@ -45,14 +48,29 @@ def diff_data(a: Graph, b: Graph, differences: list[dict[str, Any]]) -> dict[str
     hit_b = {i for d in differences for i in d["b"]}
     status_overlay(va, ["differs" if i in hit_a else "matched" if n in ib else "only in export" for i, n in enumerate(va["nodes"]["n"])])
     status_overlay(vb, ["differs" if i in hit_b else "matched" if n in ia else "only in eager" for i, n in enumerate(vb["nodes"]["n"])])
-    return {"v": 3, "diff": {"labels": ["export", "eager"], "a": va, "b": vb, "pairs": pairs, "groupPairs": group_pairs,
-                             "differences": differences, "summary": {"significant": 1, "informational": len(differences) - 1}}}
+    labels = ["export", "eager"]
+    return {"v": 3, "diff": {"labels": labels, "a": va, "b": vb, "pairs": pairs, "groupPairs": group_pairs,
+                             "differences": differences, "summary": {"significant": 1, "informational": len(differences) - 1},
+                             "panels": [differences_panel((a, b), labels, differences)]}}
 
 
 @pytest.fixture(scope="module")
 def cnn_pair() -> tuple[Graph, Graph]:
     m, a = examples.cnn()
     return fxviz.capture(m, a, method="export"), fxviz.capture(m, a, method="eager")
+
+
+ROWS = "[data-ref=findings] [data-panel=differences] tbody tr"
+
+
+def row(page: Any, k: int) -> Any:
+    """The drawer's row of difference ``k`` (its index in the page's data)."""
+    return page.locator(f'{ROWS}[data-key="d{k}"]')
+
+
+def side_link(page: Any, k: int, side: str) -> Any:
+    """The cell of difference ``k``'s row that shows it on ``side``."""
+    return row(page, k).locator(f'a.fx-cell-link[data-key="d{k}:{side}"]')
 
 
 def selected(page: Any, side: str) -> str | None:
@@ -75,33 +93,45 @@ def test_the_diff_view_links_each_difference_to_both_sides(browser: Any, cnn_pai
     page = r.page
     assert page.locator(".fx-pane").count() == 2
     assert [t.strip() for t in page.eval_on_selector_all(".fx-pane-title", "els => els.map(e => e.textContent)")] == ["export", "eager"]
-    items = page.locator(".fx-diff-item")
-    assert items.count() == 2
+    # the differences are the drawer's table, open with the page, the page's one list of them
+    rows = page.locator(ROWS)
+    assert rows.count() == 2 and rows.first.is_visible()
+    assert page.locator(".fx-sidebar").is_hidden()
     # statuses in words, never raw codes
-    assert [page.text_content(".fx-diff-item:nth-child(1) .fx-diff-words"), page.text_content(".fx-diff-item:nth-child(2) .fx-diff-words")] == ["decomposed", "only in export"]
-    assert "only_in_a" not in (page.text_content(".fx-diff-list") or "")
+    assert rows.evaluate_all("rs => rs.map(r => r.cells[0].textContent)") == ["decomposed", "only in export"]
+    assert "only_in_a" not in (page.text_content("[data-ref=findings]") or "")
     assert "1 significant difference · 1 informational" in (page.text_content(".fx-totals") or "")
     # the page opens on the first significant difference, shown on both sides
     assert selected(page, "a") == f"n{ia['conv2d_2']}" and selected(page, "b") == f"n{ib['conv2d_2']}"
     r.shot("diff-first")
     # each side's link goes to that side's node (and the other side follows to its pair)
     r.js("fxvizReport.viewers.a.collapseAll().then(() => fxvizReport.viewers.b.collapseAll())")
-    page.locator('.fx-diff-item[data-diff="d1"] .fx-diff-link[data-side="b"]').click()
+    side_link(page, 0, "b").click()
     r.settle()
     assert selected(page, "b") == f"n{ib['conv2d_2']}"
     assert page.locator(f'.fx-pane[data-side="b"] [data-key="n{ib["conv2d_2"]}"].fx-diff-hit').count() == 1
-    page.locator('.fx-diff-item[data-diff="d2"] .fx-diff-link[data-side="a"]').click()
+    assert (page.text_content("[data-ref=details] .fx-diff-side") or "").startswith("in eager · pair in export: ")
+    assert "fx-finding-current" in (row(page, 0).get_attribute("class") or "")
+    side_link(page, 1, "a").click()
     r.settle()
     assert selected(page, "a") == f"n{ia['view']}"
-    assert "not in eager" in (page.text_content('.fx-diff-item[data-diff="d2"]') or "")
+    # a side without the difference's nodes has an empty cell, which goes nowhere of its own
+    assert row(page, 1).evaluate("r => [r.cells[2].textContent, r.cells[3].textContent]") == ["view", ""]
+    assert side_link(page, 1, "b").count() == 0
     # shown as a whole, a difference with no place on one side leaves nothing selected there (the
     # node selected before is not its pair)
-    page.locator('.fx-diff-item[data-diff="d1"] .fx-diff-words').click()
+    row(page, 0).click()
     r.settle()
     assert selected(page, "b") == f"n{ib['conv2d_2']}"
-    page.locator('.fx-diff-item[data-diff="d2"] .fx-diff-words').click()
+    row(page, 1).click()
     r.settle()
     assert selected(page, "a") == f"n{ia['view']}" and selected(page, "b") is None
+    # from the keyboard too: Enter on a side's cell goes to that side, not to the whole row
+    side_link(page, 0, "b").focus()
+    page.keyboard.press("Enter")
+    r.settle()
+    assert selected(page, "b") == f"n{ib['conv2d_2']}"
+    assert (page.text_content("[data-ref=details] .fx-diff-side") or "").startswith("in eager · pair in export: ")
     # opening a box opens its pair
     r.js("fxvizReport.viewers.a.collapseAll().then(() => fxvizReport.viewers.b.collapseAll())")
     page.locator('.fx-pane[data-side="a"] .fx-box[data-path="fully_connected1"]').dispatch_event("dblclick")
@@ -129,6 +159,7 @@ def test_a_data_dependent_diff_shows_the_eager_ops_and_the_failure_site(browser:
     site = next(i for i, n in enumerate(eager.nodes) if n.kind == "op" and n.target.endswith("__bool__"))
     differences = [{"id": "f", "kind": "export_failed", "words": "export failed here",
                     "message": "GuardOnDataDependentSymNode: Could not guard on data-dependent expression",
+                    "detail": "torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode: Eq(u0, 1)\n  at line 31",
                     "a": [], "b": [site], "source": ["fallback_models.py", 31, "forward", "if y.sum() > 0:"]}]
     path = page_from_data(eager, tmp_path / "diff-dd.html", data=diff_data(failed, eager, differences))
     r = ReportPage(browser, path, width=1600, height=1000)
@@ -139,8 +170,13 @@ def test_a_data_dependent_diff_shows_the_eager_ops_and_the_failure_site(browser:
     site_el = page.locator(f'.fx-pane[data-side="b"] [data-key="n{site}"]')
     assert "fx-selected" in (site_el.get_attribute("class") or "") and "fx-dd" in (site_el.get_attribute("class") or "")
     assert "⚠" in (site_el.text_content() or "")
-    assert "export failed here" in (page.text_content(".fx-diff-list") or "")
-    assert "not in export" in (page.text_content(".fx-diff-list") or "")
+    assert row(page, 0).evaluate("r => [...r.cells].map(c => c.textContent)")[:4] == [
+        "export failed here", differences[0]["message"], "", "__bool__"]
+    # the failure's long explanation is in the site's details, under the row's facts
+    facts = page.locator("[data-ref=details] .fx-facts [data-panel=differences]")
+    assert facts.count() == 1
+    facts.locator(".fx-fact-detail summary").click()
+    assert "Eq(u0, 1)" in (facts.locator(".fx-fact-detail pre").text_content() or "")
     r.shot("diff-data-dependent")
     r.close()
 
@@ -211,16 +247,16 @@ def test_the_compare_page_draws_both_graphs_and_links_each_node_to_its_pair(brow
     node(page, "b", "div").dispatch_event("mouseover")
     assert "fx-pair-hover" in (node(page, "a", "div").get_attribute("class") or "")
     # a row of the differences selects both sides
-    shape = next(d for d in data["differences"] if d["a"] and d["b"])
-    page.locator(f'.fx-diff-item[data-diff="{shape["id"]}"] .fx-diff-words').click()
+    k, shape = next((k, d) for k, d in enumerate(data["differences"]) if d["a"] and d["b"])
+    row(page, k).click()
     page_.settle()
     assert selected(page, "a") == f"n{shape['a'][0]}" and selected(page, "b") == f"n{shape['b'][0]}"
-    # its link to one side shows that side's node in the details
-    page.locator(f'.fx-diff-item[data-diff="{shape["id"]}"] .fx-diff-link[data-side="b"]').click()
+    # its cell of one side shows that side's node in the details
+    side_link(page, k, "b").click()
     page_.settle()
     assert (page.text_content("[data-ref=details] .fx-diff-side") or "").startswith("in eager · pair in export: ")
-    only = next(d for d in data["differences"] if d["kind"] == "only_in_a")
-    page.locator(f'.fx-diff-item[data-diff="{only["id"]}"] .fx-diff-words').click()
+    k, only = next((k, d) for k, d in enumerate(data["differences"]) if d["kind"] == "only_in_a")
+    row(page, k).click()
     page_.settle()
     assert selected(page, "a") == f"n{na.index(sym)}"
     assert page.locator(f'.fx-pane[data-side="a"] [data-key="n{na.index(sym)}"].fx-diff-hit').count() == 1
@@ -275,8 +311,8 @@ def test_a_region_that_differs_is_highlighted_on_both_sides_while_closed(browser
     # the row of an op only in old selects it on old's side and, on new's, opens the call it
     # would be in (h.1.fc, which holds new's matmul instead)
     data = page_data(path.read_text(encoding="utf-8"))["diff"]
-    only = next(x for x in data["differences"] if x["kind"] == "only_in_a")
-    page.locator(f'.fx-diff-item[data-diff="{only["id"]}"] .fx-diff-words').click()
+    k, only = next((k, x) for k, x in enumerate(data["differences"]) if x["kind"] == "only_in_a")
+    row(page, k).click()
     r.settle()
     assert selected(page, "a") == f"n{only['a'][0]}"
     assert selected(page, "b") == f"g{only['at'][1]}"
@@ -329,4 +365,48 @@ def test_the_diff_page_says_its_answer_and_its_differences_are_the_drawers_table
     assert facts.count() == 1 and "only in new: matmul" in (facts.text_content() or "")
     assert "fx-finding-current" in (table.locator("tbody tr", has_text="only in new").get_attribute("class") or "")
     assert na  # side a drew its nodes too
+    r.close()
+
+
+# every place on the page (but the details of the selection, which quote the rows about it) whose
+# own text says `text`
+SAID = """([root, text]) => {
+  const out = [];
+  const walk = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  for (let t = walk.nextNode(); t; t = walk.nextNode()) {
+    const el = t.parentElement;
+    if (!t.textContent.includes(text) || el.closest('[data-ref=details]')) continue;
+    const where = el.closest('[data-ref=findings]') ? 'drawer' : (el.closest('[data-ref]') || el).dataset.ref || el.className;
+    out.push([where, el.checkVisibility ? el.checkVisibility() : !!el.offsetParent]);
+  }
+  return out;
+}"""
+
+
+def test_the_differences_are_listed_once_in_the_drawer_and_nowhere_else(browser: Any, tmp_path: Path) -> None:
+    """The diff page lists its differences in one place, the drawer's table: a second list of
+    them (the sidebar's list it once had beside the table) fails this test."""
+    from fxviz.graphdiff import diff
+    from tests.test_diff_page import stack_diff
+
+    d = stack_diff()
+    path = tmp_path / "stack.html"
+    d.to_html(str(path))
+    r = ReportPage(browser, path, width=1600, height=1000)
+    page = r.page
+    root = page.locator("#fxviz-app").element_handle()
+    for x in d.differences:
+        assert page.evaluate(SAID, [root, x.message]) == [["drawer", True]], x.message
+    # nothing but the table lists them: the sidebar is gone and the graphs have its width
+    assert page.locator(".fx-sidebar").is_hidden()
+    panes = page.locator(".fx-panes").bounding_box()
+    assert panes is not None and panes["x"] < 2 and panes["width"] >= 1600 - 300 - 2
+    assert r.errors == []
+    r.close()
+    # graphs that agree: the answer says so, and there is no table (nor any other list)
+    same = diff(d.a, d.a, labels=("old", "new"))
+    same.to_html(str(path))
+    r = ReportPage(browser, path, width=1600, height=1000)
+    assert r.page.locator("[data-ref=analysis] [data-ref=headline]").text_content() == same.headline() == "✓ no significant differences"
+    assert r.page.locator("[data-ref=drawer]").is_hidden() and r.page.locator(".fx-sidebar").is_hidden()
     r.close()

@@ -184,6 +184,14 @@ def test_the_diffs_answer_is_the_terminals_sentence_and_its_differences_the_draw
     # on the side without the op, the row is about the box of the call it would be in
     box_b = data["differences"][0]["at"][1]
     assert box_b is not None and f"b:g{box_b}" in only_a["at"]
+    # the cell of a side's nodes shows the difference on that side; an empty cell goes nowhere
+    assert only_a["ck"] == [None, None, "d0:a", None, None, None] and only_b["ck"] == [None, None, None, "d1:b", None, None]
+    # a row carries its difference's long explanation (a failed capture's exception), bounded,
+    # for the details of the nodes it names
+    assert "detail" not in only_a
+    d.differences[0].detail = "Traceback ...\n" + "x" * 5000
+    (row0, _) = diff_view_model(d)["diff"]["panels"][0]["rows"]
+    assert row0["detail"].startswith("Traceback ...\n") and len(row0["detail"]) <= 4000
 
 
 def test_the_diff_page_says_its_answer_and_lists_its_differences_without_its_script(bundle: Any) -> None:

@@ -194,6 +194,7 @@ def test_source_lines_are_links_in_the_chosen_pattern(open_report: Any) -> None:
     r.js("fxvizReport.viewer.go('n' + fxvizReport.model.nodeIndex('conv2d_2'))")
     link = r.page.locator("[data-ref=details] a.fx-src")
     assert link.get_attribute("href").startswith("file://") and link.get_attribute("href").endswith("examples.py")  # type: ignore[union-attr]
+    r.page.click("[data-ref=more] > summary")  # the ⋯ menu holds the links, export and theme
     r.page.select_option("[data-ref=links]", "vscode://file/{file}:{line}")
     href = r.page.locator("[data-ref=details] a.fx-src").get_attribute("href") or ""
     assert href.startswith("vscode://file/") and href.endswith("examples.py:30")
@@ -224,10 +225,12 @@ def test_keyboard_moves_to_producer_and_consumer(open_report: Any, graphs: dict[
 
 def test_export_svg_and_png_of_the_current_view(open_report: Any, tmp_path: Path) -> None:
     r = open_report("cnn")
+    r.page.click("[data-ref=more] > summary")  # the ⋯ menu holds the links, export and theme
     with r.page.expect_download() as dl:
         r.page.click("[data-ref=exportSvg]")
     svg = Path(dl.value.path()).read_text(encoding="utf-8")
     assert svg.startswith("<?xml") and "<svg" in svg and "fully_connected1 (Linear)" in svg and "<style>" in svg
+    r.page.click("[data-ref=more] > summary")  # saving closed it
     with r.page.expect_download() as dl:
         r.page.click("[data-ref=exportPng]")
     png = Path(dl.value.path()).read_bytes()
@@ -240,6 +243,7 @@ def test_theme_follows_the_system_and_the_switch(open_report: Any) -> None:
     assert dark.page.get_attribute("#fxviz-app", "data-theme") == "dark"
     bg = "getComputedStyle(document.querySelector('.fx-canvas')).backgroundColor"
     dark_bg = dark.page.evaluate(bg)
+    dark.page.click("[data-ref=more] > summary")  # the ⋯ menu holds the links, export and theme
     dark.page.click("[data-ref=theme]")  # auto -> light
     assert dark.page.get_attribute("#fxviz-app", "data-theme") == "light"
     assert dark.page.evaluate(bg) != dark_bg

@@ -9,10 +9,11 @@ one side, decomposed, ...) so that the colouring is the overlay mechanism (match
 difference in colour), the pairs of nodes and of boxes the alignment found (selecting a node
 selects its pair, expanding a box expands its pair), each side's capture in words, and every
 difference in words with the nodes it names on each side, the box of its module call on each
-side, and its source line: the list of differences beside the graphs, and, as on every analysis
-page (:mod:`fxviz.render.panels`), the diff's answer in words (``analysis``: the terminal's
-sentence, :meth:`~fxviz.graphdiff.result.Diff.headline`) and the differences as the drawer's table
-(``panels``), each row selecting both sides. When one capture failed (export on data-dependent
+side, and its source line; and, as on every analysis page (:mod:`fxviz.render.panels`), the
+diff's answer in words (``analysis``: the terminal's sentence,
+:meth:`~fxviz.graphdiff.result.Diff.headline`) and the differences as the drawer's table
+(``panels``), the page's one list of them: each row selects both sides, its cell of one side's
+nodes that side's node, and a long explanation (a failed capture's exception) is in the details. When one capture failed (export on data-dependent
 control flow), the other side is drawn whole, every op "only in" it, and ``failure`` names the
 node where the forward left the graph.
 Everything is addressed by index, so the page grows linearly with the nodes and the nesting.
@@ -31,7 +32,7 @@ from fxviz.render.html import VIEW_MODEL_VERSION, in_frame, json_for_script, pag
 from fxviz.render.panels import cell_text
 from fxviz.render.view import bounded, module_boxes, node_label
 
-__all__ = ["DIFF_COLORS", "diff_view_model", "repr_html", "to_html"]
+__all__ = ["DIFF_COLORS", "diff_view_model", "differences_panel", "repr_html", "to_html"]
 
 #: Colours of the ``diff`` overlay's categories (row and call statuses). Matched is muted, so that
 #: what differs stands out on both sides.
@@ -112,7 +113,7 @@ def diff_view_model(d: Diff) -> dict[str, Any]:
     informational = d.summary(informational=True)
     analysis: dict[str, Any] = {"text": bounded(d.headline(), 600),
                                 "lv": "error" if d.one_sided else "warn" if d.significant else "ok"}
-    panels = [_differences_panel(d, differences)] if differences else []
+    panels = [differences_panel((d.a, d.b), d.labels, differences)] if differences else []
     if panels:
         analysis["p"] = panels[0]["name"]
     return {"v": VIEW_MODEL_VERSION, "diff": {
@@ -131,19 +132,22 @@ def diff_view_model(d: Diff) -> dict[str, Any]:
     }}
 
 
-def _differences_panel(d: Diff, differences: list[dict[str, Any]]) -> dict[str, Any]:
-    """The differences as the analysis drawer's table, in the shape of every analysis page's
+def differences_panel(graphs: tuple[Graph, Graph], labels: tuple[str, str] | list[str],
+                      differences: list[dict[str, Any]]) -> dict[str, Any]:
+    """The differences (as :func:`diff_view_model` lists them, on the sides ``graphs``, named
+    ``labels``) as the analysis drawer's table, in the shape of every analysis page's
     (:func:`fxviz.render.panels.panel_view`): one row per difference, which shows it on both
-    sides when clicked (its ``key``, ``d<k>``: the page's script shows difference ``k``), and
-    whose facts the details of each node it names list (``at``: ``a:n<i>`` and ``b:n<i>``; on a
-    side without a node of it, the box of its module call there, ``a:g<i>``)."""
-    graphs = {"a": d.a, "b": d.b}
+    sides when clicked (its ``key``, ``d<k>``: the page's script shows difference ``k``), whose
+    cell of one side's nodes shows it on that side (``ck``: ``d<k>:a``), whose facts the details
+    of each node it names list (``at``: ``a:n<i>`` and ``b:n<i>``; on a side without a node of
+    it, the box of its module call there, ``a:g<i>``) with its ``detail``, if any."""
+    by_side = {"a": graphs[0], "b": graphs[1]}
 
     def nodes(side: str, ids: list[int]) -> str:
         if not ids:
             return ""
         more = f" +{len(ids) - 1}" if len(ids) > 1 else ""
-        return node_label(graphs[side].nodes[ids[0]]) + more
+        return node_label(by_side[side].nodes[ids[0]]) + more
 
     rows = []
     for k, x in enumerate(differences):
@@ -152,12 +156,17 @@ def _differences_panel(d: Diff, differences: list[dict[str, Any]]) -> dict[str, 
         line = f"{str(src[0]).rsplit('/', 1)[-1]}:{src[1]}" if src else ""
         at = [f"{side}:n{i}" for side in ("a", "b") for i in x[side]]
         at += [f"{side}:g{box}" for side, box in zip(("a", "b"), x["at"], strict=True) if not x[side] and box is not None]
-        rows.append({"c": [cell_text(c) for c in (x["words"], x["message"], nodes("a", x["a"]), nodes("b", x["b"]), module, line)],
-                     "key": f"d{k}", "at": at, "lv": "info" if x["informational"] else "warn"})
+        row: dict[str, Any] = {
+            "c": [cell_text(c) for c in (x["words"], x["message"], nodes("a", x["a"]), nodes("b", x["b"]), module, line)],
+            "ck": [None, None, f"d{k}:a" if x["a"] else None, f"d{k}:b" if x["b"] else None, None, None],
+            "key": f"d{k}", "at": at, "lv": "info" if x["informational"] else "warn"}
+        if x.get("detail"):
+            row["detail"] = bounded(str(x["detail"]), 4000)
+        rows.append(row)
     return {"name": "differences", "title": "differences",
-            "note": "a row shows its difference on both sides; the grey ones are informational "
-                    "(decompositions, symbolic sizes)",
-            "columns": ["difference", "what", *(bounded(label, 60) for label in d.labels), "module", "line"], "rows": rows}
+            "note": "a row shows its difference on both sides, a side's nodes that side; the grey ones are "
+                    "informational (decompositions, symbolic sizes)",
+            "columns": ["difference", "what", *(bounded(label, 60) for label in labels), "module", "line"], "rows": rows}
 
 
 class _Boxes:

@@ -3,8 +3,9 @@
 // Opening or closing a box opens or closes its pair; selecting a node selects its pair (hovering
 // one outlines its pair); panning or zooming one side moves the other so that the pair of the
 // item nearest the centre stays level with it. The `diff` overlay colours what differs on both
-// sides (matched is muted). The list of differences selects each one on both sides. Data:
-// fxviz/render/diffpage.py.
+// sides (matched is muted). The differences are the drawer's table (findings.js), the one list
+// of them on the page: a row shows its difference on both sides, its cell of one side's nodes that
+// side's node. Data: fxviz/render/diffpage.py.
 import { action, h, refs } from "./dom.js";
 import { Findings } from "./findings.js";
 import { Model } from "./model.js";
@@ -13,7 +14,6 @@ import { boxPairs, pairMaps, partnerKey } from "./pairs.js";
 import { Look, bindCommon } from "./report.js";
 import { layoutRunner } from "./runner.js";
 import { Search, bindSearch } from "./search.js";
-import { sourceLink } from "./settings.js";
 import { clip, grouped } from "./text.js";
 import { Viewer } from "./viewer.js";
 
@@ -63,11 +63,12 @@ export class DiffPage {
     this.r.method.textContent = SIDES.map((s) => this.captureMethod(s)).join(" vs ");
     this.r.method.title = "how each graph was captured";
     renderLegend(this.r.legend, this.models.a, this.legend());
-    this.renderDifferences();
     // the answer above the graphs and the differences as the drawer's table, as on every
-    // analysis page: a row shows its difference on both sides ("d<k>"); a node's details list
-    // the differences that name it ("a:n3")
+    // analysis page: a row shows its difference on both sides ("d<k>"), its cell of one side's
+    // nodes that side ("d<k>:a"); a node's details list the differences that name it ("a:n3").
+    // The table is the page's list of differences, so it opens with the page.
     this.findings = new Findings(this.r, diff, (key) => this.goKey(key));
+    if (this.findings.panels.length) this.findings.open(this.findings.panels[0].name);
     this.bindSearch();
     bindCommon(this, root);
     for (const b of root.querySelectorAll("[data-action]")) b.addEventListener("click", () => this.tool(b.dataset.action));
@@ -116,9 +117,6 @@ export class DiffPage {
         })());
     };
     canvas.replaceChildren(h("div", { class: "fx-panes" }, pane("a", this.diff.labels[0]), pane("b", this.diff.labels[1])));
-    this.r.tree.replaceChildren();
-    this.r.tree.setAttribute("data-ref", "differences");
-    this.r.tree.previousElementSibling.textContent = "Differences";
   }
 
   summaryText() {
@@ -148,38 +146,16 @@ export class DiffPage {
     this.r.status.hidden = !text;
   }
 
-  // ---- the list of differences ---------------------------------------------------------------
+  // ---- the differences -----------------------------------------------------------------------
 
-  renderDifferences() {
-    const list = this.diff.differences.map((d, k) => {
-      const link = (side) => {
-        const ids = d[side] || [];
-        const label = this.diff.labels[side === "a" ? 0 : 1];
-        if (!ids.length) return h("span", { class: "fx-diff-none", text: `not in ${label}` });
-        const n = this.models[side].node(ids[0]);
-        return action(`${label}: ${clip(n.l, 40)}${ids.length > 1 ? ` +${ids.length - 1}` : ""}`, () => this.goSide(side, d), { class: "fx-diff-link", "data-side": side, title: n.n });
-      };
-      let src = null;
-      if (d.source) {
-        const [file, line] = d.source;
-        const text = `${String(file).split("/").pop()}:${line}`;
-        const url = sourceLink(this.settings ? this.settings.link : "", file, line);
-        src = url ? h("a", { class: "fx-src", href: url, target: "_blank", rel: "noopener", text }) : h("code", { class: "fx-src", text });
-      }
-      const detail = d.detail ? h("details", { class: "fx-diff-detail" }, h("summary", { text: "detail" }), h("pre", { text: clip(d.detail, 4000) })) : null;
-      return h("li", { class: `fx-diff-item${d.informational ? " fx-diff-info" : ""}`, "data-diff": d.id !== undefined ? d.id : k, "data-kind": d.kind },
-        action(d.words || d.kind, () => this.showDifference(d), { class: "fx-diff-words" }), " ",
-        h("span", { class: "fx-diff-message", text: clip(d.message || "", 300) }),
-        h("div", { class: "fx-diff-links" }, link("a"), " ", link("b"), src ? " " : null, src), detail);
-    });
-    this.r.differences.replaceChildren(list.length ? h("ol", { class: "fx-diff-list" }, list) : h("p", { class: "fx-muted", text: "No differences: the graphs agree." }));
-  }
-
-  /** Show what a table row points at: difference k ("d<k>") on both sides, or one side's item ("a:n3"). */
+  /** Show what a table row points at: difference k ("d<k>") on both sides, difference k on one
+   * side ("d<k>:a", its first node there), or one side's item ("a:n3"). */
   goKey(key) {
     if (key[0] === "d") {
-      const d = this.diff.differences[+key.slice(1)];
-      return d ? this.showDifference(d) : null;
+      const [k, side] = key.slice(1).split(":");
+      const d = this.diff.differences[+k];
+      if (!d) return null;
+      return side && (d[side] || []).length ? this.goSide(side, d) : this.showDifference(d);
     }
     const [side, k] = key.split(":");
     return this.viewers[side] ? this.viewers[side].go(k) : null;
@@ -196,9 +172,6 @@ export class DiffPage {
   /** Show difference d on both sides: its first node on each (or, opened, the box where the
    * other side's nodes would be), selected, the others marked. */
   async showDifference(d) {
-    for (const li of this.r.differences.querySelectorAll(".fx-diff-current")) li.classList.remove("fx-diff-current");
-    const li = this.r.differences.querySelector(`[data-diff="${CSS.escape(String(d.id))}"]`);
-    if (li) li.classList.add("fx-diff-current");
     const keys = Object.fromEntries(SIDES.map((s) => [s, this.target(d, s)]));
     this.syncing = true;
     try {
@@ -234,6 +207,7 @@ export class DiffPage {
     this.selected = { side, key };
     this.showDetails();
     this.mark(d);
+    this.findings.mark(`d${this.diff.differences.indexOf(d)}`);
   }
 
   /** Mark every node of difference d on both sides. */

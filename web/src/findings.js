@@ -23,6 +23,13 @@ export function rowKeys(r) {
   return [...(key ? [key] : []), ...(Array.isArray(r.at) ? r.at.filter((k) => typeof k === "string" && k !== key) : [])];
 }
 
+/** Where cell `j` of a row goes when clicked, when not where the row goes: the row's `ck[j]` (the
+ * diff page's "d<k>:a", a difference on one side), for a cell that says something; else null. */
+export function cellKey(r, j) {
+  const ck = Array.isArray(r.ck) ? r.ck[j] : null;
+  return typeof ck === "string" && ck && r.c && r.c[j] ? ck : null;
+}
+
 /** What column `j` of a row sorts by: Python's number, else the number the text starts with
  * ("1,234", "0.0774 ✗", "15 → 17"), else the text. */
 export function sortValue(r, j) {
@@ -164,7 +171,18 @@ export class Findings {
 
   rowEl(r) {
     const key = rowKey(r);
-    const cells = r.c.map((c) => h("td", { text: c }));
+    const cells = r.c.map((c, j) => {
+      // a cell with a target of its own goes there; the rest of the row goes to the row's
+      const ck = cellKey(r, j);
+      if (!ck) return h("td", { text: c });
+      const link = h("a", { href: "#", class: "fx-cell-link", "data-key": ck, title: "Show it on this side", text: c });
+      link.addEventListener("click", (e) => {
+        e.preventDefault();
+        e.stopPropagation();
+        this.go(ck);
+      });
+      return h("td", {}, link);
+    });
     if (r.h && SIBLING.test(r.h) && cells.length) { // another page beside this one: a stage of a pipeline
       const first = cells[0];
       first.replaceChildren(h("a", { href: r.h, class: "fx-panel-link", title: `Open ${r.h}`, text: first.textContent }));
@@ -176,14 +194,15 @@ export class Findings {
     }
     if (key) {
       tr.tabIndex = 0;
-      tr.title = "Show it in the graph";
+      tr.title = r.detail ? `Show it in the graph\n\n${r.detail.slice(0, 600)}` : "Show it in the graph";
       tr.dataset.key = key;
       tr.addEventListener("click", (e) => {
         if (e.target.closest && e.target.closest("a")) return;
         this.go(key);
       });
       tr.addEventListener("keydown", (e) => {
-        if (e.key !== "Enter") return;
+        // Enter on a link in the row (a cell's own target, a sibling page) follows the link
+        if (e.key !== "Enter" || (e.target.closest && e.target.closest("a"))) return;
         e.preventDefault();
         e.stopPropagation();
         this.go(key);
@@ -254,6 +273,8 @@ export class Findings {
     if (!found) return null;
     return h("section", { class: "fx-facts" }, ...found.map(([p, r]) => h("div", { class: `fx-fact${r.lv ? ` fx-lv-${r.lv}` : ""}`, "data-panel": p.name },
       h("h3", {}, h("a", { href: "#", title: "Open the table", onclick: (e) => { e.preventDefault(); this.open(p.name); }, text: p.title || p.name })),
-      h("dl", { class: "fx-attrs" }, ...p.columns.flatMap((c, j) => (r.c[j] ? [h("dt", { text: c }), h("dd", { text: r.c[j] })] : []))))));
+      h("dl", { class: "fx-attrs" }, ...p.columns.flatMap((c, j) => (r.c[j] ? [h("dt", { text: c }), h("dd", { text: r.c[j] })] : []))),
+      // the row's long explanation (a failed capture's exception), which no cell could hold
+      ...(r.detail ? [h("details", { class: "fx-fact-detail" }, h("summary", { text: "detail" }), h("pre", { text: r.detail }))] : []))));
   }
 }

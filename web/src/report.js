@@ -82,6 +82,17 @@ export function bindCommon(app, root) {
       app.showDetails();
     });
   }
+  if (r.more) {
+    // the ⋯ menu closes on a click elsewhere, on Escape, and once the drawing is saved
+    const shut = () => r.more.removeAttribute("open");
+    document.addEventListener("pointerdown", (e) => { if (!r.more.contains(e.target)) shut(); });
+    r.more.addEventListener("keydown", (e) => {
+      if (e.key !== "Escape" || !r.more.open) return;
+      shut();
+      r.more.querySelector("summary").focus();
+    });
+    for (const b of [r.exportSvg, r.exportPng]) if (b) b.addEventListener("click", shut);
+  }
   const css = () => [...document.querySelectorAll("style")].map((s) => s.textContent).join("\n");
   const name = () => (app.data.name || "graph").replace(/[^\w.-]+/g, "_").slice(0, 80) || "graph";
   if (r.exportSvg) r.exportSvg.addEventListener("click", () => exportSvg(app.viewer, css(), root.dataset.theme, name()));

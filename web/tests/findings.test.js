@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { rowKey, rowKeys, sortRows, sortValue } from "../src/findings.js";
+import { cellKey, rowKey, rowKeys, sortRows, sortValue } from "../src/findings.js";
 
 test("a row points at its node, else its box, else nowhere", () => {
   assert.equal(rowKey({ n: 0, g: 3 }), "n0");
@@ -18,6 +18,16 @@ test("a row of the diff page stands for its difference and is about the nodes it
   assert.deepEqual(rowKeys({ n: 5, c: [] }), ["n5"]);
   assert.deepEqual(rowKeys({ c: [], at: "a:n1" }), []);
   assert.deepEqual(rowKeys({ c: [], at: [null, "b:n2", 3] }), ["b:n2"]);
+});
+
+test("a cell of the diff page's row of one side's nodes goes to that side; the others go where the row goes", () => {
+  const row = { c: ["only in old", "x", "matmul", "", "h.1.fc", ""], ck: [null, null, "d2:a", "d2:b", null, null], key: "d2" };
+  assert.deepEqual(row.c.map((_, j) => cellKey(row, j)), [null, null, "d2:a", null, null, null]);
+  // a row without cell targets, or with targets that are not keys, has none
+  assert.equal(cellKey({ c: ["a"] }, 0), null);
+  assert.equal(cellKey({ c: ["a", "b"], ck: "d0:a" }, 0), null);
+  assert.equal(cellKey({ c: ["a", "b"], ck: [3, ""] }, 0), null);
+  assert.equal(cellKey({ c: ["a", "b"], ck: [3, ""] }, 1), null);
 });
 
 test("a column sorts by Python's numbers, else by the number its text starts with, else as text", () => {
