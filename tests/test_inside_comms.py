@@ -5,7 +5,8 @@ in torch's fake process group with ``bucket_all_gathers_fx`` and ``reorder_for_c
 bucket torch formed (its collective tied to its members) and the collective's wait that runs later
 in the output code than in the post-grad graph, each checked against torch's own records of the run
 (the bucket artifact, the post-grad graph, the output code, ``cppCodeToPost``, the collective
-schedule)."""
+schedule). torch logs its scheduler passes' summaries only under
+``config_comms.reorder_sink_verbose_logging``, which fxviz's structured trace turns on."""
 
 from __future__ import annotations
 
@@ -54,10 +55,8 @@ def _model() -> tuple[Any, tuple[Any, ...]]:
 @pytest.fixture(scope="module")
 def run() -> tuple[Any, dict[str, list[Any]]]:
     import torch._inductor.config as inductor_config
-    import torch._inductor.config_comms as comms_config
 
-    with fake_world(2), structured_trace() as events, inductor_config.patch(PASSES), \
-            comms_config.patch({"reorder_sink_verbose_logging": True}):
+    with fake_world(2), structured_trace() as events, inductor_config.patch(PASSES):
         model, args = _model()
         cm = fxviz.compile_map(model, args, backend="inductor", inside=True)
     recorded: dict[str, list[Any]] = {}
@@ -71,7 +70,7 @@ def run() -> tuple[Any, dict[str, list[Any]]]:
 
 def _order(graph_text: str) -> list[str]:
     """The nodes of a graph torch printed, in its order."""
-    return re.findall(r"^\s+(\w+)(?:: \"[^\"]*\")? = torch\.ops\.", graph_text, re.M)
+    return re.findall(r"^ {8}(\w+)(?:: \"[^\"]*\")? = ", graph_text, re.M)
 
 
 def test_the_bucket_torch_formed_is_the_post_grad_stage_change(run) -> None:
@@ -89,7 +88,7 @@ def test_the_bucket_torch_formed_is_the_post_grad_stage_change(run) -> None:
     assert set(members) <= set(stage.removed)
     assert stage.links[bucket[0]] == [(m, "exact") for m in members]
     assert bucket[0] in stage.replaced
-    assert any(n.startswith("bucket_all_gathers: bucket of 2 all_gathers") and bucket[0] in n for n in stage.notes), \
+    assert any(n.startswith("bucket of 2 all_gathers") and bucket[0] in n for n in stage.notes), \
         stage.notes
     # its kernel row names both eager all-gathers (DTensor's full_tensor ran one each)
     gathers = [n.name for n in cm.graph.nodes if n.kind == "op" and n.target.endswith("all_gather_into_tensor")]
@@ -147,8 +146,65 @@ def test_terminal_json_and_report_carry_the_changes(run) -> None:
     out = io.StringIO()
     print_inside(Console(file=out, width=400), cm.inside, stage=None, graph=None)
     text = out.getvalue()
-    assert "1 moved" in text and "bucket_all_gathers: bucket of 2" in text
+    assert "1 moved" in text and "bucket of 2 all_gathers" in text
     assert all(n[:60] in text for n in kernels.notes)
     shown = annotate(g.pipeline, kernels.index)
     overlay = shown.annotations["overlays"]["pass_change"]
     assert [k for k, v in overlay["nodes"].items() if v == "moved"] == kernels.moved
+
+
+#: Overlap scheduling on CPU: torch estimates a matmul's time from the GPU's memory bandwidth
+#: (``estimate_roofline_runtime_ms`` -> ``get_gpu_dram_gbps``, which imports triton), so the model
+#: has no matmul, the estimates are given, and fusion regions (estimated the same way) are off.
+OVERLAP = {"force_disable_caches": True, "aten_distributed_optimizations.enable_overlap_scheduling": True,
+           "aten_distributed_optimizations.enable_fusion_regions": False}
+
+
+def _estimate(node: Any, *rest: Any) -> float:
+    return 1.0
+
+
+@pytest.fixture(scope="module")
+def overlap() -> tuple[Any, dict[str, list[Any]]]:
+    import torch._inductor.config as inductor_config
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    class Pointwise(torch.nn.Module):
+        def __init__(self, mesh: Any) -> None:
+            super().__init__()
+            self.a = torch.nn.Parameter(distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)]))
+            self.b = torch.nn.Parameter(distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)]))
+
+        def forward(self, x: Any) -> Any:
+            return torch.cos(torch.sin(x) * 2) * self.a.full_tensor()[:4] + self.b.full_tensor()[4:]
+
+    with fake_world(2), structured_trace() as events, inductor_config.patch(
+            {**OVERLAP, "aten_distributed_optimizations.custom_runtime_estimation": _estimate}):
+        torch.manual_seed(0)
+        cm = fxviz.compile_map(Pointwise(init_device_mesh("cpu", (2,))), (torch.randn(4, 16),), backend="inductor",
+                               inside=True)
+    recorded: dict[str, list[Any]] = {}
+    for meta, payload in events:
+        name = meta.get("artifact", {}).get("name")
+        if name:
+            recorded.setdefault(name, []).append(payload)
+    return cm, recorded
+
+
+def test_overlap_scheduling_is_a_stage_of_its_own(overlap) -> None:
+    """torch logs the overlap scheduling pass's graph before and after it: the post-grad stage
+    splits there, each part torch's own graph; the FSDP pre-bucketing it ran first is on the stage
+    before it, as torch logged it."""
+    cm, recorded = overlap
+    before, after = (_order(recorded[k][0]) for k in ("overlap_scheduling_graph_before", "overlap_scheduling_graph_after"))
+    post = _order(recorded["inductor_post_grad_graph"][0])
+    stages = {s.name: s for s in cm.inside.graphs[0].pipeline.stages}
+    split = [stages[f"{w} (inference)"] for w in ("post-grad passes before overlap scheduling", "overlap scheduling",
+                                                  "post-grad passes after overlap scheduling")]
+    for stage, want in zip(split, (before, after, post), strict=True):
+        assert [n.name for n in stage.graph.nodes if n.kind == "op"] == want
+    assert split[1].changed == (before != after)
+    assert split[2].index == split[1].index + 1 == split[0].index + 2
+    text = recorded["pre_bucketing_fsdp_collectives"][0].splitlines()[0]
+    assert any(text in n for n in split[0].notes) and any(n.startswith("bucket of 2 all_gathers") for n in split[0].notes)

@@ -248,7 +248,7 @@ def _post_grad(c: Compile, i: int, gid: str, part: str, post: Graph | None, base
                       (f"{label} ({part})", _parse(a[0], f"{gid} {label}", notes))]
     if post is None:
         return None
-    chain.append((f"post-grad passes ({part})" if not chain else f"post-grad passes after them ({part})", post))
+    chain.append((f"post-grad passes ({part})" if not chain else f"post-grad passes after {label} ({part})", post))
     last = base
     for k, (name, graph) in enumerate(chain):
         if graph is None:
@@ -257,6 +257,7 @@ def _post_grad(c: Compile, i: int, gid: str, part: str, post: Graph | None, base
         bucket_notes: list[str] = []
         if k == 0 and found and last is not None:
             links, bucket_notes = comms.bucket_links(found, last.graph, graph)
+            bucket_notes += comms.bucket_text(c, i)
         stage = add(name, graph, last, seconds if k == 0 else 0.0, links or None)
         if stage is not None:
             stage.notes = bucket_notes + stage.notes

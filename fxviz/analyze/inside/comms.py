@@ -33,11 +33,15 @@ from collections.abc import Mapping, Sequence
 from fxviz.ir import Graph
 from fxviz.tracefile.records import Artifact, Compile
 
-#: Bucket records: artifact -> (torch's pass, as ``GraphTransformObserver`` names it; the collective).
+#: Bucket records: artifact -> the collective its buckets hold. torch logs them from
+#: ``merge_all_gather`` / ``merge_reduce_scatter``, which ``bucket_all_gathers_fx`` /
+#: ``bucket_reduce_scatters_fx`` call, and so does the overlap scheduling's FSDP pre-bucketing.
 BUCKETS = {
-    "fx_bucketing_passes_all_gather_buckets": ("bucket_all_gathers", "all_gather"),
-    "fx_bucketing_passes_reduce_scatter_buckets": ("bucket_reduce_scatters", "reduce_scatter"),
+    "fx_bucketing_passes_all_gather_buckets": "all_gather",
+    "fx_bucketing_passes_reduce_scatter_buckets": "reduce_scatter",
 }
+#: Text torch logs about the post-grad passes' bucketing (one line each).
+BUCKET_TEXT = ("pre_bucketing_fsdp_collectives",)
 #: A communication pass whose graph torch logs before and after it: (stage name, before, after).
 PASS_GRAPHS = (("overlap scheduling", "overlap_scheduling_graph_before", "overlap_scheduling_graph_after"),)
 #: The scheduler's reordering passes' own summaries (text).
@@ -74,16 +78,22 @@ def for_part(c: Compile, name: str, i: int, *, after: str = "inductor_post_grad_
 
 
 def buckets(c: Compile, i: int) -> list[tuple[str, str, list[str]]]:
-    """The buckets torch formed in graph ``i``: (pass, collective, member nodes) each."""
+    """The buckets torch formed in graph ``i``: (its artifact, collective, member nodes) each."""
     out: list[tuple[str, str, list[str]]] = []
-    for art, (pass_name, kind) in BUCKETS.items():
+    for art, kind in BUCKETS.items():
         for a in for_part(c, art, i):
             text = a.payload if isinstance(a.payload, str) else str(a.payload)
             for inner in re.findall(r"\[([^\[\]]*)\]", text):
                 members = _NAME.findall(inner)
                 if members:
-                    out.append((pass_name, kind, members))
+                    out.append((art, kind, members))
     return out
+
+
+def bucket_text(c: Compile, i: int) -> list[str]:
+    """What else torch logged about graph ``i``'s bucketing (:data:`BUCKET_TEXT`)."""
+    return [f"{art} (torch's record): {str(a.payload).strip().splitlines()[0]}"
+            for art in BUCKET_TEXT for a in for_part(c, art, i) if str(a.payload or "").strip()]
 
 
 def bucket_links(found: list[tuple[str, str, list[str]]], before: Graph, after: Graph
@@ -96,7 +106,7 @@ def bucket_links(found: list[tuple[str, str, list[str]]], before: Graph, after: 
     links: dict[str, list[str]] = {}
     notes: list[str] = []
     taken: dict[str, int] = {}
-    for pass_name, kind, members in found:
+    for art, kind, members in found:
         fresh = [n for n in new if comm_name(n.target).startswith(kind)]  # all_gather_into_tensor(_out)
         k = taken.get(kind, 0)
         taken[kind] = k + 1
@@ -110,8 +120,8 @@ def bucket_links(found: list[tuple[str, str, list[str]]], before: Graph, after: 
                          and comm_name(w.target) == "wait_tensor" and any(r.node == node for r in w.inputs)), None)
             if wait is not None and waits_old:
                 links[wait] = waits_old
-        notes.append(f"{pass_name}: bucket of {len(members)} {kind}s ({', '.join(members)})"
-                     + (f" -> {node}" if node is not None else "") + " (torch's record)")
+        notes.append(f"bucket of {len(members)} {kind}s ({', '.join(members)})"
+                     + (f" -> {node}" if node is not None else "") + f" (torch's {art})")
     return links, notes
 
 
@@ -233,5 +243,5 @@ def resolve(post: Graph, post_to_pre: Mapping[str, Sequence[str]], under: Mappin
     return out
 
 
-__all__ = ["BUCKETS", "PASS_GRAPHS", "SCHEDULE", "SCHEDULER", "below", "bucket_links", "buckets", "comm_name",
+__all__ = ["BUCKETS", "BUCKET_TEXT", "bucket_text", "PASS_GRAPHS", "SCHEDULE", "SCHEDULER", "below", "bucket_links", "buckets", "comm_name",
            "for_part", "is_comm", "moved", "resolve", "schedule", "scheduler_notes"]
