@@ -148,6 +148,12 @@ def test_terminal_json_and_report_carry_the_changes(run) -> None:
     text = out.getvalue()
     assert "1 moved" in text and "bucket of 2 all_gathers" in text
     assert all(n[:60] in text for n in kernels.notes)
+    from fxviz.analyze.inside.overlay import panels
+
+    report = fxviz.Graph.from_json(cm.graph.to_json())
+    panels(report, cm.inside)  # the report's drawer: the stages table says what torch recorded of each
+    note = report.annotations["panels"]["stages"]["note"]
+    assert all(n in note for n in kernels.notes)
     shown = annotate(g.pipeline, kernels.index)
     overlay = shown.annotations["overlays"]["pass_change"]
     assert [k for k, v in overlay["nodes"].items() if v == "moved"] == kernels.moved
