@@ -23,6 +23,8 @@ pytestmark = pytest.mark.slow  # an Inductor compile
 import fxviz  # noqa: E402
 from fxviz.torchbridge.distributed import fake_world  # noqa: E402
 from fxviz.torchbridge.tracelog import structured_trace  # noqa: E402
+from tests.test_inside_comms_trace import expected_moves  # noqa: E402
+from tests.test_inside_comms_trace import order as _order  # noqa: E402
 
 PASSES = {"force_disable_caches": True, "bucket_all_gathers_fx": "all", "reorder_for_compute_comm_overlap": True,
           "deterministic": False,
@@ -68,11 +70,6 @@ def run() -> tuple[Any, dict[str, list[Any]]]:
     return cm, recorded
 
 
-def _order(graph_text: str) -> list[str]:
-    """The nodes of a graph torch printed, in its order."""
-    return re.findall(r"^ {8}(\w+)(?:: \"[^\"]*\")? = ", graph_text, re.M)
-
-
 def test_the_bucket_torch_formed_is_the_post_grad_stage_change(run) -> None:
     cm, recorded = run
     members = re.findall(r"\w+", recorded["fx_bucketing_passes_all_gather_buckets"][0])
@@ -99,13 +96,9 @@ def test_the_bucket_torch_formed_is_the_post_grad_stage_change(run) -> None:
 
 def test_the_wait_the_scheduler_sank_is_moved_in_the_kernels_stage(run) -> None:
     cm, recorded = run
-    code = recorded["inductor_output_code"][0]
-    handles = re.findall(r"\[Provenance debug handles\] (\S+)", code)  # torch's calls, in the order they run
     to_post = json.loads(recorded["inductor_provenance_tracking_node_mappings"][0])["cppCodeToPost"]
-    place = {n: i for i, n in enumerate(_order(recorded["inductor_post_grad_graph"][0]))}
-    at = {h: min(place[n] for n in to_post[h]) for h in handles}
-    comm = [h for h in handles if "_c10d_functional" in h]
-    expect = {h: [o for o in handles[:handles.index(h)] if o not in comm and at[o] > at[h]] for h in comm}
+    expect = expected_moves(recorded["inductor_output_code"][0], to_post, recorded["inductor_post_grad_graph"][0])
+    comm = list(expect)
     wait = next(h for h in comm if "wait_tensor" in h)
     assert expect[wait], "torch's output code runs the wait where the post-grad graph has it: nothing to show"
     g = cm.inside.graphs[0]

@@ -21,8 +21,9 @@ torch 2.13 records, per graph it compiles (the forward, then the backward):
   a collective or its wait finally runs is the output code's order: :func:`moved` compares it with
   the post-grad graph's, for the kernels stage.
 
-A record belongs to the graph whose post-grad graph (for the FX passes) or output code (for the
-scheduler's) comes next in the trace.
+A record of the FX passes belongs to the graph whose post-grad graph comes next in the trace; one
+of the scheduler's (logged while scheduling, the collective schedule after the output code) to the
+graph whose post-grad graph came last.
 """
 
 from __future__ import annotations
@@ -64,15 +65,17 @@ def comm_name(target: str) -> str:
     return tail[: -len("_out")] if tail.endswith("_out") else tail
 
 
-def for_part(c: Compile, name: str, i: int, *, after: str = "inductor_post_grad_graph") -> list[Artifact]:
-    """The artifacts ``name`` of the ``i``-th graph compiled (0: the forward): those with ``i``
-    artifacts ``after`` before them in the trace."""
+def for_part(c: Compile, name: str, i: int, *, scheduler: bool = False) -> list[Artifact]:
+    """The artifacts ``name`` of the ``i``-th graph compiled (0: the forward): those logged
+    between its post-grad graph and the next one (``scheduler``: after it, the scheduler's and the
+    code generation's records), else before it (the post-grad passes' records)."""
     seen = 0
+    want = i + 1 if scheduler else i
     out: list[Artifact] = []
     for a in c.artifacts:
-        if a.name == after:
+        if a.name == "inductor_post_grad_graph":
             seen += 1
-        elif a.name == name and seen == i:
+        elif a.name == name and seen == want:
             out.append(a)
     return out
 
@@ -161,13 +164,13 @@ def scheduler_notes(c: Compile, i: int) -> list[str]:
     the nodes each moved where torch's table says so), and its final collective order."""
     out: list[str] = []
     for art in SCHEDULER:
-        for a in for_part(c, art, i, after="inductor_output_code"):
+        for a in for_part(c, art, i, scheduler=True):
             text = a.payload if isinstance(a.payload, str) else str(a.payload)
             lines = [ln.strip() for ln in text.splitlines() if ln.strip() and "tabulate" not in ln]
             head = lines[0] if lines and not lines[0].startswith("[") else ""
             peak = [ln for ln in lines if re.search(r"peak_memory_(?:before|after):", ln)]
             out.append(f"{art} (torch's record): " + "; ".join(x for x in [head, *peak[:2]] if x))
-    for a in for_part(c, SCHEDULE, i, after="inductor_output_code"):
+    for a in for_part(c, SCHEDULE, i, scheduler=True):
         if isinstance(a.payload, list) and a.payload:
             out.append(f"{SCHEDULE} (torch's record): " + ", ".join(str(x) for x in a.payload))
     return out
@@ -176,7 +179,7 @@ def scheduler_notes(c: Compile, i: int) -> list[str]:
 def schedule(c: Compile, i: int) -> list[str] | None:
     """torch's ``inductor_collective_schedule`` for graph ``i``: the collective kernels in the
     order the scheduler left them (``None``: not recorded)."""
-    arts = for_part(c, SCHEDULE, i, after="inductor_output_code")
+    arts = for_part(c, SCHEDULE, i, scheduler=True)
     return [str(x) for x in arts[0].payload] if arts and isinstance(arts[0].payload, list) else None
 
 
