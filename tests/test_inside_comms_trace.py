@@ -40,12 +40,13 @@ def order(graph_text: str) -> list[str]:
 
 def expected_moves(code: str, to_post: dict[str, list[str]], post_text: str) -> dict[str, list[str]]:
     """Each collective or wait call of the output code -> the calls that run before it although
-    their post-grad nodes come after its own (torch's call order, ``cppCodeToPost``, graph order)."""
+    all their post-grad nodes come after its own (torch's call order, ``cppCodeToPost``, graph order)."""
     handles = re.findall(r"\[Provenance debug handles\] (\S+)", code)
     place = {n: i for i, n in enumerate(order(post_text))}
-    at = {h: min(place[n] for n in to_post[h]) for h in handles}
+    first = {h: min(place[n] for n in to_post[h]) for h in handles}
+    last = {h: max(place[n] for n in to_post[h]) for h in handles}
     comm = [h for h in handles if "_c10d_functional" in h]
-    return {h: [o for o in handles[:handles.index(h)] if o not in comm and at[o] > at[h]] for h in comm}
+    return {h: [o for o in handles[:handles.index(h)] if o not in comm and first[o] > last[h]] for h in comm}
 
 
 def test_a_saved_trace_shows_the_bucket_and_the_moved_wait() -> None:

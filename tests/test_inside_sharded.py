@@ -57,6 +57,26 @@ def test_collectives_of_a_compiled_tensor_parallel_mlp(run) -> None:
     assert cm.share == 1.0
 
 
+def test_the_matmul_torch_records_as_the_wait_runs_its_own_addmm(run) -> None:
+    """torch's ``cppCodeToPost`` gives the down projection's ``extern_kernels.addmm`` the node
+    ``wait_tensor`` (the all_reduce reduces its output in place) and no call the node ``addmm_1``:
+    the row takes the addmm node no call covers, marked inferred; then every post-grad op is
+    mapped, and the collectives run where the post-grad graph has them (nothing moved)."""
+    cm, mapping, _ = run
+    g = cm.inside.graphs[0]
+    post = next(s for s in g.pipeline.stages if s.name.startswith("post-grad"))
+    addmms = [n.name for n in post.graph.nodes if n.kind == "op" and n.target.endswith("addmm.default")]
+    odd = [h for h, ns in mapping["cppCodeToPost"].items() if h.startswith("extern_kernels.addmm")
+           and not set(ns) & set(addmms)]
+    assert odd, "torch now records each addmm's own node: this test has nothing left to check"
+    for k in g.kernels:
+        if k.kind == "extern":
+            assert len(k.ops) == 1 and k.ops[0] in addmms and k.inferred == (k.id in odd), (k.id, k.ops)
+    assert sorted(o for k in g.kernels if k.kind == "extern" for o in k.ops) == sorted(addmms)
+    assert g.mapped == g.ops
+    assert next(s for s in g.pipeline.stages if s.name.startswith("kernels")).moved == []
+
+
 def test_a_collective_row_names_the_eager_collective_and_the_module_that_issued_it(run) -> None:
     """torch's ``postToPre`` ties the all_reduce to a Dynamo op (DTensor's ``redistribute`` in
     RowwiseParallel's output hook), which is no eager op: the row names the eager all_reduce the

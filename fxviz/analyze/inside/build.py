@@ -270,7 +270,7 @@ def _comm_order(stage: Stage, post: Graph, kernels: list[Any], recorded: list[st
     post-grad graph has them (the scheduler's reordering), and torch's records of its passes."""
     place = {n: i for i, n in enumerate(op_nodes(post))}
     label: dict[str, str] = {}
-    at: dict[str, float] = {}
+    at: dict[str, tuple[float, float]] = {}
     comm: set[str] = set()
     for k in kernels:
         spots = [place[o] for o in k.ops if o in place]
@@ -279,7 +279,7 @@ def _comm_order(stage: Stage, post: Graph, kernels: list[Any], recorded: list[st
         node = next((n.name for n in stage.graph.nodes if n.attrs.get("kernel") == k.id), None)
         if node is None:
             continue
-        label[node], at[node] = k.id, min(spots)
+        label[node], at[node] = k.id, (min(spots), max(spots))
         if k.kind == "collective":
             comm.add(node)
     order = [n.name for n in stage.graph.nodes if n.name in at]

@@ -128,20 +128,22 @@ def bucket_links(found: list[tuple[str, str, list[str]]], before: Graph, after: 
     return links, notes
 
 
-def moved(before: Mapping[str, float], after: Sequence[str], comm: set[str], label: Mapping[str, str] | None = None
-          ) -> tuple[list[str], list[str]]:
+def moved(before: Mapping[str, tuple[float, float]], after: Sequence[str], comm: set[str],
+          label: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
     """The nodes of ``comm`` whose place among the other nodes changed, and a note for each:
-    ``before``: each node -> its place in the order it is compared with; ``after``: the nodes in
-    their new order. A collective or wait that now runs after nodes it came before (or before
-    nodes it came after) moved; ``label`` names the nodes in the notes."""
+    ``before``: each node -> the first and last place of what it stands for in the order it is
+    compared with (a kernel: its post-grad nodes); ``after``: the nodes in their new order. A
+    collective or wait moved when it now runs after a node all of whose places came after it, or
+    before one all of whose places came before it; ``label`` names the nodes in the notes."""
     out: list[str] = []
     notes: list[str] = []
     name = label or {}
     for i, c in enumerate(after):
         if c not in comm or c not in before:
             continue
-        later = [o for o in after[:i] if o not in comm and o in before and before[o] > before[c]]
-        earlier = [o for o in after[i + 1:] if o not in comm and o in before and before[o] < before[c]]
+        lo, hi = before[c]
+        later = [o for o in after[:i] if o not in comm and o in before and before[o][0] > hi]
+        earlier = [o for o in after[i + 1:] if o not in comm and o in before and before[o][1] < lo]
         if not later and not earlier:
             continue
         out.append(c)

@@ -59,7 +59,7 @@ def make_stage(index: int, name: str, graph: Graph, base: Stage | None, *, secon
                 links[k] = [(s, INFERRED) for s in by_line[at]]
     replaced = [k for k in fresh if any(s in gone_set for s, _ in links.get(k, ()))]
     rset = set(replaced)
-    place = {k: i for i, k in enumerate(k for k in old if k in kept)}
+    place = {k: (i, i) for i, k in enumerate(k for k in old if k in kept)}
     shifted, notes = moved(place, [k for k in ops if k in kept], {k for k in kept if is_comm(ops[k].target)})
     return Stage(index, name, graph, seconds, kind=kind, ops_before=dict(base.ops_after), ops_after=after,
                  added=[k for k in fresh if k not in rset], removed=gone, replaced=replaced, links=links,
