@@ -75,3 +75,28 @@ def test_a_saved_trace_shows_the_bucket_and_the_moved_wait() -> None:
     assert any(n.endswith(", ".join(schedule)) for n in kernels.notes)
     head = rec["reorder_communication_preserving_peak_memory"][0].splitlines()[0]
     assert any(head in n for n in kernels.notes)
+
+
+SP_TRACE = TRACE.with_name("comms_sp.log")
+
+
+def test_a_collective_torch_records_as_its_wait_runs_the_collective_that_wait_awaits() -> None:
+    """tests/data/traces/comms_sp.log: a sequence-parallel MLP (input all-gathered, output
+    reduce-scattered). torch's ``cppCodeToPost`` gives each collective call its wait's node; the
+    row runs the collective node the wait awaits (read from torch's post-grad graph), inferred, and
+    every post-grad op is mapped."""
+    rec = recorded(SP_TRACE)
+    to_post = json.loads(rec["inductor_provenance_tracking_node_mappings"][0])["cppCodeToPost"]
+    post_text = rec["inductor_post_grad_graph"][0]
+    awaits = dict(re.findall(r"^ {8}(\w+)(?:: \"[^\"]*\")? = torch\.ops\._c10d_functional\.wait_tensor\.default\((\w+)\)",
+                             post_text, re.M))
+    calls = {h: ns for h, ns in to_post.items() if "_c10d_functional" in h and "wait_tensor" not in h}
+    assert {re.sub(r"\.default:\d+$", "", h).rsplit(".", 1)[-1] for h in calls} == {
+        "all_gather_into_tensor", "reduce_scatter_tensor"}
+    assert all(set(ns) <= set(awaits) for ns in calls.values())  # torch: the waits, not the collectives
+    inside, _ = from_trace(SP_TRACE)
+    g = inside.graphs[0]
+    rows = {k.id: k for k in g.kernels}
+    for h, ns in calls.items():
+        assert rows[h].ops == [awaits[n] for n in ns] and rows[h].inferred, (h, rows[h].ops)
+    assert g.mapped == g.ops and g.ops > 0

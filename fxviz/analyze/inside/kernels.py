@@ -115,8 +115,10 @@ def kernel_map(post: Graph, code: OutputCode, mappings: Mapping[str, Any] | None
 def _misrecorded(ops: Mapping[str, Node], calls: list[Any], handles: list[str], covers: dict[str, list[str]]) -> set[str]:
     """Extern and collective calls torch's ``cppCodeToPost`` gives nodes none of which is the
     call's op (the ``addmm`` whose output an in-place collective then reduces is recorded as the
-    collective's ``wait_tensor``, a ``reduce_scatter_tensor`` as its wait): each takes instead the
-    first node of its op that no call covers, marked inferred. Returns their handles."""
+    collective's ``wait_tensor``, a ``reduce_scatter_tensor`` as its wait), all of them nodes that
+    another call runs too: each takes instead the first node of its op that no call covers (a
+    collective recorded as its wait: the collective that wait awaits, whose input copy a fused
+    kernel runs too), marked inferred. Returns their handles."""
     covered = {n for ns in covers.values() for n in ns}
     fixed: set[str] = set()
     for c, h in zip(calls, handles, strict=True):
@@ -124,9 +126,13 @@ def _misrecorded(ops: Mapping[str, Node], calls: list[Any], handles: list[str], 
             continue
         name = comm_name if c.kind == "collective" else short
         op = comm_name(c.name) if c.kind == "collective" else c.name.rsplit(".", 1)[-1]
-        if any(name(ops[n].target) == op for n in covers[h]):
-            continue
+        if any(name(ops[n].target) == op for n in covers[h]) or \
+                not all(any(n in covers[o] for o in handles if o != h) for n in covers[h]):
+            continue  # its own op's node, or a node no other call runs: torch's record stands
         own = next((n for n, node in ops.items() if name(node.target) == op and n not in covered), None)
+        if own is None and c.kind == "collective":  # recorded as its wait: the collective that wait awaits
+            own = next((r.node for n in covers[h] for r in ops[n].inputs
+                        if r.node in ops and name(ops[r.node].target) == op), None)
         if own is not None:
             covers[h] = [own]
             covered.add(own)
