@@ -102,6 +102,9 @@ def print_inside(console: Console, inside: Inside, *, stage: int | None, graph: 
             console.print(annotate(p, stage, show_unchanged=True).tree(overlay="pass_change"))
             continue
         console.print(stage_table(p, show_unchanged=True, stages=range(len(p.stages))))
+        for s in p.stages:  # what torch recorded of a stage's passes (buckets, collectives moved)
+            for note in s.notes:
+                console.print(f"  stage {s.index} ({s.name}): {one_line(note, limit=300)}", markup=False)
         if g.kernels or any(s.name.startswith("post-grad") for s in p.stages):  # aot_eager: no kernels
             console.print(kernel_table(g))
         if g.not_fused:

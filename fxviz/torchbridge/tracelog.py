@@ -143,11 +143,13 @@ def _buffers(names: list[str], ops: dict[str, Any]) -> list[str]:
 @contextlib.contextmanager
 def structured_trace(*, provenance: bool = True, fusion: bool = False) -> Iterator[list[Event]]:
     """Collect torch's structured-trace events while the block runs (and Inductor's provenance
-    tracking, ``torch._inductor.config.trace.provenance_tracking_level = 1``, when ``provenance``;
-    and Inductor's fusion decisions as :data:`~fxviz.tracefile.records.FUSION_LOG` events when
+    tracking, ``torch._inductor.config.trace.provenance_tracking_level = 1``, when ``provenance``,
+    with the summaries of the scheduler's communication passes, which torch logs only under
+    ``torch._inductor.config_comms.reorder_sink_verbose_logging``; and Inductor's fusion decisions as :data:`~fxviz.tracefile.records.FUSION_LOG` events when
     ``fusion``). The list fills as torch logs; a ``TORCH_TRACE`` the user set keeps writing its
     files, and a ``TORCH_LOGS=fusion`` the user set keeps printing."""
     from torch._inductor import config as inductor_config
+    from torch._inductor import config_comms
     from torch._logging._internal import trace_log
 
     events: list[Event] = []
@@ -155,13 +157,15 @@ def structured_trace(*, provenance: bool = True, fusion: bool = False) -> Iterat
     level = trace_log.level
     patch = (inductor_config.patch({"trace.provenance_tracking_level": 1}) if provenance
              else contextlib.nullcontext())
+    comms = (config_comms.patch({"reorder_sink_verbose_logging": True}) if provenance  # type: ignore[attr-defined]
+             else contextlib.nullcontext())
     # first in line: torch's own lazy file handler (TORCH_TRACE unset) removes itself from the list
     # while the first event is logged, and the handler after it in the list would miss that event
     trace_log.handlers.insert(0, handler)
     if not trace_log.isEnabledFor(logging.DEBUG):
         trace_log.setLevel(logging.DEBUG)
     try:
-        with patch, (_fresh_handles() if provenance else contextlib.nullcontext()), \
+        with patch, comms, (_fresh_handles() if provenance else contextlib.nullcontext()), \
                 (_fusion_log(events) if fusion else contextlib.nullcontext()):
             yield events
     finally:

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from fxviz.analyze.inside import fusion
+from fxviz.analyze.inside import comms, fusion
 from fxviz.analyze.inside.backward import refine
 from fxviz.analyze.inside.costs import cost
 from fxviz.analyze.inside.kernels import kernel_map
@@ -50,6 +50,7 @@ def build(trace: Trace, *, eager_ops: Mapping[str, Mapping[str, str]] | None = N
         inside.notes.append(f"... {len(trace.problems) - 20} more unreadable lines")
     k = 0
     listening = fusion.listening(trace)
+    taken = {e for m in (eager_ops or {}).values() for e in m.values()}
     for c in trace.compiles:
         if c.first("dynamo_output_graph") is None:
             continue
@@ -57,7 +58,7 @@ def build(trace: Trace, *, eager_ops: Mapping[str, Mapping[str, str]] | None = N
         k += 1
         try:
             inside.graphs.append(_graph(c, gid, (eager_ops or {}).get(gid, {}), eager, inside.notes, trace.compiles,
-                                        listening))
+                                        listening, taken))
         except Exception as e:  # noqa: BLE001 - one compile torch wrote oddly: say so, show the others
             inside.notes.append(f"compile {c.compile_id}: could not be read: {type(e).__name__}: {one_line(str(e), limit=200)}")
     if not listening and inside.kernels:
@@ -108,7 +109,8 @@ def _seconds(c: Compile, key: str, nth: int = 0) -> float:
 
 
 def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | None, notes: list[str],
-           trace_compiles: list[Compile] | None = None, listening: bool = False) -> InsideGraph:
+           trace_compiles: list[Compile] | None = None, listening: bool = False,
+           taken: set[str] | None = None) -> InsideGraph:
     cid = c.label
     stages: list[Stage] = []
 
@@ -123,6 +125,8 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
     dyn_art = c.first("dynamo_output_graph")
     dynamo = (_parse(dyn_art, f"{gid} Dynamo graph", notes) if dyn_art else None) or Graph(name=f"{gid} Dynamo graph")
     _set_origin(dynamo, {n: n for n in op_nodes(dynamo)}, eager_ops, eager, dynamo)
+    # the collectives a DTensor call (one Dynamo op the pairing left alone) ran, as the eager tracer saw them
+    under = comms.below(dynamo, eager, eager_ops, taken or set()) if eager is not None and eager_ops else {}
     s_dyn = add("Dynamo graph", dynamo, None, _seconds(c, "dynamo")) if dynamo.nodes else None
     pre_art = c.first("after_pre_grad_graph")
     s_pre = add("pre-grad passes", _parse(pre_art, f"{gid} after pre-grad passes", notes), s_dyn,
@@ -168,7 +172,7 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
             base = add(label, _parse(art, f"{gid} {label}", notes), b,
                        _seconds(c, "partition") if b is not top else 0.0, fwd_post_to_pre if b is top else None) or b
         post = _parse(post_art, f"{gid} post-grad ({part})", notes)
-        s_post = add(f"post-grad passes ({part})", post, base, _seconds(c, "_recursive_post_grad_passes", i))
+        s_post = _post_grad(c, i, gid, part, post, base, add, notes)
         if post is None or s_post is None:
             continue
         mapping = maps[i] if i < len(maps) else {}
@@ -181,9 +185,13 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
                 found = by_line.get((n.source.file, n.source.line))
                 if found:
                     post_to_pre[name] = found
-        _set_origin(post, post_to_pre, eager_ops, eager, dynamo, inferred=not exact)
+        resolved = comms.resolve(post, post_to_pre, under, eager) if under and eager is not None else {}
+        _set_origin(post, post_to_pre, eager_ops, eager, dynamo, inferred=not exact, resolved=resolved)
 
-        def origin(node: str, p2p: dict[str, list[str]] = post_to_pre) -> tuple[list[str], list[str]]:
+        def origin(node: str, p2p: dict[str, list[str]] = post_to_pre,
+                   res: dict[str, list[str]] = resolved) -> tuple[list[str], list[str]]:
+            if node in res and eager is not None:
+                return list(res[node]), list(dict.fromkeys(eager.node(e).module for e in res[node]))
             pre = p2p.get(node, [])
             ops = list(dict.fromkeys(eager_ops.get(d, d) for d in pre)) if eager_ops else list(pre)
             mods = list(dict.fromkeys(m for d in pre if (m := _module(d, eager_ops, eager, dynamo)) is not None))
@@ -208,6 +216,7 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
             notes.append(f"compile {cid} {part}: torch recorded no kernel -> node mapping; kernels' nodes inferred")
         if km.graph is not None:
             stages.append(_kernels_stage(len(stages), part, km.graph, s_post, km, _seconds(c, "code_gen", i)))
+            _comm_order(stages[-1], post, km.kernels, comms.scheduler_notes(c, i))
     for label, art, b in aot.values():  # a part torch traced but never compiled (a backward never run)
         add(label, _parse(art, f"{gid} {label}", notes), b or top, _seconds(c, "partition"))
     restart = any(k.attempt > c.attempt and (k.frame_id, k.frame_compile_id) == (c.frame_id, c.frame_compile_id)
@@ -221,6 +230,62 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
     ig.partition = read_partition(ig.pipeline, partitioner="min-cut" if any(
         p.name == "min_cut_rematerialization_partition" for p in c.phases) else "")
     return ig
+
+
+def _post_grad(c: Compile, i: int, gid: str, part: str, post: Graph | None, base: Stage | None, add: Any,
+               notes: list[str]) -> Stage | None:
+    """The post-grad stage of graph ``i``; where torch logged a communication pass's graph before
+    and after it (:data:`~fxviz.analyze.inside.comms.PASS_GRAPHS`), the post-grad passes before it,
+    the pass, and the passes after it as stages of their own. The buckets torch's bucketing passes
+    formed (they run before those) tie each bucket's collective to its members."""
+    seconds = _seconds(c, "_recursive_post_grad_passes", i)
+    found = comms.buckets(c, i)
+    chain: list[tuple[str, Graph | None]] = []
+    for label, before, after in comms.PASS_GRAPHS:
+        b, a = comms.for_part(c, before, i), comms.for_part(c, after, i)
+        if b and a:
+            chain += [(f"post-grad passes before {label} ({part})", _parse(b[0], f"{gid} before {label}", notes)),
+                      (f"{label} ({part})", _parse(a[0], f"{gid} {label}", notes))]
+    if post is None:
+        return None
+    chain.append((f"post-grad passes ({part})" if not chain else f"post-grad passes after {label} ({part})", post))
+    last = base
+    for k, (name, graph) in enumerate(chain):
+        if graph is None:
+            continue
+        links: dict[str, list[str]] = {}
+        bucket_notes: list[str] = []
+        if k == 0 and found and last is not None:
+            links, bucket_notes = comms.bucket_links(found, last.graph, graph)
+            bucket_notes += comms.bucket_text(c, i)
+        stage = add(name, graph, last, seconds if k == 0 else 0.0, links or None)
+        if stage is not None:
+            stage.notes = bucket_notes + stage.notes
+            last = stage
+    return last
+
+
+def _comm_order(stage: Stage, post: Graph, kernels: list[Any], recorded: list[str]) -> None:
+    """The kernels stage's collectives and waits that run elsewhere in the output code than the
+    post-grad graph has them (the scheduler's reordering), and torch's records of its passes."""
+    place = {n: i for i, n in enumerate(op_nodes(post))}
+    label: dict[str, str] = {}
+    at: dict[str, tuple[float, float]] = {}
+    comm: set[str] = set()
+    for k in kernels:
+        spots = [place[o] for o in k.ops if o in place]
+        if not k.calls or not spots:
+            continue
+        node = next((n.name for n in stage.graph.nodes if n.attrs.get("kernel") == k.id), None)
+        if node is None:
+            continue
+        label[node], at[node] = k.id, (min(spots), max(spots))
+        if k.kind == "collective":
+            comm.add(node)
+    order = [n.name for n in stage.graph.nodes if n.name in at]
+    shifted, notes = comms.moved(at, order, comm, label)
+    stage.moved = shifted
+    stage.notes = notes + recorded
 
 
 def _kernels_stage(index: int, part: str, graph: Graph, post: Stage, km: Any, seconds: float) -> Stage:
@@ -255,16 +320,18 @@ def _module(dyn: str, eager_ops: Mapping[str, str], eager: Graph | None, dynamo:
 
 
 def _set_origin(graph: Graph, to_dynamo: Mapping[str, Any], eager_ops: Mapping[str, str], eager: Graph | None,
-                dynamo: Graph, *, inferred: bool = False) -> None:
+                dynamo: Graph, *, inferred: bool = False, resolved: Mapping[str, list[str]] | None = None) -> None:
     """Give each op node of a stage the eager op(s) it comes from (attribute ``eager``) and, where
-    there is an eager graph, that op's module stack (so the stage's tree groups by module)."""
+    there is an eager graph, that op's module stack (so the stage's tree groups by module).
+    ``resolved``: nodes whose eager op is known otherwise (:func:`~fxviz.analyze.inside.comms.resolve`)."""
     for n in graph.nodes:
         if n.kind != "op":
             continue
         pre = list(to_dynamo.get(n.name, ()) if not isinstance(to_dynamo.get(n.name), str) else [to_dynamo[n.name]])
         if not pre:
             continue
-        names = list(dict.fromkeys(eager_ops.get(d, "") for d in pre if eager_ops.get(d)))
+        names = list((resolved or {}).get(n.name, ())) or list(
+            dict.fromkeys(eager_ops.get(d, "") for d in pre if eager_ops.get(d)))
         if names:
             n.attrs["eager"] = ", ".join(names) + (" (inferred)" if inferred else "")
             if eager is not None and names[0] in eager and not n.stack:

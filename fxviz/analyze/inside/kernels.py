@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fxviz.analyze.inside.comms import comm_name
 from fxviz.analyze.inside.result import Kernel
 from fxviz.analyze.inside.stages import op_nodes
 from fxviz.ir import Graph, ModuleCall, Node, Ref
@@ -73,6 +74,7 @@ def kernel_map(post: Graph, code: OutputCode, mappings: Mapping[str, Any] | None
     inferred = not recorded
     covers = ({h: [n for n in recorded.get(h, ()) if n in ops] for h in handles} if recorded
               else _infer(post, code, handles))
+    fixed = _misrecorded(ops, calls, handles, covers) if recorded else set()
     defs = {k.name: k for k in code.kernels}
     out = KernelMap(inferred=inferred, writers={b: handles[i] for b, i in writers(code).items()})
     called = set()
@@ -87,7 +89,7 @@ def kernel_map(post: Graph, code: OutputCode, mappings: Mapping[str, Any] | None
         kdef = defs.get(c.name)
         kind = c.kind if c.kind != "other" or kdef is None else kdef.kind
         out.kernels.append(Kernel(h, c.name, kind, graph_id, compile_id, part, list(covers.get(h, ())), eager, modules,
-                                  _lines(stacks, h), kdef.source if kdef is not None else "", inferred))
+                                  _lines(stacks, h), kdef.source if kdef is not None else "", inferred or h in fixed))
     for k in code.kernels:  # defined, never called: still a row
         if k.name not in called:
             out.kernels.append(Kernel(k.name, k.name, k.kind, graph_id, compile_id, part, source=k.source, calls=0))
@@ -108,6 +110,34 @@ def kernel_map(post: Graph, code: OutputCode, mappings: Mapping[str, Any] | None
     out.mapped = sum(1 for n in computing if n.name in covered)
     out.graph = kernels_graph(post, out.kernels)
     return out
+
+
+def _misrecorded(ops: Mapping[str, Node], calls: list[Any], handles: list[str], covers: dict[str, list[str]]) -> set[str]:
+    """Extern and collective calls torch's ``cppCodeToPost`` gives nodes none of which is the
+    call's op (the ``addmm`` whose output an in-place collective then reduces is recorded as the
+    collective's ``wait_tensor``, a ``reduce_scatter_tensor`` as its wait), all of them nodes that
+    another call runs too: each takes instead the first node of its op that no call covers (a
+    collective recorded as its wait: the collective that wait awaits, whose input copy a fused
+    kernel runs too), marked inferred. Returns their handles."""
+    covered = {n for ns in covers.values() for n in ns}
+    fixed: set[str] = set()
+    for c, h in zip(calls, handles, strict=True):
+        if c.kind not in ONE_OP or not covers.get(h):
+            continue
+        name = comm_name if c.kind == "collective" else short
+        op = comm_name(c.name) if c.kind == "collective" else c.name.rsplit(".", 1)[-1]
+        if any(name(ops[n].target) == op for n in covers[h]) or \
+                not all(any(n in covers[o] for o in handles if o != h) for n in covers[h]):
+            continue  # its own op's node, or a node no other call runs: torch's record stands
+        own = next((n for n, node in ops.items() if name(node.target) == op and n not in covered), None)
+        if own is None and c.kind == "collective":  # recorded as its wait: the collective that wait awaits
+            own = next((r.node for n in covers[h] for r in ops[n].inputs
+                        if r.node in ops and name(ops[r.node].target) == op), None)
+        if own is not None:
+            covers[h] = [own]
+            covered.add(own)
+            fixed.add(h)
+    return fixed
 
 
 def _lines(stacks: Mapping[str, Any] | None, handle: str) -> list[str]:

@@ -184,9 +184,12 @@ def panels(graph: Graph, inside: Inside) -> None:
             srows.append(row(g.id, *stage_cells(s)[:6], level="ok" if s.changed else "info",
                              sort=[None, *stage_keys(s)[:6]]))
     if srows:
+        said = [f"{g.id} stage {s.index} ({s.name}): {n}" for g in inside.graphs for s in g.pipeline.stages
+                for n in s.notes]
         set_panel(graph, "stages", title="Inductor stages",
                   columns=["graph", "#", "stage", "time", "ops", "+added", "-removed"], rows=srows,
-                  note="each compiled graph's stages, from torch's own graphs (fxviz compile --inside --stage N shows one)")
+                  note="; ".join(["each compiled graph's stages, from torch's own graphs (fxviz compile --inside "
+                                  "--stage N shows one)", *said]))
     crows = [row(c.graph, what, value) for c in inside.costs for what, value in cost_rows(c)]
     if crows:
         set_panel(graph, "compile cost", title="compile cost", columns=["graph", "what", "seconds / outcome"],

@@ -7,7 +7,7 @@ Each stage is a graph torch printed into its structured trace (``dynamo_output_g
 (:attr:`~fxviz.analyze.pipeline.result.Stage.base`): a node of the same name and op is kept; a new
 node is tied to the nodes torch says it comes from (``postToPre`` of Inductor's provenance
 mappings: exact), else to the removed nodes of the stage before on its user source line
-(inferred).
+(inferred). A kept collective or wait that now stands elsewhere among the kept nodes is ``moved``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from fxviz.analyze.inside.comms import is_comm, moved
 from fxviz.analyze.pipeline.result import EXACT, INFERRED, Stage
 from fxviz.ir import Graph, Node
 
@@ -58,9 +59,12 @@ def make_stage(index: int, name: str, graph: Graph, base: Stage | None, *, secon
                 links[k] = [(s, INFERRED) for s in by_line[at]]
     replaced = [k for k in fresh if any(s in gone_set for s, _ in links.get(k, ()))]
     rset = set(replaced)
+    place = {k: (i, i) for i, k in enumerate(k for k in old if k in kept)}
+    shifted, notes = moved(place, [k for k in ops if k in kept], {k for k in kept if is_comm(ops[k].target)})
     return Stage(index, name, graph, seconds, kind=kind, ops_before=dict(base.ops_after), ops_after=after,
                  added=[k for k in fresh if k not in rset], removed=gone, replaced=replaced, links=links,
-                 changed=bool(fresh or gone), base=None if base.index == index - 1 else base.index)
+                 changed=bool(fresh or gone or shifted), base=None if base.index == index - 1 else base.index,
+                 moved=shifted, notes=notes)
 
 
 __all__ = ["make_stage", "op_nodes"]

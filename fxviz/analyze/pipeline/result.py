@@ -84,7 +84,10 @@ class Stage:
     the same names by module call (:attr:`fxviz.calls.Call.id` of the stage they live in).
     ``links``: each new or replaced node -> the nodes of the stage before it that it comes from.
     ``base``: the stage it is compared with when that is not the one before it (``None``): stages
-    may branch (AOT Autograd's forward and backward graphs both come from its joint graph)."""
+    may branch (AOT Autograd's forward and backward graphs both come from its joint graph).
+    ``moved``: kept nodes the pass put elsewhere in the order (a collective or its wait moved past
+    computation: Inductor's communication passes); ``notes``: what torch recorded about the
+    stage's passes (the buckets a bucketing pass formed, a scheduler pass's own summary)."""
 
     index: int
     name: str
@@ -103,6 +106,8 @@ class Stage:
     numbers: Numbers | None = None
     program: Any = field(default=None, repr=False, compare=False)  # the live ExportedProgram
     base: int | None = None
+    moved: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:

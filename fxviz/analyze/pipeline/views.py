@@ -27,9 +27,10 @@ COLUMNS = ["#", "pass", "time", "ops", "+added", "-removed", ERROR_COLUMN]
 CATEGORIES = {
     "added": {"label": "added", "color": "#2ca02c"},
     "replaced": {"label": "replaced", "color": "#ff7f0e"},
+    "moved": {"label": "moved", "color": "#9467bd"},
     "kept": {"label": "kept", "color": "#c7c7c7"},
 }
-_RANK = {"kept": 0, "added": 1, "replaced": 2}
+_RANK = {"kept": 0, "moved": 1, "added": 2, "replaced": 3}
 
 
 def fmt_seconds(s: float) -> str:
@@ -61,7 +62,8 @@ def tolerance_note(p: Pipeline) -> str:
 def stage_cells(stage: Stage) -> list[Any]:
     """The stage table's cells for one stage (shared by the terminal table and the panel)."""
     before, after = sum(stage.ops_before.values()), sum(stage.ops_after.values())
-    name = stage.name + (" (failed)" if stage.failed else "" if stage.changed else " (no change)")
+    name = stage.name + (" (failed)" if stage.failed else "" if stage.changed else " (no change)") + (
+        f" · {len(stage.moved)} moved" if stage.moved else "")
     ops = str(after) if stage.index == 0 else f"{before} → {after}"
     return [stage.index, name, fmt_seconds(stage.seconds), ops,
             f"+{len(stage.added) + len(stage.replaced)}", f"-{len(stage.removed)}", max_error(stage)]
@@ -88,12 +90,14 @@ def stage_level(p: Pipeline, stage: Stage) -> str:
 
 
 def categories(stage: Stage) -> dict[str, str]:
-    """Each op node of the stage: ``added``, ``replaced`` or ``kept``."""
-    replaced, added = set(stage.replaced), set(stage.added)
+    """Each op node of the stage: ``added``, ``replaced``, ``moved`` or ``kept`` (a kernel that
+    moved stands for post-grad nodes too: moved is what its stage says of it)."""
+    replaced, added, moved = set(stage.replaced), set(stage.added), set(stage.moved)
     out: dict[str, str] = {}
     for n in stage.graph.nodes:
         if n.kind == "op":
-            out[n.name] = "replaced" if n.name in replaced else "added" if n.name in added else "kept"
+            out[n.name] = ("moved" if n.name in moved else "replaced" if n.name in replaced else
+                           "added" if n.name in added else "kept")
     return out
 
 
@@ -127,16 +131,16 @@ def annotate(p: Pipeline, index: int, *, show_unchanged: bool = False,
     set_overlay(graph, OVERLAY, label=f"change in stage {index} ({stage.name})", kind="category", nodes=nodes,
                 modules=modules, categories=CATEGORIES,
                 description="what this stage's pass did to each node: added, replaced (stands for nodes it "
-                            "removed) or kept")
+                            "removed), moved (kept, elsewhere in the order) or kept")
     rows = []
     for s in p.visible(show_unchanged=show_unchanged):
         if stages is not None and s.index not in stages:
             continue
-        first = next(iter([*s.replaced, *s.added]), None) if s.index == index else None
+        first = next(iter([*s.replaced, *s.added, *s.moved]), None) if s.index == index else None
         href = (pages or {}).get(s.index) if s.index != index else None
         rows.append(row(*stage_cells(s), node=first, level=stage_level(p, s), href=href, sort=stage_keys(s)))
     hidden = len(p.stages) - len(p.visible(show_unchanged=show_unchanged))
-    note = [f"showing stage {index} ({stage.name})"]
+    note = [f"showing stage {index} ({stage.name})", *stage.notes]
     if hidden:
         note.append(f"{hidden} stage{'s' if hidden > 1 else ''} without changes hidden")
     if p.first_divergence is not None:
