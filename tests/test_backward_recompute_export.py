@@ -249,3 +249,56 @@ def test_a_checkpoint_strict_export_cannot_trace_is_one_line_and_auto_goes_eager
     g = fxviz.capture(model, (x,), backward=True)
     assert g.method.startswith("eager") and [n.module for n in g.nodes if n.phase == "recompute"] == \
         ["", "blk.up", "blk.act", "blk.down"]  # the x * 2 too
+
+
+class _Reentrant(Net):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(checkpoint(self.blk, x, use_reentrant=True)))
+
+
+def test_a_reentrant_checkpoint_is_not_traced_as_another() -> None:
+    """Dynamo traces use_reentrant=True as False: with an input that does not require grad the eager
+    region gives its parameters no gradient, the traced one would. Export says so; auto runs it eagerly."""
+    torch.manual_seed(0)
+    model, x = _Reentrant(True), torch.randn(4, 8)
+    with pytest.raises(CaptureError, match="use_reentrant=True") as err:
+        fxviz.capture(model, (x,), backward=True, method="export")
+    assert "\n" not in str(err.value)
+    with pytest.warns(UserWarning, match="None of the inputs have requires_grad"):
+        g = fxviz.capture(model, (x,), backward=True)
+        model(x).sum().backward()  # torch's record: which parameters get a gradient
+    assert g.method.startswith("eager")
+    assert {n.attrs["grad_of"] for n in g.outputs if n.phase == "backward"} == \
+        {name for name, p in model.named_parameters() if p.grad is not None} == {"head.weight", "head.bias"}
+
+
+class _TwoRegions(nn.Module):
+    def __init__(self, ckpt: bool) -> None:
+        super().__init__()
+        from tests.backward_models import Block
+
+        self.ckpt, self.a, self.b = ckpt, Block(), Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.ckpt:
+            return self.b(self.a(x))
+        return checkpoint(self.b, checkpoint(self.a, x, use_reentrant=False), use_reentrant=False)
+
+
+def test_a_region_keeps_its_input_made_by_another_region() -> None:
+    """The second checkpoint saves its input, the first's output, as it is: not a recomputation."""
+    torch.manual_seed(0)
+    model, x = _TwoRegions(True), torch.randn(4, 8)
+    plain = _TwoRegions(False)
+    plain.load_state_dict(model.state_dict())
+    gx = fxviz.capture(model, (x,), backward=True, method="export")
+    ge = fxviz.capture(model, (x,), backward=True, method="eager")
+    with_ckpt, without = torch_step(model, (x,))[0], torch_step(plain, (x,))[0]
+    assert sum(s.bytes for s in gx.saved) == sum(s.bytes for s in ge.saved) == with_ckpt == 128
+    assert sum(_recomputed(gx).values(), Counter()) == _again(model, plain, x)
+    rec = {n.name: n for n in gx.nodes if n.phase == "recompute"}
+    assert {n.attrs["checkpoint"] for n in rec.values()} == {0, 1}
+    second = [n for n in rec.values() if n.module == "b.lin" and n.attrs["aten"] == ["aten.addmm"]]
+    assert [r.node for r in second[0].inputs if r.node in rec] == ["t_1 (recompute)"]  # not a's recomputed tanh
+    assert sum(n.attrs["would_save"] for n in rec.values()) == without - with_ckpt
+    _check_order(gx)

@@ -10,9 +10,11 @@ plain checkpoint, a selective policy's answer otherwise) and ``node.meta["ac_gra
 region). Those tags are what this module reads (:func:`recompute_tags`); it does not run or imitate
 the partitioner. A region is recomputed whole, as the eager path shows it (early stop off): every op
 tagged ``*_RECOMPUTE`` is a node of phase ``recompute`` in its op's module, the backward ops read
-its recomputation, and the values ops tagged ``*_SAVE`` produce are kept by the policy
-(:func:`add_recompute`; the saved records themselves are :func:`fxviz.symbolic.joint.inferred_saved`'s).
-If strict export cannot trace the model, capture says so in one line: the eager path
+its recomputation (where the backward op's forward op is in the same region: an op outside it, or a
+later region, keeps the value as it is), and the values ops tagged ``*_SAVE`` produce are kept by
+the policy (:func:`add_recompute`; the saved records themselves are
+:func:`fxviz.symbolic.joint.inferred_saved`'s). If strict export cannot trace the model, or a call is
+``use_reentrant=True`` (Dynamo traces it as ``False``), capture says so in one line: the eager path
 (``method="eager"``) shows the recomputation by running it.
 """
 
@@ -94,6 +96,10 @@ def strict_program(module: torch.nn.Module, tensors: tuple[Any, ...], calls: lis
     one line saying why there is none."""
     import logging
 
+    if "reentrant" in calls:
+        raise CaptureError(
+            "a torch.utils.checkpoint call with use_reentrant=True: strict export traces it as use_reentrant=False, "
+            "whose gradients differ where no input of the region requires grad; method='eager' runs it as it is")
     quiet = logging.getLogger("torch._higher_order_ops.wrap")  # warns that a context_fn "is passed"
     level = quiet.level
     quiet.setLevel(logging.ERROR)
@@ -141,7 +147,8 @@ def add_recompute(nodes: list[Node], tags: dict[str, tuple[int, str]], would_sav
         fwd.attrs["checkpoint"], fwd.attrs["policy"] = region, policy.lower()
         if policy not in RECOMPUTE:
             continue
-        inputs = tuple(Ref(again[r.node].name, r.index) if r.node in again else r for r in fwd.inputs)
+        inputs = tuple(Ref(again[r.node].name, r.index) if r.node in again and again[r.node].attrs["checkpoint"] == region
+                       else r for r in fwd.inputs)  # another region's output: saved by this one's checkpoint
         again[name] = Node(f"{name} (recompute)", "op", target=fwd.target, inputs=inputs, stack=fwd.stack,
                            outputs=fwd.outputs, source=fwd.source, phase="recompute",
                            attrs={"recomputes": name, "checkpoint": region, "aten": [_packet(fwd.target)],

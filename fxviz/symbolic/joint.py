@@ -233,21 +233,23 @@ def _forward_by_seq(gm: torch.fx.GraphModule) -> dict[int, torch.fx.Node]:
 
 
 def _reads_again(gm: torch.fx.GraphModule, recomputed: frozenset[torch.fx.Node],
-                 region: frozenset[torch.fx.Node]) -> set[tuple[torch.fx.Node, torch.fx.Node]]:
+                 region: dict[torch.fx.Node, int]) -> set[tuple[torch.fx.Node, torch.fx.Node]]:
     """(backward op, recomputed value) where the backward op reads the value's recomputation: its
-    forward op (by ``seq_nr``) is in a checkpoint ``region``, so what it saved was recomputed; an op
-    outside the region saves a value the region made as it is."""
+    forward op (by ``seq_nr``) is in the value's checkpoint ``region``, so what it saved was
+    recomputed; an op outside the region saves a value the region made as it is."""
     fwd_by_seq = _forward_by_seq(gm)
+    of_seq = {seq: region[f] for seq, f in fwd_by_seq.items() if f in region}
     return {(u, n) for n in recomputed for u in n.users if u.meta.get("partitioner_tag") == "is_backward"
-            and fwd_by_seq.get(u.meta.get("seq_nr", -1)) in region}
+            and of_seq.get(u.meta.get("seq_nr", -1)) == region[n]}
 
 
 def _saved_pairs(gm: torch.fx.GraphModule, conv: Converter, recomputed: frozenset[torch.fx.Node] = frozenset(),
                  kept: frozenset[torch.fx.Node] = frozenset(), again: frozenset[tuple[torch.fx.Node, torch.fx.Node]] = frozenset(),
-                 ) -> list[tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node, str, int]]:
+                 region: dict[torch.fx.Node, int] | None = None) -> list[tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node, str, int]]:
     """(saver, value, its base, shares, bytes) for each forward value the backward reads (see
     :func:`inferred_saved`)."""
     fwd_by_seq = _forward_by_seq(gm)
+    region = region or {}
     placeholders = {n: conv.placeholders[n.name] for n in gm.graph.nodes if n.op == "placeholder"}
     counted: set[torch.fx.Node] = set()
     out: list[tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node, str, int]] = []
@@ -257,8 +259,8 @@ def _saved_pairs(gm: torch.fx.GraphModule, conv: Converter, recomputed: frozense
             continue
         savers = [n] if n in kept else []  # a selective policy keeps what such an op makes
         for u in n.users:
-            if u in recomputed:  # read by a recomputation: kept for it, unless recomputed itself
-                savers += [] if n in recomputed else [u]
+            if u in recomputed:  # read by a recomputation: kept for it, unless recomputed in its region
+                savers += [] if n in recomputed and region.get(n) == region[u] else [u]
             elif u.meta.get("partitioner_tag") == "is_backward" and u.op != "output" and (u, n) not in again:
                 savers.append(fwd_by_seq.get(u.meta.get("seq_nr", -1), n))
         for saver in savers:
@@ -280,14 +282,15 @@ def _saved_pairs(gm: torch.fx.GraphModule, conv: Converter, recomputed: frozense
 
 def inferred_saved(gm: torch.fx.GraphModule, conv: Converter, recomputed: frozenset[torch.fx.Node] = frozenset(),
                    kept: frozenset[torch.fx.Node] = frozenset(),
-                   again: frozenset[tuple[torch.fx.Node, torch.fx.Node]] = frozenset()) -> list[Saved]:
+                   again: frozenset[tuple[torch.fx.Node, torch.fx.Node]] = frozenset(),
+                   region: dict[torch.fx.Node, int] | None = None) -> list[Saved]:
     """The forward values the backward reads, saved by the forward op of the reading op's
     ``seq_nr`` (else by the op that made the value), each storage counted once. With checkpoint
     regions: a ``recomputed`` op's value is not saved for the backward ops that read it ``again``
     (recomputed), what the recomputation reads is (saved by the op recomputed), and so is every value
     of an op a selective policy ``kept`` (saved by that op)."""
     out: list[Saved] = []
-    for saver, n, _base_node, shares, nbytes in _saved_pairs(gm, conv, recomputed, kept, again):
+    for saver, n, _base_node, shares, nbytes in _saved_pairs(gm, conv, recomputed, kept, again, region):
         val = n.meta.get("val")
         saver_node = conv.by_name[conv.refs[saver].node]
         meta = saver_node.meta if not isinstance(val, torch.Tensor) else None
@@ -307,10 +310,11 @@ def with_recompute(gm: torch.fx.GraphModule, conv: Converter, graph: Graph) -> N
     tags = recompute_tags(gm)
     if not tags:
         return
+    region = {n: r for n, (r, _) in tags.items()}
     recomputed = frozenset(n for n, (_, policy) in tags.items() if policy in RECOMPUTE)
     kept = frozenset(n for n, (_, policy) in tags.items() if policy in SAVE)
-    again = frozenset(_reads_again(gm, recomputed, frozenset(tags)))
-    pairs = _saved_pairs(gm, conv, recomputed, kept, again)
+    again = frozenset(_reads_again(gm, recomputed, region))
+    pairs = _saved_pairs(gm, conv, recomputed, kept, again, region)
     bases = {base for _, _, base, _, _ in pairs}
     would_save: dict[str, int] = {}
     for saver, n, base, _, nbytes in _saved_pairs(gm, conv):
@@ -322,7 +326,7 @@ def with_recompute(gm: torch.fx.GraphModule, conv: Converter, graph: Graph) -> N
     graph.nodes = add_recompute(list(graph.nodes), {conv.refs[n].node: t for n, t in tags.items()
                                  if n in conv.refs and isinstance(n.target, torch._ops.OpOverload)},
                                 would_save, rewire)
-    graph.saved = inferred_saved(gm, conv, recomputed, kept, again)
+    graph.saved = inferred_saved(gm, conv, recomputed, kept, again, region)
     regions = len({region for region, _ in tags.values()})
     graph.notes.append(f"torch.utils.checkpoint: {regions} region(s) as strict export and AOT Autograd tagged them "
                        "(non-strict export traces through a checkpoint)")
