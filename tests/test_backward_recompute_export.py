@@ -302,3 +302,24 @@ def test_a_region_keeps_its_input_made_by_another_region() -> None:
     assert [r.node for r in second[0].inputs if r.node in rec] == ["t_1 (recompute)"]  # not a's recomputed tanh
     assert sum(n.attrs["would_save"] for n in rec.values()) == without - with_ckpt
     _check_order(gx)
+
+
+class _Frozen(Net):
+    def __init__(self) -> None:
+        super().__init__(True)
+        self.blk.requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            h = checkpoint(self.blk, x, use_reentrant=False)
+        return self.head(torch.tanh(h))
+
+
+def test_a_checkpoint_with_nothing_to_recompute_says_so() -> None:
+    """Under no_grad a checkpoint keeps nothing (torch still tags its ops): no recompute node, and the graph says why."""
+    torch.manual_seed(0)
+    model, x = _Frozen(), torch.randn(4, 8)
+    g = fxviz.capture(model, (x,), backward=True, method="export")
+    assert not [n for n in g.nodes if n.phase == "recompute"]
+    assert any(n.startswith("torch.utils.checkpoint ran 1 time(s), but the backward differentiates no op") for n in g.notes)
+    assert sum(s.bytes for s in g.saved) == torch_step(model, (x,))[0]

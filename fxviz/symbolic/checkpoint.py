@@ -152,7 +152,8 @@ def add_recompute(nodes: list[Node], tags: dict[str, tuple[int, str]], would_sav
         again[name] = Node(f"{name} (recompute)", "op", target=fwd.target, inputs=inputs, stack=fwd.stack,
                            outputs=fwd.outputs, source=fwd.source, phase="recompute",
                            attrs={"recomputes": name, "checkpoint": region, "aten": [_packet(fwd.target)],
-                                  "would_save": would_save.get(name, 0)})
+                                  "would_save": would_save.get(name, 0),
+                                  **({"region": fwd.attrs["region"]} if "region" in fwd.attrs else {})})
         region_of[again[name].name] = region
     if not again:
         return nodes

@@ -49,6 +49,7 @@ from fxviz.torchbridge.training import Loss, check_trainable, step_loss
 from fxviz.torchbridge.values import mark_tied, module_infos
 
 PREFIX = "model"
+CALLS = "fxviz_checkpoint_calls"  # the joint graph's meta: how many checkpoint calls the forward made
 
 
 class LossModel(nn.Module):
@@ -84,6 +85,7 @@ def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: c
     if calls:
         ep = strict_program(wrapper, flat.tensors, calls)
     joint = aot_export_joint_with_descriptors(stack, ep.module(), flat.tensors, _record_nn_module_stack=True)
+    joint.graph_module.meta[CALLS] = len(calls)
     return joint.graph_module
 
 
@@ -308,7 +310,17 @@ def with_recompute(gm: torch.fx.GraphModule, conv: Converter, graph: Graph) -> N
     recomputed op, else of the op that made the recomputed value, whose storage the checkpointed step
     does not keep)."""
     tags = recompute_tags(gm)
+    if not tags and not gm.meta.get(CALLS):
+        return
+    # a region is recomputed when the backward unpacks what its ops saved: a backward op of one of them
+    fwd_by_seq = _forward_by_seq(gm)
+    used = {tags[f][0] for u in gm.graph.nodes if u.meta.get("partitioner_tag") == "is_backward"
+            and (f := fwd_by_seq.get(u.meta.get("seq_nr", -1))) in tags}
+    tags = {n: t for n, t in tags.items() if t[0] in used}
     if not tags:
+        if gm.meta.get(CALLS):
+            graph.notes.append(f"torch.utils.checkpoint ran {gm.meta[CALLS]} time(s), but the backward differentiates "
+                               "no op of its region(s): nothing is recomputed")
         return
     region = {n: r for n, (r, _) in tags.items()}
     recomputed = frozenset(n for n, (_, policy) in tags.items() if policy in RECOMPUTE)
