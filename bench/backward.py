@@ -135,13 +135,13 @@ def _strict_joint(model: Any, args: tuple[Any, ...], stack: contextlib.ExitStack
     import torch
     from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
 
-    from fxviz.symbolic.checkpoint import _plain_checkpoints_as_selective
+    from fxviz.symbolic.checkpoint import plain_checkpoints_as_selective
     from fxviz.symbolic.joint import LossModel
     from fxviz.torchbridge.normalize import flatten_inputs
 
     flat = flatten_inputs(model, args, {})
     wrapper = LossModel(model, flat, None)
-    with _plain_checkpoints_as_selective():
+    with plain_checkpoints_as_selective():
         ep = torch.export.export(wrapper, flat.tensors, strict=True)
     return aot_export_joint_with_descriptors(stack, ep.module(), flat.tensors, _record_nn_module_stack=True)
 

@@ -93,12 +93,12 @@ def _joint_tags(model: nn.Module, x: torch.Tensor) -> Counter[tuple[str, str, st
     """The tags torch puts on the joint graph of a strictly exported step: (module, op, policy)."""
     from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
 
-    from fxviz.symbolic.checkpoint import _plain_checkpoints_as_selective
+    from fxviz.symbolic.checkpoint import plain_checkpoints_as_selective
     from fxviz.symbolic.joint import LossModel
     from fxviz.torchbridge.normalize import flatten_inputs
 
     flat = flatten_inputs(model, (x,), {})
-    with _plain_checkpoints_as_selective():
+    with plain_checkpoints_as_selective():
         ep = torch.export.export(LossModel(model, flat, None), flat.tensors, strict=True)
     out: Counter[tuple[str, str, str]] = Counter()
     with contextlib.ExitStack() as stack:
@@ -323,3 +323,18 @@ def test_a_checkpoint_with_nothing_to_recompute_says_so() -> None:
     assert not [n for n in g.nodes if n.phase == "recompute"]
     assert any(n.startswith("torch.utils.checkpoint ran 1 time(s), but the backward differentiates no op") for n in g.notes)
     assert sum(s.bytes for s in g.saved) == torch_step(model, (x,))[0]
+
+
+def test_strict_export_of_a_plain_checkpoint_is_its_regions() -> None:
+    """torch 2.13's strict export fails on a checkpoint given no context_fn (KeyError
+    '_checkpoint_context_fn'); fxviz gives it the policy torch runs it with, forward-only too."""
+    from tests import capture_models as cm
+
+    model, args, _ = cm.checkpoint_plain()
+    with pytest.raises(RuntimeError, match="_checkpoint_context_fn"):
+        torch.export.export(model, args, strict=True)
+    g = fxviz.capture(model, args, method="export-strict")
+    assert g.method == "export-strict"
+    for path in ("blocks.0.0", "blocks.0.1", "blocks.1.0", "blocks.1.1"):
+        ops = [n for n in g.ops if n.module == path]
+        assert ops and all("checkpoint" in [r[2] for r in n.attrs.get("region", [])] for n in ops)

@@ -65,7 +65,7 @@ def checkpoint_calls() -> Iterator[list[str]]:
 
 
 @contextlib.contextmanager
-def _plain_checkpoints_as_selective() -> Iterator[None]:
+def plain_checkpoints_as_selective() -> Iterator[None]:
     """torch 2.13's strict export traces ``tag_activation_checkpoint`` (pre-dispatch) by reading its
     body's ``_checkpoint_context_fn``, which Dynamo sets only for a call given a ``context_fn``: a plain
     checkpoint fails with ``KeyError``. Give such a body the context torch itself runs a plain
@@ -104,7 +104,7 @@ def strict_program(module: torch.nn.Module, tensors: tuple[Any, ...], calls: lis
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     try:
-        with _plain_checkpoints_as_selective():
+        with plain_checkpoints_as_selective():
             return torch.export.export(module, tensors, strict=True)
     except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
@@ -195,4 +195,5 @@ def _ordered(nodes: list[Node]) -> bool:
     return True
 
 
-__all__ = ["RECOMPUTE", "SAVE", "add_recompute", "checkpoint_calls", "recompute_tags", "strict_program"]
+__all__ = ["RECOMPUTE", "SAVE", "add_recompute", "checkpoint_calls", "plain_checkpoints_as_selective", "recompute_tags",
+           "strict_program"]
