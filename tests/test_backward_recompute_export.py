@@ -8,22 +8,20 @@ graph."""
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections import Counter
-from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+from torch.utils.checkpoint import checkpoint
 
 import fxviz
 from fxviz.errors import CaptureError
 from fxviz.passes.overlays import overlays
 from tests.backward_models import torch_step
 from tests.statecheck import kept
-from tests.test_backward_recompute import Net, Selective, _backward_aten
+from tests.test_backward_recompute import Net, Selective, _backward_aten, policy_cache_bytes
 
 
 class Attention(nn.Module):
@@ -169,30 +167,6 @@ def test_no_checkpoint_is_the_plain_export() -> None:
     assert sum(s.bytes for s in g.saved) == torch_step(plain, (x,))[0]
 
 
-class _Cached:
-    """A selective policy (MUST_SAVE addmm) that notes the bytes of what it tells torch to cache."""
-
-    def __init__(self) -> None:
-        self.bytes = 0
-
-    def __call__(self, ctx: Any, op: Any, *_a: Any, **_k: Any) -> CheckpointPolicy:
-        if op == torch.ops.aten.addmm.default:
-            if not ctx.is_recompute:
-                self.bytes += ctx.op_output.untyped_storage().nbytes()
-            return CheckpointPolicy.MUST_SAVE
-        return CheckpointPolicy.PREFER_RECOMPUTE
-
-
-class _Recording(Net):
-    def __init__(self, policy: _Cached) -> None:
-        super().__init__(True)
-        self.policy = policy
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        ctx = functools.partial(create_selective_checkpoint_contexts, self.policy)
-        return self.head(torch.tanh(checkpoint(self.blk, x, use_reentrant=False, context_fn=ctx)))
-
-
 def test_a_selective_policy_saves_its_ops_on_the_export_path() -> None:
     torch.manual_seed(0)
     model, x = Selective(True), torch.randn(4, 8)
@@ -216,12 +190,12 @@ def test_a_selective_policy_saves_its_ops_on_the_export_path() -> None:
     # what torch's selective checkpoint cached (its policy's own calls, in a real step)
     saved = {(s.node, s.value): s.bytes for s in gx.saved}
     assert saved[("addmm", "addmm")] == 4 * 32 * 4 and saved[("addmm_1", "addmm_1")] == 4 * 8 * 4
-    policy = _Cached()
-    recording = _Recording(policy)
-    recording.load_state_dict(model.state_dict())
-    hooks = torch_step(recording, (x,))[0]
-    assert policy.bytes == 640
-    assert sum(s.bytes for s in gx.saved) == hooks + policy.bytes
+    hooks, cached = torch_step(model, (x,))[0], policy_cache_bytes(model, x)
+    assert cached == 640
+    assert sum(s.bytes for s in gx.saved) == sum(s.bytes for s in ge.saved) == hooks + cached
+    # the eager path's records of the policy's cache: the forward ops whose addmm it kept
+    assert [(s.node, s.module, s.bytes) for s in ge.saved if s.value == s.node and s.module.startswith("blk")] == [
+        ("linear", "blk.up", 512), ("linear_1", "blk.down", 128)]
     _check_order(gx)
 
 
