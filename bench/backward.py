@@ -12,6 +12,11 @@ one thread:
 * ``joint (bare)``: ``torch.export`` of the model with its loss then ``aot_export_joint_with_descriptors``,
   the exact calls fxviz makes (:func:`fxviz.symbolic.joint.export_joint`);
 * ``fxviz export``: ``capture(backward=True, method="export")``. Target ≤ 1.2x ``joint (bare)``;
+* ``--checkpoint``: the same rows on GPT-2 in train mode (dropout 0) with Hugging Face's gradient
+  checkpointing (``use_reentrant=False``, one region per block); ``joint (bare)`` is then what torch
+  needs to see the regions, strict export and the joint export, and ``fxviz export`` adds the
+  non-strict export that finds the checkpoint calls. Beside the times: recompute nodes, and the saved
+  bytes of both paths against ``saved_tensors_hooks``;
 * ``torchlens`` (when run from ``bench/.venv``, ``bash bench/setup.sh``): ``torchlens.trace`` with
   every activation and gradient saved, then ``Trace.log_backward`` of the same loss (its
   first-class backward capture, torchlens ≥ 2.7), timed last (it keeps torch wrapped until
@@ -48,6 +53,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--checkpoint", action="store_true", help="GPT-2 with gradient checkpointing, in train mode")
     opts = ap.parse_args()
     pin_threads(1)
     quiet_transformers()
@@ -60,6 +66,11 @@ def main() -> None:
     from fxviz.torchbridge.training import step_loss
 
     model, args = gpt2(n_layer=opts.layers, seq=opts.seq)
+    if opts.checkpoint:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.0
+        model.train().gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     params = [p for p in model.parameters() if p.requires_grad]
 
     def step() -> None:
@@ -67,7 +78,10 @@ def main() -> None:
 
     def bare_joint() -> None:
         with contextlib.ExitStack() as stack:
-            export_joint(model, flatten_inputs(model, args, {}), None, stack)
+            if opts.checkpoint:
+                _strict_joint(model, args, stack)
+            else:
+                export_joint(model, flatten_inputs(model, args, {}), None, stack)
 
     fns = {
         "step": step,
@@ -81,6 +95,14 @@ def main() -> None:
     shows = {"torch autograd nodes": _autograd_nodes(step_loss(model(*args), None)),
              "fxviz backward ops": sum(1 for n in fxviz.capture(model, args, backward=True, method="eager").ops
                                        if n.phase == "backward")}
+    if opts.checkpoint:
+        from tests.backward_models import torch_step
+
+        gx, ge = (fxviz.capture(model, args, backward=True, method=m) for m in ("export", "eager"))
+        shows.update({"export recompute nodes": sum(1 for n in gx.nodes if n.phase == "recompute"),
+                      "eager recompute nodes": sum(1 for n in ge.nodes if n.phase == "recompute"),
+                      "saved bytes export": sum(s.bytes for s in gx.saved),
+                      "eager": sum(s.bytes for s in ge.saved), "saved_tensors_hooks": torch_step(model, args)[0]})
     lens = _torchlens(model, args, step_loss)
     if lens is not None:  # last: torchlens keeps torch's functions wrapped until unwrap_torch()
         from torchlens.backends.torch.wrappers import unwrap_torch
@@ -98,11 +120,30 @@ def main() -> None:
             b = base[k]
             ratio = f"{med(cpu[k]) / med(cpu[b]):.2f}x ({med(wall[k]) / med(wall[b]):.2f}x)"
         rows.append([k, f"{fmt_s(med(cpu[k]))} ({fmt_s(med(wall[k]))})", ratio])
-    print(f"GPT-2, {opts.layers} layers, seq {opts.seq}, {opts.reps} rounds, CPU time (wall)\n")
+    what = ", gradient checkpointing" if opts.checkpoint else ""
+    print(f"GPT-2{what}, {opts.layers} layers, seq {opts.seq}, {opts.reps} rounds, CPU time (wall)\n")
     print(table(["what", "time", "ratio to baseline"], rows))
     print("\nwhat each shows of the backward: " + ", ".join(f"{k} {v}" for k, v in shows.items()))
     write_json(opts.out, {"env": environment(), "layers": opts.layers, "seq": opts.seq, "cpu": cpu, "wall": wall,
-                          "shows": shows})
+                          "shows": shows, "checkpoint": opts.checkpoint})
+
+
+def _strict_joint(model: Any, args: tuple[Any, ...], stack: contextlib.ExitStack) -> Any:
+    """The joint graph of a checkpointed model as torch alone makes it: strict export (with the
+    context torch 2.13 needs for a plain checkpoint, :mod:`fxviz.symbolic.checkpoint`), then AOT
+    Autograd's joint export."""
+    import torch
+    from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
+
+    from fxviz.symbolic.checkpoint import plain_checkpoints_as_selective
+    from fxviz.symbolic.joint import LossModel
+    from fxviz.torchbridge.normalize import flatten_inputs
+
+    flat = flatten_inputs(model, args, {})
+    wrapper = LossModel(model, flat, None)
+    with plain_checkpoints_as_selective():
+        ep = torch.export.export(wrapper, flat.tensors, strict=True)
+    return aot_export_joint_with_descriptors(stack, ep.module(), flat.tensors, _record_nn_module_stack=True)
 
 
 def _autograd_nodes(loss: Any) -> int:

@@ -138,7 +138,45 @@ def test_a_selective_policy_keeps_the_ops_it_saves_out_of_the_recomputation() ->
     assert sum((Counter(n.attrs["aten"]) for n in re), Counter()) == again == Counter({"aten.t": 2, "aten.gelu": 1})
     assert {n.attrs["recomputes"]: n.attrs.get("policy_saved") for n in re} == {
         "linear": ["aten.addmm"], "gelu": None, "linear_1": ["aten.addmm"]}
-    assert sum(s.bytes for s in g.saved) == torch_step(model, (x,))[0]
+    # the bytes: what autograd saves and what the policy told torch to cache (its own calls, in a real step)
+    assert sum(s.bytes for s in g.saved) == torch_step(model, (x,))[0] + policy_cache_bytes(model, x) == 128 + 640
+    assert {n.attrs["recomputes"]: n.attrs["would_save"] for n in re} == {"linear": 0, "gelu": 0, "linear_1": 512}
+
+
+class _Cached:
+    """:func:`_policy`, noting the bytes of what it tells torch to cache."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def __call__(self, ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+        from torch.utils.checkpoint import CheckpointPolicy
+
+        policy = _policy(ctx, op, *args, **kwargs)
+        if policy == CheckpointPolicy.MUST_SAVE and not ctx.is_recompute:
+            self.bytes += ctx.op_output.untyped_storage().nbytes()
+        return policy
+
+
+class _Recording(Net):
+    def __init__(self, policy: _Cached) -> None:
+        super().__init__(True)
+        self.policy = policy
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+        ctx = functools.partial(create_selective_checkpoint_contexts, self.policy)
+        return self.head(torch.tanh(checkpoint(self.blk, x, use_reentrant=False, context_fn=ctx)))
+
+
+def policy_cache_bytes(model: nn.Module, x: torch.Tensor) -> int:
+    """torch's record of what :class:`Selective`'s policy caches in a step: the outputs its calls
+    in the forward tell torch to keep."""
+    recording = _Recording(_Cached())
+    recording.load_state_dict(model.state_dict())
+    recording(x).sum()
+    return recording.policy.bytes
 
 
 class _Twice(torch.autograd.Function):

@@ -312,6 +312,9 @@ def _run_backward(graph: Graph, model: nn.Module, loss: torch.Tensor, bnode: dic
             _engine_run_backward((loss,), (torch.ones_like(loss),), False, False, tuple(leaves.values()), True,
                                  accumulate_grad=accumulate)
         place(graph, recompute)
+        for fwd, t, nbytes, shares in recompute.policy_saved:  # a selective policy's cache: saved memory too
+            m = tensor_meta(t)
+            graph.saved.append(Saved(fwd, graph.node(fwd).module, m.shape, m.dtype, nbytes, fwd, shares))
     except Exception as e:
         message = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         where = running[-1][1] if running else None

@@ -18,7 +18,10 @@ recomputed and every op's outputs are seen.
 ``attrs["aten"]`` lists the ATen ops that really ran again: a dispatch mode under the whole
 backward sees what runs below a selective checkpoint's caching mode, one around each call what was
 asked for; the difference, ``attrs["policy_saved"]``, is what the policy kept (a call of which
-nothing ran is no recompute node).
+nothing ran is no recompute node). What those kept ops return is the policy's cache, memory the step
+holds as it holds saved tensors: :attr:`Recompute.policy_saved` lists each (the forward op that made
+it, its bytes counted once), and :func:`~fxviz.fallback.backward.add_backward` adds them to
+``graph.saved``; they count before the recomputation's own saves, so ``would_save`` leaves them out.
 """
 
 from __future__ import annotations
@@ -44,13 +47,17 @@ class _Aten(TorchDispatchMode):
     checkpoint's caching mode (entered later, by the recomputation) and sees the ops that really
     run; around one recomputed call it is above it and sees every op asked for."""
 
-    def __init__(self) -> None:
+    def __init__(self, outputs: bool = False) -> None:
         super().__init__()
         self.ops: list[str] = []
+        self.outputs: list[Any] | None = [] if outputs else None  # what each op returned, if asked
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         self.ops.append(str(func.overloadpacket))
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if self.outputs is not None:
+            self.outputs.append(out)
+        return out
 
 
 class Recompute(TorchFunctionMode):
@@ -74,6 +81,7 @@ class Recompute(TorchFunctionMode):
         self.keep: list[torch.Tensor] = []  # recomputed tensors stay alive: their ids stay theirs
         self.seen_fns: set[Any] = set()
         self.nodes: list[tuple[Node, Node]] = []  # (recompute node, backward node running it)
+        self.policy_saved: list[tuple[str, torch.Tensor, int, str]] = []  # (forward op, value, bytes, shares)
         self.handles: list[Any] = []
         self.ran = _Aten()
 
@@ -100,13 +108,13 @@ class Recompute(TorchFunctionMode):
         if not self.running:  # outside any backward node
             return func(*args, **(kwargs or {}))
         first = len(self.ran.ops)
-        with _Aten() as asked:
+        with _Aten(outputs=True) as asked:
             out = func(*args, **(kwargs or {}))
         with _plain():
-            self._see(func, args, kwargs, out, asked.ops, self.ran.ops[first:])
+            self._see(func, args, kwargs, out, asked, self.ran.ops[first:])
         return out
 
-    def _see(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, out: Any, asked: list[str],
+    def _see(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, out: Any, asked: _Aten,
              ran: list[str]) -> None:
         if not ran or not self.running or isinstance(self.running[-1][0], _CUSTOM):
             return  # outside any backward node, or a custom Function's own backward code
@@ -115,10 +123,11 @@ class Recompute(TorchFunctionMode):
             return
         todo = self.todo.get((self.modules[-1] if self.modules else "", kind.target))
         if todo:
-            node = self._add(todo.pop(0), args, kwargs or {}, out)
             ran = [op for op in ran if op != "aten.detach"]  # the checkpoint's own, as it saves
+            cached = Counter(op for op in asked.ops if op != "aten.detach") - Counter(ran)  # a selective checkpoint policy kept these
+            self._policy_saved(todo[0].name, cached, asked)  # before the recomputation's own saves are counted
+            node = self._add(todo.pop(0), args, kwargs or {}, out)
             node.attrs["aten"] = ran
-            cached = Counter(op for op in asked if op != "aten.detach") - Counter(ran)  # a selective checkpoint policy kept these
             if cached:
                 node.attrs["policy_saved"] = sorted(cached.elements())
 
@@ -136,6 +145,19 @@ class Recompute(TorchFunctionMode):
         self.keep += outs
         self.nodes.append((node, self.running[-1][1]))
         return node
+
+    def _policy_saved(self, fwd: str, cached: Counter[str], asked: _Aten) -> None:
+        """The values a selective policy cached in the forward (what the ops it kept return here):
+        saved by forward op ``fwd``, each storage once."""
+        left = Counter(cached)
+        for op, got in zip(asked.ops, asked.outputs or [], strict=False):
+            if left[op] <= 0:
+                continue
+            left[op] -= 1
+            for t in (got if isinstance(got, tuple | list) else (got,)):
+                if isinstance(t, torch.Tensor):
+                    nbytes = self._count(storage_key(t), t)
+                    self.policy_saved.append((fwd, t, nbytes, "" if nbytes else "view"))
 
     def _would_save(self, outs: list[torch.Tensor]) -> int:
         """Bytes the autograd nodes this call made saved (the recomputation saves them as the
@@ -159,10 +181,10 @@ class Recompute(TorchFunctionMode):
         return total
 
     def _count(self, key: Any, t: torch.Tensor) -> int:
-        key = self.alias.get(key, key)
-        if key in self.counted:
+        keys = {key, self.alias.get(key, key)}  # the storage, and the forward value it repeats
+        if keys & self.counted:
             return 0
-        self.counted.add(key)
+        self.counted |= keys
         return int(t.untyped_storage().nbytes())
 
 

@@ -17,6 +17,7 @@ from torch.utils import _pytree as pytree
 from fxviz.errors import TargetError
 from fxviz.ir import Assumption, Graph, NodeKind, SourceLoc
 from fxviz.symbolic.check import ProgramRun, has_checks, python_spelling, run_program, runtime_assertions
+from fxviz.symbolic.checkpoint import plain_checkpoints_as_selective
 from fxviz.symbolic.convert import Converter, Placeholder
 from fxviz.symbolic.silent import fake_run_calls, logged_calls, uncovered, with_silent_calls
 from fxviz.torchbridge.checks import RejectedInputs, confirm_forward, first_line, real_inputs
@@ -60,7 +61,8 @@ def capture_export(
     # non-strict export runs the forward's Python, hooks too (they do nothing inside a cond's
     # branches, which Dynamo traces); strict export fails on a global hook: none there
     logged: contextlib.AbstractContextManager[list[Any]] = contextlib.nullcontext([]) if strict else logged_calls(model)
-    with logged as called:
+    plain = plain_checkpoints_as_selective() if strict else contextlib.nullcontext()  # torch 2.13 fails on them
+    with logged as called, plain:
         ep = torch.export.export(
             wrapper, flat.tensors, strict=strict, dynamic_shapes=_flat_dynamic_shapes(dynamic_shapes, flat)
         )

@@ -15,13 +15,16 @@ phase ``backward``, reading the op that produced them. The saved activations (``
 *inferred* from the graph: every forward value a backward op reads, saved by the forward op of that
 backward op's ``seq_nr``, each storage counted once (a view of a parameter or an input costs
 nothing); they are what AOT Autograd's default partition keeps, which for the models tested is
-what eager autograd saves (``tests/test_backward_joint.py`` checks it against
-``saved_tensors_hooks``).
+what eager autograd saves (``tests/test_backward.py`` checks it against
+``saved_tensors_hooks``). A model that calls ``torch.utils.checkpoint`` is exported strictly, and the
+regions torch tagged in its joint graph become recompute nodes, the saved records those of the
+checkpointed step (:mod:`fxviz.symbolic.checkpoint`, :func:`with_recompute`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import operator
 import re
 from typing import Any
 
@@ -32,12 +35,21 @@ from torch import nn
 from fxviz.errors import CaptureError
 from fxviz.ir import Graph, Saved
 from fxviz.passes.overlays import ITEMSIZE
+from fxviz.symbolic.checkpoint import (
+    RECOMPUTE,
+    SAVE,
+    add_recompute,
+    checkpoint_calls,
+    recompute_tags,
+    strict_program,
+)
 from fxviz.symbolic.convert import Converter, Placeholder
 from fxviz.torchbridge.normalize import FlatInputs, flatten_inputs
 from fxviz.torchbridge.training import Loss, check_trainable, step_loss
 from fxviz.torchbridge.values import mark_tied, module_infos
 
 PREFIX = "model"
+CALLS = "fxviz_checkpoint_calls"  # the joint graph's meta: how many checkpoint calls the forward made
 
 
 class LossModel(nn.Module):
@@ -57,16 +69,23 @@ class LossModel(nn.Module):
 
 def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: contextlib.ExitStack) -> torch.fx.GraphModule:
     """The joint graph of ``model`` and its loss: ``torch.export`` (non-strict) of :class:`LossModel`,
-    then AOT Autograd's joint export of the exported module, which keeps export's module stacks."""
+    then AOT Autograd's joint export of the exported module, which keeps export's module stacks. A
+    model that calls ``torch.utils.checkpoint`` is exported strictly, so that the joint graph keeps
+    its regions (:mod:`fxviz.symbolic.checkpoint`)."""
     from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
 
-    ep = torch.export.export(LossModel(model, flat, loss), flat.tensors, strict=False)
+    wrapper = LossModel(model, flat, loss)
+    with checkpoint_calls() as calls:
+        ep = torch.export.export(wrapper, flat.tensors, strict=False)
     custom = custom_functions(ep.graph)
     if custom:
         raise CaptureError(
             f"export inlines the forward of the custom autograd.Function {', '.join(custom)} and differentiates its "
             "ops, not its own backward: the eager path (method='eager') runs the Function's backward")
+    if calls:
+        ep = strict_program(wrapper, flat.tensors, calls)
     joint = aot_export_joint_with_descriptors(stack, ep.module(), flat.tensors, _record_nn_module_stack=True)
+    joint.graph_module.meta[CALLS] = len(calls)
     return joint.graph_module
 
 
@@ -177,6 +196,7 @@ def graph_from_joint(gm: torch.fx.GraphModule, model: nn.Module, flat: FlatInput
             node.attrs["frozen"] = True
     graph = Graph(name=type(model).__name__, nodes=conv.nodes, method="export (joint)", modules=module_infos(model))
     graph.saved = inferred_saved(gm, conv)
+    with_recompute(gm, conv, graph)
     return graph
 
 
@@ -187,7 +207,10 @@ def _is_view(n: torch.fx.Node) -> bool:
 
 
 def _base(n: torch.fx.Node) -> torch.fx.Node:
-    while n.op == "call_function" and _is_view(n) and n.args and isinstance(n.args[0], torch.fx.Node):
+    """The value whose storage ``n`` shares: through views, and through ``getitem`` of an op that returns
+    views (``split``'s pieces share one storage)."""
+    while n.op == "call_function" and n.args and isinstance(n.args[0], torch.fx.Node) and (
+            _is_view(n) or (n.target is operator.getitem and _is_view(n.args[0]))):
         n = n.args[0]
     return n
 
@@ -203,28 +226,50 @@ def _nbytes(n: torch.fx.Node) -> int:
         return 0
 
 
-def inferred_saved(gm: torch.fx.GraphModule, conv: Converter) -> list[Saved]:
-    """The forward values the backward reads, saved by the forward op of the reading op's
-    ``seq_nr`` (else by the op that made the value), each storage counted once."""
+def _forward_by_seq(gm: torch.fx.GraphModule) -> dict[int, torch.fx.Node]:
     fwd_by_seq: dict[int, torch.fx.Node] = {}
     for n in gm.graph.nodes:
         if n.meta.get("partitioner_tag") == "is_forward" and n.op == "call_function" and "seq_nr" in n.meta:
             fwd_by_seq[n.meta["seq_nr"]] = n  # the last op of that autograd node: the one it records
+    return fwd_by_seq
+
+
+def _reads_again(gm: torch.fx.GraphModule, recomputed: frozenset[torch.fx.Node],
+                 region: dict[torch.fx.Node, int]) -> set[tuple[torch.fx.Node, torch.fx.Node]]:
+    """(backward op, recomputed value) where the backward op reads the value's recomputation: its
+    forward op (by ``seq_nr``) is in the value's checkpoint ``region``, so what it saved was
+    recomputed; an op outside the region saves a value the region made as it is."""
+    fwd_by_seq = _forward_by_seq(gm)
+    of_seq = {seq: region[f] for seq, f in fwd_by_seq.items() if f in region}
+    return {(u, n) for n in recomputed for u in n.users if u.meta.get("partitioner_tag") == "is_backward"
+            and of_seq.get(u.meta.get("seq_nr", -1)) == region[n]}
+
+
+def _saved_pairs(gm: torch.fx.GraphModule, conv: Converter, recomputed: frozenset[torch.fx.Node] = frozenset(),
+                 kept: frozenset[torch.fx.Node] = frozenset(), again: frozenset[tuple[torch.fx.Node, torch.fx.Node]] = frozenset(),
+                 region: dict[torch.fx.Node, int] | None = None) -> list[tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node, str, int]]:
+    """(saver, value, its base, shares, bytes) for each forward value the backward reads (see
+    :func:`inferred_saved`)."""
+    fwd_by_seq = _forward_by_seq(gm)
+    region = region or {}
     placeholders = {n: conv.placeholders[n.name] for n in gm.graph.nodes if n.op == "placeholder"}
     counted: set[torch.fx.Node] = set()
-    out: list[Saved] = []
+    out: list[tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node, str, int]] = []
     seen_pairs: set[tuple[torch.fx.Node, torch.fx.Node]] = set()
     for n in gm.graph.nodes:
         if n.meta.get("partitioner_tag") != "is_forward" or n.op == "output" or n not in conv.refs:
             continue
-        readers = [u for u in n.users if u.meta.get("partitioner_tag") == "is_backward" and u.op != "output"]
-        for u in readers:
-            saver = fwd_by_seq.get(u.meta.get("seq_nr", -1), n)
+        savers = [n] if n in kept else []  # a selective policy keeps what such an op makes
+        for u in n.users:
+            if u in recomputed:  # read by a recomputation: kept for it, unless recomputed in its region
+                savers += [] if n in recomputed and region.get(n) == region[u] else [u]
+            elif u.meta.get("partitioner_tag") == "is_backward" and u.op != "output" and (u, n) not in again:
+                savers.append(fwd_by_seq.get(u.meta.get("seq_nr", -1), n))
+        for saver in savers:
             if (saver, n) in seen_pairs or saver not in conv.refs:
                 continue
             seen_pairs.add((saver, n))
             base = _base(n)
-            val = n.meta.get("val")
             shares, nbytes = "", 0
             if base in placeholders:
                 shares = placeholders[base].kind if placeholders[base].kind in ("parameter", "buffer") else "input"
@@ -233,13 +278,70 @@ def inferred_saved(gm: torch.fx.GraphModule, conv: Converter) -> list[Saved]:
             else:
                 counted.add(base)
                 nbytes = _nbytes(base)
-            saver_node = conv.by_name[conv.refs[saver].node]
-            meta = saver_node.meta if not isinstance(val, torch.Tensor) else None
-            shape = tuple(int(d) if isinstance(d, int) else str(d) for d in val.shape) if isinstance(val, torch.Tensor) else ()
-            dtype = str(val.dtype).removeprefix("torch.") if isinstance(val, torch.Tensor) else (meta.dtype if meta else "")
-            out.append(Saved(saver_node.name, saver_node.module, shape, dtype, nbytes, conv.refs[n].node, shares,
-                             inferred=True))
+            out.append((saver, n, base, shares, nbytes))
     return out
 
 
-__all__ = ["LossModel", "capture_joint", "custom_functions", "export_joint", "graph_from_joint", "inferred_saved"]
+def inferred_saved(gm: torch.fx.GraphModule, conv: Converter, recomputed: frozenset[torch.fx.Node] = frozenset(),
+                   kept: frozenset[torch.fx.Node] = frozenset(),
+                   again: frozenset[tuple[torch.fx.Node, torch.fx.Node]] = frozenset(),
+                   region: dict[torch.fx.Node, int] | None = None) -> list[Saved]:
+    """The forward values the backward reads, saved by the forward op of the reading op's
+    ``seq_nr`` (else by the op that made the value), each storage counted once. With checkpoint
+    regions: a ``recomputed`` op's value is not saved for the backward ops that read it ``again``
+    (recomputed), what the recomputation reads is (saved by the op recomputed), and so is every value
+    of an op a selective policy ``kept`` (saved by that op)."""
+    out: list[Saved] = []
+    for saver, n, _base_node, shares, nbytes in _saved_pairs(gm, conv, recomputed, kept, again, region):
+        val = n.meta.get("val")
+        saver_node = conv.by_name[conv.refs[saver].node]
+        meta = saver_node.meta if not isinstance(val, torch.Tensor) else None
+        shape = tuple(int(d) if isinstance(d, int) else str(d) for d in val.shape) if isinstance(val, torch.Tensor) else ()
+        dtype = str(val.dtype).removeprefix("torch.") if isinstance(val, torch.Tensor) else (meta.dtype if meta else "")
+        out.append(Saved(saver_node.name, saver_node.module, shape, dtype, nbytes, conv.refs[n].node, shares,
+                         inferred=True))
+    return out
+
+
+def with_recompute(gm: torch.fx.GraphModule, conv: Converter, graph: Graph) -> None:
+    """The checkpoint regions torch tagged in the joint graph on ``graph``: its recompute nodes
+    (:func:`~fxviz.symbolic.checkpoint.add_recompute`) and saved records. A recompute node's
+    ``would_save`` is what the step without checkpoint would save for it (the records of the
+    recomputed op, else of the op that made the recomputed value, whose storage the checkpointed step
+    does not keep)."""
+    tags = recompute_tags(gm)
+    if not tags and not gm.meta.get(CALLS):
+        return
+    # a region is recomputed when the backward unpacks what its ops saved: a backward op of one of them
+    fwd_by_seq = _forward_by_seq(gm)
+    used = {tags[f][0] for u in gm.graph.nodes if u.meta.get("partitioner_tag") == "is_backward"
+            and (f := fwd_by_seq.get(u.meta.get("seq_nr", -1))) in tags}
+    tags = {n: t for n, t in tags.items() if t[0] in used}
+    if not tags:
+        if gm.meta.get(CALLS):
+            graph.notes.append(f"torch.utils.checkpoint ran {gm.meta[CALLS]} time(s), but the backward differentiates "
+                               "no op of its region(s): nothing is recomputed")
+        return
+    region = {n: r for n, (r, _) in tags.items()}
+    recomputed = frozenset(n for n, (_, policy) in tags.items() if policy in RECOMPUTE)
+    kept = frozenset(n for n, (_, policy) in tags.items() if policy in SAVE)
+    again = frozenset(_reads_again(gm, recomputed, region))
+    pairs = _saved_pairs(gm, conv, recomputed, kept, again, region)
+    bases = {base for _, _, base, _, _ in pairs}
+    would_save: dict[str, int] = {}
+    for saver, n, base, _, nbytes in _saved_pairs(gm, conv):
+        owner = saver if saver in recomputed else n if n in recomputed else None
+        if nbytes and owner is not None and base not in bases:
+            name = conv.refs[owner].node
+            would_save[name] = would_save.get(name, 0) + nbytes
+    rewire = {(conv.refs[u].node, conv.refs[n].node) for u, n in again if u in conv.refs and n in conv.refs}
+    graph.nodes = add_recompute(list(graph.nodes), {conv.refs[n].node: t for n, t in tags.items()
+                                 if n in conv.refs and isinstance(n.target, torch._ops.OpOverload)},
+                                would_save, rewire)
+    graph.saved = inferred_saved(gm, conv, recomputed, kept, again, region)
+    regions = len({region for region, _ in tags.values()})
+    graph.notes.append(f"torch.utils.checkpoint: {regions} region(s) as strict export and AOT Autograd tagged them "
+                       "(non-strict export traces through a checkpoint)")
+
+
+__all__ = ["LossModel", "capture_joint", "custom_functions", "export_joint", "graph_from_joint", "inferred_saved", "with_recompute"]
