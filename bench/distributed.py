@@ -1,6 +1,6 @@
 """Capturing tensor-parallel models under a fake process group (issue 22).
 
-    PYTHONPATH=$PWD python bench/distributed.py [--reps 5] [--layers 80]
+    PYTHONPATH=$PWD python bench/distributed.py [--reps 5] [--layers 80] [--instructions [PARTS]]
 
 1. A TP-sharded LLaMA-shaped decoder (small) at world size 8 against the same model unsharded:
    process CPU time, interleaved repetitions, medians, ratio (target <= 1.5x); beside it the same
@@ -8,14 +8,24 @@
 2. The LLaMA-70B shape (hidden 8192, 80 layers, 64 heads, 8 KV heads, MLP 28672, vocab 128256) on
    meta, sharded 8 ways: time and peak memory (target < 30 s, < 2 GB).
 3. CommDebugMode alone on the same sharded model, for comparison: its time and its counts.
+
+``--instructions`` instead counts instructions (valgrind's callgrind, as ``bench/instructions.py``:
+a figure a loaded machine does not move) per call of each part of part 1: the unsharded capture
+and forward, the sharded capture, its floor (recording no collectives) and the sharded forward.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import os
+import re
 import resource
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import torch
@@ -121,7 +131,7 @@ def llama70b(layers: int = 80) -> tuple[nn.Module, tuple[torch.Tensor]]:
 class CommDebugRecorder(CommDebugMode):  # type: ignore[misc]
     """The previous recorder: ``CommDebugMode`` (module hooks, every op inspected) keeping records."""
 
-    def __init__(self) -> None:
+    def __init__(self, params: object = None) -> None:  # the light recorder's signature
         super().__init__()
         self.records: list[dict[str, object]] = []
 
@@ -143,6 +153,9 @@ class NoRecorder(contextlib.nullcontext):  # type: ignore[type-arg]
 
     records: list[dict[str, object]] = []
 
+    def __init__(self, params: object = None) -> None:
+        super().__init__()
+
 
 def old_capture(model: nn.Module, args: tuple[torch.Tensor], recorder: type = CommDebugRecorder) -> None:
     light, comms.CommRecorder = comms.CommRecorder, recorder  # type: ignore[misc]
@@ -158,11 +171,57 @@ def cpu(fn: object) -> float:
     return time.process_time() - t
 
 
+#: the parts ``--instructions`` counts, by name (each runs inside the fake group)
+PARTS = ("unsharded", "unsharded_forward", "sharded", "floor", "sharded_forward")
+
+
+def _part(name: str) -> None:
+    """Run part ``name`` under callgrind's collection (this process is the one valgrind runs)."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    plain, plain_args = Decoder(**SMALL), (torch.randint(0, 1000, (2, 16)),)
+    with fake_world(8):
+        sharded, args = small_sharded()
+        fn = {"unsharded": lambda: fxviz.capture(plain, plain_args, method="eager"),
+              "unsharded_forward": lambda: plain(*plain_args),
+              "sharded": lambda: fxviz.capture(sharded, args, world_size=8),
+              "floor": lambda: old_capture(sharded, args, NoRecorder),
+              "sharded_forward": lambda: sharded(*args)}[name]
+        for _ in range(2):
+            fn()
+        functools.reduce(lambda acc, _: fn(), range(3), None)
+
+
+def instructions(parts: list[str]) -> None:
+    got = {}
+    for name in parts:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "callgrind.out")
+            proc = subprocess.run(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--toggle-collect=functools_reduce",
+                 sys.executable, __file__, "--part", name], capture_output=True, text=True, check=False)
+        m = re.search(r"Collected : (\d+)", proc.stderr)
+        if proc.returncode != 0 or m is None:
+            raise SystemExit(f"callgrind failed on {name}: {proc.stderr[-2000:]}")
+        got[name] = int(m.group(1)) / 3
+    base = got.get("unsharded")
+    print("instructions per call (callgrind)" + (", ratio to the unsharded capture:" if base else ":"))
+    for name, n in got.items():
+        print(f"  {name:18s} {n / 1e6:8.1f} M" + (f"  {n / base:.2f}x" if base else ""))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--layers", type=int, default=80)
+    ap.add_argument("--instructions", nargs="?", const=",".join(PARTS), metavar="PARTS",
+                    help=f"count instructions of these parts instead (comma-separated; all: {','.join(PARTS)})")
+    ap.add_argument("--part", choices=PARTS)
     a = ap.parse_args()
+    if a.part:
+        return _part(a.part)
+    if a.instructions:
+        return instructions(a.instructions.split(","))
     torch.set_num_threads(1)
 
     torch.manual_seed(0)

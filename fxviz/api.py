@@ -313,6 +313,7 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
                          **options: Any) -> Graph:
     """:func:`capture` with ``world_size``: the factory and the capture run in a fake process group."""
     from fxviz.fallback.comms import CommRecorder, mesh_dims, timed_out
+    from fxviz.fallback.modes import around_recordings
     from fxviz.torchbridge.distributed import fake_world
 
     if options["method"] == "auto":  # export fails on DTensor: the eager tracer records the ops
@@ -331,8 +332,11 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
             else:
                 model = made
         recorder = CommRecorder({id(p): n for n, p in model.named_parameters()} if isinstance(model, nn.Module) else None)
+        # the tracer's forward is the only run of a forward-only eager capture: the recorder (a
+        # dispatch mode, which every op pays for) is on for it alone; otherwise for the whole capture
+        tracer_only = not options.get("backward") and options["method"] in ("eager", "eager-aten")
         try:
-            with recorder:
+            with around_recordings(recorder) if tracer_only else recorder:
                 graph = capture(model, args, kwargs, **options)
         except ModelError as e:  # the partial graph keeps the collectives recorded up to the failure
             hang = timed_out(e, recorder.records)

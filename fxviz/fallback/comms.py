@@ -30,6 +30,9 @@ from fxviz.torchbridge.source import _is_fxviz, is_user_file
 COLLECTIVES = frozenset({*NATIVE_TO_PY_MAPPING, *NATIVE_TO_PY_MAPPING.values(), *c10d_collective_ops,
                          torch.ops._dtensor.shard_dim_alltoall})
 
+#: every overload of those packets: what the recorder's dispatch checks each op against
+_OVERLOADS = frozenset(getattr(p, name) for p in COLLECTIVES for name in p.overloads())
+
 #: op packet -> the position of the tensors each rank sends: ``c10d``'s gathers and scatters take
 #: the output first, then the input
 SENDS = {p: 1 if p.default._schema.arguments[0].name.startswith("output") else 0 for p in COLLECTIVES}
@@ -157,20 +160,26 @@ class CommRecorder(TorchDispatchMode):
         self.params = params or {}  # id -> name: whose gradient a hook on AccumulateGrad handles
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if type(func) is _HOP or isinstance(func, _HOP):
-            return func(*args, **(kwargs or {}))
-        if DTensor in types:
+        # every op of the capture passes here (the model's, DTensor's local ones, the snapshot's):
+        # one tuple and one set look-up before the op runs, nothing else for a non-collective
+        if DTensor in types and not isinstance(func, _HOP):
             return NotImplemented  # let DTensor desugar into local ops and collectives, seen next
+        if kwargs is None:
+            kwargs = {}
+        if func not in _OVERLOADS:
+            try:
+                return func(*args, **kwargs)
+            except Exception as e:  # the wait on a collective that failed: the last one issued is marked
+                if self.records and "error" not in self.records[-1]:
+                    self.records[-1]["error"] = _first_line(e)
+                raise
         try:
-            out = func(*args, **(kwargs or {}))
-        except Exception as e:  # a collective (or the wait on one) that failed: the last one issued is marked
-            if func._overloadpacket in COLLECTIVES:
-                self._record(func, tuple(args), dict(kwargs or {}))
-            if self.records and "error" not in self.records[-1]:
-                self.records[-1]["error"] = _first_line(e)
+            out = func(*args, **kwargs)
+        except Exception as e:  # a collective that failed: recorded, and marked
+            self._record(func, tuple(args), kwargs)
+            self.records[-1].setdefault("error", _first_line(e))
             raise
-        if func._overloadpacket in COLLECTIVES:
-            self._record(func, tuple(args), dict(kwargs or {}))
+        self._record(func, tuple(args), kwargs)
         return out
 
     def _record(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

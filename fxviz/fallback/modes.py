@@ -32,6 +32,10 @@ Handler = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 #: collectives' :class:`~fxviz.fallback.comms.CommRecorder`) asks for the current module and line
 ACTIVE: list[Recorder] = []
 
+#: context managers every recording enters first, beneath its own modes, for the model's run only
+#: (a sharded capture's :class:`~fxviz.fallback.comms.CommRecorder`): see :func:`around_recordings`
+AROUND: list[contextlib.AbstractContextManager[Any]] = []
+
 
 class _FunctionMode(TorchFunctionMode):
     def __init__(self, handler: Handler) -> None:
@@ -68,12 +72,26 @@ def recording(rec: Recorder) -> Iterator[None]:
     each call. ATen level: a function mode that tags the ATen ops of each torch call with it
     (``torch_fn``), around a dispatch mode that records the ATen ops."""
     with contextlib.ExitStack() as stack:
+        for cm in AROUND:
+            stack.enter_context(cm)
         if rec.aten:
             stack.enter_context(mode("function", rec.observe_call))
         stack.enter_context(mode(rec.level, rec.observe))
         ACTIVE.append(rec)
         stack.callback(ACTIVE.pop)
         yield
+
+
+@contextlib.contextmanager
+def around_recordings(cm: contextlib.AbstractContextManager[Any]) -> Iterator[None]:
+    """Enter ``cm`` around the model's run in each recording made in the block (beneath the
+    tracer's modes, as if entered before the capture), not around the rest of the capture: a
+    dispatch mode there would see every op of the snapshot and the passes' too."""
+    AROUND.append(cm)
+    try:
+        yield
+    finally:
+        AROUND.remove(cm)
 
 
 @contextlib.contextmanager
@@ -136,4 +154,4 @@ def module_hooks(rec: Recorder) -> Iterator[None]:
             h.remove()
 
 
-__all__ = ["ACTIVE", "Handler", "mode", "module_hooks", "recording"]
+__all__ = ["ACTIVE", "AROUND", "Handler", "around_recordings", "mode", "module_hooks", "recording"]
