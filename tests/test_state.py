@@ -106,3 +106,17 @@ def test_a_users_compiled_code_keeps_its_cache() -> None:
         fxviz.capture(model, args, kwargs, method="export")
     assert len(_debug_get_cache_entry_list(f.__code__)) == entries
     torch.testing.assert_close(compiled(x), f(x))
+
+
+@pytest.mark.parametrize("method", ["eager", "export"])
+def test_the_models_own_warning_reaches_the_callers_record(method: str) -> None:
+    """A warning the model makes goes through the warning machinery the caller set up: a
+    ``catch_warnings(record=True)`` around the capture records it (it was printed to stderr)."""
+    import warnings
+
+    from tests.state_models import Chatty
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fxviz.capture(Chatty().eval(), (torch.randn(2, 4),), method=method)
+    assert "chatty: a warning of the model's own" in [str(w.message) for w in caught]

@@ -272,7 +272,9 @@ def quiet_torch() -> Iterator[Held]:
         if filename.startswith(_TORCH_DIR) or _from_torch(sys._getframe(1)):
             held.add(f"{filename}:{lineno}: {category.__name__}: {message}\n")
         elif show is _SHOWWARNING:  # through warnings' own machinery: catch_warnings(record=True) sees it
-            _SHOWWARNMSG(warnings.WarningMessage(message, category, filename, lineno, file, line))
+            # (looked up now: catch_warnings(record=True) puts its list's append there)
+            warnings._showwarnmsg_impl(  # type: ignore[attr-defined]
+                warnings.WarningMessage(message, category, filename, lineno, file, line))
         else:
             show(message, category, filename, lineno, file, line)
 
@@ -290,7 +292,6 @@ def quiet_torch() -> Iterator[Held]:
 
 
 _SHOWWARNING = warnings.showwarning
-_SHOWWARNMSG = warnings._showwarnmsg_impl  # type: ignore[attr-defined]
 
 
 # ---- one capture -----------------------------------------------------------------------------------
