@@ -16,6 +16,7 @@ from weakref import ref as _weakref
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
 
 from fxviz.fallback.classify import Action, Kind, Level, classify, kind_of, kinds, written_tensors
 from fxviz.fallback.context import ModuleStack, Names, Sources
@@ -439,7 +440,10 @@ __all__ = ["Recorder", "TracerFault"]
 
 def _place(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], tuple[int, ...]] | None:
     """Where a tensor's elements are: its storage's address, offset, shape and strides (None on
-    ``meta``, where every storage is at 0)."""
+    ``meta``, where every storage is at 0, and for a fake tensor, which has no storage to point at:
+    asking it for one warns)."""
+    if type(t) is FakeTensor:
+        return None
     try:
         ptr = t.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError):
