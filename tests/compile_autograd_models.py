@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
+
 def _hook(grad: torch.Tensor) -> None:
     print("fc2.weight grad", grad.sum().item())  # the backward's break: print of a tensor's value
 

@@ -21,6 +21,7 @@ from click.testing import CliRunner  # noqa: E402
 
 import fxviz  # noqa: E402
 from fxviz.analyze.compilemap import run as run_mod  # noqa: E402
+from fxviz.analyze.compilemap.autograd import backward_lines  # noqa: E402
 from fxviz.analyze.compilemap.backward import Autograd  # noqa: E402
 from fxviz.analyze.compilemap.result import CompileMap  # noqa: E402
 from fxviz.cli import cli  # noqa: E402
@@ -112,7 +113,8 @@ def test_no_hook_no_backward_break(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(back.autograd) == seen.counters["compiled_autograd"]["captures"] == 1
     assert back.break_count == sum(seen.counters.get("graph_break", Counter()).values()) == 0 == len(back.breaks)
     assert len(back.graphs) == seen.count("dynamo_output_graph") == 1
-    assert "backward break" not in "\n".join(fxviz.analyze.compilemap.autograd.backward_lines(back))
+    lines = backward_lines(back)
+    assert not any("✗" in line for line in lines) and any(re.search(r"AddmmBackward0\s+fc1", x) for x in lines)
     assert "backward breaks" not in cm.graph.annotations["panels"]
 
 
@@ -140,7 +142,7 @@ def test_json_and_cli(tmp_path: Any) -> None:
                                    "--compiled-autograd", "--backend", "eager", "--json", str(out), "--fail-on-break"])
     assert res.exit_code == 1, res.output
     assert "backward (compiled autograd): 1 graph captured" in res.output
-    assert f"compile_autograd_models.py:{models.HOOK_LINE}" in res.output
+    assert f"✗ compile_autograd_models.py:{models.HOOK_LINE}" in res.output
     assert re.search(r"AddmmBackward0\s+fc2", res.output)
     d = json.loads(out.read_text())
     assert d["compiled_autograd"]["breaks"][0]["stack"]

@@ -22,7 +22,14 @@ import re
 from collections.abc import Sequence
 
 from fxviz.analyze.compilemap.overlay import break_lines
-from fxviz.analyze.compilemap.result import CATEGORIES, AutogradGraph, CompiledBackward, CompileMap, NodeCall
+from fxviz.analyze.compilemap.result import (
+    CATEGORIES,
+    AutogradGraph,
+    CompiledBackward,
+    CompileMap,
+    NodeCall,
+    plural,
+)
 from fxviz.passes.panels import row, set_panel
 from fxviz.text import one_line
 from fxviz.tracefile.records import Trace
@@ -90,7 +97,7 @@ def write_backward(cmap: CompileMap) -> None:
                   rows=[row(b.line_text(), CATEGORIES.get(b.category, b.category), one_line(b.reason, limit=200),
                             b.count, b.hint or None, node=b.node, module=b.module or None, level="error")
                         for b in back.breaks],
-                  note=f"{back.break_count} break(s), {len(back.breaks)} cause(s)")
+                  note=f"{plural(back.break_count, 'break')}, {plural(len(back.breaks), 'cause')}")
     set_panel(graph, "compiled autograd", title="compiled autograd: the backward's autograd nodes",
               columns=["graph", "call", "autograd node", "modules"],
               rows=[row(f"!{g.id}", c.call, c.name, ", ".join(m or "(model)" for m in c.modules) or None,
@@ -105,13 +112,11 @@ def write_backward(cmap: CompileMap) -> None:
 
 
 def backward_lines(back: CompiledBackward) -> list[str]:
-    """The terminal's account of the backward: its summary, each break's line (as the forward's,
-    :func:`~fxviz.analyze.compilemap.overlay.break_lines`), each captured graph's autograd nodes with
-    their modules."""
+    """The terminal's account of the backward under the ``backward breaks`` panel: its summary, each
+    break's place (as the forward's, :func:`~fxviz.analyze.compilemap.overlay.break_lines`), each
+    captured graph's autograd nodes with their modules."""
     out = [back.summary()]
-    for b in back.breaks:
-        out.append(f"  backward break ×{b.count} ({CATEGORIES.get(b.category, b.category)}): {one_line(b.reason, limit=160)}")
-        out += ["  " + line for line in break_lines([b])]
+    out += ["  " + line for line in break_lines(back.breaks)]
     for g in back.autograd:
         calls = [c for c in g.calls if c.name not in ENGINE]
         out.append(f"  compiled autograd graph !{g.id}: {len(calls)} autograd nodes")

@@ -295,9 +295,9 @@ class CompiledBackward:
 
     def summary(self) -> str:
         """``backward (compiled autograd): 1 graph captured, 3 Dynamo graphs, 3 breaks (1 cause)``."""
-        causes = f" ({_plural(len(self.breaks), 'cause')})" if self.breaks else ""
-        return (f"backward (compiled autograd): {_plural(len(self.autograd), 'graph')} captured, "
-                f"{_plural(len(self.graphs), 'Dynamo graph')}, {_plural(self.break_count, 'break')}{causes}")
+        causes = f" ({plural(len(self.breaks), 'cause')})" if self.breaks else ""
+        return (f"backward (compiled autograd): {plural(len(self.autograd), 'graph')} captured, "
+                f"{plural(len(self.graphs), 'Dynamo graph')}, {plural(self.break_count, 'break')}{causes}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"summary": self.summary(), "autograd": [asdict(g) for g in self.autograd],
@@ -440,7 +440,7 @@ def _graph(d: dict[str, Any]) -> CompiledGraph:
     return CompiledGraph(**d)
 
 
-def _plural(k: int, word: str) -> str:
+def plural(k: int, word: str) -> str:
     return f"{k} {word}{'' if k == 1 else 's'}"
 
 
@@ -459,4 +459,4 @@ def percent(share: float | None) -> str:
 
 
 __all__ = ["CATEGORIES", "HINTS", "AutogradGraph", "BreakGroup", "CompiledBackward", "NodeCall", "CompileMap", "CompiledGraph", "Frame", "ModuleCoverage",
-           "Recompile", "RecompileLimit", "ShapeGuard", "Symbol", "percent"]
+           "Recompile", "RecompileLimit", "ShapeGuard", "Symbol", "percent", "plural"]
