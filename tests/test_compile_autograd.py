@@ -132,6 +132,10 @@ def test_custom_function_backward_on_aot_eager(monkeypatch: pytest.MonkeyPatch) 
     aot = [m for n, m in calls if n.startswith("CompiledFunctionBackward")]
     assert aot == [["fc2"], ["", "fc1"]]  # fc2's region, then relu (the model's own) and fc1's
     assert ("SquareBackward", [""]) in calls
+    # the forward's map keeps its own graphs: the backward's are b0, b1, ... beside them
+    assert [g.id for g in cm.graphs] == [f"g{i}" for i in range(len(cm.graphs))]
+    assert [g.id for g in back.graphs] == [f"b{i}" for i in range(len(back.graphs))]
+    assert set(cm.assigned.values()) <= {g.id for g in cm.graphs} | {"eager"}
 
 
 def test_json_and_cli(tmp_path: Any) -> None:
