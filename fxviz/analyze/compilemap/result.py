@@ -35,14 +35,14 @@ HINTS: dict[str, tuple[str, str]] = {
              "(torch._check to state its range)",
              _TROUBLE),
     "shape": ("set torch._dynamo.config.capture_dynamic_output_shape_ops = True (nonzero, unique, boolean "
-              "masks), or keep the op out of the forward",
+              "masks), or keep the op out of the compiled code",
               _TROUBLE),
     "branch": ("express the branch with torch.cond, or make it branchless (torch.where)",
                f"{_DOCS}/cond.html"),
-    "print": ("move the call out of the forward, or list the function in torch._dynamo.config."
+    "print": ("move the call out of the compiled code (the forward, a backward hook), or list the function in torch._dynamo.config."
               "reorderable_logging_functions (print) or ignore_logging_functions (logging)",
               _TROUBLE),
-    "unsupported": ("wrap the call in a custom op (torch.library.custom_op) or move it out of the forward",
+    "unsupported": ("wrap the call in a custom op (torch.library.custom_op) or move it out of the compiled code",
                     f"{_DOCS}/library.html#torch.library.custom_op"),
     "skip": ("Dynamo ran this whole function eagerly (a break inside a loop or a resume it could not "
              "build): fix the break inside it",
