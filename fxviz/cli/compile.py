@@ -77,6 +77,10 @@ def _input_sets(text: str) -> list[Any]:
               help="A training step: the outputs are differentiated once, so the backward compiles; shows the stages "
                    "and kernels (as --inside does) with the backward's, and per compiled graph what the compiled "
                    "backward saves from the forward and recomputes, per module (--grad: the same).")
+@click.option("--compiled-autograd", "autograd", is_flag=True,
+              help="With --backward: run the backward under compiled autograd (what torch._dynamo.config."
+                   "compiled_autograd = True does in a compiled training step) and show the graphs it captured, "
+                   "the breaks in the backward and each autograd node's module (any --backend, eager included).")
 @click.option("--activation-memory-budget", "budget", type=click.FloatRange(0.0, 1.0), default=None, metavar="F",
               help="With --backward: torch._functorch.config.activation_memory_budget for the run (1.0: torch's "
                    "default; lower: the min-cut partitioner saves less and recomputes more).")
@@ -91,14 +95,15 @@ def _input_sets(text: str) -> list[Any]:
 @verbose_option
 def compile_cmd(target: str | None, backend: str, mode: str | None, dynamic: bool | None, inputs_factory: str | None,
                 input_shapes: tuple[str, ...], dtype: str, depth: int | None, html_out: str | None,
-                json_out: str | None, fail_on_break: bool, inside: bool, grad: bool, budget: float | None,
-                stage_index: int | None, graph_id: str | None, from_trace: str | None) -> None:
+                json_out: str | None, fail_on_break: bool, inside: bool, grad: bool, autograd: bool,
+                budget: float | None, stage_index: int | None, graph_id: str | None, from_trace: str | None) -> None:
     """Show which parts of TARGET's forward torch.compile runs compiled: each op and module
     coloured by the Dynamo graph that ran it or marked eager, the share compiled per module, every
     graph break grouped by cause and line with a hint, and the recompiles --inputs cause.
 
     With --inside, what Inductor did to each compiled graph; with --backward, a training step's
-    backward too and what it saves and recomputes; with --from-trace DIR, the same read from a
+    backward too and what it saves and recomputes (with --compiled-autograd, the backward as
+    compiled autograd captures and breaks it); with --from-trace DIR, the same read from a
     saved TORCH_TRACE directory. Dynamo's caches are reset before and after (the analysis
     runs in its own process here).
     """
@@ -113,9 +118,14 @@ def compile_cmd(target: str | None, backend: str, mode: str | None, dynamic: boo
     if budget is not None and backend != "inductor":
         raise TargetError(f"--activation-memory-budget steers the min-cut partitioner, which --backend {backend} "
                           "does not use: use --backend inductor")
-    if (inside or grad) and backend == "eager":
+    if autograd and not grad:
+        raise TargetError("--compiled-autograd compiles the backward: add --backward")
+    if autograd and (inside or budget is not None or stage_index is not None or graph_id is not None):
+        raise TargetError("--compiled-autograd is not covered with --inside, --activation-memory-budget, --stage or "
+                          "--graph (Inductor's records of the compiled autograd graph): leave those out")
+    if (inside or grad) and backend == "eager" and not autograd:
         raise TargetError("--inside and --backward read AOT Autograd's records: use --backend inductor or aot_eager")
-    inside = inside or grad
+    inside = inside or (grad and not autograd)
     if (stage_index is not None or graph_id is not None) and not inside:
         raise TargetError("--stage and --graph show Inductor's stages: add --inside (or --from-trace DIR)")
     spec = recognise(target)
@@ -136,9 +146,9 @@ def compile_cmd(target: str | None, backend: str, mode: str | None, dynamic: boo
         model_out = contextlib.redirect_stdout(sys.stderr) if json_out == "-" else contextlib.nullcontext()
         with t.runs(), spinner(f"compiling with {backend} …"), model_out:
             cmap = compile_map(t.model, t.args, t.kwargs, backend=backend, mode=mode, dynamic=dynamic, inputs=sets,
-                               grad=grad, inside=inside, activation_memory_budget=budget)
+                               grad=grad, inside=inside, activation_memory_budget=budget, compiled_autograd=autograd)
     _write(cmap, depth=depth, html_out=html_out, json_out=json_out, stage=stage_index, graph=graph_id)
-    if fail_on_break and cmap.break_count:
+    if fail_on_break and (cmap.break_count or (cmap.backward is not None and cmap.backward.break_count)):
         ctx.exit(1)
 
 
@@ -185,6 +195,7 @@ def _saved(target: str | None, path: str, input_shapes: tuple[str, ...], dtype: 
 
 def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_out: str | None,
            stage: int | None = None, graph: str | None = None) -> None:
+    from fxviz.analyze.compilemap.autograd import backward_lines
     from fxviz.analyze.compilemap.overlay import break_lines, guard_lines, without_panels
 
     if json_out is not None:
@@ -199,13 +210,17 @@ def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_ou
         have = cmap.graph.annotations.get("overlays") or {}
         overlay = next(o for o in ("backward saves", "kernel time", "kernel", "coverage") if o in have or o == "coverage")
         # the kernels, stages, costs and partition: tables below
-        with without_panels(cmap.graph, "shapes", "guards", "graphs", "kernels", "stages", "compile cost", "partition"):
+        with without_panels(cmap.graph, "shapes", "guards", "graphs", "kernels", "stages", "compile cost", "partition",
+                            "compiled autograd"):
             if stage is None:
                 console.print(cmap.graph.tree(depth=depth, overlay=overlay))
         for line in break_lines(cmap.breaks):
             console.print(line, markup=False)
         for line in guard_lines(cmap):
             console.print(line, markup=False)
+        if cmap.backward is not None:
+            for line in backward_lines(cmap.backward):
+                console.print(line, markup=False)
         if inside is not None:
             from fxviz.cli.inside import print_inside
 

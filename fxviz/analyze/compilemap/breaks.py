@@ -107,12 +107,14 @@ def place(frames: Sequence[Frame], cat: str) -> tuple[int, int | None]:
 
 
 def group_breaks(breaks: Sequence[BreakRecord], graph: Graph, tree: CallTree, assigned: dict[str, str],
-                 resumed: dict[tuple[str, int], int] | None = None) -> list[BreakGroup]:
+                 resumed: dict[tuple[str, int], int] | None = None, *, logged: bool = False) -> list[BreakGroup]:
     """One group per cause (break type) and user line, in order of first occurrence. ``count`` is
     how many times the first input set's forward passed the break: the data-dependent ops at the
     line that ran eagerly, or the runs of the function Dynamo resumed after it
     (``resumed[(func, line)]``), at least 1 (Dynamo traces a block's code once however often it
-    runs, so its own log counts once)."""
+    runs, so its own log counts once). With ``logged`` (the backward under compiled autograd, which
+    the eager graph does not hold), ``count`` is how often Dynamo logged the break, as torch's
+    ``counters["graph_break"]`` counts it (a hook breaks once in each frame Dynamo inlined it from)."""
     resumed = resumed or {}
     at_line: dict[tuple[str, int], list[str]] = {}
     for n in graph.ops:
@@ -127,6 +129,7 @@ def group_breaks(breaks: Sequence[BreakRecord], graph: Graph, tree: CallTree, as
         where = frames[at] if frames else None
         key = (b.gb_type, where.file if where else "", where.line if where else 0)
         if key in groups:
+            groups[key].count += int(logged)
             continue
         names = at_line.get((where.file, where.line), []) if where else []
         eager_names = [n for n in names if assigned.get(n) == EAGER]
@@ -134,7 +137,7 @@ def group_breaks(breaks: Sequence[BreakRecord], graph: Graph, tree: CallTree, as
         link = _LINK.search(b.reason)
         detail = b.reason.split("\n  Developer debug context", 1)[0].strip()
         passes = sum(1 for n in eager_names if n in data_dependent)
-        count = max(passes, resumed.get((where.func, where.line), 0) if where else 0, 1)
+        count = 1 if logged else max(passes, resumed.get((where.func, where.line), 0) if where else 0, 1)
         groups[key] = BreakGroup(cat, _short_reason(b.gb_type, b.reason), detail, frames, count, node,
                                  tree.of(node).id if node is not None else None, b.input_set,
                                  link.group(1) if link else "", at, lib, registry().get(b.gb_type, ""))

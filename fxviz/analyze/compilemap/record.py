@@ -33,7 +33,7 @@ import torch
 import torch._dynamo as dynamo
 from torch import nn
 
-from fxviz.analyze.compilemap.result import ShapeGuard, Symbol
+from fxviz.analyze.compilemap.result import CompiledGraph, ShapeGuard, Symbol
 from fxviz.analyze.compilemap.shapes import every_guard, explain_fail, graph_inputs, read_shape_env
 from fxviz.errors import TargetError
 from fxviz.ops import op_name
@@ -72,6 +72,7 @@ class GraphRecord:
     inputs: list[str] = field(default_factory=list)
     symbols: list[Symbol] = field(default_factory=list)
     shape_guards: list[ShapeGuard] = field(default_factory=list)
+    phase: str = "forward"  # "backward": compiled from a compiled autograd graph
 
 
 @dataclass(slots=True)
@@ -80,6 +81,7 @@ class BreakRecord:
     reason: str
     stack: list[tuple[str, int, str, str]]
     input_set: int
+    phase: str = "forward"
 
 
 @dataclass(slots=True)
@@ -102,6 +104,18 @@ class Recording:
     breaks: list[BreakRecord] = field(default_factory=list)
     guard_fails: list[GuardFailRecord] = field(default_factory=list)
     input_set: int = 0
+    phase: str = "forward"  # "backward" while compiled autograd compiles and runs the backward
+
+    def forward(self, g: int) -> bool:
+        """Whether graph ``g`` (an index in :attr:`graphs`) is one of the forward's."""
+        return self.graphs[g].phase == "forward"
+
+
+def compiled_graph(g: GraphRecord) -> CompiledGraph:
+    """A recorded Dynamo graph as the map keeps it."""
+    return CompiledGraph(g.id, g.func, g.file, g.line, g.input_set, len(g.ops), g.runs, round(g.compile_s, 4),
+                         sorted({o.module for o in g.ops if o.module}), list(g.guards), g.inputs, g.symbols,
+                         g.shape_guards)
 
 
 def real_backend(backend: str | Callable[..., Any], mode: str | None, dynamic: bool | None) -> Callable[..., Any]:
@@ -197,8 +211,10 @@ class Recorder:
     def backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         rec, index = self.rec, len(self.rec.graphs)
         code = _frame_code(gm)
-        g = GraphRecord(f"g{index}", code[0], code[1], code[2], rec.input_set, op_records(gm, self.paths),
-                        inputs=graph_inputs(gm))
+        back = sum(1 for x in rec.graphs if x.phase == "backward")  # backward graphs are b0, b1, ...
+        gid = f"b{back}" if rec.phase == "backward" else f"g{index - back}"
+        g = GraphRecord(gid, code[0], code[1], code[2], rec.input_set, op_records(gm, self.paths),
+                        inputs=graph_inputs(gm), phase=rec.phase)
         rec.graphs.append(g)
         ctx = torch._guards.TracingContext.try_get()
         self.pending.append((g, getattr(getattr(ctx, "fake_mode", None), "shape_env", None), gm))
@@ -206,7 +222,7 @@ class Recorder:
         if not self.from_log and why is not None and getattr(why, "graph_break", False):
             text = str(getattr(why, "reason", ""))
             frames = [(f.filename, f.lineno or 0, f.name, (f.line or "").strip()) for f in why.user_stack or ()]
-            rec.breaks.append(BreakRecord(text.split("\n", 1)[0], text, frames, rec.input_set))
+            rec.breaks.append(BreakRecord(text.split("\n", 1)[0], text, frames, rec.input_set, rec.phase))
         t0 = time.perf_counter()
         compiled = self.real(gm, example_inputs)
         g.compile_s = time.perf_counter() - t0
@@ -313,7 +329,7 @@ class Recorder:
                     stack = torch._guards.TracingContext.extract_stack()
                 frames = [(f.filename, f.lineno or 0, f.name, (f.line or "").strip()) for f in stack]
                 rec.breaks.append(BreakRecord(str(getattr(exc, "gb_type", "") or type(exc).__name__),
-                                              str(reason), frames, rec.input_set))
+                                              str(reason), frames, rec.input_set, rec.phase))
             original(tx, *args, **kwargs)
 
         InstructionTranslatorBase.log_graph_break = log_graph_break  # type: ignore[method-assign,assignment]
@@ -393,5 +409,5 @@ def dynamo_state() -> Iterator[None]:
             counters[k].update(v)
 
 
-__all__ = ["BACKENDS", "BreakRecord", "GraphRecord", "GuardFailRecord", "OpRecord", "Recorder", "Recording",
+__all__ = ["BACKENDS", "BreakRecord", "compiled_graph", "GraphRecord", "GuardFailRecord", "OpRecord", "Recorder", "Recording",
            "dynamo_state", "module_paths", "op_nodes", "op_records", "real_backend"]

@@ -35,14 +35,14 @@ HINTS: dict[str, tuple[str, str]] = {
              "(torch._check to state its range)",
              _TROUBLE),
     "shape": ("set torch._dynamo.config.capture_dynamic_output_shape_ops = True (nonzero, unique, boolean "
-              "masks), or keep the op out of the forward",
+              "masks), or keep the op out of the compiled code",
               _TROUBLE),
     "branch": ("express the branch with torch.cond, or make it branchless (torch.where)",
                f"{_DOCS}/cond.html"),
-    "print": ("move the call out of the forward, or list the function in torch._dynamo.config."
+    "print": ("move the call out of the compiled code (the forward, a backward hook), or list the function in torch._dynamo.config."
               "reorderable_logging_functions (print) or ignore_logging_functions (logging)",
               _TROUBLE),
-    "unsupported": ("wrap the call in a custom op (torch.library.custom_op) or move it out of the forward",
+    "unsupported": ("wrap the call in a custom op (torch.library.custom_op) or move it out of the compiled code",
                     f"{_DOCS}/library.html#torch.library.custom_op"),
     "skip": ("Dynamo ran this whole function eagerly (a break inside a loop or a resume it could not "
              "build): fix the break inside it",
@@ -261,6 +261,61 @@ class ModuleCoverage:
 
 
 @dataclass(slots=True)
+class NodeCall:
+    """One autograd node a compiled autograd graph runs: its name (``AddmmBackward0``), the engine's
+    call index and the modules whose forward it differentiates (empty for the engine's own nodes)."""
+
+    name: str
+    call: int
+    modules: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class AutogradGraph:
+    """One graph compiled autograd captured (``compiled_autograd_id``), its node calls in order."""
+
+    id: int
+    calls: list[NodeCall]
+
+
+@dataclass
+class CompiledBackward:
+    """The backward as compiled autograd ran it: the graphs it captured (``autograd``), the Dynamo
+    graphs compiled from them (``graphs``, ``b0``, ``b1``, ...) and the breaks in them, grouped by
+    cause and line (each group's ``count``: how often Dynamo broke there, as torch counts them in
+    ``counters["graph_break"]``)."""
+
+    autograd: list[AutogradGraph]
+    graphs: list[CompiledGraph]
+    breaks: list[BreakGroup]
+
+    @property
+    def break_count(self) -> int:
+        return sum(b.count for b in self.breaks)
+
+    def summary(self) -> str:
+        """``backward (compiled autograd): 1 graph captured, 3 Dynamo graphs, 3 breaks (1 cause)``."""
+        causes = f" ({plural(len(self.breaks), 'cause')})" if self.breaks else ""
+        return (f"backward (compiled autograd): {plural(len(self.autograd), 'graph')} captured, "
+                f"{plural(len(self.graphs), 'Dynamo graph')}, {plural(self.break_count, 'break')}{causes}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary(), "autograd": [asdict(g) for g in self.autograd],
+                "graphs": [asdict(g) for g in self.graphs],
+                "breaks": [{**asdict(b), "hint": b.hint, "link": b.link} for b in self.breaks]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CompiledBackward:
+        breaks = []
+        for b in d["breaks"]:
+            b = {k: v for k, v in b.items() if k not in ("hint", "link")}
+            b["stack"] = [Frame(**f) for f in b["stack"]]
+            breaks.append(BreakGroup(**b))
+        return cls(autograd=[AutogradGraph(g["id"], [NodeCall(**c) for c in g["calls"]]) for g in d["autograd"]],
+                   graphs=[_graph(g) for g in d["graphs"]], breaks=breaks)
+
+
+@dataclass(slots=True)
 class CompileMap:
     """What torch.compile did to one forward. ``graph`` is the eager graph with the overlays
     ``compiled`` and ``coverage`` and the panels ``breaks``, ``modules`` and ``recompiles``;
@@ -281,6 +336,7 @@ class CompileMap:
     timings: dict[str, float] = field(default_factory=dict)
     limits: list[RecompileLimit] = field(default_factory=list)
     inside: Inside | None = None  # with inside=True: Inductor's stages, kernels and compile costs
+    backward: CompiledBackward | None = None  # with compiled_autograd=True: the backward as it compiled
 
     @property
     def eager_sets(self) -> list[int]:
@@ -332,7 +388,8 @@ class CompileMap:
         """The answer, as the terminal prints it after the model's name and the report (the graph's
         ``headline`` annotation) and JSON keep it: ``torch.compile: 1 graph, 0 breaks, ...``."""
         inside = f"  ·  inside: {self.inside.summary()}" if self.inside is not None else ""
-        return f"torch.compile: {self.header()}{inside}"
+        back = f"  ·  {self.backward.summary()}" if self.backward is not None else ""
+        return f"torch.compile: {self.header()}{inside}{back}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -349,7 +406,8 @@ class CompileMap:
             "modules": [asdict(m) for m in self.modules],
             "assigned": self.assigned, "notes": self.notes, "timings": self.timings,
             "graph": json.loads(self.graph.to_json()),
-        } | (self.inside.to_dict() if self.inside is not None else {})
+        } | (self.inside.to_dict() if self.inside is not None else {}) \
+          | ({"compiled_autograd": self.backward.to_dict()} if self.backward is not None else {})
 
     def to_json(self, *, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -371,6 +429,7 @@ class CompileMap:
             limits=[RecompileLimit(**{k: v for k, v in lim.items() if k != "config"})
                     for lim in d.get("recompile_limits", [])],
             inside=Inside.from_dict(d) if "stages" in d else None,
+            backward=CompiledBackward.from_dict(d["compiled_autograd"]) if "compiled_autograd" in d else None,
         )
 
 
@@ -379,6 +438,10 @@ def _graph(d: dict[str, Any]) -> CompiledGraph:
     d["symbols"] = [Symbol(**x) for x in d.get("symbols", ())]
     d["shape_guards"] = [ShapeGuard(**x) for x in d.get("shape_guards", ())]
     return CompiledGraph(**d)
+
+
+def plural(k: int, word: str) -> str:
+    return f"{k} {word}{'' if k == 1 else 's'}"
 
 
 def _percent(share: float) -> str:
@@ -395,5 +458,5 @@ def percent(share: float | None) -> str:
     return "" if share is None else _percent(share)
 
 
-__all__ = ["CATEGORIES", "HINTS", "BreakGroup", "CompileMap", "CompiledGraph", "Frame", "ModuleCoverage",
-           "Recompile", "RecompileLimit", "ShapeGuard", "Symbol", "percent"]
+__all__ = ["CATEGORIES", "HINTS", "AutogradGraph", "BreakGroup", "CompiledBackward", "NodeCall", "CompileMap", "CompiledGraph", "Frame", "ModuleCoverage",
+           "Recompile", "RecompileLimit", "ShapeGuard", "Symbol", "percent", "plural"]

@@ -4,6 +4,7 @@ eager graph. Needs torch."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import time
 import warnings
@@ -14,6 +15,8 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from fxviz.analyze.compilemap.autograd import write_backward
+from fxviz.analyze.compilemap.backward import Autograd as _Autograd
 from fxviz.analyze.compilemap.breaks import category, group_breaks
 from fxviz.analyze.compilemap.limit import FramedRecorder, LimitWatch, limits, refused
 from fxviz.analyze.compilemap.match import assign, pair
@@ -21,14 +24,16 @@ from fxviz.analyze.compilemap.overlay import EAGER, module_coverage, write
 from fxviz.analyze.compilemap.record import (
     GuardFailRecord,
     Recording,
+    compiled_graph,
     dynamo_state,
     module_paths,
 )
-from fxviz.analyze.compilemap.result import CompiledGraph, CompileMap, Recompile, RecompileLimit
+from fxviz.analyze.compilemap.result import CompileMap, Recompile, RecompileLimit
 from fxviz.analyze.compilemap.state import ModelSnapshot
 from fxviz.analyze.flops import CAPTURE_PASSES
 from fxviz.analyze.inside.live import LiveRun
 from fxviz.errors import InputError, ModelError, TargetError
+from fxviz.fallback.backward import trace_backward
 from fxviz.fallback.trace import trace_eager, uses_meta
 from fxviz.ir import Attempt, Graph
 from fxviz.passes import run_passes
@@ -51,6 +56,7 @@ def compile_map(
     grad: bool = False,
     inside: bool = False,
     activation_memory_budget: float | None = None,
+    compiled_autograd: bool = False,
 ) -> CompileMap:
     """Compile ``model`` with ``torch.compile(backend=..., mode=..., dynamic=...)``, run it on
     ``args``/``kwargs`` and then on each further input set of ``inputs`` (each a tuple of
@@ -93,6 +99,13 @@ def compile_map(
     ``partition`` says which forward values the backward saves and which ops it recomputes
     (``activation_memory_budget``: torch._functorch.config's, for the run).
 
+    With ``compiled_autograd=True`` (and ``grad=True``) the first input set's forward and backward
+    run under compiled autograd (what ``torch._dynamo.config.compiled_autograd = True`` does in a
+    compiled training step), the backward's graphs compiled by the same recording backend:
+    ``cm.backward`` holds the graphs compiled autograd captured (torch's ``compiled_autograd_graph``
+    records), each autograd node they run with the modules whose forward it differentiates, the
+    Dynamo graphs compiled from them and their breaks (:mod:`fxviz.analyze.compilemap.autograd`).
+
     A model that raises under torch.compile (but not eagerly) is a
     :class:`~fxviz.errors.ModelError` that chains torch's exception; one that raises eagerly too
     is the eager trace's :class:`~fxviz.errors.ModelError`.
@@ -108,7 +121,13 @@ def compile_map(
                           "'aot_eager', not 'eager'")
     if activation_memory_budget is not None and not (inside and grad):
         raise TargetError("activation_memory_budget changes what the backward saves: add grad=True, inside=True")
+    if compiled_autograd and not grad:
+        raise TargetError("compiled_autograd=True compiles the backward: add grad=True (--backward)")
+    if compiled_autograd and inside:
+        raise TargetError("compiled_autograd=True is not covered with inside=True (Inductor's kernels of the compiled "
+                          "autograd graph): leave inside out")
     live = LiveRun(grad=grad, budget=activation_memory_budget) if inside else None
+    autograd = _Autograd() if compiled_autograd else None
     args, kwargs = normalize_args(model, args, kwargs)
     sets: list[InputSet] = [(args, kwargs)] + [_input_set(model, i, k) for k, i in enumerate(inputs or (), 1)]
 
@@ -119,7 +138,7 @@ def compile_map(
         clock = _RunClock(recorder)
         watch = LimitWatch()
         try:
-            _run_compiled(model, recorder, watch, sets, grad, _name(backend), live)
+            _run_compiled(model, recorder, watch, sets, grad, _name(backend), live, autograd)
         except ModelError:
             state.restore()
             trace_eager(model, args, kwargs, level="function", grad=grad)  # a model that fails eagerly says so
@@ -142,6 +161,15 @@ def compile_map(
                      notes=notes + [lim.note() for lim in hit], limits=hit)
         if live is not None:
             _inside(cmap, live, recorder.rec)
+    if autograd is not None:
+        state.restore()
+        try:
+            eager_bw = trace_backward(model, args, kwargs)
+        finally:
+            state.restore()
+        with gc_paused():
+            cmap.backward = autograd.build(recorder.rec, graph, eager_bw)
+            write_backward(cmap)
     cmap.timings = {"trace_s": trace_s, "compile_s": compile_s, "analysis_s": time.perf_counter() - t2}
     return cmap
 
@@ -166,7 +194,7 @@ def _inside(cmap: CompileMap, live: LiveRun, rec: Recording) -> None:
 def dynamo_to_eager(graph: Graph, rec: Recording) -> dict[str, dict[str, str]]:
     """Graph id -> Dynamo node name -> the eager op it is, from the first input set's first run of
     each graph (:func:`~fxviz.analyze.compilemap.match.pair`, the matching the map is built on)."""
-    runs = [(rec.graphs[g].id, rec.graphs[g].ops) for g, k in rec.runs if k == 0]
+    runs = [(rec.graphs[g].id, rec.graphs[g].ops) for g, k in rec.runs if k == 0 and rec.forward(g)]
     ops = graph.ops
     out: dict[str, dict[str, str]] = {}
     for (gid, dops), row in zip(runs, pair(ops, runs), strict=True):
@@ -219,7 +247,7 @@ class _RunClock:
 
     def costly(self) -> bool:
         """Whether the first input set's ops ran slower than fake tensors would trace them."""
-        names = [o.name for g in self.rec.graphs if g.input_set == 0 for o in g.ops]
+        names = [o.name for g in self.rec.graphs if g.input_set == 0 and g.phase == "forward" for o in g.ops]
         return self.run_s > fake_cost(names or ["op"])
 
 
@@ -245,7 +273,7 @@ def _eager_graph(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
 
 
 def _run_compiled(model: nn.Module, recorder: FramedRecorder, watch: LimitWatch, sets: Sequence[InputSet],
-                  grad: bool, backend: str, live: LiveRun | None = None) -> None:
+                  grad: bool, backend: str, live: LiveRun | None = None, autograd: _Autograd | None = None) -> None:
     """Run each input set through ``model`` compiled with ``recorder``'s backend, Dynamo reset
     before and after; with ``live``, under torch's structured trace, then the first input set
     again, warm, under torch.profiler (the runs it records are taken back)."""
@@ -254,8 +282,10 @@ def _run_compiled(model: nn.Module, recorder: FramedRecorder, watch: LimitWatch,
         compiled = recorder.compile(model)
         grad_mode = contextlib.nullcontext() if grad else torch.no_grad()
         leaves = [p for p in model.parameters()] + [t for t in pytree.tree_leaves(sets[0]) if isinstance(t, torch.Tensor)]
-        with grad_mode, (live.recording() if live is not None else contextlib.nullcontext()):
-            _run_sets(compiled, recorder, watch, sets, backend, live, leaves)
+        recording = live.recording() if live is not None else autograd.recording() if autograd is not None \
+            else contextlib.nullcontext()
+        with grad_mode, recording:
+            _run_sets(compiled, recorder, watch, sets, backend, live, leaves, autograd)
         if live is not None:
             rec = recorder.rec
             runs, counts, now = len(rec.runs), [g.runs for g in rec.graphs], rec.input_set
@@ -270,16 +300,20 @@ def _run_compiled(model: nn.Module, recorder: FramedRecorder, watch: LimitWatch,
 
 
 def _run_sets(compiled: Callable[..., Any], recorder: FramedRecorder, watch: LimitWatch, sets: Sequence[InputSet],
-              backend: str, live: LiveRun | None, leaves: list[torch.Tensor]) -> None:
+              backend: str, live: LiveRun | None, leaves: list[torch.Tensor], autograd: _Autograd | None = None) -> None:
     """Each input set through the compiled model (and, with ``live`` and ``grad``, the first
-    set's backward)."""
+    set's backward; with ``autograd``, the first set's forward and backward under compiled
+    autograd)."""
     for k, (a, kw) in enumerate(sets):
         recorder.rec.input_set = k
         watch.start()
         try:
-            out = compiled(*a, **kw)
-            if live is not None and k == 0:
-                live.backward(out, leaves)
+            if autograd is not None and k == 0:
+                autograd.run(functools.partial(compiled, *a, **kw), recorder, leaves)
+            else:
+                out = compiled(*a, **kw)
+                if live is not None and k == 0:
+                    live.backward(out, leaves)
         except Exception as e:  # told from an eager failure by the caller
             raise ModelError(
                 f"the model raised under torch.compile(backend={backend!r}) on input set {k}: "
@@ -296,17 +330,15 @@ def build(graph: Graph, rec: Recording, *, backend: str, mode: str | None, dynam
           input_sets: int = 1, notes: Sequence[str] = (), limits: Sequence[RecompileLimit] = ()) -> CompileMap:
     """The map from a recording: match, group, write the overlays and panels. ``limits``: the
     recompile limits Dynamo hit (their refused recompiles are not recompiles)."""
-    runs = [(rec.graphs[g].id, rec.graphs[g].ops) for g, k in rec.runs if k == 0]
+    runs = [(rec.graphs[g].id, rec.graphs[g].ops) for g, k in rec.runs if k == 0 and rec.forward(g)]
     ops = graph.ops
     hits = assign(ops, runs)
     assigned = {n.name: hits[n.name][0] if n.name in hits else EAGER for n in ops}
     tree = graph.calls
-    graphs = [CompiledGraph(g.id, g.func, g.file, g.line, g.input_set, len(g.ops), g.runs, round(g.compile_s, 4),
-                            sorted({o.module for o in g.ops if o.module}), list(g.guards), g.inputs, g.symbols,
-                            g.shape_guards)
-              for g in rec.graphs]
+    graphs = [compiled_graph(g) for g in rec.graphs if g.phase == "forward"]
+    forward = [b for b in rec.breaks if b.phase == "forward"]
     cmap = CompileMap(graph=graph, backend=backend, mode=mode, dynamic=dynamic, graphs=graphs,
-                      breaks=group_breaks(rec.breaks, graph, tree, assigned, _resumed(rec)), recompiles=recompiles(rec.guard_fails, refused(limits)),
+                      breaks=group_breaks(forward, graph, tree, assigned, _resumed(rec)), recompiles=recompiles(rec.guard_fails, refused(limits)),
                       assigned=assigned, modules=module_coverage(graph, assigned), input_sets=input_sets,
                       notes=list(notes), limits=list(limits))
     write(cmap)
@@ -318,7 +350,7 @@ def _resumed(rec: Recording) -> dict[tuple[str, int], int]:
     the function it resumes in ``torch_dynamo_resume_in_forward_at_27``."""
     out: dict[tuple[str, int], int] = {}
     for g, k in rec.runs:
-        m = _RESUME.fullmatch(rec.graphs[g].func)
+        m = _RESUME.fullmatch(rec.graphs[g].func) if rec.forward(g) else None
         if k == 0 and m:
             key = (m.group(1), int(m.group(2)))
             out[key] = out.get(key, 0) + 1

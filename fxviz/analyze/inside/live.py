@@ -67,12 +67,8 @@ class LiveRun:
 
     def backward(self, out: Any, leaves: Sequence[torch.Tensor]) -> None:
         """Differentiate the outputs once (without writing ``.grad``) so the backward compiles."""
-        if not self.grad:
-            return
-        outs = [t for t in _tensors(out) if t.requires_grad and t.is_floating_point()]
-        wrt = [t for t in leaves if t.requires_grad]
-        if outs and wrt:
-            torch.autograd.grad([t.sum() for t in outs], wrt, allow_unused=True)
+        if self.grad:
+            differentiate(out, leaves)
 
     def profile(self, run: Callable[[], Any], leaves: Sequence[torch.Tensor]) -> None:
         """Run ``run`` (one forward, and a backward with ``grad``) warm under torch.profiler."""
@@ -257,4 +253,13 @@ def _tensors(out: Any) -> list[torch.Tensor]:
     return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
 
 
-__all__ = ["ITERATIONS", "LiveRun"]
+def differentiate(out: Any, leaves: Sequence[torch.Tensor]) -> None:
+    """The sum of each floating output that requires grad, differentiated once with respect to
+    ``leaves`` (``torch.autograd.grad``: no ``.grad`` is written)."""
+    outs = [t for t in _tensors(out) if t.requires_grad and t.is_floating_point()]
+    wrt = [t for t in leaves if t.requires_grad]
+    if outs and wrt:
+        torch.autograd.grad([t.sum() for t in outs], wrt, allow_unused=True)
+
+
+__all__ = ["ITERATIONS", "LiveRun", "differentiate"]
