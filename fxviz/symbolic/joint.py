@@ -42,6 +42,7 @@ from fxviz.symbolic.checkpoint import (
     SAVE,
     add_recompute,
     checkpoint_calls,
+    one_region_per_call,
     recompute_tags,
     strict_program,
 )
@@ -342,6 +343,7 @@ def with_recompute(gm: torch.fx.GraphModule, conv: Converter, graph: Graph) -> N
     graph.nodes = add_recompute(list(graph.nodes), {conv.refs[n].node: t for n, t in tags.items()
                                  if n in conv.refs and isinstance(n.target, torch._ops.OpOverload)},
                                 would_save, rewire)
+    one_region_per_call(graph.nodes)
     graph.saved = inferred_saved(gm, conv, recomputed, kept, again, region)
     regions = len({region for region, _ in tags.values()})
     graph.notes.append(f"torch.utils.checkpoint: {regions} region(s) as strict export and AOT Autograd tagged them "
