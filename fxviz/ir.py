@@ -418,7 +418,7 @@ def _build(d: dict[str, Any]) -> Graph:
         assumptions=[Assumption(a["expr"], source(a["source"]), a["holds"], a["kind"]) for a in d["assumptions"]],
         notes=d["notes"],
         saved=[Saved(s["node"], s["module"], s["shape"], s["dtype"], s["bytes"], s["value"], s["shares"],
-                     s["inferred"]) for s in d["saved"]],
+                     s["inferred"], s["reason"]) for s in d["saved"]],
     )
 
 

@@ -20,8 +20,9 @@ class Saved:
     size the first time that storage is saved, 0 for a parameter, a buffer, an input, or a view of a
     storage already counted (``shares`` says which), so that the records' bytes add up to the
     step's saved-activation memory. ``value`` is the node whose output was saved, when known;
-    ``inferred`` marks a record fxviz worked out rather than saw (the joint graph's values that
-    the backward reads, see :mod:`fxviz.symbolic.joint`)."""
+    ``inferred`` marks a record fxviz worked out rather than saw, and ``reason`` says why the record
+    may differ from what eager autograd saves, or why it differs from the joint graph's value (see
+    :mod:`fxviz.symbolic.joint`)."""
 
     node: str
     module: str
@@ -31,6 +32,7 @@ class Saved:
     value: str = ""
     shares: str = ""  # why bytes is 0: "parameter", "buffer", "input" or "view" (of a counted storage)
     inferred: bool = False
+    reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"node": self.node, "module": self.module, "shape": list(self.shape),
@@ -41,6 +43,8 @@ class Saved:
             d["shares"] = self.shares
         if self.inferred:
             d["inferred"] = True
+        if self.reason:
+            d["reason"] = self.reason
         return d
 
 

@@ -108,24 +108,32 @@ def default_loss(out: Any) -> torch.Tensor:
     return sum((v.sum() for v in leaves[1:]), leaves[0].sum())
 
 
-def torch_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> tuple[int, int]:
-    """(bytes autograd saves, counting each storage once and no parameter, buffer or input; number of
-    autograd nodes of the step other than AccumulateGrad) as torch records them for a real step."""
-    own = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers(), *args]
-           if isinstance(t, torch.Tensor)}
+def torch_saved(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None,
+                ) -> tuple[list[tuple[tuple[int, ...], str, int]], torch.Tensor]:
+    """(shape, dtype, bytes) of each storage autograd saves in a real step, counted once, no parameter,
+    buffer or input, as ``saved_tensors_hooks`` packs them; and the step's loss."""
+    own = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers(), *args,
+                                                    *(kwargs or {}).values()] if isinstance(t, torch.Tensor)}
     seen: set[int] = set()
-    total = 0
+    records: list[tuple[tuple[int, ...], str, int]] = []
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        nonlocal total
         key = t.untyped_storage().data_ptr()
         if key not in own and key not in seen:
             seen.add(key)
-            total += t.untyped_storage().nbytes()
+            records.append((tuple(t.shape), str(t.dtype).removeprefix("torch."), t.untyped_storage().nbytes()))
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         loss = default_loss(model(*args, **(kwargs or {})))
+    return records, loss
+
+
+def torch_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> tuple[int, int]:
+    """(bytes autograd saves, counting each storage once and no parameter, buffer or input; number of
+    autograd nodes of the step other than AccumulateGrad) as torch records them for a real step."""
+    records, loss = torch_saved(model, args, kwargs)
+    total = sum(b for _, _, b in records)
     fns, todo = set(), [loss.grad_fn]
     while todo:
         f = todo.pop()

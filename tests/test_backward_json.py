@@ -8,13 +8,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 import fxviz
 from fxviz.errors import GraphFormatError
 from fxviz.passes.overlays import overlays
-from tests.backward_models import mlp, torch_step
+from tests.backward_models import mlp, torch_saved, torch_step
 from tests.test_layers import _NO_TORCH, REPO
 
 
@@ -83,8 +85,12 @@ def test_gpt2_tiny_training_step(method: str) -> None:
     backward = [n for n in g.ops if n.phase == "backward"]
     if method == "eager":  # torch's own record of the step, exactly
         assert saved == total and len(backward) == fns
-    else:  # inferred from the joint graph: what the backward reads of the forward
-        assert abs(saved - total) <= total // 50 and all(s.inferred for s in g.saved)
+    else:  # exact but for the causal mask only the traced program builds (inferred, with its reason)
+        inferred = [s for s in g.saved if s.inferred]
+        assert saved - sum(s.bytes for s in inferred) == total
+        assert [(s.module, s.shape, s.dtype) for s in inferred] == [
+            (f"transformer.h.{i}.attn", (1, 1, 7, 7), "float32") for i in range(2)]
+        assert all("attention mask" in s.reason for s in inferred)
     assert {n.attrs["grad_of"] for n in g.outputs if n.phase == "backward"} == {
         name for name, p in model.named_parameters() if p.requires_grad}
     # every block's attention has backward ops of its own, beside its forward ops
@@ -95,6 +101,53 @@ def test_gpt2_tiny_training_step(method: str) -> None:
     top = [c for c in g.calls.root.children]
     assert sum(ov["saved"]["modules"].get(c.id, 0) for c in top) + sum(
         ov["saved"]["nodes"].get(x, 0) for x in g.calls.root.ops) == saved
+
+
+def _train_gpt2() -> tuple[torch.nn.Module, tuple[Any, ...], dict[str, Any]]:
+    from tests.transformers_zoo import _ids, gpt2
+
+    model, _, _ = gpt2()
+    model.config.n_positions = 64
+    torch.manual_seed(0)
+    from transformers import GPT2LMHeadModel
+    model = GPT2LMHeadModel(model.config)
+    return model.train(), (_ids(64),), {}
+
+
+def _train_llama() -> tuple[torch.nn.Module, tuple[Any, ...], dict[str, Any]]:
+    from tests.transformers_zoo import _ids, llama
+
+    model, _, _ = llama()
+    ids = _ids(64)
+    return model.train(), (), {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+@pytest.mark.parametrize("build", [_train_gpt2, _train_llama])
+def test_a_decoders_training_step_saves_on_the_export_path_what_torch_packs(build: Any) -> None:
+    """GPT-2 and LLaMA in train mode, seq 64: each record the joint graph gives (but the attention
+    masks only the traced program builds, inferred with their reason) is a storage torch's
+    ``saved_tensors_hooks`` packs in a real step, shape, dtype and bytes, and none is missing: GPT-2's
+    dropouts save a float32 noise on the CPU, not native_dropout's bool mask."""
+    model, args, kwargs = build()
+    g = fxviz.capture(model, args, kwargs, backward=True, method="export")
+    torch.manual_seed(1)
+    packed, _ = torch_saved(model, args, kwargs)
+    exact = [s for s in g.saved if s.bytes and not s.inferred]
+    masks = [s for s in g.saved if s.inferred and "attention mask" in s.reason]
+    heads = [s for s in g.saved if s.inferred and "repeats" in s.reason]
+    kv = model.config.num_key_value_heads if build is _train_llama else 0
+    # GPT-2 in train mode attends with dropout, through the math path: nothing there is inferred
+    assert len(masks) == (2 if kv else 0) and len(masks + heads) == sum(s.inferred for s in g.saved)
+    # what torch packs beyond the exact records: the unrepeated key and value heads eager's GQA sdpa saves
+    unrepeated = sorted(((*s.shape[:1], kv, *s.shape[2:]), s.dtype, s.bytes * kv // s.shape[1]) for s in heads)
+    rest = list(packed)
+    for s in exact:
+        rest.remove((s.shape, s.dtype, s.bytes))  # ValueError: a record torch never packed
+    assert sorted(rest) == unrepeated and len(heads) == (4 if kv else 0)
+    assert sum(s.bytes for s in exact) + sum(b for _, _, b in unrepeated) == sum(b for _, _, b in packed)
+    dropouts = [s for s in g.saved if "dropout" in s.reason]
+    assert len(dropouts) == (7 if build is _train_gpt2 else 0)
+    assert all(s.dtype == "float32" and not s.inferred for s in dropouts)
 
 
 _FACTORY = '''

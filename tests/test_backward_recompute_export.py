@@ -312,3 +312,57 @@ def test_strict_export_of_a_plain_checkpoint_is_its_regions() -> None:
     for path in ("blocks.0.0", "blocks.0.1", "blocks.1.0", "blocks.1.1"):
         ops = [n for n in g.ops if n.module == path]
         assert ops and all("checkpoint" in [r[2] for r in n.attrs.get("region", [])] for n in ops)
+
+
+class TwoCalls(nn.Module):
+    """Two checkpoint calls from two lines; ``c`` runs on the line of the second call, outside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = checkpoint(lambda t: torch.tanh(self.a(t)), x, use_reentrant=False)
+        return self.c(checkpoint(lambda t: torch.tanh(self.b(t)), h, use_reentrant=False))
+
+
+def _boxes(text: str) -> list[list[str]]:
+    """Each ``◇ checkpoint`` box of a rendered tree: its line and the lines drawn under it."""
+    lines = text.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if "◇ checkpoint" in line:
+            col = line.index("◇")
+            indent = line[:col - 4] + ("│   " if line[col - 4] == "├" else "    ")
+            body = []
+            for x in lines[i + 1:]:
+                if not x.startswith(indent):
+                    break
+                body.append(x)
+            out.append([line, *body])
+    return out
+
+
+def test_the_tree_draws_one_box_per_checkpoint_call_with_its_recompute_and_backward_inside() -> None:
+    """One ``◇ checkpoint`` box per call torch's joint graph tags (``ac_graph_id``), holding that call's
+    forward ops, their recomputation and their backward ops; never the forward of the call and its
+    backward as two boxes, and never a module that only shares the calling line (``c``)."""
+    from fxviz.render.tree import tree_text
+    from fxviz.symbolic.joint import export_joint
+    from fxviz.torchbridge.normalize import flatten_inputs
+
+    torch.manual_seed(0)
+    model, x = TwoCalls(), torch.randn(4, 8)
+    with contextlib.ExitStack() as stack:
+        gm = export_joint(model, flatten_inputs(model, (x,), {}), None, stack)
+        calls = {n.meta["ac_graph_id"] for n in gm.graph.nodes if "ac_graph_id" in n.meta}
+    g = fxviz.capture(model, (x,), backward=True, method="export")
+    boxes = _boxes(tree_text(g, width=200, unfold=True))
+    assert len(calls) == 2 and len(boxes) == len(calls), tree_text(g, width=200)
+    for box, (mine, other) in zip(boxes, [("a (Linear)", "b (Linear)"), ("b (Linear)", "a (Linear)")], strict=True):
+        text = "\n".join(box)
+        assert mine in text and other not in text and "c (Linear)" not in text, text
+        ops = [line.split("── ")[-1].split()[0] for line in box[1:] if "── " in line]
+        # tanh, its recomputation and tanh_backward; the Linear's addmm, recomputed, and its backward mm
+        assert ops.count("tanh") == 2 and "tanh_backward" in ops, text
+    assert sum(line.count("◇ checkpoint") for line in tree_text(g, width=200).splitlines()) == 2

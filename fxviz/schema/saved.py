@@ -38,6 +38,7 @@ def saved(v: Any, defined: dict[str, int]) -> list[dict[str, Any]]:
             "value": _opt_text(r, "value", at),
             "shares": _opt_text(r, "shares", at),
             "inferred": r.get("inferred", False),
+            "reason": _opt_text(r, "reason", at),
         }
         shape: list[int | str] = []
         for j, dim in enumerate(_array(r.get("shape", []), lambda: f"{at()} 'shape'")):

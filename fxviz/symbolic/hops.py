@@ -298,21 +298,27 @@ def _checkpoint_region(conv: Converter, run: list[Node]) -> None:
                     if x[1] == r[1]:
                         x[2] = "checkpoint"
             return
-    # around the whole calls the run covers: the deepest call every op is in, lifted while the
-    # run holds every op of that call
+    conv.regions += 1
+    add_region(conv.nodes, run, f"r{conv.regions}", "checkpoint")
+
+
+def add_region(nodes: Sequence[Node], run: Sequence[Node], rid: str, label: str) -> None:
+    """Put the ops of ``run`` (among ``nodes``, the whole graph's) in a new region ``rid`` around the
+    whole calls the run covers: the deepest call every op is in, lifted while the run holds every op
+    of that call."""
+    names = {n.name for n in run}
     depth = min(_common(run[0].stack, n.stack) for n in run)
     while depth > 0:
         prefix = run[0].stack[:depth]
-        if any(n.kind == "op" and n.stack[:depth] == prefix and n.name not in names for n in conv.nodes):
+        if any(n.kind == "op" and n.stack[:depth] == prefix and n.name not in names for n in nodes):
             break
         depth -= 1
-    conv.regions += 1
-    entry = [depth, f"r{conv.regions}", "checkpoint"]
+    entry = [depth, rid, label]
     for n in run:
         regions = n.attrs.get("region", [])
         at = next((i for i, x in enumerate(regions) if x[0] > depth), len(regions))
         n.attrs["region"] = [*regions[:at], list(entry), *regions[at:]]
 
 
-__all__ = ["body_of", "convert_hop", "enter_region", "inferred_stack", "is_hop", "mark_checkpoints",
+__all__ = ["add_region", "body_of", "convert_hop", "enter_region", "inferred_stack", "is_hop", "mark_checkpoints",
            "region_labels"]

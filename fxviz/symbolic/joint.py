@@ -12,11 +12,13 @@ placeholder is which parameter, which output is whose gradient).
 
 Gradients of parameters are output nodes named ``grad of <parameter>`` (``attrs["grad_of"]``), in
 phase ``backward``, reading the op that produced them. The saved activations (``Graph.saved``) are
-*inferred* from the graph: every forward value a backward op reads, saved by the forward op of that
-backward op's ``seq_nr``, each storage counted once (a view of a parameter or an input costs
-nothing); they are what AOT Autograd's default partition keeps, which for the models tested is
-what eager autograd saves (``tests/test_backward.py`` checks it against
-``saved_tensors_hooks``). A model that calls ``torch.utils.checkpoint`` is exported strictly, and the
+read from the graph: every forward value a backward op reads (what AOT Autograd's default partition
+saves), saved by the forward op of that backward op's ``seq_nr``, each storage counted once (a view
+of a parameter or an input costs nothing), as eager autograd keeps it
+(:mod:`fxviz.symbolic.eager_saved`: a dropout's noise instead of ``native_dropout``'s bool mask where
+eager's kernel keeps that; an attention mask only the traced program may build is marked
+``inferred`` with its reason). The rest adds up to what ``saved_tensors_hooks`` sees
+(``tests/test_backward_json.py`` checks GPT-2 and LLaMA per record). A model that calls ``torch.utils.checkpoint`` is exported strictly, and the
 regions torch tagged in its joint graph become recompute nodes, the saved records those of the
 checkpointed step (:mod:`fxviz.symbolic.checkpoint`, :func:`with_recompute`).
 """
@@ -40,10 +42,12 @@ from fxviz.symbolic.checkpoint import (
     SAVE,
     add_recompute,
     checkpoint_calls,
+    one_region_per_call,
     recompute_tags,
     strict_program,
 )
 from fxviz.symbolic.convert import Converter, Placeholder
+from fxviz.symbolic.eager_saved import as_eager
 from fxviz.torchbridge.normalize import FlatInputs, flatten_inputs
 from fxviz.torchbridge.training import Loss, check_trainable, step_loss
 from fxviz.torchbridge.values import mark_tied, module_infos
@@ -298,8 +302,9 @@ def inferred_saved(gm: torch.fx.GraphModule, conv: Converter, recomputed: frozen
         meta = saver_node.meta if not isinstance(val, torch.Tensor) else None
         shape = tuple(int(d) if isinstance(d, int) else str(d) for d in val.shape) if isinstance(val, torch.Tensor) else ()
         dtype = str(val.dtype).removeprefix("torch.") if isinstance(val, torch.Tensor) else (meta.dtype if meta else "")
+        dtype, nbytes, inferred, reason = as_eager(n, dtype, nbytes)
         out.append(Saved(saver_node.name, saver_node.module, shape, dtype, nbytes, conv.refs[n].node, shares,
-                         inferred=True))
+                         inferred=inferred, reason=reason))
     return out
 
 
@@ -338,6 +343,7 @@ def with_recompute(gm: torch.fx.GraphModule, conv: Converter, graph: Graph) -> N
     graph.nodes = add_recompute(list(graph.nodes), {conv.refs[n].node: t for n, t in tags.items()
                                  if n in conv.refs and isinstance(n.target, torch._ops.OpOverload)},
                                 would_save, rewire)
+    one_region_per_call(graph.nodes)
     graph.saved = inferred_saved(gm, conv, recomputed, kept, again, region)
     regions = len({region for region, _ in tags.values()})
     graph.notes.append(f"torch.utils.checkpoint: {regions} region(s) as strict export and AOT Autograd tagged them "
