@@ -150,3 +150,24 @@ def test_recorder_off_only_for_torch_ops_on_plain_tensors(monkeypatch: pytest.Mo
     assert [r["op"] for r in collectives(g)] == ["c10d.allreduce_"]
     assert "fxviz_test.reduce_twice" in seen  # the custom op reached the recorder
     assert "aten.addmm" not in seen  # the plain linear ran with the recorder off
+
+
+def test_metadata_reads_skip_the_recorder_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attribute reads DTensor's and the parallel styles' own code makes (``.dtype``,
+    ``.requires_grad``, ``.ndim``: most of the calls a tensor-parallel forward hands the tracer)
+    leave at the first check: the recorder is never asked about them, only about real ops."""
+    from fxviz.fallback.classify import Action, kind_of
+
+    asked: list[Any] = []
+    needs = comms.CommRecorder.needs
+
+    def spy(self: comms.CommRecorder, func: Any, *a: Any) -> bool:
+        asked.append(func)
+        return needs(self, func, *a)
+
+    monkeypatch.setattr(comms.CommRecorder, "needs", spy)
+    g = fxviz.capture(mlp_factory, world_size=4)
+    assert counts(g) == oracle(mlp_factory, 4)
+    kinds = [kind_of(f, "function") for f in asked]
+    assert {k.name for k in kinds} >= {"linear", "relu"}
+    assert [k.target for k in kinds if k.action is Action.SKIP] == []

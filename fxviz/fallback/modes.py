@@ -23,7 +23,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fxviz.fallback.classify import Level
+from fxviz.fallback.classify import Action, Level, kind_of, kinds
 from fxviz.fallback.recorder import Recorder
 
 #: ``handler(func, args, kwargs)`` runs the call ``func(*args, **kwargs)`` and returns its result.
@@ -92,13 +92,19 @@ def _hidden_from(watcher: Any, handler: Handler) -> Handler:
     ``watcher.needs(func, args, kwargs)`` says it need not see: a dispatch mode costs every ATen op
     a call into Python, and the collectives' recorder looks at none but collectives, which a call
     of torch's own ops on plain tensors never issues. Off only while ``watcher`` is the innermost
-    dispatch mode (a mode the model entered stays as it is)."""
+    dispatch mode (a mode the model entered stays as it is). A metadata read (``x.shape``: most of
+    the calls DTensor's and the parallel styles' own code makes) dispatches nothing: it goes
+    straight to ``handler``, which lets it through at its first check."""
     needs = watcher.needs
+    table, skip = kinds("function"), Action.SKIP
     depth, at = torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at
     pop, push = torch._C._pop_torch_dispatch_stack, torch._C._push_on_torch_dispatch_stack
 
     def hidden(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if needs(func, args, kwargs):
+        kind = table.get(func)
+        if kind is None:
+            kind = kind_of(func, "function")
+        if kind.action is skip or needs(func, args, kwargs):
             return handler(func, args, kwargs)
         n = depth()
         if not n or at(n - 1) is not watcher:
