@@ -85,3 +85,89 @@ def test_recorder_is_on_for_the_forward_only(monkeypatch: pytest.MonkeyPatch) ->
     assert modes_at_snapshot and set(modes_at_snapshot) == {0}
     assert [r["kind"] for r in collectives(g)] == ["all_reduce"]
 
+
+
+class Unseen(nn.Module):
+    """Calls on plain tensors where the recorder must stay on: a ``ProcessGroup`` method (a
+    collective no torch-function mode sees) and a custom op (``torch.ops``: its kernel may be a
+    collective; this one's Python kernel all-reduces, which no dispatch mode sees, torch's
+    ``CommDebugMode`` included)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        dist.group.WORLD.allreduce([y]).wait()
+        return torch.ops.fxviz_test.reduce_twice(y) + 1
+
+
+_LIB = torch.library.Library("fxviz_test", "DEF")  # noqa: TOR901 - a test op for the whole session
+_LIB.define("reduce_twice(Tensor x) -> Tensor")
+
+
+def _reduce_twice(x: torch.Tensor) -> torch.Tensor:
+    y = x.clone()
+    dist.all_reduce(y)
+    return y
+
+
+_LIB.impl("reduce_twice", _reduce_twice, "CompositeExplicitAutograd")
+
+
+def unseen_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return Unseen(), (torch.randn(2, 8),)
+
+
+def test_recorder_off_only_for_torch_ops_on_plain_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recorder's dispatch mode is off while the tracer runs torch's own ops on plain tensors
+    (the relu between the MLP's sharded linears: no ATen op of it reaches the recorder), and on for
+    every call that can communicate: a DTensor's op, the collectives DTensor's hooks call, a
+    ``ProcessGroup`` method, a custom op. Counts per module are torch's own (``CommDebugMode``)."""
+    seen: list[str] = []
+    dispatch = comms.CommRecorder.__torch_dispatch__
+
+    def spy(self: comms.CommRecorder, func: Any, *a: Any, **k: Any) -> Any:
+        seen.append(str(func.overloadpacket))
+        return dispatch(self, func, *a, **k)
+
+    monkeypatch.setattr(comms.CommRecorder, "__torch_dispatch__", spy)
+    g = fxviz.capture(mlp_factory, world_size=4)
+    assert counts(g) == oracle(mlp_factory, 4)
+    relu = next(n for n in g.nodes if n.target == "torch.relu")  # the tracer recorded it, on a plain shard
+    assert "aten.relu" not in seen and "aten.relu_" not in seen
+    assert "aten.mm" in seen or "aten.addmm" in seen  # the sharded linears' local ops: still seen
+    assert "_c10d_functional.all_reduce" in seen
+    assert relu.inputs
+
+    seen.clear()
+    g = fxviz.capture(unseen_factory, world_size=4)
+    want = oracle(unseen_factory, 4)
+    assert want == {"": {"all_reduce": 1}}
+    assert counts(g) == want
+    assert [r["op"] for r in collectives(g)] == ["c10d.allreduce_"]
+    assert "fxviz_test.reduce_twice" in seen  # the custom op reached the recorder
+    assert "aten.addmm" not in seen  # the plain linear ran with the recorder off
+
+
+def test_metadata_reads_skip_the_recorder_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attribute reads DTensor's and the parallel styles' own code makes (``.dtype``,
+    ``.requires_grad``, ``.ndim``: most of the calls a tensor-parallel forward hands the tracer)
+    leave at the first check: the recorder is never asked about them, only about real ops."""
+    from fxviz.fallback.classify import Action, kind_of
+
+    asked: list[Any] = []
+    needs = comms.CommRecorder.needs
+
+    def spy(self: comms.CommRecorder, func: Any, *a: Any) -> bool:
+        asked.append(func)
+        return needs(self, func, *a)
+
+    monkeypatch.setattr(comms.CommRecorder, "needs", spy)
+    g = fxviz.capture(mlp_factory, world_size=4)
+    assert counts(g) == oracle(mlp_factory, 4)
+    kinds = [kind_of(f, "function") for f in asked]
+    assert {k.name for k in kinds} >= {"linear", "relu"}
+    assert [k.target for k in kinds if k.action is Action.SKIP] == []

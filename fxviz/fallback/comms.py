@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import traceback
+from types import BuiltinFunctionType
 from typing import Any
 
 import torch
@@ -23,6 +24,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.debug._comm_mode import NATIVE_TO_PY_MAPPING, c10d_collective_ops
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from fxviz.fallback.classify import Action, kind_of
 from fxviz.fallback.modes import ACTIVE
 from fxviz.torchbridge.source import _is_fxviz, is_user_file
 
@@ -150,14 +152,66 @@ def timed_out(error: BaseException, records: list[dict[str, Any]]) -> str | None
             f"partial graph (err.graph) keeps the {len(records)} collectives issued, this one marked timed_out")
 
 
+#: tensors of these types dispatch to ATen's own kernels: no subclass's Python runs under their ops
+_PLAIN_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
+
+#: torch-function callable -> True where it is torch's own op, which dispatches no collective on
+#: plain tensors (:func:`_own_op`)
+_OWN_OPS: dict[Any, bool] = {}
+
+
+def _own_op(func: Any) -> bool:
+    """A metadata read, a ``Tensor`` method (but ``backward``, whose hooks may communicate),
+    ``torch.nn.functional`` or a builtin ``torch.*`` function: its ATen ops on plain tensors are
+    ATen's kernels. Not: ``torch.ops`` (the collectives themselves, custom ops with Python
+    kernels), ``torch.distributed``, ``torch.autograd``, or anything that takes user code
+    (``torch.cond``)."""
+    kind = kind_of(func, "function")
+    target = kind.target
+    if kind.action is Action.SKIP:
+        return True
+    if "::" in target:
+        return False
+    if target.startswith("Tensor."):
+        return kind.name != "backward"
+    if target.startswith(("torch.nn.functional.", "torch.functional.")):
+        return True
+    return (type(func) is BuiltinFunctionType and target.startswith("torch.")
+            and not target.startswith(("torch.distributed", "torch.autograd", "torch._C._distributed")))
+
+
+def _plain(values: Any) -> bool:
+    """No tensor among ``values`` (or in a list or tuple among them) is of a subclass."""
+    for a in values:
+        if isinstance(a, torch.Tensor):
+            if type(a) not in _PLAIN_TENSORS:
+                return False
+        elif type(a) is list or type(a) is tuple:
+            for x in a:
+                if isinstance(x, torch.Tensor) and type(x) not in _PLAIN_TENSORS:
+                    return False
+    return True
+
+
 class CommRecorder(TorchDispatchMode):
     """A dispatch mode that keeps one record per collective (:attr:`records`), with the module and
-    line of the tracer's current op; everything else passes through untouched."""
+    line of the tracer's current op; everything else passes through untouched.
+
+    The function-level tracer turns it off for the calls :meth:`needs` says cannot issue a
+    collective (:func:`fxviz.fallback.modes.recording`): torch's own ops on plain tensors, most of
+    a tensor-parallel forward outside DTensor's linears; every ATen op paid a call into Python."""
 
     def __init__(self, params: dict[int, str] | None = None) -> None:
         super().__init__()
         self.records: list[dict[str, Any]] = []
         self.params = params or {}  # id -> name: whose gradient a hook on AccumulateGrad handles
+
+    def needs(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether the torch-function call ``func(*args, **kwargs)`` may dispatch a collective."""
+        own = _OWN_OPS.get(func)
+        if own is None:
+            own = _OWN_OPS[func] = _own_op(func)
+        return not (own and _plain(args) and _plain(kwargs.values()))
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         # every op of the capture passes here (the model's, DTensor's local ones, the snapshot's):

@@ -17,12 +17,13 @@ from _thread import get_ident
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fxviz.fallback.classify import Level
+from fxviz.fallback.classify import Action, Level, kind_of, kinds
 from fxviz.fallback.recorder import Recorder
 
 #: ``handler(func, args, kwargs)`` runs the call ``func(*args, **kwargs)`` and returns its result.
@@ -76,10 +77,45 @@ def recording(rec: Recorder) -> Iterator[None]:
             stack.enter_context(cm)
         if rec.aten:
             stack.enter_context(mode("function", rec.observe_call))
-        stack.enter_context(mode(rec.level, rec.observe))
+        handler: Handler = rec.observe
+        watchers = [cm for cm in AROUND if getattr(cm, "needs", None) is not None]
+        if watchers and not rec.aten:
+            handler = _hidden_from(watchers[-1], handler)
+        stack.enter_context(mode(rec.level, handler))
         ACTIVE.append(rec)
         stack.callback(ACTIVE.pop)
         yield
+
+
+def _hidden_from(watcher: Any, handler: Handler) -> Handler:
+    """``handler`` with the dispatch mode ``watcher`` (one of :data:`AROUND`) off for the calls
+    ``watcher.needs(func, args, kwargs)`` says it need not see: a dispatch mode costs every ATen op
+    a call into Python, and the collectives' recorder looks at none but collectives, which a call
+    of torch's own ops on plain tensors never issues. Off only while ``watcher`` is the innermost
+    dispatch mode (a mode the model entered stays as it is). A metadata read (``x.shape``: most of
+    the calls DTensor's and the parallel styles' own code makes) dispatches nothing: it goes
+    straight to ``handler``, which lets it through at its first check."""
+    needs = watcher.needs
+    table, skip = kinds("function"), Action.SKIP
+    depth, at = torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at
+    pop, push = torch._C._pop_torch_dispatch_stack, torch._C._push_on_torch_dispatch_stack
+
+    def hidden(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        kind = table.get(func)
+        if kind is None:
+            kind = kind_of(func, "function")
+        if kind.action is skip or needs(func, args, kwargs):
+            return handler(func, args, kwargs)
+        n = depth()
+        if not n or at(n - 1) is not watcher:
+            return handler(func, args, kwargs)
+        pop(None)
+        try:
+            return handler(func, args, kwargs)
+        finally:
+            push(watcher)
+
+    return hidden
 
 
 @contextlib.contextmanager
