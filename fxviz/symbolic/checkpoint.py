@@ -30,7 +30,7 @@ import torch.fx
 
 from fxviz.errors import CaptureError
 from fxviz.ir import Node, Ref
-from fxviz.symbolic.hops import add_region
+from fxviz.torchbridge.checkpoint import one_region_per_call
 
 RECOMPUTE = frozenset({"PREFER_RECOMPUTE", "MUST_RECOMPUTE"})
 SAVE = frozenset({"PREFER_SAVE", "MUST_SAVE"})
@@ -179,28 +179,6 @@ def add_recompute(nodes: list[Node], tags: dict[str, tuple[int, str]], would_sav
     if not _ordered(out):  # a region reading another's recomputation (nested checkpoints): all up front
         out = [n for n in nodes if n.phase != "backward"] + list(again.values()) + [n for n in nodes if n.phase == "backward"]
     return out
-
-
-def one_region_per_call(nodes: list[Node]) -> None:
-    """One ``checkpoint`` region per checkpoint call (``attrs["checkpoint"]``, torch's ``ac_graph_id``)
-    around its forward ops, their recomputations and the backward ops of those forward ops (by
-    ``seq_nr``), in place of the regions the stack traces gave (one per consecutive run: the forward
-    and the backward of a call apart, and any op on the line that calls ``checkpoint(`` inside)."""
-    of_seq = {n.attrs["seq_nr"]: n.attrs["checkpoint"] for n in nodes
-              if n.phase == "forward" and "checkpoint" in n.attrs and "seq_nr" in n.attrs}
-    members: dict[int, list[Node]] = {}
-    for n in nodes:
-        if n.kind != "op":
-            continue
-        if n.attrs.get("region"):
-            n.attrs["region"] = [list(x) for x in n.attrs["region"] if x[2] != "checkpoint"] or []
-            if not n.attrs["region"]:
-                del n.attrs["region"]
-        call = n.attrs.get("checkpoint") if n.phase != "backward" else of_seq.get(n.attrs.get("seq_nr", -1))
-        if call is not None:
-            members.setdefault(call, []).append(n)
-    for call, run in members.items():
-        add_region(nodes, run, f"checkpoint{call}", "checkpoint")
 
 
 def _packet(target: str) -> str:

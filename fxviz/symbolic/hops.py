@@ -34,6 +34,8 @@ import torch.fx
 from torch import nn
 
 from fxviz.ir import ModuleCall, Node, Ref, TensorMeta
+from fxviz.torchbridge.checkpoint import add_region
+from fxviz.torchbridge.checkpoint import common_depth as _common
 from fxviz.torchbridge.source import source_from_trace
 from fxviz.torchbridge.values import metas_from_val
 
@@ -198,13 +200,6 @@ def _transparent(conv: Converter, outs: list[Ref | None], metas: tuple[TensorMet
     return True
 
 
-def _common(a: Stack, b: Stack) -> int:
-    k = 0
-    while k < len(a) and k < len(b) and a[k] == b[k]:
-        k += 1
-    return k
-
-
 def enter_region(nodes: Iterable[Node], stack: Stack, rid: str, label: str) -> None:
     """Put the ops among ``nodes`` in region ``rid``, around any region they are in already. The
     region sits in the call ``stack`` (the op's); its depth never exceeds an op's own stack or the
@@ -300,24 +295,6 @@ def _checkpoint_region(conv: Converter, run: list[Node]) -> None:
             return
     conv.regions += 1
     add_region(conv.nodes, run, f"r{conv.regions}", "checkpoint")
-
-
-def add_region(nodes: Sequence[Node], run: Sequence[Node], rid: str, label: str) -> None:
-    """Put the ops of ``run`` (among ``nodes``, the whole graph's) in a new region ``rid`` around the
-    whole calls the run covers: the deepest call every op is in, lifted while the run holds every op
-    of that call."""
-    names = {n.name for n in run}
-    depth = min(_common(run[0].stack, n.stack) for n in run)
-    while depth > 0:
-        prefix = run[0].stack[:depth]
-        if any(n.kind == "op" and n.stack[:depth] == prefix and n.name not in names for n in nodes):
-            break
-        depth -= 1
-    entry = [depth, rid, label]
-    for n in run:
-        regions = n.attrs.get("region", [])
-        at = next((i for i, x in enumerate(regions) if x[0] > depth), len(regions))
-        n.attrs["region"] = [*regions[:at], list(entry), *regions[at:]]
 
 
 __all__ = ["add_region", "body_of", "convert_hop", "enter_region", "inferred_stack", "is_hop", "mark_checkpoints",
