@@ -30,7 +30,7 @@ import torch.fx
 
 from fxviz.errors import CaptureError
 from fxviz.ir import Node, Ref
-from fxviz.torchbridge.checkpoint import one_region_per_call
+from fxviz.torchbridge.checkpoint import Checkpoints, one_region_per_call
 
 RECOMPUTE = frozenset({"PREFER_RECOMPUTE", "MUST_RECOMPUTE"})
 SAVE = frozenset({"PREFER_SAVE", "MUST_SAVE"})
@@ -39,30 +39,10 @@ SAVE = frozenset({"PREFER_SAVE", "MUST_SAVE"})
 @contextlib.contextmanager
 def checkpoint_calls() -> Iterator[list[str]]:
     """The ``torch.utils.checkpoint`` calls made while it is open (``"non-reentrant"`` /
-    ``"reentrant"``), seen where ``checkpoint`` hands over to its two implementations (module globals it
-    looks up at each call, however the model imported ``checkpoint``)."""
-    import torch.utils.checkpoint as cp
-
-    calls: list[str] = []
-    generator, function = cp._checkpoint_without_reentrant_generator, cp.CheckpointFunction
-
-    def non_reentrant(*args: Any, **kwargs: Any) -> Any:
-        calls.append("non-reentrant")
-        return generator(*args, **kwargs)
-
-    class Reentrant:
-        @staticmethod
-        def apply(*args: Any) -> Any:
-            calls.append("reentrant")
-            return function.apply(*args)
-
-    cp._checkpoint_without_reentrant_generator = non_reentrant  # type: ignore[assignment]
-    cp.CheckpointFunction = Reentrant  # type: ignore[assignment,misc]
-    try:
-        yield calls
-    finally:
-        cp._checkpoint_without_reentrant_generator = generator
-        cp.CheckpointFunction = function  # type: ignore[misc]
+    ``"reentrant"``), as :class:`~fxviz.torchbridge.checkpoint.Checkpoints` sees them."""
+    seen = Checkpoints()
+    with seen.attach():
+        yield seen.kinds
 
 
 @contextlib.contextmanager

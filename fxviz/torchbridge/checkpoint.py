@@ -91,11 +91,12 @@ class Checkpoints:
         return self._open[-1] if self._open else None
 
     @contextlib.contextmanager
-    def attach(self, rec: Any) -> Iterator[None]:
-        """Watch the calls while ``rec`` (a recorder: its ``nodes``, appended as ops run) records."""
+    def attach(self, rec: Any = None) -> Iterator[None]:
+        """Watch the calls while ``rec`` (a recorder: its ``nodes``, appended as ops run) records; with
+        no ``rec``, only which calls ran (:attr:`kinds`)."""
         import torch.utils.checkpoint as cp
 
-        self._nodes = rec.nodes
+        self._nodes = rec.nodes if rec is not None else None
         generator, function = cp._checkpoint_without_reentrant_generator, cp.CheckpointFunction
         me = self
 
