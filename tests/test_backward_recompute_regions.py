@@ -59,7 +59,7 @@ def test_eager_and_export_draw_the_same_region_per_checkpoint_call() -> None:
     assert {n.module for n in eager.ops if n.phase == "backward" and "checkpoint" in n.attrs} == {"", "a", "b"}
 
 
-def test_the_eager_forward_draws_a_box_per_checkpoint_call_as_export_does() -> None:
+def test_the_forward_draws_a_box_per_checkpoint_call_on_both_paths() -> None:
     torch.manual_seed(0)
     model, x = TwoCalls(), torch.randn(4, 8)
     with torch_frames() as frames, torch.no_grad():
@@ -68,4 +68,21 @@ def test_the_eager_forward_draws_a_box_per_checkpoint_call_as_export_does() -> N
     export = fxviz.capture(model, (x,), method="export")
     assert len(frames) == 2
     assert regions(eager) == [("checkpoint", ["", "a"], ["forward"]), ("checkpoint", ["", "b"], ["forward"])]
-    assert [r[0] for r in regions(export)] == [r[0] for r in regions(eager)]
+    # non-strict export traces through the calls: the ops each made, as it ran them (never ``c``, on the
+    # second call's line but outside it); decomposed, the same ops
+    decomposed = fxviz.capture(model, (x,), method="export-decomposed")
+    assert regions(export) == regions(eager) and [r[1] for r in regions(decomposed)] == [["", "a"], ["", "b"]]
+
+
+def test_a_loop_that_checkpoints_each_block_from_one_line_is_one_box_per_call() -> None:
+    """The stack traces of a loop's calls are the same line: the calls seen run tell them apart."""
+    from tests import capture_models as cm
+
+    model, args, _ = cm.checkpoint_plain()
+    with torch_frames() as frames:
+        model(*args).sum().backward()
+    model.zero_grad(set_to_none=True)
+    want = [("checkpoint", ["blocks.0.0", "blocks.0.1"], ["forward"]),
+            ("checkpoint", ["blocks.1.0", "blocks.1.1"], ["forward"])]
+    assert len(frames) == len(want)
+    assert regions(fxviz.capture(model, args, method="eager")) == regions(fxviz.capture(model, args, method="export")) == want

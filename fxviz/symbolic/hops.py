@@ -20,7 +20,8 @@ that ran. They are handled generically, through those arguments, and recursively
 
 Ops that ran inside ``torch.utils.checkpoint`` without a higher-order op of their own (export inlines
 a non-reentrant checkpoint, keeping only the user's line that calls it) get a ``checkpoint`` region
-from their stack traces.
+per call, as the calls ran during export (``attrs["checkpoint"]``, :mod:`fxviz.torchbridge.checkpoint`),
+or from their stack traces where none was seen.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import torch.fx
 from torch import nn
 
 from fxviz.ir import ModuleCall, Node, Ref, TensorMeta
-from fxviz.torchbridge.checkpoint import add_region
+from fxviz.torchbridge.checkpoint import add_region, one_region_per_call
 from fxviz.torchbridge.checkpoint import common_depth as _common
 from fxviz.torchbridge.source import source_from_trace
 from fxviz.torchbridge.values import metas_from_val
@@ -240,11 +241,15 @@ def inferred_stack(conv: Converter, inputs: Sequence[Ref]) -> Stack:
 
 
 def mark_checkpoints(conv: Converter) -> None:
-    """Regions for ops that ran inside ``torch.utils.checkpoint``: consecutive ops whose stack
+    """Regions for ops that ran inside ``torch.utils.checkpoint``: one per call where non-strict export
+    saw the calls (``attrs["checkpoint"]``, :class:`~fxviz.torchbridge.checkpoint.Checkpoints`); else consecutive ops whose stack
     traces enter it from the same line, inside the same regions (a loop that checkpoints each of
     its blocks from one line makes one region, unless a higher-order op already tells the calls apart). Where a region of a higher-order op holds exactly those
     ops (reentrant checkpoint runs its function under ``no_grad``, which export wraps), that region
     is relabelled ``checkpoint``; otherwise a region is added around them."""
+    if any("checkpoint" in n.attrs for n in conv.nodes if n.kind == "op"):  # the calls, seen run
+        one_region_per_call(conv.nodes)
+        return
     if not conv.traces:
         return
     run: list[Node] = []

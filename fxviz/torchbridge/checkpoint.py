@@ -72,6 +72,19 @@ def one_region_per_call(nodes: list[Node]) -> None:
         add_region(nodes, run, f"checkpoint{call}", "checkpoint")
 
 
+#: The FX node meta key that says which checkpoint call made a node (non-strict export).
+STAMP = "fxviz_checkpoint"
+
+
+def _traced_graph() -> tuple[Any, set[Any]] | None:
+    """The FX graph make_fx traces into now (non-strict export), and its nodes so far."""
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+    mode = get_proxy_mode()
+    graph = getattr(getattr(mode, "tracer", None), "graph", None)
+    return (graph, set(graph.nodes)) if graph is not None else None
+
+
 class Checkpoints:
     """The ``torch.utils.checkpoint`` calls of one eager run, seen where ``checkpoint`` hands over to its
     two implementations (module globals it looks up at each call, however the model imported it):
@@ -85,18 +98,23 @@ class Checkpoints:
         self._open: list[int] = []  # calls whose function runs now, innermost last (forward or recomputation)
         self._frames: list[tuple[int, int, int]] = []  # forward calls running: (call, nodes recorded, sequence nr)
         self._nodes: list[Node] | None = None
+        self._stamp = False
+        self._traced: list[tuple[Any, set[Any]] | None] = []  # per forward call running: FX graph traced, nodes before
 
     def current(self) -> int | None:
         """The innermost call whose function runs now (in the backward: the one recomputed)."""
         return self._open[-1] if self._open else None
 
     @contextlib.contextmanager
-    def attach(self, rec: Any = None) -> Iterator[None]:
+    def attach(self, rec: Any = None, *, stamp: bool = False) -> Iterator[None]:
         """Watch the calls while ``rec`` (a recorder: its ``nodes``, appended as ops run) records; with
-        no ``rec``, only which calls ran (:attr:`kinds`)."""
+        no ``rec``, only which calls ran (:attr:`kinds`). ``stamp``: while non-strict export traces,
+        each FX node a non-reentrant call's function makes gets ``meta[STAMP]`` (the call), which the
+        exported program keeps (a reentrant call is export's ``no_grad`` region already)."""
         import torch.utils.checkpoint as cp
 
         self._nodes = rec.nodes if rec is not None else None
+        self._stamp = stamp
         generator, function = cp._checkpoint_without_reentrant_generator, cp.CheckpointFunction
         me = self
 
@@ -104,7 +122,7 @@ class Checkpoints:
             call = me._new("non-reentrant")
             inner = generator(me._again(fn, call), *args, **kwargs)
             next(inner)  # before the forward: checkpoint() runs the function itself after this
-            me._enter(call)
+            me._enter(call, me._stamp)
             try:
                 yield
             except BaseException as e:
@@ -152,17 +170,24 @@ class Checkpoints:
 
         return again
 
-    def _enter(self, call: int) -> None:
+    def _enter(self, call: int, stamp: bool = False) -> None:
         import torch
 
         self._open.append(call)
         self._frames.append((call, len(self._nodes or ()), torch._C._autograd._get_sequence_nr()))
+        self._traced.append(_traced_graph() if stamp else None)
 
     def _leave(self) -> None:
         import torch
 
         self._open.pop()
         call, start, first = self._frames.pop()
+        traced = self._traced.pop()
+        if traced is not None:
+            graph, known = traced
+            for n in graph.nodes:
+                if n not in known:
+                    n.meta.setdefault(STAMP, call)  # an inner call's nodes are the inner call's
         for n in (self._nodes or [])[start:]:
             if n.kind == "op":
                 self.members.setdefault(n.name, call)  # an inner call's ops are the inner call's
@@ -195,4 +220,4 @@ class Checkpoints:
         one_region_per_call(nodes)
 
 
-__all__ = ["Checkpoints", "add_region", "common_depth", "one_region_per_call"]
+__all__ = ["STAMP", "Checkpoints", "add_region", "common_depth", "one_region_per_call"]
