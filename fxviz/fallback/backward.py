@@ -42,6 +42,7 @@ from fxviz.fallback.recorder import Recorder
 from fxviz.fallback.tensors import tensor_meta
 from fxviz.fallback.trace import trace_eager
 from fxviz.ir import Graph, Node, Ref, Saved
+from fxviz.torchbridge.checkpoint import Checkpoints
 from fxviz.torchbridge.normalize import flatten_inputs
 from fxviz.torchbridge.training import BackwardError, Loss, LossError, check_trainable, step_loss
 
@@ -151,6 +152,7 @@ def trace_backward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
     flat = flatten_inputs(model, args, kwargs)
     check_trainable(model, flat.tensors)
     watch = Watch(model, flat.tensors)
+    checkpoints = Checkpoints()
     box: list[torch.Tensor] = []
 
     def on_output(_m: nn.Module, _a: Any, out: Any) -> None:
@@ -161,7 +163,8 @@ def trace_backward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
         # a checkpoint recomputes its whole region (no early stop): every op it repeats, and what
         # each would have saved, is seen (fxviz.fallback.recompute)
         with torch.utils.checkpoint.set_checkpoint_early_stop(False):
-            graph = trace_eager(model, args, kwargs, level=level, grad=True, watch=watch.attach)
+            graph = trace_eager(model, args, kwargs, level=level, grad=True, watch=watch.attach,
+                                checkpoints=checkpoints)
     except ModelError as e:
         if isinstance(e.__cause__, LossError):
             raise e.__cause__ from None
@@ -175,7 +178,7 @@ def trace_backward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
         raise LossError("the loss does not depend on any parameter or input that requires grad: nothing to differentiate")
     graph.method += " (backward)"
     try:
-        add_backward(graph, model, flat.tensors, value, watch)
+        add_backward(graph, model, flat.tensors, value, watch, checkpoints)
     except BackwardError as e:  # the forward graph, with what the backward got to and where it raised
         raise ModelError(str(e), graph=graph) from e.__cause__
     finally:
@@ -216,8 +219,11 @@ def _walk(root: Any) -> tuple[list[Any], dict[Any, list[tuple[Any, int]]]]:
     return order, consumers
 
 
-def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...], loss: torch.Tensor, watch: Watch) -> None:
-    """Append the backward of ``loss`` to the forward ``graph`` (see the module's docstring)."""
+def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...], loss: torch.Tensor, watch: Watch,
+                 checkpoints: Checkpoints | None = None) -> None:
+    """Append the backward of ``loss`` to the forward ``graph`` (see the module's docstring); the
+    ``checkpoints`` the forward ran are regions around their forward, recompute and backward ops."""
+    checkpoints = checkpoints or Checkpoints()
     nodes = {n.name: n for n in graph.nodes}
     used = set(nodes)
 
@@ -270,7 +276,10 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
                     attrs=attrs, phase="backward")
         bnode[f] = node
         graph.nodes.append(node)
-    _run_backward(graph, model, loss, bnode, leaves, watch)
+    try:
+        _run_backward(graph, model, loss, bnode, leaves, watch, checkpoints)
+    finally:  # a backward that raises: the regions of what it got to
+        checkpoints.mark(graph.nodes)
     for f, t in leaves.items():
         refs = tuple(Ref(bnode[c].name, i) for c, i in consumers.get(f, []) if c in bnode)
         of = names.get(id(t), "input")
@@ -282,7 +291,7 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
 
 
 def _run_backward(graph: Graph, model: nn.Module, loss: torch.Tensor, bnode: dict[Any, Node], leaves: dict[Any, Any],
-                  watch: Watch) -> None:
+                  watch: Watch, checkpoints: Checkpoints) -> None:
     """Run the backward once, ``.grad`` untouched: the shapes of each node's gradients, the node
     that raises, if one does, and the ops a checkpoint recomputes (:mod:`fxviz.fallback.recompute`)."""
     if not leaves:  # nothing to differentiate for: the walk is all there is
@@ -299,7 +308,8 @@ def _run_backward(graph: Graph, model: nn.Module, loss: torch.Tensor, bnode: dic
             running.append((f, node))
 
         handles += [f.register_hook(post), f.register_prehook(pre)]
-    recompute = Recompute(graph, model, running, set(bnode), set(watch.state) | watch.counted, watch.saved_values)
+    recompute = Recompute(graph, model, running, set(bnode), set(watch.state) | watch.counted, watch.saved_values,
+                          checkpoints)
     accumulate = _reduces_grads(model)
     hooked = [t for t in leaves.values() if getattr(t, "_post_accumulate_grad_hooks", None)]
     if hooked and not accumulate:

@@ -5,8 +5,9 @@ is Python code and does. So while the real backward runs (:func:`~fxviz.fallback
 :class:`Recompute` sees each torch-level call: one made while a custom ``autograd.Function``'s
 Python backward runs (its grad_fn's pre/post hook window) is that backward's own code and is left
 out; every other one is a recomputation. Each is matched to the forward op it repeats: the same
-innermost module call (global module hooks say which module runs), the same target, the next one
-not yet matched in that module. It becomes a node of phase ``recompute`` in that op's module,
+innermost module call (global module hooks say which module runs), the same target, the same
+checkpoint call (the one whose function runs again: :class:`~fxviz.torchbridge.checkpoint.Checkpoints`),
+the next one not yet matched there. It becomes a node of phase ``recompute`` in that op's module,
 ``attrs["recomputes"]`` naming the forward op, reading the recomputed values of the forward op's
 inputs where those were recomputed too. ``attrs["would_save"]`` is what the op would keep for the
 backward without checkpointing: the tensors its autograd nodes saved in the recomputation (each
@@ -37,6 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from fxviz.fallback.classify import Action, classify
 from fxviz.fallback.tensors import tensor_meta
 from fxviz.ir import Graph, Node, Ref
+from fxviz.torchbridge.checkpoint import Checkpoints
 
 _plain = torch._C.DisableTorchFunction
 _CUSTOM = torch.autograd.function.BackwardCFunction
@@ -64,15 +66,16 @@ class Recompute(TorchFunctionMode):
     """Records the torch-level calls of the backward that repeat forward ops (module docstring)."""
 
     def __init__(self, graph: Graph, model: nn.Module, running: list[tuple[Any, Node]], forward_fns: set[Any],
-                 counted: set[Any], saved_values: set[tuple[str, int]]) -> None:
+                 counted: set[Any], saved_values: set[tuple[str, int]], checkpoints: Checkpoints | None = None) -> None:
         super().__init__()
         self.graph, self.running = graph, running
+        self.checkpoints = checkpoints or Checkpoints()
         self.paths = {id(m): p for p, m in model.named_modules(remove_duplicate=False)}
         self.modules: list[str] = []
-        self.todo: dict[tuple[str, str], list[Node]] = {}
+        self.todo: dict[tuple[int | None, str, str], list[Node]] = {}  # (checkpoint call, module, target) -> ops
         for n in graph.nodes:
             if n.kind == "op" and n.phase == "forward":
-                self.todo.setdefault((n.module, n.target), []).append(n)
+                self.todo.setdefault((n.attrs.get("checkpoint"), n.module, n.target), []).append(n)
         self.value_of: dict[int, tuple[Ref, Ref]] = {}  # id(recomputed tensor) -> (forward value, recomputed)
         self.alias: dict[Any, Any] = {}  # storage of a recomputed value -> the forward value it repeats
         self.counted = counted  # storage keys already counted (parameters, buffers, inputs, saved values)
@@ -121,7 +124,7 @@ class Recompute(TorchFunctionMode):
         kind = classify(func, "function")
         if kind.action is Action.SKIP:
             return
-        todo = self.todo.get((self.modules[-1] if self.modules else "", kind.target))
+        todo = self.todo.get((self.checkpoints.current(), self.modules[-1] if self.modules else "", kind.target))
         if todo:
             ran = [op for op in ran if op != "aten.detach"]  # the checkpoint's own, as it saves
             cached = Counter(op for op in asked.ops if op != "aten.detach") - Counter(ran)  # a selective checkpoint policy kept these
@@ -138,7 +141,9 @@ class Recompute(TorchFunctionMode):
         inputs = tuple(again.get(r, r) for r in fwd.inputs)
         node = Node(f"{fwd.name} (recompute)", "op", target=fwd.target, inputs=inputs, stack=fwd.stack,
                     outputs=tuple(tensor_meta(o) for o in outs) or fwd.outputs,
-                    attrs={"recomputes": fwd.name, "would_save": self._would_save(outs)}, phase="recompute")
+                    attrs={"recomputes": fwd.name, "would_save": self._would_save(outs),
+                           **({"checkpoint": fwd.attrs["checkpoint"]} if "checkpoint" in fwd.attrs else {})},
+                    phase="recompute")
         for i, o in enumerate(outs):
             self.value_of[id(o)] = (Ref(fwd.name, i), Ref(node.name, i))
             self.alias.setdefault(storage_key(o), ("value", fwd.name, i))

@@ -21,6 +21,7 @@ from fxviz.fallback.context import MODEL_CALLERS
 from fxviz.fallback.modes import module_hooks, recording
 from fxviz.fallback.recorder import Recorder, TracerFault
 from fxviz.ir import Graph
+from fxviz.torchbridge.checkpoint import Checkpoints
 from fxviz.torchbridge.checks import forget_failed_compiles
 from fxviz.torchbridge.guard import DynamoCodes, named_modules
 from fxviz.torchbridge.normalize import _describe, flatten_inputs, flatten_outputs
@@ -54,6 +55,7 @@ def trace_eager(
     fake: bool = False,
     grad: bool = False,
     watch: Callable[[Recorder], AbstractContextManager[Any]] | None = None,
+    checkpoints: Checkpoints | None = None,
 ) -> Graph:
     """Run ``model(*args, **kwargs)`` once and return the graph of what it executed.
 
@@ -63,6 +65,8 @@ def trace_eager(
     forward runs under ``torch.no_grad()`` unless ``grad=True`` (for a forward that itself takes
     gradients): recording needs no autograd graph, and building one costs time and memory.
     ``watch(recorder)`` is entered inside the recording (:mod:`fxviz.fallback.backward`'s).
+    ``torch.utils.checkpoint`` calls are regions (``checkpoints``, or one made here: see
+    :mod:`fxviz.torchbridge.checkpoint`).
 
     The model and torch are left as found. If the model raises, :class:`~fxviz.errors.ModelError`
     carries the graph up to the failure (``err.graph``, failing op marked) and chains the original.
@@ -76,7 +80,7 @@ def trace_eager(
     with CAPTURE_LOCK, deep_enough():  # one capture at a time: its hooks and modes are process-wide
         codes = DynamoCodes()
         try:
-            return _trace(model, args, kwargs, level, fake, grad, watch)
+            return _trace(model, args, kwargs, level, fake, grad, watch, checkpoints or Checkpoints())
         finally:
             # ``torch.cond`` compiles its branches through Dynamo even in eager mode; code it marks
             # while our modes are on would make a later export of the model fail
@@ -86,6 +90,7 @@ def trace_eager(
 def _trace(
     model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None, level: str, fake: bool, grad: bool,
     watch: Callable[[Recorder], AbstractContextManager[Any]] | None = None,
+    checkpoints: Checkpoints | None = None,
 ) -> Graph:
     lvl: Level = "aten" if level == "aten" else "function"
     kwargs = dict(kwargs or {})
@@ -115,7 +120,8 @@ def _trace(
     try:
         with fake_mode, module_hooks(rec), gc_paused(), forget_failed_compiles():
             try:
-                with grad_mode, recording(rec), watch(rec) if watch is not None else contextlib.nullcontext():
+                with (grad_mode, recording(rec), checkpoints.attach(rec) if checkpoints is not None else contextlib.nullcontext(),
+                      watch(rec) if watch is not None else contextlib.nullcontext()):
                     out = model(*args, **kwargs)
             except Exception:
                 rec.failed_stack = rec.module_stack.current
@@ -129,12 +135,16 @@ def _trace(
             raise
         mark_tied(rec.nodes, model, named)
         graph.nodes = rec.nodes
+        if checkpoints is not None:
+            checkpoints.mark(graph.nodes)
         raise _model_error(graph, rec, e) from e
     finally:
         rec.state.restore()
         rec.close()
     mark_tied(rec.nodes, model, named)
     graph.nodes = rec.nodes
+    if checkpoints is not None:
+        checkpoints.mark(graph.nodes)
     graph.annotations["replay"] = _replay_verdict(rec)
     return graph
 

@@ -30,7 +30,7 @@ import torch.fx
 
 from fxviz.errors import CaptureError
 from fxviz.ir import Node, Ref
-from fxviz.symbolic.hops import add_region
+from fxviz.torchbridge.checkpoint import Checkpoints, one_region_per_call
 
 RECOMPUTE = frozenset({"PREFER_RECOMPUTE", "MUST_RECOMPUTE"})
 SAVE = frozenset({"PREFER_SAVE", "MUST_SAVE"})
@@ -39,30 +39,10 @@ SAVE = frozenset({"PREFER_SAVE", "MUST_SAVE"})
 @contextlib.contextmanager
 def checkpoint_calls() -> Iterator[list[str]]:
     """The ``torch.utils.checkpoint`` calls made while it is open (``"non-reentrant"`` /
-    ``"reentrant"``), seen where ``checkpoint`` hands over to its two implementations (module globals it
-    looks up at each call, however the model imported ``checkpoint``)."""
-    import torch.utils.checkpoint as cp
-
-    calls: list[str] = []
-    generator, function = cp._checkpoint_without_reentrant_generator, cp.CheckpointFunction
-
-    def non_reentrant(*args: Any, **kwargs: Any) -> Any:
-        calls.append("non-reentrant")
-        return generator(*args, **kwargs)
-
-    class Reentrant:
-        @staticmethod
-        def apply(*args: Any) -> Any:
-            calls.append("reentrant")
-            return function.apply(*args)
-
-    cp._checkpoint_without_reentrant_generator = non_reentrant  # type: ignore[assignment]
-    cp.CheckpointFunction = Reentrant  # type: ignore[assignment,misc]
-    try:
-        yield calls
-    finally:
-        cp._checkpoint_without_reentrant_generator = generator
-        cp.CheckpointFunction = function  # type: ignore[misc]
+    ``"reentrant"``), as :class:`~fxviz.torchbridge.checkpoint.Checkpoints` sees them."""
+    seen = Checkpoints()
+    with seen.attach():
+        yield seen.kinds
 
 
 @contextlib.contextmanager
@@ -179,28 +159,6 @@ def add_recompute(nodes: list[Node], tags: dict[str, tuple[int, str]], would_sav
     if not _ordered(out):  # a region reading another's recomputation (nested checkpoints): all up front
         out = [n for n in nodes if n.phase != "backward"] + list(again.values()) + [n for n in nodes if n.phase == "backward"]
     return out
-
-
-def one_region_per_call(nodes: list[Node]) -> None:
-    """One ``checkpoint`` region per checkpoint call (``attrs["checkpoint"]``, torch's ``ac_graph_id``)
-    around its forward ops, their recomputations and the backward ops of those forward ops (by
-    ``seq_nr``), in place of the regions the stack traces gave (one per consecutive run: the forward
-    and the backward of a call apart, and any op on the line that calls ``checkpoint(`` inside)."""
-    of_seq = {n.attrs["seq_nr"]: n.attrs["checkpoint"] for n in nodes
-              if n.phase == "forward" and "checkpoint" in n.attrs and "seq_nr" in n.attrs}
-    members: dict[int, list[Node]] = {}
-    for n in nodes:
-        if n.kind != "op":
-            continue
-        if n.attrs.get("region"):
-            n.attrs["region"] = [list(x) for x in n.attrs["region"] if x[2] != "checkpoint"] or []
-            if not n.attrs["region"]:
-                del n.attrs["region"]
-        call = n.attrs.get("checkpoint") if n.phase != "backward" else of_seq.get(n.attrs.get("seq_nr", -1))
-        if call is not None:
-            members.setdefault(call, []).append(n)
-    for call, run in members.items():
-        add_region(nodes, run, f"checkpoint{call}", "checkpoint")
 
 
 def _packet(target: str) -> str:

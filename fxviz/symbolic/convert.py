@@ -19,6 +19,7 @@ from torch import nn
 
 from fxviz.ir import ModuleCall, Node, NodeKind, Ref, TensorMeta
 from fxviz.symbolic.hops import body_of, convert_hop, inferred_stack, is_hop, mark_checkpoints
+from fxviz.torchbridge.checkpoint import STAMP
 from fxviz.torchbridge.opnames import function_name, op_target
 from fxviz.torchbridge.source import source_from_trace
 from fxviz.torchbridge.values import json_safe, metas_from_val, output_node
@@ -305,6 +306,8 @@ class Converter:
         tag = n.meta.get("partitioner_tag")  # a joint graph's: is_forward / is_backward
         if tag is not None and "seq_nr" in n.meta:
             attrs["seq_nr"] = n.meta["seq_nr"]  # shared by a forward op and the backward ops of it
+        if STAMP in n.meta:  # the checkpoint call non-strict export traced it in
+            attrs["checkpoint"] = n.meta[STAMP]
         node = Node(
             self.unique(n.name),
             "op",

@@ -20,6 +20,7 @@ from fxviz.symbolic.check import ProgramRun, has_checks, python_spelling, run_pr
 from fxviz.symbolic.checkpoint import plain_checkpoints_as_selective
 from fxviz.symbolic.convert import Converter, Placeholder
 from fxviz.symbolic.silent import fake_run_calls, logged_calls, uncovered, with_silent_calls
+from fxviz.torchbridge.checkpoint import STAMP, Checkpoints
 from fxviz.torchbridge.checks import RejectedInputs, confirm_forward, first_line, real_inputs
 from fxviz.torchbridge.guard import named_modules
 from fxviz.torchbridge.normalize import FlatInputs, NormalizedModel, flatten_inputs
@@ -61,13 +62,14 @@ def capture_export(
     # non-strict export runs the forward's Python, hooks too (they do nothing inside a cond's
     # branches, which Dynamo traces); strict export fails on a global hook: none there
     logged: contextlib.AbstractContextManager[list[Any]] = contextlib.nullcontext([]) if strict else logged_calls(model)
-    plain = plain_checkpoints_as_selective() if strict else contextlib.nullcontext()  # torch 2.13 fails on them
+    # strict: torch 2.13 fails on plain checkpoints; non-strict: which op each checkpoint call made
+    plain = plain_checkpoints_as_selective() if strict else Checkpoints().attach(stamp=True)
     with logged as called, plain:
         ep = torch.export.export(
             wrapper, flat.tensors, strict=strict, dynamic_shapes=_flat_dynamic_shapes(dynamic_shapes, flat)
         )
     if decompose:
-        ep = ep.run_decompositions()
+        ep = keep_stamps(ep, ep.run_decompositions())
     method = ("export-strict" if strict else "export") + ("-decomposed" if decompose else "")
     check = validate and real_inputs(flat.tensors)
     run = run_program(ep, flat) if check and (not strict or has_checks(ep)) else None
@@ -96,6 +98,21 @@ def _rejected(graph: Graph, run: ProgramRun) -> RejectedInputs:
             "does not hold for them", graph, failed)
     where = f" at {run.failed.name}" if run.failed is not None else ""
     return RejectedInputs(f"the exported graph does not run on these inputs{where}: {first_line(run.error)}", graph)
+
+
+def keep_stamps(ep: Any, decomposed: Any) -> Any:
+    """``decomposed`` with the checkpoint call of each op (``meta[STAMP]``) its op in ``ep`` had: a
+    decomposition keeps the op's name in its provenance (``from_node``), not the meta."""
+    stamps = {n.name: n.meta[STAMP] for n in ep.graph.nodes if STAMP in n.meta}
+    if stamps:
+        for n in decomposed.graph.nodes:
+            todo = list(n.meta.get("from_node") or ())
+            while todo and STAMP not in n.meta:
+                src = todo.pop(0)
+                if src.name in stamps:
+                    n.meta[STAMP] = stamps[src.name]
+                todo += list(getattr(src, "from_node", None) or ())
+    return decomposed
 
 
 def _flat_dynamic_shapes(dynamic_shapes: Any, flat: FlatInputs) -> Any:

@@ -20,7 +20,8 @@ that ran. They are handled generically, through those arguments, and recursively
 
 Ops that ran inside ``torch.utils.checkpoint`` without a higher-order op of their own (export inlines
 a non-reentrant checkpoint, keeping only the user's line that calls it) get a ``checkpoint`` region
-from their stack traces.
+per call, as the calls ran during export (``attrs["checkpoint"]``, :mod:`fxviz.torchbridge.checkpoint`),
+or from their stack traces where none was seen.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ import torch.fx
 from torch import nn
 
 from fxviz.ir import ModuleCall, Node, Ref, TensorMeta
+from fxviz.torchbridge.checkpoint import add_region, one_region_per_call
+from fxviz.torchbridge.checkpoint import common_depth as _common
 from fxviz.torchbridge.source import source_from_trace
 from fxviz.torchbridge.values import metas_from_val
 
@@ -198,13 +201,6 @@ def _transparent(conv: Converter, outs: list[Ref | None], metas: tuple[TensorMet
     return True
 
 
-def _common(a: Stack, b: Stack) -> int:
-    k = 0
-    while k < len(a) and k < len(b) and a[k] == b[k]:
-        k += 1
-    return k
-
-
 def enter_region(nodes: Iterable[Node], stack: Stack, rid: str, label: str) -> None:
     """Put the ops among ``nodes`` in region ``rid``, around any region they are in already. The
     region sits in the call ``stack`` (the op's); its depth never exceeds an op's own stack or the
@@ -245,11 +241,15 @@ def inferred_stack(conv: Converter, inputs: Sequence[Ref]) -> Stack:
 
 
 def mark_checkpoints(conv: Converter) -> None:
-    """Regions for ops that ran inside ``torch.utils.checkpoint``: consecutive ops whose stack
+    """Regions for ops that ran inside ``torch.utils.checkpoint``: one per call where non-strict export
+    saw the calls (``attrs["checkpoint"]``, :class:`~fxviz.torchbridge.checkpoint.Checkpoints`); else consecutive ops whose stack
     traces enter it from the same line, inside the same regions (a loop that checkpoints each of
     its blocks from one line makes one region, unless a higher-order op already tells the calls apart). Where a region of a higher-order op holds exactly those
     ops (reentrant checkpoint runs its function under ``no_grad``, which export wraps), that region
     is relabelled ``checkpoint``; otherwise a region is added around them."""
+    if any("checkpoint" in n.attrs for n in conv.nodes if n.kind == "op"):  # the calls, seen run
+        one_region_per_call(conv.nodes)
+        return
     if not conv.traces:
         return
     run: list[Node] = []
@@ -300,24 +300,6 @@ def _checkpoint_region(conv: Converter, run: list[Node]) -> None:
             return
     conv.regions += 1
     add_region(conv.nodes, run, f"r{conv.regions}", "checkpoint")
-
-
-def add_region(nodes: Sequence[Node], run: Sequence[Node], rid: str, label: str) -> None:
-    """Put the ops of ``run`` (among ``nodes``, the whole graph's) in a new region ``rid`` around the
-    whole calls the run covers: the deepest call every op is in, lifted while the run holds every op
-    of that call."""
-    names = {n.name for n in run}
-    depth = min(_common(run[0].stack, n.stack) for n in run)
-    while depth > 0:
-        prefix = run[0].stack[:depth]
-        if any(n.kind == "op" and n.stack[:depth] == prefix and n.name not in names for n in nodes):
-            break
-        depth -= 1
-    entry = [depth, rid, label]
-    for n in run:
-        regions = n.attrs.get("region", [])
-        at = next((i for i, x in enumerate(regions) if x[0] > depth), len(regions))
-        n.attrs["region"] = [*regions[:at], list(entry), *regions[at:]]
 
 
 __all__ = ["add_region", "body_of", "convert_hop", "enter_region", "inferred_stack", "is_hop", "mark_checkpoints",
