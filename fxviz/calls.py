@@ -293,13 +293,15 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
     def new_call(parent: Call, stack: Stack, d: int, place: Region | None) -> Call:
         """The call ``stack[:d]``, new, in ``parent`` at ``place`` (a region of it, or itself)."""
         c = Call(stack[:d], parent, region=place)
-        kids[(id(parent), stack[d - 1])] = c
+        level = stack[d - 1]
+        kids[(id(parent), level)] = c
+        path, index = level  # c.path and c.index, without the property calls
         # an id ends in "#<index>" or in "#<index>@<n>": the two kinds cannot meet
-        cid = f"{c.path}#{c.index}"
+        cid = f"{path}#{index}"
         n = ids[cid] = ids.get(cid, 0) + 1
         c.id = cid if n == 1 else f"{cid}@{n}"
         by_stack[c.stack] = c
-        by_path.setdefault(c.path, []).append(c)
+        by_path.setdefault(path, []).append(c)
         parent.children.append(c)
         (place.steps if place is not None else parent.steps).append(c)
         return c
@@ -350,6 +352,9 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
 
     state: list[Node] = []
     position: dict[str, int] = {}
+    # the ops of one call share one stack tuple: found by its id, where a lookup in ``by_stack``
+    # hashes every level of the stack again (the nodes keep each stack, so an id is never reused)
+    of_stack: dict[int, Call] = {}
     for i, n in enumerate(nodes):
         position[n.name] = i
         if n.kind == "op":
@@ -357,7 +362,10 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
             if entries:
                 c, inner = get_in_regions(n.stack, entries, n.name)
             else:
-                c, inner = get(n.stack), None
+                inner = None
+                c = of_stack.get(id(n.stack))  # type: ignore[assignment]
+                if c is None:
+                    c = of_stack[id(n.stack)] = get(n.stack)
             node_call[n.name] = c
             c.ops.append(n.name)
             if inner is not None:

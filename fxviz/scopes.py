@@ -84,11 +84,19 @@ def build_scopes(
 
     for c in tree.walk():
         if c.stack:
-            get(c.path)
+            get(c.stack[-1][0])  # Call.path, without the property call
     for path, calls in tree.by_path.items():
-        scopes[path].calls = len({c.index for c in calls})
+        scopes[path].calls = len({c.stack[-1][1] for c in calls})  # distinct Call.index
+    # the nodes of one module call share one stack tuple (a capture and a graph read from JSON
+    # share them): each stack's scope is looked up once, not once per node (keyed by id: the nodes
+    # keep every stack alive)
+    own: dict[int, list[str]] = {}
     for n in nodes:
-        get(n.stack[-1][0] if n.stack else "").nodes.append(n.name)
+        stack = n.stack
+        into = own.get(id(stack))
+        if into is None:
+            into = own[id(stack)] = get(stack[-1][0] if stack else "").nodes
+        into.append(n.name)
     return root
 
 

@@ -163,3 +163,26 @@ def test_a_ref_is_a_value_without_a_frozen_init() -> None:
         assert not params.frozen and params.eq and cls.__hash__ is not None and hasattr(cls, "__slots__")
     assert Ref("a", 1) == Ref("a", 1) and {Ref("a", 1): 0}[Ref("a", 1)] == 0 and Ref("a") != Ref("a", 1)
     assert dataclasses.astuple(Ref("a")) == ("a", 0)
+
+
+@pytest.mark.parametrize("factory", [cnn, _tiny_gpt2, _stack], ids=["cnn", "gpt2", "stack"])
+def test_passes_read_stacks_by_value_not_by_sharing(
+    factory: Callable[[], tuple[nn.Module, tuple[Any, ...], dict[str, Any]]],
+) -> None:
+    # the passes find a stack's call, scope and fold levels once per stack object (by id): a graph
+    # whose nodes each hold their own copy of every stack and metadata object gets the same result
+    model, args, kwargs = factory()
+    bare = fxviz.capture(model, args, kwargs, method="eager", passes=())
+    shared = Graph.from_json(bare.to_json())
+    apart = Graph.from_json(bare.to_json())
+    for n in apart.nodes:
+        n.stack = tuple((str(p + " ")[:-1], int(c)) for p, c in n.stack)
+        n.outputs = tuple(type(m)(tuple(m.shape), m.dtype, m.device, m.value) for m in n.outputs)
+    assert len({id(n.stack) for n in apart.nodes if n.stack}) == sum(1 for n in apart.nodes if n.stack)
+    assert len({id(n.stack) for n in shared.nodes if n.stack}) < sum(1 for n in shared.nodes if n.stack)
+    fast = run_passes(shared, CAPTURE_PASSES)
+    slow = run_passes(apart, CAPTURE_PASSES)
+    assert fast.annotations["fold"] == slow.annotations["fold"]
+    if factory is _tiny_gpt2:  # its two blocks fold: the signatures compared are not empty
+        assert [r["label"] for r in fast.annotations["fold"]] == ["h.0-1"]
+    assert fast.to_json() == slow.to_json()

@@ -152,6 +152,11 @@ def node_flops(graph: Graph, node: Node, shape_of: dict[int, Shape | None] | Non
     return int(flops) if flops is not None else None
 
 
+def _meta(outputs: tuple[Any, ...], index: int) -> Any:
+    """Output ``index`` of ``outputs``, or ``None`` (as :meth:`Graph.meta_of`)."""
+    return outputs[index] if index < len(outputs) else None
+
+
 def count_flops(graph: Graph) -> Graph:
     """Write the overlay ``flops`` (see the module docstring)."""
     nodes = {}
@@ -161,6 +166,7 @@ def count_flops(graph: Graph) -> Graph:
     # per target and input/output metadata objects (a capture shares one per shape)
     counted: dict[str, bool] = {}
     memo: dict[tuple[Any, ...], int | None] = {}
+    outputs: dict[str, tuple[Any, ...]] | None = None  # node name -> its outputs, for the counted ops' inputs
     for n in graph.nodes:
         if n.kind != "op":
             continue
@@ -170,7 +176,10 @@ def count_flops(graph: Graph) -> Graph:
             has = counted[target] = op_name(target) in COUNTERS
         if not has:
             continue
-        key = (target, *map(id, map(graph.meta_of, n.inputs)), *map(id, n.outputs), n.attrs.get("transposed"))
+        if outputs is None:  # Graph.meta_of, without its two Python calls per input
+            outputs = {m.name: m.outputs for m in reversed(graph.nodes)}
+        metas = [_meta(outputs[r.node], r.index) for r in n.inputs]
+        key = (target, *map(id, metas), *map(id, n.outputs), n.attrs.get("transposed"))
         if key in memo:
             f = memo[key]
         else:

@@ -39,17 +39,24 @@ def _candidates(root: Scope) -> set[str]:
     return out
 
 
-def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[str, ...]]:
+#: One node's part of a module's structure: its kind, target (a state node's name relative to the
+#: module), path relative to the module, call indices below it and output shapes. A tuple, not
+#: text: only compared, and joining five strings per node and level cost more than the comparing.
+Token = tuple[str, str, str, tuple[int, ...], str]
+
+
+def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[Token, ...]]:
     """Module path -> the structure of everything inside it, for the ``candidates`` only (the
     rest can never fold, and hashing every level of every node is the pass's whole cost)."""
-    tokens: dict[str, list[str]] = {}
+    tokens: dict[str, list[Token]] = {}
     # per-object caches, keyed by id: the tracer shares one TensorMeta per shape and one stack
     # tuple per module call, and hashing those values on every node costs more than the work saved
     shape_text: dict[int, str] = {}
     # what depends only on a node's stack (or a state node's owner) is worked out once per stack:
-    # per level, the token list of the candidate, the path relative to it and the call indices
-    op_levels: dict[int, list[tuple[list[str], str, str]]] = {}
-    state_levels: dict[str, list[tuple[list[str], str, str]]] = {}
+    # per level, the token list of the candidate, the path relative to it, and the call indices
+    # below it (an op) or the candidate's own path (state)
+    op_levels: dict[int, list[tuple[list[Token], str, Any]]] = {}
+    state_levels: dict[str, list[tuple[list[Token], str, Any]]] = {}
     around: dict[str, list[str]] = {"": []}  # module path -> the candidates it is in, outer first
     for n in graph.nodes:
         kind = n.kind
@@ -60,7 +67,7 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[str, ...]
                 # the call index is structure too: a block that calls a child twice differs from
                 # one that calls it once
                 levels = op_levels[id(n.stack)] = [
-                    (tokens.setdefault(path, []), _relative(module, path), str([c for _, c in n.stack[d + 1 :]]))
+                    (tokens.setdefault(path, []), _relative(module, path), tuple([c for _, c in n.stack[d + 1 :]]))
                     for d, (path, _) in enumerate(n.stack) if path in candidates
                 ]
         elif kind == "input" or kind == "output":
@@ -86,8 +93,9 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[str, ...]
                 shape_text.get(id(m)) or shape_text.setdefault(id(m), m.shape_str() + m.dtype) for m in outs
             )
         if kind == "op":
+            target = n.target
             for into, rel, calls in levels:
-                into.append(f"op:{n.target}:{rel}:{calls}:{shapes}")
+                into.append(("op", target, rel, calls, shapes))
         else:
             # export numbers lifted constants graph-wide (``h.0.attn.lifted_tensor_0``, then ``_2``
             # in ``h.1``): their names are not structure, their owner and shape are
@@ -95,7 +103,7 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[str, ...]
             for into, rel, path in levels:
                 # _relative(), inlined
                 name = "" if kind == "constant" or target == path else target[len(path) + 1 :]
-                into.append(f"{kind}:{name}:{rel}::{shapes}")
+                into.append((kind, name, rel, (), shapes))
     return {p: tuple(t) for p, t in tokens.items()}
 
 
@@ -124,20 +132,32 @@ def _run_label(paths: list[str]) -> str:
     return f"{first}-{last.rpartition('.')[2]}"
 
 
-def _members(tree: CallTree) -> dict[str, set[str]]:
-    """Module path -> names of the ops inside it (any depth, every call)."""
-    return {path: {name for c in calls for name in c.nodes} for path, calls in tree.by_path.items()}
+class _Members:
+    """Module path -> names of the ops inside it (any depth, every call), worked out for the modules
+    a run compares only (most modules have no sibling of their class), and the graph's nodes by
+    name (a dict lookup where :meth:`Graph.node` is two Python calls per edge)."""
+
+    def __init__(self, graph: Graph, tree: CallTree) -> None:
+        self.tree = tree
+        self.by_path: dict[str, set[str]] = {}
+        self.nodes = {n.name: n for n in reversed(graph.nodes)}  # the first node of a name, as Graph.node
+
+    def of(self, path: str) -> set[str]:
+        found = self.by_path.get(path)
+        if found is None:
+            found = self.by_path[path] = {name for c in self.tree.by_path.get(path, ()) for name in c.nodes}
+        return found
 
 
-def _chained(graph: Graph, a: str, b: str, members: dict[str, set[str]]) -> bool:
+def _chained(a: str, b: str, members: _Members) -> bool:
     """Does module ``b`` read what module ``a`` produced, directly or through one op outside both?"""
-    in_a, in_b = members.get(a, set()), members.get(b, set())
+    in_a, in_b, nodes = members.of(a), members.of(b), members.nodes
     for name in in_b:
-        for r in graph.node(name).inputs:
+        for r in nodes[name].inputs:
             if r.node in in_a:
                 return True
             if r.node not in in_b:
-                p = graph.node(r.node)
+                p = nodes[r.node]
                 if p.kind == "op" and any(i.node in in_a for i in p.inputs):
                     return True
     return False
@@ -147,7 +167,7 @@ def fold_repeats(graph: Graph) -> Graph:
     tree = tree_of(graph)
     root = build_scopes(graph.nodes, graph.modules, graph.name, tree)
     sigs = _signatures(graph, _candidates(root))
-    members = _members(tree)
+    members = _Members(graph, tree)
     runs: list[dict[str, Any]] = []
 
     for scope in root.walk():
@@ -161,7 +181,7 @@ def fold_repeats(graph: Graph) -> Graph:
                 key[1] is not None
                 and j < len(children)
                 and (children[j].cls, sigs.get(children[j].path), children[j].calls) == key
-                and _chained(graph, children[j - 1].path, children[j].path, members)
+                and _chained(children[j - 1].path, children[j].path, members)
             ):
                 j += 1
             if j - i >= 2:

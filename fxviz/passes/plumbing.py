@@ -102,12 +102,16 @@ def _identity_conversion(n: Node, graph: Graph) -> bool:
         not src.device or not out.device or src.device == out.device)
 
 
+Facts = tuple[str, str, bool, str | None, str | None, bool]
+
+
 @lru_cache(maxsize=8192)
-def _facts(target: str) -> tuple[str, str, bool, str | None, str | None]:
+def _facts(target: str) -> Facts:
     """What an op's target alone decides, once per target (a model repeats a few targets many
     times): its short name, its family, whether it is never plumbing (data-dependent or random),
-    its category by name (rule 2: ``assert``, ``alias``, ``detach``), and whether export wraps
-    regions in it (``wrapper``, or ``hop`` for a higher-order op that wraps a body)."""
+    its category by name (rule 2: ``assert``, ``alias``, ``detach``), whether export wraps
+    regions in it (``wrapper``, or ``hop`` for a higher-order op that wraps a body), and whether
+    rule 2 may apply at all (most ops: no call of :func:`_by_name`)."""
     name, short, family = op_name(target), short_name(target), op_family(target)
     if family == "reduction" and target.endswith(".other"):
         family = "elementwise"  # torch.min(a, b), torch.max(a, b): element by element
@@ -115,12 +119,14 @@ def _facts(target: str) -> tuple[str, str, bool, str | None, str | None]:
     named = ("assert" if name in ASSERTS or short in ASSERTS else "alias" if short in _ALIASES
              else "detach" if short in _DETACHES or name == "detach" else None)
     wrapper = ("hop" if "higher_order" in target else "wrapper") if any(w in target for w in _WRAPPERS) else None
-    return short, family, skip, named, wrapper
+    by_name = named is not None or wrapper is not None or short in _CONVERSIONS or short == "getitem"
+    return short, family, skip, named, wrapper, by_name
 
 
-def _by_name(n: Node, graph: Graph, inlined: bool, wrappers: set[str]) -> str | None:
-    """Rule 2: the category of an op that is plumbing whatever it reads, or ``None``."""
-    short, _, _, named, wrapper = _facts(n.target)
+def _by_name(n: Node, facts: Facts, graph: Graph, inlined: bool, wrappers: set[str]) -> str | None:
+    """Rule 2: the category of an op that is plumbing whatever it reads, or ``None`` (always
+    ``None`` where ``facts`` say rule 2 cannot apply)."""
+    short, _, _, named, wrapper, _ = facts
     if named is not None:
         return named
     if short in _CONVERSIONS and _identity_conversion(n, graph):
@@ -158,10 +164,11 @@ def classify_plumbing(graph: Graph) -> dict[str, str]:
             continue
         if n.kind != "op" or n.error is not None or n.attrs.get("data_dependent"):
             continue
-        short, family, skip, _, _ = _facts(n.target)
+        facts = _facts(n.target)
+        short, family, skip, _, _, by_name = facts
         if skip:
             continue
-        named = _by_name(n, graph, inlined, wrappers)
+        named = _by_name(n, facts, graph, inlined, wrappers) if by_name else None
         if named is not None:
             fixed[n.name] = named
             if named in ("alias", "detach") and n.inputs:  # the same value, under another name
@@ -192,6 +199,8 @@ def classify_plumbing(graph: Graph) -> dict[str, str]:
         if short in _MASK_MAKERS or "bool" in dtypes or any(r in masky for r in reads):
             masky.add(n.name)
 
+    if not candidates:  # nothing for the rules that read the readers (most eager captures)
+        return {n.name: fixed[n.name] for n in graph.nodes if n.name in fixed} if fixed else {}
     users = graph.users()
     out: dict[str, str] = dict(fixed)
     # backwards, so that every reader is decided before what it reads

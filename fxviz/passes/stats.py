@@ -40,8 +40,9 @@ def compute_stats(graph: Graph) -> Graph:
         ops[short_name(target)] += count
 
     # every module counted and every module around one, in order of first mention (outer first);
-    # then each adds its total to its parent's, deepest first: linear in the modules, where adding
-    # each count to every prefix of its path cost the cube of the nesting depth
+    # then each adds its total to its parent's, last added first (a module is added after its
+    # parent, so it is counted whole before its parent reads it): linear in the modules, where
+    # adding each count to every prefix of its path cost the cube of the nesting depth
     totals: dict[str, list[int]] = {"": [0, 0]}
     for k, counter in enumerate((own_params, own_ops)):
         for path, count in counter.items():
@@ -53,7 +54,7 @@ def compute_stats(graph: Graph) -> Graph:
             for q in reversed(new):
                 totals[q] = [0, 0]
             totals[path][k] += count
-    for path in sorted(totals, key=lambda p: p.count(".") + 1 if p else 0, reverse=True):
+    for path in reversed(totals):
         if path:
             t, parent = totals[path], totals[path.rpartition(".")[0]]
             parent[0] += t[0]
