@@ -91,7 +91,11 @@ def test_a_collective_row_names_the_eager_collective_and_the_module_that_issued_
         assert not pre & set(k.eager), k.eager
         want = [n.name for n in cm.graph.nodes if n.kind == "op" and "c10d_functional" in n.target
                 and comm_name(n.target) == comm_name(k.name)]
-        assert k.eager == want, (k.id, k.eager, want)
+        if not want and comm_name(k.name) == "wait_tensor":
+            # the eager run recorded no wait (under autograd funcol wraps the result with
+            # _wrap_tensor_autograd and waits outside the forward): the wait is its collective's
+            want = [n.name for n in cm.graph.nodes if n.kind == "op" and comm_name(n.target) == "all_reduce"]
+        assert want and k.eager == want, (k.id, k.eager, want)
     counted = td.oracle(td.mlp_factory, 2)  # torch's CommDebugMode: the module that issued the all_reduce
     issuer = max((m for m, c in counted.items() if c.get("all_reduce")), key=len)
     assert issuer == "down"

@@ -240,9 +240,14 @@ def resolve(post: Graph, post_to_pre: Mapping[str, Sequence[str]], under: Mappin
             given[(d, name)] = e
             used.add(e)
     out: dict[str, list[str]] = {}
-    for n in post.nodes:
+    for n in post.nodes:  # in graph order: a collective before its wait
         if n.kind == "op" and is_comm(n.target):
             found = [given[k] for d in post_to_pre.get(n.name, ()) if (k := (d, comm_name(n.target))) in given]
+            if not found and comm_name(n.target) == "wait_tensor":
+                # no eager wait recorded (under autograd, funcol wraps the result with
+                # ``_wrap_tensor_autograd`` and waits outside the forward): the wait is the
+                # collective's it awaits
+                found = next((out[r.node] for r in n.inputs if r.node in out), [])
             if found:
                 out[n.name] = list(dict.fromkeys(found))
     return out
