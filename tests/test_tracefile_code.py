@@ -149,7 +149,7 @@ def test_triton_template_multi_kernel_and_fallback_calls():
         ("triton_poi_fused_add_relu_0:1", "triton_poi_fused_add_relu_0", "triton", 44),
         ("triton_tem_fused_addmm_1:2", "triton_tem_fused_addmm_1", "triton", 46),
         ("torch.ops.aten._scaled_dot_product_efficient_attention.default:3",
-         "torch.ops.aten._scaled_dot_product_efficient_attention.default", "other", 49),
+         "torch.ops.aten._scaled_dot_product_efficient_attention.default", "extern", 49),  # an ATen fallback is an extern call
         ("", "triton_red_fused_sum_2", "other", 51)]
     # the template's call has no Source Nodes comment: its definition's comment is used
     assert parsed.calls[1].source_nodes == ["linear"] and parsed.calls[1].aten == ["aten.addmm"]

@@ -261,10 +261,10 @@ def _calls(text: str, spans: list[tuple[int, int]],
                 kind = "cpp" if kernel.kind == "cpp" else "triton"
             if not nodes:
                 nodes, aten = list(kernel.source_nodes), list(kernel.aten)
-        elif name.startswith("extern_kernels."):
-            kind = "extern"
         elif "c10d_functional." in name:  # torch.ops._c10d_functional.all_reduce_.default
             kind = "collective"
+        elif name.startswith(("extern_kernels.", "torch.ops.")):  # an ATen fallback is an extern call too
+            kind = "extern"
         args, results, positional, out = call_args(src) if src else ([], [], [], "")
         calls.append(KernelCall(handle, name, kind, line, nodes, aten, args, results, positional, out))
         nodes, aten = [], []

@@ -6,13 +6,18 @@ that line: on GPT-2, one ``mm`` of the backward belongs to all eight ``Conv1D`` 
 ``pytorch_utils.py``'s ``addmm`` line). What the backward graph itself says is sharper: an op that
 reads a parameter (through views: ``mm(grad, permute(primals_4))``, the gradient of a Linear's input)
 or whose value becomes a parameter's gradient (through views: ``view(sum(grad))`` returned as the
-gradient of ``PlainAOTInput(idx=3)``) belongs to that parameter's module. :func:`refine` gives each
-backward kernel whose ops all say so exactly those modules; the others keep the line's.
+gradient of ``PlainAOTInput(idx=3)``) belongs to that parameter's module. :func:`narrow` gives each
+other node whose line runs ops of several sibling modules (``h.0.mlp.act``, ``h.1.mlp.act``) the
+one nearest to what it reads (a forward value torch saved or recomputed, a parameter);
+:func:`refine` gives each backward kernel whose ops all read or make a parameter's gradient
+exactly those parameters' modules. Checked against torch's per-node ``fwd_nn_module_stack`` in
+tests/test_compile_backward_kernels.py.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from fxviz.analyze.inside.kernels import is_view, short
@@ -33,7 +38,12 @@ def param_modules(graphs: dict[str, Graph]) -> dict[str, str]:
     aot, dyn = graphs.get("AOT backward"), graphs.get("Dynamo graph")
     if aot is None or dyn is None:
         return {}
-    graph = graphs.get("post-grad passes (backward)") or aot
+    return _param_modules(aot, dyn, graphs.get("post-grad passes (backward)") or aot)[1]
+
+
+def _param_modules(aot: Graph, dyn: Graph, graph: Graph) -> tuple[dict[str, str], dict[str, str]]:
+    """(parameter placeholder -> its module, node -> the module of the parameter it reads or whose
+    gradient it is) in ``graph``, a backward graph ``aot`` annotates."""
     inputs = [n for n in dyn.nodes if n.kind in ("input", "parameter", "buffer")]
 
     def module_of(idx: int) -> str | None:
@@ -69,7 +79,78 @@ def param_modules(graphs: dict[str, Graph]) -> dict[str, str]:
         mods |= _downstream(n, users, grads)
         if len(mods) == 1:
             found[n.name] = next(iter(mods))
-    return found
+    return owner, found
+
+
+def narrow(post: Graph, lines: dict[str, list[str]], exact: Mapping[str, Sequence[str]],
+           module: Callable[[str], str | None], aot: Graph | None = None, dyn: Graph | None = None) -> None:
+    """Narrow each ``lines`` entry (a backward node -> the Dynamo nodes on its source line) whose
+    Dynamo nodes belong to more than one module to those of the module nearest to what the node
+    reads: walking its inputs breadth first, the first values whose module is known (a forward
+    value or recomputed forward node of ``exact``, a parameter, an op reading one, a node already
+    narrowed or on a line of one module) and that tell the candidates apart (the most leading path parts in common: the GELU
+    backward reading ``h.1.mlp.act``'s recomputed ``mul`` is ``h.1.mlp.act``'s, not ``h.0``'s).
+    Nodes are taken in graph order, so a narrowed node tells its users. In place."""
+    known: dict[str, set[str]] = {}
+    for name, pre in exact.items():
+        mods = {m for d in pre if (m := module(d)) is not None}
+        if mods:
+            known[name] = mods
+    if aot is not None and dyn is not None:
+        owner, found = _param_modules(aot, dyn, post)
+        for name, m in {**owner, **found}.items():
+            known[name] = {m}
+    nodes = {n.name: n for n in post.nodes}
+    for name in [n.name for n in post.nodes if n.name in lines]:
+        cands = {d: m for d in lines[name] if (m := module(d)) is not None}
+        mods = set(cands.values())
+        if len(mods) < 2:
+            known.setdefault(name, mods) if mods else None
+            continue
+        if any(_common(a, b) == len(a.split(".")) for a in mods for b in mods if a != b):
+            continue  # a module and its parent on one line (``gelu(self.fc1(x))``): what the op reads
+            #           (fc1's output) does not tell whose backward it is
+        best = (known[name] & mods) if name in known else _nearest(nodes, name, mods, known)
+        if best:
+            lines[name] = [d for d, m in cands.items() if m in best]
+            known[name] = best
+
+
+def _nearest(nodes: dict[str, Node], start: str, mods: set[str], known: dict[str, set[str]],
+             depth: int = 6) -> set[str]:
+    """The candidate modules ``mods`` nearest, by inputs, to a value whose module is ``known``."""
+    frontier, seen = [start], {start}
+    for _ in range(depth):
+        hits: set[str] = set()
+        nxt: list[str] = []
+        for x in frontier:
+            for r in nodes[x].inputs if x in nodes else ():
+                if r.node in seen:
+                    continue
+                seen.add(r.node)
+                if r.node in known:
+                    hits |= known[r.node]
+                else:
+                    nxt.append(r.node)
+        score = {m: max((_common(m, h) for h in hits), default=0) for m in mods}
+        top = max(score.values(), default=0)
+        best = {m for m, v in score.items() if v == top}
+        if top > 0 and best != mods:
+            return best
+        frontier = nxt
+        if not frontier:
+            break
+    return set()
+
+
+def _common(a: str, b: str) -> int:
+    """Leading module path parts ``a`` and ``b`` share (``h.1.attn``, ``h.1.mlp`` -> 2)."""
+    n = 0
+    for x, y in zip(a.split("."), b.split("."), strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _base(n: Node | None, nodes: dict[str, Node]) -> str:
@@ -110,4 +191,4 @@ def refine(ig: InsideGraph) -> None:
             k.modules = list(dict.fromkeys(found[o] for o in work))
 
 
-__all__ = ["param_modules", "refine"]
+__all__ = ["narrow", "param_modules", "refine"]

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fxviz.analyze.inside import comms, fusion
-from fxviz.analyze.inside.backward import refine
+from fxviz.analyze.inside.backward import narrow, refine
 from fxviz.analyze.inside.costs import cost
 from fxviz.analyze.inside.kernels import kernel_map
 from fxviz.analyze.inside.partition import read as read_partition
@@ -180,11 +180,11 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
         exact = bool(post_to_pre)
         if not exact:  # the backward: its recomputed forward nodes keep the forward's names
             post_to_pre = {n: fwd_post_to_pre[n] for n in op_nodes(post) if n in fwd_post_to_pre}
-        for name, n in op_nodes(post).items():
-            if name not in post_to_pre and n.source is not None:
-                found = by_line.get((n.source.file, n.source.line))
-                if found:
-                    post_to_pre[name] = found
+        lines = {name: found for name, n in op_nodes(post).items() if name not in post_to_pre and n.source is not None
+                 and (found := by_line.get((n.source.file, n.source.line)))}
+        narrow(post, lines, post_to_pre if exact else fwd_post_to_pre,
+               lambda d: _module(d, eager_ops, eager, dynamo), aot=_stage_graph(stages, "AOT backward"), dyn=dynamo)
+        post_to_pre.update(lines)
         resolved = comms.resolve(post, post_to_pre, under, eager) if under and eager is not None else {}
         _set_origin(post, post_to_pre, eager_ops, eager, dynamo, inferred=not exact, resolved=resolved)
 
@@ -302,6 +302,10 @@ def _kernels_stage(index: int, part: str, graph: Graph, post: Stage, km: Any, se
                  ops_after=after, added=[k for k in kernels if not links.get(k)],
                  removed=list(ops), replaced=[k for k in kernels if links.get(k)], links=links, changed=True,
                  base=None if post.index == index - 1 else post.index)
+
+
+def _stage_graph(stages: list[Stage], name: str) -> Graph | None:
+    return next((s.graph for s in stages if s.name == name), None)
 
 
 def _module(dyn: str, eager_ops: Mapping[str, str], eager: Graph | None, dynamo: Graph) -> str | None:

@@ -179,6 +179,19 @@ def _pins(post: Graph, code: OutputCode) -> dict[str, int]:
         for r, buf in zip(out.inputs, code.returns, strict=False):
             if buf in first:
                 pins.setdefault(base(r.node), first[buf])
+    # a node reading a graph input that one fused call alone is passed (a layer's saved forward
+    # value: Inductor reuses one kernel for identical layers, each call passed its layer's values)
+    readers: dict[str, set[int]] = {}
+    for i, c in enumerate(code.calls):
+        for a in c.args if c.kind not in ONE_OP else ():
+            readers.setdefault(a, set()).add(i)
+    inputs = {n.name for n in post.nodes if n.kind in ("input", "parameter", "buffer")}
+    for name, node in ops.items():
+        if name in pins or is_view(node) or is_getitem(node):
+            continue
+        at = {i for r in node.inputs if (b := base(r.node)) in inputs for i in readers.get(b, ())}
+        if len(at) == 1:
+            pins[name] = next(iter(at))
     return pins
 
 
@@ -195,9 +208,10 @@ def _infer(post: Graph, code: OutputCode, handles: list[str]) -> dict[str, list[
         if c.kind not in ONE_OP:
             continue
         named = [n for n in c.source_nodes if n in ops and n not in taken and not is_view(ops[n])]
+        op = short(c.name.removeprefix("extern_kernels."))  # its own op: the mm among the nodes fused into it
+        named = [n for n in named if short(ops[n].target) == op] or named
         if not named:
-            want = {c.name.rsplit(".", 1)[-1]} | {a.rsplit(".", 1)[-1] for a in c.aten}
-            want -= VIEW_OPS
+            want = ({op} | {a.rsplit(".", 1)[-1] for a in c.aten}) - VIEW_OPS
             named = next(([n] for n in order if n not in taken and short(ops[n].target) in want), [])
         for x in named[:1]:
             covers[h].append(x)
