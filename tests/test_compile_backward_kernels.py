@@ -80,5 +80,12 @@ def test_backward_extern_calls_belong_to_their_module(build: Any) -> None:
         elif want:  # torch gives some of its nodes no module: fxviz names their line's
             assert set(k.modules) >= want, (k.id, k.modules, want)
     assert exact >= (3 if build is models.mlp else 16), exact
+    # torch records no kernel -> node mapping for the backward but does record each kernel's stack
+    # traces: every node fxviz puts in a backward kernel runs on a line torch names for that kernel
+    where = {n.name: f"{n.source.file.rsplit('/', 1)[-1]}:{n.source.line}" for n in post.nodes if n.source}
+    traced = [k for k in back if k.lines and k.ops]
+    assert len(traced) >= (3 if build is models.mlp else 25)
+    for k in traced:
+        assert {where[o] for o in k.ops if o in where} <= set(k.lines), (k.id, k.ops, k.lines)
     # and the partition is read under Inductor too: the min-cut partitioner's choice
     assert g.partition is not None and g.partition.partitioner == "min-cut" and g.partition.saved_bytes > 0

@@ -107,11 +107,11 @@ def narrow(post: Graph, lines: dict[str, list[str]], exact: Mapping[str, Sequenc
         if len(mods) < 2:
             known.setdefault(name, mods) if mods else None
             continue
-        if any(_common(a, b) == len(a.split(".")) for a in mods for b in mods if a != b):
-            continue  # a module and its parent on one line (``gelu(self.fc1(x))``): what the op reads
-            #           (fc1's output) does not tell whose backward it is
         best = (known[name] & mods) if name in known else _nearest(nodes, name, mods, known)
-        if best:
+        # a module and its parent on one line (``gelu(self.fc1(x))``): what the op reads (fc1's
+        # output) does not tell which of them it differentiates, so both stay
+        best = {m for m in mods if any(_nested(m, b) for b in best)}
+        if best and best != mods:
             lines[name] = [d for d, m in cands.items() if m in best]
             known[name] = best
 
@@ -141,6 +141,11 @@ def _nearest(nodes: dict[str, Node], start: str, mods: set[str], known: dict[str
         if not frontier:
             break
     return set()
+
+
+def _nested(a: str, b: str) -> bool:
+    """``a`` is ``b``, or inside it, or holds it (``""`` is the model itself)."""
+    return a == b or not a or not b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
 def _common(a: str, b: str) -> int:

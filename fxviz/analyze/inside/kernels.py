@@ -73,7 +73,7 @@ def kernel_map(post: Graph, code: OutputCode, mappings: Mapping[str, Any] | None
     handles = [c.handle or f"{c.name}:{i + 1}" for i, c in enumerate(calls)]
     inferred = not recorded
     covers = ({h: [n for n in recorded.get(h, ()) if n in ops] for h in handles} if recorded
-              else _infer(post, code, handles))
+              else _infer(post, code, handles, stacks))
     fixed = _misrecorded(ops, calls, handles, covers) if recorded else set()
     defs = {k.name: k for k in code.kernels}
     out = KernelMap(inferred=inferred, writers={b: handles[i] for b, i in writers(code).items()})
@@ -195,7 +195,8 @@ def _pins(post: Graph, code: OutputCode) -> dict[str, int]:
     return pins
 
 
-def _infer(post: Graph, code: OutputCode, handles: list[str]) -> dict[str, list[str]]:
+def _infer(post: Graph, code: OutputCode, handles: list[str],
+           stacks: Mapping[str, Any] | None = None) -> dict[str, list[str]]:
     """Post-grad nodes per call where torch recorded none (see the module's docstring)."""
     ops = op_nodes(post)
     calls = code.calls
@@ -223,13 +224,39 @@ def _infer(post: Graph, code: OutputCode, handles: list[str]) -> dict[str, list[
         deps = [after.get(r.node, -1) for r in node.inputs if r.node in ops]
         deps += [extern_at[r.node] for r in node.inputs if r.node in extern_at]
         after[name] = max(deps, default=-1)
+    # torch's kernel stack traces (recorded for the backward too) say which source lines each call
+    # runs: a node goes to a call that runs its line
+    runs = {i: _innermost(stacks, handles[i]) for i in fused}
+    placed: dict[str, int] = {}
     for name, node in ops.items():
         if name in taken or is_view(node) or is_getitem(node) or not fused:
             continue
-        pinned = pins.get(name)
-        i = pinned if pinned in fused else next((k for k in fused if k > after[name]), fused[-1])
+        at = (node.source.file.rsplit("/", 1)[-1], node.source.line) if node.source is not None else None
+        able = [k for k in fused if at in runs[k]] or fused
+        # pinned by a buffer, else where all the values it reads were computed (a recomputed
+        # layer's chain follows the saved value it starts from), else the first call after its inputs
+        fed = {placed[b] for r in node.inputs if (b := _through_views(r.node, ops)) in placed}
+        pinned = pins.get(name, next(iter(fed)) if len(fed) == 1 else None)
+        i = pinned if pinned in able else next((k for k in able if k > after[name]), able[-1])
         covers[handles[i]].append(name)
+        placed[name] = i
     return covers
+
+
+def _through_views(name: str, ops: Mapping[str, Node]) -> str:
+    while name in ops and (is_view(ops[name]) or is_getitem(ops[name])) and ops[name].inputs:
+        name = ops[name].inputs[0].node
+    return name
+
+
+def _innermost(stacks: Mapping[str, Any] | None, handle: str) -> set[tuple[str, int]]:
+    """(file name, line) of the innermost frame of each stack torch recorded for ``handle``."""
+    out: set[tuple[str, int]] = set()
+    for text in (stacks or {}).get(handle, ()) or ():
+        found = re.findall(r'File "([^"]+)", line (\d+)', str(text))
+        if found:
+            out.add((found[-1][0].rsplit("/", 1)[-1], int(found[-1][1])))
+    return out
 
 
 def kernels_graph(post: Graph, kernels: list[Kernel]) -> Graph:
