@@ -168,9 +168,7 @@ def _pins(post: Graph, code: OutputCode) -> dict[str, int]:
     ops = op_nodes(post)
 
     def base(name: str) -> str:
-        while name in ops and (is_view(ops[name]) or is_getitem(ops[name])) and ops[name].inputs:
-            name = ops[name].inputs[0].node
-        return name
+        return _through_views(name, ops)
 
     first = writers(code)
     pins: dict[str, int] = {}
@@ -244,6 +242,7 @@ def _infer(post: Graph, code: OutputCode, handles: list[str],
 
 
 def _through_views(name: str, ops: Mapping[str, Node]) -> str:
+    """The node whose value ``name`` views (itself when it is no view or getitem)."""
     while name in ops and (is_view(ops[name]) or is_getitem(ops[name])) and ops[name].inputs:
         name = ops[name].inputs[0].node
     return name
