@@ -26,6 +26,11 @@ with the value of the Dynamo node its post-grad node maps to (``postToPre``) whe
 Dynamo node's value (the last of its post-grad nodes with as many elements): eager computes no other
 value. A buffer holding a partial result inside a fusion (a layer norm's mean) is named as not
 comparable. Same tolerance as the rest of the compile side (:func:`~fxviz.analyze.numerics.metrics.compare`).
+
+Each kernel also runs a second time, on copies of its arguments that hold eager's values of what it
+reads (:mod:`~fxviz.analyze.numerics.isolate`): its own error, apart from what the compiled run
+handed it. Note that each graph's eager values are computed from the inputs the compiled call got:
+nothing is inherited across a graph break.
 """
 
 from __future__ import annotations
