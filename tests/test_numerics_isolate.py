@@ -76,6 +76,20 @@ def test_a_buffer_eager_has_no_value_for_is_named_not_guessed() -> None:
                                    None, draws=False).why
 
 
+def test_a_partial_result_is_taken_from_its_kernels_run_on_eager_inputs_and_named() -> None:
+    x = torch.randn(4)
+    shadows = Shadows([x])
+    stats = torch.full((4,), 9.0)  # a layer norm's statistics one kernel writes and the next reads
+    on_eager = torch.arange(4.0)  # what that kernel wrote there when it ran on eager's inputs
+    shadows.wrote(stats, None, "buf2 holds no eager value (a partial)", derived=on_eager, by="cpp_fused_0:1")
+    got = isolate(shadows, "cpp_fused_1", "cpp", ["buf2", "arg0_1", "buf3"], (stats, x, torch.empty(4)), {},
+                  Written((2,), ()), draws=False)
+    assert got.why == "" and torch.equal(got.args[0], on_eager)
+    assert got.borrowed == ["buf2 as cpp_fused_0:1 wrote it on eager's inputs"]
+    k = _kernel("cpp_fused_1:2", (0.3, True), (1e-7, False), "; ".join(got.borrowed))
+    assert k.origin == "inherited" and "reads buf2 as cpp_fused_0:1 wrote it on eager's inputs" in k.text()
+
+
 def test_a_fallback_op_gets_copies_of_the_calls_inputs_too() -> None:
     x = torch.randn(4)
     shadows = Shadows([x])

@@ -19,7 +19,7 @@ then not measured, and the reason says which buffer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -42,6 +42,8 @@ class _Write:
     span: tuple[int, int]  # bytes of the storage it covers
     value: torch.Tensor | None  # eager's value; None: eager has none
     why: str  # why not, with the buffer's name
+    derived: torch.Tensor | None = None  # without eager's value: what the kernel wrote there when run on eager's inputs
+    by: str = ""  # that kernel
 
 
 def _key(t: torch.Tensor) -> tuple[str, int]:
@@ -63,20 +65,24 @@ class Shadows:
         self.inputs = {_key(t) for t in inputs if isinstance(t, torch.Tensor)}
         self.writes: dict[tuple[str, int], list[_Write]] = {}
 
-    def wrote(self, t: torch.Tensor, value: torch.Tensor | None, why: str) -> None:
-        """A kernel wrote ``t``; ``value`` is eager's value of what it now holds (``None``: none, ``why``)."""
+    def wrote(self, t: torch.Tensor, value: torch.Tensor | None, why: str, derived: torch.Tensor | None = None,
+              by: str = "") -> None:
+        """Kernel ``by`` wrote ``t``; ``value`` is eager's value of what it now holds (``None``: none,
+        ``why``); ``derived``: where eager has none, what the kernel wrote there on eager's inputs."""
         span = _span(t)
         if span[0] == span[1]:
             return
         writes = self.writes.setdefault(_key(t), [])
         writes[:] = [w for w in writes if not (span[0] <= w.span[0] and w.span[1] <= span[1])]  # overwritten
         writes.append(_Write(t.untyped_storage(), t.dtype, tuple(t.shape), tuple(t.stride()), int(t.storage_offset()),
-                             span, value, why))
+                             span, value, why, derived if value is None else None, by))
 
-    def eager(self, t: torch.Tensor, name: str, *, reads: bool, fresh: bool = False) -> tuple[torch.Tensor | None, str]:
+    def eager(self, t: torch.Tensor, name: str, *, reads: bool, fresh: bool = False,
+              borrowed: list[str] | None = None) -> tuple[torch.Tensor | None, str]:
         """A copy of ``t`` (its storage copied, the same view of it) holding eager's values where a
         watched kernel wrote; ``reads``: the kernel reads it (else only its place matters). ``None``
-        and why where eager has no value for what it reads. ``fresh``: an ``in_out_ptr`` that nothing
+        and why where eager has no value for what it reads and no kernel run on eager's inputs wrote
+        one (what one did is used, and named in ``borrowed``). ``fresh``: an ``in_out_ptr`` that nothing
         wrote before is a buffer the kernel itself fills before it reads it (a layer norm's statistics)."""
         span = _span(t)
         key = _key(t)
@@ -84,14 +90,18 @@ class Shadows:
         if reads and span[0] < span[1]:
             if not over and key not in self.inputs and not fresh:
                 return None, f"{name or 'an input'} was written by no kernel fxviz watched"
-            missing = next((w for w in over if w.value is None), None)
+            missing = next((w for w in over if w.value is None and w.derived is None), None)
             if missing is not None:
                 return None, missing.why
+            if borrowed is not None:
+                borrowed.extend(f"{name or 'an input'} as {w.by or 'its kernel'} wrote it on eager's inputs"
+                                for w in over if w.value is None)
         storage = t.untyped_storage().clone()
         for w in over:
-            if w.value is not None:
+            value = w.value if w.value is not None else w.derived
+            if value is not None:
                 place = torch.empty(0, dtype=w.dtype, device=t.device).set_(storage, w.offset, w.size, w.stride)
-                place.copy_(w.value.reshape(w.size))
+                place.copy_(value.reshape(w.size))
         return torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, t.storage_offset(), t.shape, t.stride()), ""
 
     def untouched(self, t: torch.Tensor) -> bool:
@@ -105,11 +115,13 @@ class Shadows:
 @dataclass
 class Isolated:
     """A kernel call's arguments with eager's values in what it reads (``args``, ``kwargs``), or
-    ``why`` it cannot have them."""
+    ``why`` it cannot have them; ``borrowed``: the buffers it reads that eager has no value for,
+    given what the kernel that wrote them wrote on eager's inputs."""
 
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] | None = None
     why: str = ""
+    borrowed: list[str] = field(default_factory=list)
 
 
 def placed(isolated: Isolated, result: Any, place: tuple[str, int]) -> Any:
@@ -143,7 +155,7 @@ def isolate(shadows: Shadows, name: str, kind: str, names: list[str], args: tupl
             return value
         if not writes and not fallback and shadows.untouched(value):
             return value  # read only, and eager's value already
-        copy, why = shadows.eager(value, label, reads=reads, fresh=writes)
+        copy, why = shadows.eager(value, label, reads=reads, fresh=writes, borrowed=out.borrowed)
         if copy is None:
             out.why = why
         return copy

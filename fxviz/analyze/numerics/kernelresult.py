@@ -56,7 +56,9 @@ class KernelCheck:
     covers (``ops``, graph order), the eager op it is reported at (``op``: the op of its worst
     compared buffer, else its last op), that op's module path and user line, the buffers it wrote,
     ``observed`` (False when the call did not run under the watch: then nothing was compared) and
-    ``own_note``: why it was not run on eager's inputs (``""``: it was)."""
+    ``own_note``: why it was not run on eager's inputs, or, where it was, the buffers it read that
+    eager has no value for (a partial result another kernel wrote) and that the value given was the
+    one that kernel wrote on eager's inputs."""
 
     handle: str
     graph: int
@@ -111,8 +113,8 @@ class KernelCheck:
         if e is None:
             return "no buffer with an eager counterpart: not comparable"
         own = self.own_error
-        mine = f"own max rel {rel_text(own.max_rel)}" if own is not None else \
-            f"own error not measured: {self.own_note or 'no buffer of it compared'}"
+        mine = f"own max rel {rel_text(own.max_rel)}" + (f"; reads {self.own_note}" if self.own_note else "") \
+            if own is not None else f"own error not measured: {self.own_note or 'no buffer of it compared'}"
         if self.origin == "own":
             return f"own error beyond tolerance ({mine})"
         if self.origin == "inherited":
@@ -191,6 +193,8 @@ def kernel_panel(g: Graph, kernels: list[KernelCheck]) -> None:
         origin = k.origin or ("within" if e is not None else "not run" if not k.observed else "not compared")
         if origin == "unmeasured":
             origin = f"beyond tolerance, own error not measured: {k.own_note}"
+        elif k.origin and k.own_note:  # own or inherited, measured on a partial result another kernel wrote
+            origin = f"{origin} (reads {k.own_note})"
         rows.append(row(k.handle, k.module or "the model itself", None if e is None else rel_text(e.max_rel),
                         None if own is None else rel_text(own.max_rel), origin, k.source,
                         module=calls.get(k.module), sort=[None, None, _sortable(e), _sortable(own), None, None],

@@ -358,22 +358,28 @@ class KernelWatch:
         else:
             wrote.append((c.result, held.get(c.result), out, ("result", 0)))
         kernel = KernelCheck(c.handle, self.graphs.index(g), c.kind, observed=True)
-        eager: list[tuple[BufferCheck, torch.Tensor | None, tuple[str, int]]] = []
+        eager: list[tuple[torch.Tensor, BufferCheck, torch.Tensor | None, tuple[str, int]]] = []
         for buf, node, t, place in wrote:
             if isinstance(t, torch.Tensor):
                 check, value = self._check(g, buf, node, t)
                 kernel.buffers.append(check)
-                eager.append((check, value, place))
-                if g.shadows is not None:
-                    g.shadows.wrote(t, value, f"{buf or 'an input'} holds no eager value ({check.error.note})")
-        kernel.own_note = isolated.why if isolated is not None else "its arguments were not seen before it ran"
-        if isolated is not None and not isolated.why and any(v is not None for _, v, _ in eager):
-            with torch.no_grad():  # the same kernel on eager's values of what it reads: its own error
+                eager.append((t, check, value, place))
+        result: Any = None
+        if isolated is None or isolated.why:
+            kernel.own_note = isolated.why if isolated is not None else "its arguments were not seen before it ran"
+        else:  # the same kernel on eager's values of what it reads: its own error
+            with torch.no_grad():
                 result = rerun(isolated.args, isolated.kwargs or {})
-            for check, value, place in eager:
-                mine = placed(isolated, result, place)
-                if value is not None and isinstance(mine, torch.Tensor) and mine.numel() == value.numel():
-                    check.own = compare(value, mine.reshape(value.shape), self.rtol, self.atol)
+            kernel.own_note = "; ".join(isolated.borrowed)
+        for t, check, value, place in eager:
+            mine = placed(isolated, result, place) if isolated is not None and not isolated.why else None
+            if not isinstance(mine, torch.Tensor) or mine.numel() != t.numel():
+                mine = None
+            if value is not None and mine is not None:
+                check.own = compare(value, mine.reshape(value.shape), self.rtol, self.atol)
+            if g.shadows is not None:
+                g.shadows.wrote(t, value, f"{check.buffer or 'an input'} holds no eager value ({check.error.note})",
+                                derived=mine, by=c.handle)
         self._describe(g, kernel)
         self.found.append(kernel)
 
