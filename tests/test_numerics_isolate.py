@@ -95,6 +95,9 @@ def test_a_fallback_op_gets_copies_of_the_calls_inputs_too() -> None:
     shadows = Shadows([x])
     got = isolate(shadows, "torch.ops.aten.index_put_.default", "other", ["arg0_1"], (x,), {}, None, draws=False)
     assert got.why == "" and torch.equal(got.args[0], x) and _storage(got.args[0]) != _storage(x)
+    # so does a generated kernel whose written arguments could not be read (it may write the input)
+    got = isolate(shadows, "cpp_fused_0", "cpp", ["arg0_1"], (x,), {}, None, draws=False)
+    assert got.why == "" and torch.equal(got.args[0], x) and _storage(got.args[0]) != _storage(x)
 
 
 def _err(max_rel: float, exceeds: bool) -> Error:

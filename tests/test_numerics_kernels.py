@@ -240,3 +240,30 @@ def test_cli_lists_the_kernels() -> None:
     table = res.output[res.output.index("kernels (--per-kernel)"):].splitlines()
     assert any("extern_kernels.addmm:1" in t and "within" in t for t in table)
     assert sum("│ within " in t for t in table) == 6
+
+
+def linear() -> tuple[nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    return nn.Linear(8, 16).eval(), (torch.randn(4, 8),)
+
+
+@pytest.mark.slow
+def test_a_frozen_linear_is_compared_where_its_bias_is_added() -> None:
+    """Under ``freezing``, a linear is an MKL call on a packed weight (no storage to copy) and a C++
+    kernel that adds the bias: Inductor names the linear's node as the origin of both buffers; only
+    the second holds its value, and the bias kernel runs on what the MKL call wrote on eager's inputs."""
+    model, args = linear()
+    with inductor_config.patch(freezing=True), structured_trace() as events:
+        r = numerics(model, args, against="compile:inductor", per_kernel=True)
+    (mapping,) = [json.loads(p)["cppCodeToPost"] for meta, p in events if p is not None and
+                  meta.get("artifact", {}).get("name") == "inductor_provenance_tracking_node_mappings"]
+    assert r.kernels is not None and [k.handle for k in r.kernels] == list(mapping)
+    assert not any("not watched" in n for n in r.notes), r.notes
+    mkl, bias = r.kernels
+    assert "mkl" in mkl.handle and mkl.error is None
+    assert [b.error.note for b in mkl.buffers] == [f"a partial value of {b.node}: {bias.buffers[0].buffer} of "
+                                                    f"{bias.handle} holds its final one" for b in mkl.buffers]
+    eager = model(*args).detach()
+    assert bias.error is not None and bias.error.max_abs <= 1e-5 * eager.abs().max().item() and not bias.exceeds
+    assert bias.own_error is not None and not bias.own_error.exceeds
+    assert f"as {mkl.handle} wrote it on eager's inputs" in bias.own_note

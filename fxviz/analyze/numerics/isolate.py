@@ -50,6 +50,15 @@ def _key(t: torch.Tensor) -> tuple[str, int]:
     return str(t.device), t.untyped_storage().data_ptr()
 
 
+def _opaque(t: torch.Tensor) -> bool:
+    """A tensor with no storage to copy (an MKL-DNN packed weight of a frozen graph): a constant."""
+    try:
+        t.untyped_storage()
+    except (NotImplementedError, RuntimeError):
+        return True
+    return False
+
+
 def _span(t: torch.Tensor) -> tuple[int, int]:
     if t.numel() == 0:
         return 0, 0
@@ -62,7 +71,7 @@ class Shadows:
     """The storage of one compiled call: its inputs' (``inputs``), and each write a watched kernel made."""
 
     def __init__(self, inputs: list[Any]) -> None:
-        self.inputs = {_key(t) for t in inputs if isinstance(t, torch.Tensor)}
+        self.inputs = {_key(t) for t in inputs if isinstance(t, torch.Tensor) and not _opaque(t)}
         self.writes: dict[tuple[str, int], list[_Write]] = {}
 
     def wrote(self, t: torch.Tensor, value: torch.Tensor | None, why: str, derived: torch.Tensor | None = None,
@@ -70,7 +79,7 @@ class Shadows:
         """Kernel ``by`` wrote ``t``; ``value`` is eager's value of what it now holds (``None``: none,
         ``why``); ``derived``: where eager has none, what the kernel wrote there on eager's inputs."""
         span = _span(t)
-        if span[0] == span[1]:
+        if span[0] == span[1] or _opaque(t):
             return
         writes = self.writes.setdefault(_key(t), [])
         writes[:] = [w for w in writes if not (span[0] <= w.span[0] and w.span[1] <= span[1])]  # overwritten
@@ -142,16 +151,19 @@ def isolate(shadows: Shadows, name: str, kind: str, names: list[str], args: tupl
     """The arguments of one kernel call (``names``: the buffers the call line passes, by position)
     rebuilt on eager's values, before the kernel runs. A generated kernel's written arguments are
     copies (an ``in_out_ptr`` with eager's value), its other inputs eager's; an extern kernel's
-    ``out=`` a copy; a fallback op (``torch.ops...``) gets copies of everything (it may write an input)."""
+    ``out=`` a copy; a fallback op (``torch.ops...``) gets copies of everything (it may write an input),
+    as does a generated kernel whose written arguments are not known."""
     if any(s in name for s in _NO_RERUN):
         return Isolated(why="a collective is not run twice")
     if draws:
         return Isolated(why="it draws random numbers: run again it draws others")
-    fallback = kind not in ("cpp", "triton") and not name.startswith("extern_kernels.")
+    # what it writes is not known (a fallback op may write an input; a generated kernel whose written
+    # arguments could not be read): every tensor is a copy, so the second run writes none of the call's
+    fallback = written is None if kind in ("cpp", "triton") else not name.startswith("extern_kernels.")
     out = Isolated(kwargs={})
 
     def one(value: Any, label: str, *, writes: bool, reads: bool) -> Any:
-        if not isinstance(value, torch.Tensor) or out.why:
+        if not isinstance(value, torch.Tensor) or out.why or _opaque(value):
             return value
         if not writes and not fallback and shadows.untouched(value):
             return value  # read only, and eager's value already

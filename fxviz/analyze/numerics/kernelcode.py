@@ -98,7 +98,7 @@ class Dotted:
 class Launcher:
     """A Triton kernel object whose ``run`` is watched (the rest is the kernel's own)."""
 
-    def __init__(self, kernel: Any, name: str, written: Written, hooks: Hooks) -> None:
+    def __init__(self, kernel: Any, name: str, written: Written | None, hooks: Hooks) -> None:
         self._kernel, self._name, self._written, self._hooks = kernel, name, written, hooks
 
     def run(self, *a: Any, **k: Any) -> Any:
@@ -114,10 +114,13 @@ class Launcher:
         return getattr(self._kernel, attr)
 
 
-def triton_written(kernel: Any) -> Written:
-    """The positions of a Triton kernel's ``out_ptr``/``in_out_ptr`` arguments, and of the latter."""
+def triton_written(kernel: Any) -> Written | None:
+    """The positions of a Triton kernel's ``out_ptr``/``in_out_ptr`` arguments, and of the latter
+    (``None``: its argument names are not known)."""
     names = [str(n) for n in getattr(getattr(kernel, "fn", None), "arg_names", None) or
              list((getattr(kernel, "triton_meta", None) or {}).get("signature", {}))]
+    if not names:
+        return None
     return Written(tuple(i for i, n in enumerate(names) if n.startswith(("out_ptr", "in_out_ptr"))),
                    tuple(i for i, n in enumerate(names) if n.startswith("in_out_ptr")))
 

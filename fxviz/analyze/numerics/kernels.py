@@ -105,6 +105,7 @@ class _Graph:
     values: dict[str, Any] = field(default_factory=dict)
     ops: dict[str, int] = field(default_factory=dict)  # Dynamo op -> its index in ``records``
     tainted: set[str] = field(default_factory=set)  # Dynamo ops that draw, or read a draw
+    final: dict[str, tuple[str, str]] = field(default_factory=dict)  # post-grad node -> the last (kernel, buffer) holding it
 
 
 def _draws(n: torch.fx.Node) -> bool:
@@ -274,6 +275,9 @@ class KernelWatch:
             g.calls.setdefault(c.name, deque()).append(call)
             if c.handle not in g.handles:
                 g.handles.append(c.handle)
+            for buf, node in g.buffers.get(c.handle, {}).items():
+                if node:
+                    g.final[node] = (c.handle, buf)
         path = str(code.meta.get("file_path") or code.meta.get("filename") or "")
         g.module = loaded_module(path)
         if g.module is None:
@@ -294,7 +298,9 @@ class KernelWatch:
                 inputs = list(args[0] if boxed else args)
                 held = {n for bufs in g.buffers.values() for n in bufs.values() if n} | set(g.items.values())
                 g.values = eager_values(g.gm, inputs, {pre for n in held for pre in g.post_to_pre.get(n, ())})
-                g.shadows = Shadows(inputs)
+                # the call's inputs, and the output code's own constants (frozen parameters, folded
+                # constants: computed eagerly when it compiled)
+                g.shadows = Shadows(inputs + [v for v in vars(g.module).values() if isinstance(v, torch.Tensor)])
                 del inputs
         except Exception as e:  # noqa: BLE001
             g.module, g.note = None, g.note or f"not watched: {type(e).__name__}: {e}"
@@ -361,7 +367,7 @@ class KernelWatch:
         eager: list[tuple[torch.Tensor, BufferCheck, torch.Tensor | None, tuple[str, int]]] = []
         for buf, node, t, place in wrote:
             if isinstance(t, torch.Tensor):
-                check, value = self._check(g, buf, node, t)
+                check, value = self._check(g, c.handle, buf, node, t)
                 kernel.buffers.append(check)
                 eager.append((t, check, value, place))
         result: Any = None
@@ -383,10 +389,17 @@ class KernelWatch:
         self._describe(g, kernel)
         self.found.append(kernel)
 
-    def _check(self, g: _Graph, buf: str, node: str | None, tensor: torch.Tensor) -> tuple[BufferCheck, torch.Tensor | None]:
-        """The buffer against eager, and eager's value of what it holds (``None``: not comparable)."""
+    def _check(self, g: _Graph, handle: str, buf: str, node: str | None,
+               tensor: torch.Tensor) -> tuple[BufferCheck, torch.Tensor | None]:
+        """The buffer against eager, and eager's value of what it holds (``None``: not comparable).
+        Where Inductor names the same post-grad node as the origin of a buffer a later kernel writes
+        (a frozen linear: the matmul, then the bias added by a C++ kernel), only that last one holds its value."""
         if node is None:
             return BufferCheck(buf, "", "", Error(comparable=False, note=_PARTIAL)), None
+        last = g.final.get(node, (handle, buf))
+        if last != (handle, buf):
+            return BufferCheck(buf, node, "", Error(comparable=False, note=(
+                f"a partial value of {node}: {last[1]} of {last[0]} holds its final one"))), None
         pres = g.post_to_pre.get(node, [])
         if not pres:
             return BufferCheck(buf, node, "", Error(comparable=False, note="no Dynamo op in torch's provenance")), None
