@@ -105,7 +105,6 @@ class _Graph:
     values: dict[str, Any] = field(default_factory=dict)
     ops: dict[str, int] = field(default_factory=dict)  # Dynamo op -> its index in ``records``
     tainted: set[str] = field(default_factory=set)  # Dynamo ops that draw, or read a draw
-    final: dict[str, tuple[str, str]] = field(default_factory=dict)  # post-grad node -> the last (kernel, buffer) holding it
 
 
 def _draws(n: torch.fx.Node) -> bool:
@@ -221,6 +220,11 @@ class KernelWatch:
                 self._post_grad(g, origins[0].graph)
             if origin is None and is_extern and origins:  # a fallback op: the last node it covers (the
                 origin = max(origins, key=lambda o: g.order.get(o.name, -1))  # others: its inputs' views)
+                if not isinstance(origin.meta.get("val"), (tuple, list)):
+                    # Inductor names the node whose lowering returned this buffer; an extern call it
+                    # did not return is part of a lowering (a frozen linear's MKL call, its bias
+                    # added after), unless it computes a tuple (its items are the node's getitems)
+                    origin = None
             found[name] = origin.name if origin is not None else None
 
     @staticmethod
@@ -275,9 +279,6 @@ class KernelWatch:
             g.calls.setdefault(c.name, deque()).append(call)
             if c.handle not in g.handles:
                 g.handles.append(c.handle)
-            for buf, node in g.buffers.get(c.handle, {}).items():
-                if node:
-                    g.final[node] = (c.handle, buf)
         path = str(code.meta.get("file_path") or code.meta.get("filename") or "")
         g.module = loaded_module(path)
         if g.module is None:
@@ -367,7 +368,7 @@ class KernelWatch:
         eager: list[tuple[torch.Tensor, BufferCheck, torch.Tensor | None, tuple[str, int]]] = []
         for buf, node, t, place in wrote:
             if isinstance(t, torch.Tensor):
-                check, value = self._check(g, c.handle, buf, node, t)
+                check, value = self._check(g, buf, node, t)
                 kernel.buffers.append(check)
                 eager.append((t, check, value, place))
         result: Any = None
@@ -389,17 +390,10 @@ class KernelWatch:
         self._describe(g, kernel)
         self.found.append(kernel)
 
-    def _check(self, g: _Graph, handle: str, buf: str, node: str | None,
-               tensor: torch.Tensor) -> tuple[BufferCheck, torch.Tensor | None]:
-        """The buffer against eager, and eager's value of what it holds (``None``: not comparable).
-        Where Inductor names the same post-grad node as the origin of a buffer a later kernel writes
-        (a frozen linear: the matmul, then the bias added by a C++ kernel), only that last one holds its value."""
+    def _check(self, g: _Graph, buf: str, node: str | None, tensor: torch.Tensor) -> tuple[BufferCheck, torch.Tensor | None]:
+        """The buffer against eager, and eager's value of what it holds (``None``: not comparable)."""
         if node is None:
             return BufferCheck(buf, "", "", Error(comparable=False, note=_PARTIAL)), None
-        last = g.final.get(node, (handle, buf))
-        if last != (handle, buf):
-            return BufferCheck(buf, node, "", Error(comparable=False, note=(
-                f"a partial value of {node}: {last[1]} of {last[0]} holds its final one"))), None
         pres = g.post_to_pre.get(node, [])
         if not pres:
             return BufferCheck(buf, node, "", Error(comparable=False, note="no Dynamo op in torch's provenance")), None
