@@ -132,3 +132,4 @@ def test_the_cause_is_the_first_kernel_whose_own_error_is_beyond_tolerance() -> 
         "within", "beyond tolerance, own error not measured: buf3 holds no eager value (a partial)", "own", "inherited"]
     assert [r.get("level") for r in panel["rows"]] == [None, "warn", "error", "warn"]
     assert panel["page"] == 3 + 5
+    assert panel["note"].startswith("3 kernel(s) beyond tolerance in the compiled run, 1 of them only by what they inherit")

@@ -201,8 +201,10 @@ def kernel_panel(g: Graph, kernels: list[KernelCheck]) -> None:
                         level={"own": "error", "inherited": "warn", "unmeasured": "warn"}.get(k.origin)))
     beyond = [k for k in kernels if k.exceeds]
     inherited = sum(1 for k in beyond if k.origin == "inherited")
-    note = (f"{len(beyond)} kernel(s) beyond tolerance in the compiled run, {inherited} of them only by what they "
-            "inherit (run on eager's values of what they read, they are within); own max rel: that run's error")
+    own = "own max rel: the kernel's error when run on eager's values of what it reads"
+    note = f"every kernel within tolerance; {own}" if not beyond else (
+        f"{len(beyond)} kernel(s) beyond tolerance in the compiled run, {inherited} of them only by what they "
+        f"inherit (within on eager's inputs); {own}")
     spec = set_panel(g, "kernels", title="kernels (--per-kernel), in execution order",
                      columns=["kernel", "module", "max rel", "own max rel", "origin", "line"], rows=rows, note=note)
     spec["page"] = kernels.index(first) + 1 + AFTER if first is not None else 2 * AFTER
