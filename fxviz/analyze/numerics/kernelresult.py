@@ -201,10 +201,10 @@ def kernel_panel(g: Graph, kernels: list[KernelCheck]) -> None:
                         level={"own": "error", "inherited": "warn", "unmeasured": "warn"}.get(k.origin)))
     beyond = [k for k in kernels if k.exceeds]
     inherited = sum(1 for k in beyond if k.origin == "inherited")
-    own = "own max rel: the kernel's error when run on eager's values of what it reads"
-    note = f"every kernel within tolerance; {own}" if not beyond else (
+    meaning = "own max rel: the kernel's error when run on eager's values of what it reads"
+    note = f"every kernel within tolerance; {meaning}" if not beyond else (
         f"{len(beyond)} kernel(s) beyond tolerance in the compiled run, {inherited} of them only by what they "
-        f"inherit (within on eager's inputs); {own}")
+        f"inherit (within on eager's inputs); {meaning}")
     spec = set_panel(g, "kernels", title="kernels (--per-kernel), in execution order",
                      columns=["kernel", "module", "max rel", "own max rel", "origin", "line"], rows=rows, note=note)
     spec["page"] = kernels.index(first) + 1 + AFTER if first is not None else 2 * AFTER
