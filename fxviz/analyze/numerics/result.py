@@ -1,7 +1,8 @@
-"""What a numerics run found, as plain data: :class:`Error` per value compared, and the
-:class:`Numerics` result with its JSON and its marks on the eager graph (the ``error`` overlay, the
-``divergence`` panel, the metrics in each node's attrs), and with ``--per-kernel`` a
-:class:`KernelCheck` per Inductor kernel call (:mod:`~fxviz.analyze.numerics.kernels`). No torch: a saved result renders anywhere.
+"""What a numerics run found, as plain data: :class:`Error` per value compared
+(:mod:`~fxviz.analyze.numerics.error`), and the :class:`Numerics` result with its JSON and its marks
+on the eager graph (the ``error`` overlay, the ``divergence`` panel, the metrics in each node's
+attrs), and with ``--per-kernel`` a :class:`KernelCheck` per Inductor kernel call and the ``kernels``
+panel (:mod:`~fxviz.analyze.numerics.kernelresult`). No torch: a saved result renders anywhere.
 """
 
 from __future__ import annotations
