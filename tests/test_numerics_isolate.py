@@ -56,6 +56,19 @@ def test_an_in_out_pointer_reads_eagers_value_of_the_buffer_it_reuses() -> None:
     assert got.why == "" and torch.equal(got.args[0], torch.arange(4.0)) and _storage(got.args[0]) != _storage(buf)
 
 
+def test_a_buffer_handed_to_read_and_to_write_stays_one_buffer() -> None:
+    """A mutated input (``self.count.add_(...)``) is passed as ``in_ptr0`` and ``out_ptr3`` of one C++
+    kernel: the second run must see its own write where it reads, as the compiled run does."""
+    count = torch.zeros(4)
+    shadows = Shadows([count])
+    got = isolate(shadows, "cpp_fused_add_copy__0", "cpp", ["arg0_1", "buf1", "arg0_1"],
+                  (count, torch.empty(4), count), {}, Written((1, 2), ()), draws=False)
+    read, _, write = got.args
+    assert got.why == "" and _storage(read) == _storage(write) != _storage(count)
+    write.add_(1)
+    assert torch.equal(read, torch.ones(4)) and torch.equal(count, torch.zeros(4))
+
+
 def test_a_buffer_eager_has_no_value_for_is_named_not_guessed() -> None:
     x = torch.randn(4)
     shadows = Shadows([x])

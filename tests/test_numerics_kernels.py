@@ -262,3 +262,26 @@ def test_under_freezing_the_perturbed_kernel_is_still_the_cause() -> None:
     after = [k for k in r.kernels[r.kernels.index(r.first_kernel) + 1:] if k.error is not None]
     assert after and all(k.origin == "inherited" for k in after)
     assert any("_mkl_linear" in k.own_note and "wrote it on eager's inputs" in k.own_note for k in r.kernels)
+
+
+class Counter(nn.Module):
+    """A buffer updated in place, read again after: Inductor hands the buffer to one C++ kernel both
+    to read and to write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("count", torch.zeros(4))
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.count.add_(x.sum(0))
+        return self.fc(self.count * 2).relu()
+
+
+@pytest.mark.slow
+def test_a_kernel_that_reads_what_it_writes_is_run_again_on_one_copy() -> None:
+    torch.manual_seed(0)
+    r = numerics(Counter().eval(), (torch.randn(3, 4),), against="compile:inductor", per_kernel=True)
+    assert r.kernels and all(k.observed for k in r.kernels)
+    assert all(k.own_error is not None and not k.own_error.exceeds for k in r.kernels), [k.text() for k in r.kernels]
+    assert r.first_kernel is None

@@ -87,12 +87,15 @@ class Shadows:
                              span, value, why, derived if value is None else None, by))
 
     def eager(self, t: torch.Tensor, name: str, *, reads: bool, fresh: bool = False,
-              borrowed: list[str] | None = None) -> tuple[torch.Tensor | None, str]:
+              borrowed: list[str] | None = None, copies: dict[tuple[str, int], Any] | None = None,
+              ) -> tuple[torch.Tensor | None, str]:
         """A copy of ``t`` (its storage copied, the same view of it) holding eager's values where a
         watched kernel wrote; ``reads``: the kernel reads it (else only its place matters). ``None``
         and why where eager has no value for what it reads and no kernel run on eager's inputs wrote
         one (what one did is used, and named in ``borrowed``). ``fresh``: an ``in_out_ptr`` that nothing
-        wrote before is a buffer the kernel itself fills before it reads it (a layer norm's statistics)."""
+        wrote before is a buffer the kernel itself fills before it reads it (a layer norm's statistics).
+        ``copies``: the storages copied for one call so far, shared by the arguments that share one
+        (a kernel handed the same buffer to read and to write sees its own write)."""
         span = _span(t)
         key = _key(t)
         over = [w for w in self.writes.get(key, ()) if w.span[0] < span[1] and span[0] < w.span[1]]
@@ -105,12 +108,16 @@ class Shadows:
             if borrowed is not None:
                 borrowed.extend(f"{name or 'an input'} as {w.by or 'its kernel'} wrote it on eager's inputs"
                                 for w in over if w.value is None)
-        storage = t.untyped_storage().clone()
-        for w in over:
-            value = w.value if w.value is not None else w.derived
-            if value is not None:
-                place = torch.empty(0, dtype=w.dtype, device=t.device).set_(storage, w.offset, w.size, w.stride)
-                place.copy_(value.reshape(w.size))
+        storage = copies.get(key) if copies is not None else None
+        if storage is None:
+            storage = t.untyped_storage().clone()
+            for w in self.writes.get(key, ()):
+                value = w.value if w.value is not None else w.derived
+                if value is not None:
+                    place = torch.empty(0, dtype=w.dtype, device=t.device).set_(storage, w.offset, w.size, w.stride)
+                    place.copy_(value.reshape(w.size))
+            if copies is not None:
+                copies[key] = storage
         return torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, t.storage_offset(), t.shape, t.stride()), ""
 
     def untouched(self, t: torch.Tensor) -> bool:
@@ -161,19 +168,22 @@ def isolate(shadows: Shadows, name: str, kind: str, names: list[str], args: tupl
     # arguments could not be read): every tensor is a copy, so the second run writes none of the call's
     fallback = written is None if kind in ("cpp", "triton") else not name.startswith("extern_kernels.")
     out = Isolated(kwargs={})
+    positions = set(written.positions) if written is not None else set()
+    inout = set(written.inout) if written is not None else set()
+    copies: dict[tuple[str, int], Any] = {}
+    targets = [a for i, a in enumerate(args) if i in positions] + [kwargs.get("out")]
+    mutated = {_key(t) for t in targets if isinstance(t, torch.Tensor) and not _opaque(t)}
 
     def one(value: Any, label: str, *, writes: bool, reads: bool) -> Any:
         if not isinstance(value, torch.Tensor) or out.why or _opaque(value):
             return value
-        if not writes and not fallback and shadows.untouched(value):
+        if not writes and not fallback and _key(value) not in mutated and shadows.untouched(value):
             return value  # read only, and eager's value already
-        copy, why = shadows.eager(value, label, reads=reads, fresh=writes, borrowed=out.borrowed)
+        copy, why = shadows.eager(value, label, reads=reads, fresh=writes, borrowed=out.borrowed, copies=copies)
         if copy is None:
             out.why = why
         return copy
 
-    positions = set(written.positions) if written is not None else set()
-    inout = set(written.inout) if written is not None else set()
     out.args = tuple(one(a, names[i] if i < len(names) else "", writes=i in positions,
                          reads=i not in positions or i in inout) for i, a in enumerate(args))
     out.kwargs = {k: one(v, k, writes=k == "out", reads=k != "out") for k, v in kwargs.items()}
