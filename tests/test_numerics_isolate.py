@@ -69,6 +69,17 @@ def test_a_buffer_handed_to_read_and_to_write_stays_one_buffer() -> None:
     assert torch.equal(read, torch.ones(4)) and torch.equal(count, torch.zeros(4))
 
 
+def test_a_cat_written_through_aliases_and_read_whole_is_the_kernels_own() -> None:
+    """``buf2 = reinterpret_tensor(buf5, ...)`` written as ``out_ptr0`` and ``buf5`` read as
+    ``in_ptr0`` by the same kernel: nothing wrote it before, the kernel fills it itself."""
+    shadows = Shadows([])
+    buf5 = torch.empty(4, 24)
+    buf2 = buf5[:, :8]
+    got = isolate(shadows, "cpp_fused_cat_softmax_0", "cpp", ["buf5", "buf2"], (buf5, buf2), {}, Written((1,), ()),
+                  draws=False)
+    assert got.why == "" and _storage(got.args[0]) == _storage(got.args[1]) != _storage(buf5)
+
+
 def test_a_buffer_eager_has_no_value_for_is_named_not_guessed() -> None:
     x = torch.randn(4)
     shadows = Shadows([x])

@@ -179,7 +179,10 @@ def isolate(shadows: Shadows, name: str, kind: str, names: list[str], args: tupl
             return value
         if not writes and not fallback and _key(value) not in mutated and shadows.untouched(value):
             return value  # read only, and eager's value already
-        copy, why = shadows.eager(value, label, reads=reads, fresh=writes, borrowed=out.borrowed, copies=copies)
+        # a buffer this kernel writes that nothing wrote before: it fills it before it reads it (an
+        # in_out_ptr; a cat written through aliases and read whole)
+        fresh = writes or _key(value) in mutated
+        copy, why = shadows.eager(value, label, reads=reads, fresh=fresh, borrowed=out.borrowed, copies=copies)
         if copy is None:
             out.why = why
         return copy
