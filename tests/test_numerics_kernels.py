@@ -285,3 +285,32 @@ def test_a_kernel_that_reads_what_it_writes_is_run_again_on_one_copy() -> None:
     assert r.kernels and all(k.observed for k in r.kernels)
     assert all(k.own_error is not None and not k.own_error.exceeds for k in r.kernels), [k.text() for k in r.kernels]
     assert r.first_kernel is None
+
+
+def gpt2() -> tuple[nn.Module, tuple[Any, ...]]:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=16, bos_token_id=0, eos_token_id=0)
+    return GPT2LMHeadModel(config).eval(), (torch.randint(0, 100, (1, 8)),)
+
+
+@pytest.mark.slow
+def test_a_perturbed_gpt2_names_the_kernels_that_compute_the_perturbed_node() -> None:
+    """GPT-2 (two blocks): the perturbed node is the token and position embeddings' sum, which
+    Inductor recomputes inside each kernel that reads it (torch's ``cppCodeToPost`` lists it there).
+    Exactly those kernels have an own error beyond tolerance, the first of them is the cause, and
+    every other kernel beyond tolerance is inherited."""
+    model, args = gpt2()
+    perturb = Perturb()
+    with inductor_config.patch(post_grad_custom_post_pass=perturb), structured_trace() as events:
+        r = numerics(model, args, against="compile:inductor", per_kernel=True)
+    (mapping,) = [json.loads(p)["cppCodeToPost"] for meta, p in events if p is not None and
+                  meta.get("artifact", {}).get("name") == "inductor_provenance_tracking_node_mappings"]
+    assert r.kernels is not None and [k.handle for k in r.kernels] == list(mapping)
+    computing = [h for h, nodes in mapping.items() if perturb.perturbed[0] in nodes and h.startswith("cpp_")]
+    assert computing and [k.handle for k in r.kernels if k.origin == "own"] == computing
+    assert r.first_kernel is not None and r.first_kernel.handle == computing[0]
+    assert all(k.own_error is not None for k in r.kernels if k.exceeds)  # every one measured
+    assert {k.origin for k in r.kernels if k.exceeds and k.handle not in computing} == {"inherited"}
+    assert r.first is not None and r.first in r.nodes  # the divergence named at the boundary is a compared op
