@@ -146,6 +146,8 @@ def test_the_cause_is_the_first_kernel_whose_own_error_is_beyond_tolerance() -> 
     note = kernel_note(ks)
     assert "the first kernel with its own error beyond tolerance is c:3" in note and "1 kernel(s) beyond tolerance only by" in note
     assert "inherited" in ks[3].text() and "buf3 holds no eager value" in ks[1].text()
+    assert "2 kernel(s) in all with their own error" in kernel_note([*ks, _kernel("e:5", (0.3, True), (0.2, True))])
+    assert "in all" not in note
     back = [KernelCheck.from_dict(json.loads(json.dumps(k.to_dict()))) for k in ks]
     assert [k.origin for k in back] == [k.origin for k in ks] and back[1].own_note == ks[1].own_note
     assert [k.to_dict()["own_within"] for k in ks] == [True, None, False, True]

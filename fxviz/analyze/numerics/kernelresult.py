@@ -171,6 +171,8 @@ def kernel_note(kernels: list[KernelCheck]) -> str:
     else:
         what = "its own error beyond tolerance" if first.origin == "own" else "beyond tolerance, its own error not measured"
         verdict = f"the first kernel with {what} is {first.where()}"
+        if by["own"] > 1:
+            verdict += f"; {by['own']} kernel(s) in all with their own error beyond tolerance"
         if by["inherited"]:
             verdict += f"; {by['inherited']} kernel(s) beyond tolerance only by what they inherit"
     return (f"per kernel: {len(run)} of {len(kernels)} kernel calls watched, {compared} of {len(buffers)} "
