@@ -181,6 +181,13 @@ def test_per_kernel_numerics_watch_every_triton_kernel_and_find_the_perturbed_on
     assert len(holder) == 1 and bug.first_kernel is not None
     assert (bug.first_kernel.graph, bug.first_kernel.handle) == (1, holder[0])
     assert bug.first_kernel.module == "mix"
+    # each Triton kernel also ran on eager's inputs: only the perturbed one has an own error beyond
+    # tolerance, the kernels after it are beyond only by what they inherit
+    assert all(k.own_error is not None and not k.own_error.exceeds for k in clean.kernels), \
+        [(k.handle, k.own_note) for k in clean.kernels]
+    assert [k.handle for k in bug.kernels if k.origin == "own"] == [holder[0]]
+    after = bug.kernels[bug.kernels.index(bug.first_kernel) + 1:]
+    assert after and all(k.origin == "inherited" for k in after if k.exceeds)
 
 
 # ---- saved activations against the CUDA caching allocator ------------------------------------

@@ -99,28 +99,26 @@ def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | No
             ctx.exit(1)
 
 
-#: How many kernels ``--per-kernel`` lists in the terminal after the first beyond tolerance.
-KERNELS_AFTER = 5
+#: How many gradients the terminal lists after the first beyond tolerance.
+GRADS_AFTER = 5
 
 
 def _print_kernels(console: Any, result: Any) -> None:
-    """The kernels in execution order, up to a few past the first beyond tolerance."""
-    kernels = result.kernels
+    """The cause among the kernels (each kernel is a row of the ``kernels`` panel under the tree)."""
     first = result.first_kernel
-    if first is not None:
-        console.print(f"first kernel beyond tolerance: {one_line(first.where(), limit=400)}  "
-                      f"[{first.error.text() if first.error is not None else ''}]")
-    stop = len(kernels) if first is None else min(len(kernels), kernels.index(first) + 1 + KERNELS_AFTER)
-    for k in kernels[:stop]:
-        console.print(f"  kernel {one_line(k.text(), limit=400)}")
-    if stop < len(kernels):
-        console.print(f"  ... {len(kernels) - stop} more kernel(s) in --json")
+    if first is None:
+        return
+    own = first.origin == "own"
+    error = first.own_error if own else first.error
+    what = "first kernel with its own error beyond tolerance" if own else \
+        "first kernel beyond tolerance (its own error not measured)"
+    console.print(f"{what}: {one_line(first.where(), limit=400)}  [{error.text() if error is not None else ''}]")
 
 
 def _print_grads(console: Any, grads: Any) -> None:
     """Each parameter's gradient error, in backward order, up to the first beyond tolerance and a few after."""
     stop = len(grads.order) if grads.first is None else min(
-        len(grads.order), grads.order.index(grads.beyond()[0]) + 1 + KERNELS_AFTER)
+        len(grads.order), grads.order.index(grads.beyond()[0]) + 1 + GRADS_AFTER)
     for name in grads.order[:stop]:
         console.print(f"  grad {name}: {one_line(grads.params[name].text(), limit=300)}")
     if stop < len(grads.order):

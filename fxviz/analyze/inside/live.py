@@ -13,6 +13,8 @@ those kernels and the extern calls (ATen ops, matched to the output code's exter
 order); each kernel's time is the median of its calls. On CUDA the time is the device's: a call's
 kernels (the Triton launcher's own ``record_function``, named as the kernel) and extern ATen ops
 count the GPU time of the device kernels they launched (``device_time_total``), not their launch.
+A kernel whose calls' times spread more than :data:`SPREAD` times gets a note: its figure is
+contention, not the kernel.
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ from fxviz.tracefile.records import Trace
 #: Warm iterations timed with torch.profiler (the issue allows at most 10).
 ITERATIONS = 3
 _CALL = re.compile(r"^## Call CompiledFxGraph (\S+) ##$")
+#: A kernel whose slowest call took this many times its fastest has a time that says little: on a
+#: loaded machine (or with OpenMP threads contending on a few cores) a tiny kernel's calls swing 1000x.
+SPREAD = 20.0
+#: The profiler's resolution (us): a call measured at 0 counts as this for the spread.
+_RESOLUTION_US = 0.001
+#: Kernels whose slowest call is under this (us) are left out: there the profiler's own overhead is the spread.
+_FLOOR_US = 1.0
 
 
 @dataclass
@@ -171,8 +180,11 @@ class LiveRun:
                            if [_tail(r.name) for r in rows if r.kind == "extern"] == ext and ext), None)
             if at is not None:
                 mine[at].append(kids)
+        spread: list[tuple[float, str, float, float]] = []
         for (rows, _, _), calls, stem in zip(parts, mine, stems, strict=True):
-            _time(rows, calls, self.device, self.profiled, stem)
+            spread.extend(_time(rows, calls, self.device, self.profiled, stem))
+        if spread:
+            inside.notes.append(spread_note(spread))
         if self.calls and not any(k.time_us is not None for g in inside.graphs for k in g.kernels):
             inside.notes.append(f"kernel times not measured: none of the {len(self.calls)} profiled calls of a "
                                 "compiled graph could be told apart by its kernels or cache key")
@@ -215,10 +227,21 @@ def _device_us(ev: Any) -> float:
         return 0.0
 
 
+def spread_note(spread: list[tuple[float, str, float, float]]) -> str:
+    """One line on the kernels whose calls' times spread widely: (max/min, kernel id, min us, max us)."""
+    spread = sorted(spread, reverse=True)
+    ratio, worst, low, high = spread[0]
+    more = f" and {len(spread) - 1} more kernel(s)" if len(spread) > 1 else ""
+    return (f"kernel times unreliable: the calls of {worst}{more} took from {low:.3g} to {high:.3g} us ({ratio:.0f}x; "
+            f"more than {SPREAD:.0f}x is contention, not the kernel: a busy machine, or OpenMP threads on few cores); "
+            "time again with torch.set_num_threads(1) or on a quieter machine")
+
+
 def _time(rows: list[Kernel], calls: list[list[tuple[str, float, float]]], device: dict[str, float], n: int,
-          stem: str) -> None:
+          stem: str) -> list[tuple[float, str, float, float]]:
     """Each row's time from the profiled calls of its output code (see the module's docstring):
-    the device time of what the call launched where there is one, else the CPU time."""
+    the device time of what the call launched where there is one, else the CPU time. Returns the
+    kernels whose calls spread more than :data:`SPREAD` times: (max/min, id, min us, max us)."""
     times: dict[str, list[float]] = {}
     for kids in calls:
         used: set[int] = set()
@@ -245,6 +268,9 @@ def _time(rows: list[Kernel], calls: list[list[tuple[str, float, float]]], devic
         if k.id in per:
             k.time_us = per[k.id]
             k.share = per[k.id] / whole if whole else None
+    spread = [(max(ts) / max(min(ts), _RESOLUTION_US), h, min(ts), max(ts)) for h, ts in times.items()
+              if len(ts) > 1 and max(ts) >= _FLOOR_US]
+    return [x for x in spread if x[0] > SPREAD]
 
 
 def _tensors(out: Any) -> list[torch.Tensor]:
@@ -262,4 +288,4 @@ def differentiate(out: Any, leaves: Sequence[torch.Tensor]) -> None:
         torch.autograd.grad([t.sum() for t in outs], wrt, allow_unused=True)
 
 
-__all__ = ["ITERATIONS", "LiveRun", "differentiate"]
+__all__ = ["ITERATIONS", "SPREAD", "LiveRun", "differentiate", "spread_note"]

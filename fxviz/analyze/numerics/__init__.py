@@ -36,7 +36,8 @@ from fxviz.analyze.numerics.find import births, module_errors
 from fxviz.analyze.numerics.floor import Prints, settle
 from fxviz.analyze.numerics.gradresult import annotate_grads
 from fxviz.analyze.numerics.grads import gradient_errors
-from fxviz.analyze.numerics.kernels import KernelWatch, kernel_note
+from fxviz.analyze.numerics.kernelresult import kernel_note
+from fxviz.analyze.numerics.kernels import KernelWatch
 from fxviz.analyze.numerics.metrics import FLOAT32, TOLERANCES, tolerance
 from fxviz.analyze.numerics.program import ProgramWatcher, aligned, export_program, stage_program
 from fxviz.analyze.numerics.result import Error, Numerics, annotate

@@ -44,8 +44,10 @@ def births(graph: Graph, errors: dict[str, Error]) -> list[str]:
             if upstream:
                 continue
             # a view or split computes nothing: part of its input is beyond tolerance though the
-            # whole is within (the q of a fused qkv); the error is born at the op that made it
-            born.append(_maker(graph, n.name))
+            # whole is within (the q of a fused qkv); the error is born at the op that made it, where
+            # that op was compared (under Inductor only values crossing a graph's boundary are)
+            maker = _maker(graph, n.name)
+            born.append(maker if maker in errors else n.name)
         elif upstream and e is None:
             tainted.add(n.name)
     return list(dict.fromkeys(born))

@@ -9,11 +9,30 @@ import ast
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-#: What a watched kernel call reports when it finishes: (kernel name, positional args, keyword
-#: args, what it returned, the positions of the arguments it writes or ``None``).
-After = Callable[[str, tuple[Any, ...], dict[str, Any], Any, "list[int] | None"], None]
+#: Runs the watched kernel once more on other arguments: (positional args, keyword args) -> its result.
+Rerun = Callable[[tuple[Any, ...], dict[str, Any]], Any]
+
+
+class Hooks(Protocol):
+    """What the wrappers tell the watch about each kernel call: ``before`` it runs (its arguments
+    still hold what the kernel reads; what it returns is handed to ``after``), and ``after`` it
+    finished, with a way to run the same kernel again (``rerun``) on other arguments."""
+
+    def before(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], written: Written | None) -> Any: ...
+
+    def after(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
+              written: Written | None, token: Any, rerun: Rerun) -> None: ...
+
+
+@dataclass(frozen=True)
+class Written:
+    """The positional arguments a generated kernel writes (``positions``) and, among them, those it
+    also reads first (``inout``: ``in_out_ptr`` arguments; every written one where the names are unknown)."""
+
+    positions: tuple[int, ...]
+    inout: tuple[int, ...]
 
 
 @dataclass
@@ -29,16 +48,19 @@ class CallSite:
     result: str = ""
 
 
-def wrap_kernel(name: str, kernel: Any, outputs: list[int] | None, after: After) -> Any:
-    """``kernel`` (a C++ kernel, or a Triton kernel object launched by ``.run``) calling ``after``
-    when each call finishes; ``outputs``: a C++ kernel's written arguments."""
+def wrap_kernel(name: str, kernel: Any, written: Written | None, hooks: Hooks) -> Any:
+    """``kernel`` (a C++ kernel, or a Triton kernel object launched by ``.run``) telling ``hooks``
+    of each call; ``written``: a C++ kernel's written arguments."""
     if hasattr(kernel, "run"):
-        positions = triton_outputs(kernel)
-        return Launcher(kernel, lambda a, k: after(name, a, k, None, positions))
+        return Launcher(kernel, name, triton_written(kernel), hooks)
+
+    def rerun(a: tuple[Any, ...], k: dict[str, Any]) -> Any:
+        return kernel(*a, **k)
 
     def wrapped(*a: Any, **k: Any) -> Any:
+        token = hooks.before(name, a, k, written)
         out = kernel(*a, **k)
-        after(name, a, k, out, outputs)
+        hooks.after(name, a, k, out, written, token, rerun)
         return out
 
     return wrapped
@@ -49,46 +71,58 @@ class Dotted:
     called by a dotted name (``extern_kernels.addmm``, ``torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default``):
     those calls are watched, every other attribute is the real one."""
 
-    def __init__(self, real: Any, path: str, names: set[str], after: After) -> None:
-        self._real, self._path, self._names, self._after = real, path, names, after
+    def __init__(self, real: Any, path: str, names: set[str], hooks: Hooks) -> None:
+        self._real, self._path, self._names, self._hooks = real, path, names, hooks
 
     def __getattr__(self, attr: str) -> Any:
         value = getattr(self._real, attr)
         full = f"{self._path}.{attr}"
         if full in self._names and callable(value):
-            f = value
+            f, hooks = value, self._hooks
+
+            def rerun(a: tuple[Any, ...], k: dict[str, Any]) -> Any:
+                return f(*a, **k)
 
             def wrapped(*a: Any, **k: Any) -> Any:
+                token = hooks.before(full, a, k, None)
                 out = f(*a, **k)
-                self._after(full, a, k, out, None)
+                hooks.after(full, a, k, out, None, token, rerun)
                 return out
 
             return wrapped
         if any(n.startswith(full + ".") for n in self._names):
-            return Dotted(value, full, self._names, self._after)
+            return Dotted(value, full, self._names, self._hooks)
         return value
 
 
 class Launcher:
     """A Triton kernel object whose ``run`` is watched (the rest is the kernel's own)."""
 
-    def __init__(self, kernel: Any, after: Callable[[tuple[Any, ...], dict[str, Any]], None]) -> None:
-        self._kernel, self._after = kernel, after
+    def __init__(self, kernel: Any, name: str, written: Written | None, hooks: Hooks) -> None:
+        self._kernel, self._name, self._written, self._hooks = kernel, name, written, hooks
 
     def run(self, *a: Any, **k: Any) -> Any:
+        token = self._hooks.before(self._name, a, k, self._written)
         out = self._kernel.run(*a, **k)
-        self._after(a, k)
+        self._hooks.after(self._name, a, k, None, self._written, token, self._rerun)
         return out
+
+    def _rerun(self, a: tuple[Any, ...], k: dict[str, Any]) -> Any:
+        return self._kernel.run(*a, **k)
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self._kernel, attr)
 
 
-def triton_outputs(kernel: Any) -> list[int]:
-    """The positions of a Triton kernel's ``out_ptr``/``in_out_ptr`` arguments."""
-    names = getattr(getattr(kernel, "fn", None), "arg_names", None) or \
-        list((getattr(kernel, "triton_meta", None) or {}).get("signature", {}))
-    return [i for i, n in enumerate(names) if str(n).startswith(("out_ptr", "in_out_ptr"))]
+def triton_written(kernel: Any) -> Written | None:
+    """The positions of a Triton kernel's ``out_ptr``/``in_out_ptr`` arguments, and of the latter
+    (``None``: its argument names are not known)."""
+    names = [str(n) for n in getattr(getattr(kernel, "fn", None), "arg_names", None) or
+             list((getattr(kernel, "triton_meta", None) or {}).get("signature", {}))]
+    if not names:
+        return None
+    return Written(tuple(i for i, n in enumerate(names) if n.startswith(("out_ptr", "in_out_ptr"))),
+                   tuple(i for i, n in enumerate(names) if n.startswith("in_out_ptr")))
 
 
 def kind_of(name: str) -> str:
@@ -112,6 +146,21 @@ def cpp_argtypes(line: str) -> list[str] | None:
     except (ValueError, SyntaxError):
         return None
     return [str(t) for t in types] if isinstance(types, list) else None
+
+
+def cpp_written(line: str, source: str) -> Written | None:
+    """The arguments a C++ kernel writes: its non-const pointers (the types of its definition's line
+    ``cpp_fused_0 = async_compile.cpp_pybinding(['float*', 'const float*'], r\'\'\'``), and the
+    ``in_out_ptr`` ones among them (the parameter names of ``kernel(...)`` in its ``source``)."""
+    types = cpp_argtypes(line)
+    if types is None:
+        return None
+    positions = tuple(i for i, t in enumerate(types) if t.endswith("*") and not t.startswith("const"))
+    m = re.search(r"\bkernel\s*\(([^)]*)\)", source)
+    names = [p.strip().split()[-1].lstrip("*") for p in m.group(1).split(",") if p.strip()] if m else []
+    if len(names) != len(types):
+        return Written(positions, positions)
+    return Written(positions, tuple(i for i in positions if names[i].startswith("in_out_ptr")))
 
 
 def call_site(handle: str, name: str, kind: str, line: str) -> CallSite:
@@ -149,4 +198,5 @@ def loaded_module(path: str) -> Any:
     return next((m for m in loaded if str(getattr(m, "__file__", "")) == path), None)
 
 
-__all__ = ["After", "CallSite", "Dotted", "Launcher", "call_site", "cpp_argtypes", "kind_of", "loaded_module", "triton_outputs", "wrap_kernel"]
+__all__ = ["CallSite", "Dotted", "Hooks", "Launcher", "Rerun", "Written", "call_site", "cpp_argtypes", "cpp_written", "kind_of",
+           "loaded_module", "triton_written", "wrap_kernel"]

@@ -26,6 +26,11 @@ with the value of the Dynamo node its post-grad node maps to (``postToPre``) whe
 Dynamo node's value (the last of its post-grad nodes with as many elements): eager computes no other
 value. A buffer holding a partial result inside a fusion (a layer norm's mean) is named as not
 comparable. Same tolerance as the rest of the compile side (:func:`~fxviz.analyze.numerics.metrics.compare`).
+
+Each kernel also runs a second time, on copies of its arguments that hold eager's values of what it
+reads (:mod:`~fxviz.analyze.numerics.isolate`): its own error, apart from what the compiled run
+handed it. Note that each graph's eager values are computed from the inputs the compiled call got:
+nothing is inherited across a graph break.
 """
 
 from __future__ import annotations
@@ -45,17 +50,21 @@ from torch import nn
 
 from fxviz.analyze.compilemap.record import OpRecord, module_paths, op_nodes, op_records
 from fxviz.analyze.numerics.boundary import CompiledSide
+from fxviz.analyze.numerics.error import Error
+from fxviz.analyze.numerics.isolate import Isolated, Shadows, eager_values, isolate, placed
 from fxviz.analyze.numerics.kernelcode import (
     CallSite,
     Dotted,
+    Rerun,
+    Written,
     call_site,
-    cpp_argtypes,
+    cpp_written,
     kind_of,
     loaded_module,
     wrap_kernel,
 )
+from fxviz.analyze.numerics.kernelresult import BufferCheck, KernelCheck
 from fxviz.analyze.numerics.metrics import compare
-from fxviz.analyze.numerics.result import BufferCheck, Error, KernelCheck, first_beyond
 from fxviz.torchbridge.tracelog import Event, structured_trace
 from fxviz.tracefile import read_events
 from fxviz.tracefile.code import parse_output_code
@@ -87,7 +96,8 @@ class _Graph:
     module: Any = None
     calls: dict[str, deque[CallSite]] = field(default_factory=dict)  # kernel name -> its calls, in order
     handles: list[str] = field(default_factory=list)
-    outputs: dict[str, list[int]] = field(default_factory=dict)  # C++/Triton kernel -> output positions
+    written: dict[str, Written] = field(default_factory=dict)  # C++ kernel -> the arguments it writes
+    shadows: Shadows | None = None  # the watched call's storage, as its kernels write it
     to_post: dict[str, list[str]] = field(default_factory=dict)  # cppCodeToPost
     post_to_pre: dict[str, list[str]] = field(default_factory=dict)
     pre_to_post: dict[str, list[str]] = field(default_factory=dict)
@@ -210,6 +220,11 @@ class KernelWatch:
                 self._post_grad(g, origins[0].graph)
             if origin is None and is_extern and origins:  # a fallback op: the last node it covers (the
                 origin = max(origins, key=lambda o: g.order.get(o.name, -1))  # others: its inputs' views)
+                if not isinstance(origin.meta.get("val"), (tuple, list)):
+                    # Inductor names the node whose lowering returned this buffer; an extern call it
+                    # did not return is part of a lowering (a frozen linear's MKL call, its bias
+                    # added after), unless it computes a tuple (its items are the node's getitems)
+                    origin = None
             found[name] = origin.name if origin is not None else None
 
     @staticmethod
@@ -256,9 +271,9 @@ class KernelWatch:
         lines = code.payload.splitlines()
         for k in parsed.kernels:
             if k.kind == "cpp" and 0 < k.line <= len(lines):
-                types = cpp_argtypes(lines[k.line - 1])
-                if types is not None:
-                    g.outputs[k.name] = [i for i, t in enumerate(types) if t.endswith("*") and not t.startswith("const")]
+                written = cpp_written(lines[k.line - 1], k.source)
+                if written is not None:
+                    g.written[k.name] = written
         for c in parsed.calls:
             call = call_site(c.handle, c.name, c.kind, lines[c.line - 1] if 0 < c.line <= len(lines) else "")
             g.calls.setdefault(c.name, deque()).append(call)
@@ -283,7 +298,10 @@ class KernelWatch:
             if g.module is not None:
                 inputs = list(args[0] if boxed else args)
                 held = {n for bufs in g.buffers.values() for n in bufs.values() if n} | set(g.items.values())
-                g.values = _eager_values(g.gm, inputs, {pre for n in held for pre in g.post_to_pre.get(n, ())})
+                g.values = eager_values(g.gm, inputs, {pre for n in held for pre in g.post_to_pre.get(n, ())})
+                # the call's inputs, and the output code's own constants (frozen parameters, folded
+                # constants: computed eagerly when it compiled)
+                g.shadows = Shadows(inputs + [v for v in vars(g.module).values() if isinstance(v, torch.Tensor)])
                 del inputs
         except Exception as e:  # noqa: BLE001
             g.module, g.note = None, g.note or f"not watched: {type(e).__name__}: {e}"
@@ -292,13 +310,7 @@ class KernelWatch:
             return call(*args, **kwargs)
         ns = g.module.__dict__
         saved: dict[str, Any] = {}
-
-        def after(name: str, a: tuple[Any, ...], k: dict[str, Any], out: Any, positions: list[int] | None) -> None:
-            try:
-                self._ran(g, name, a, k, out, positions)
-            except Exception as e:  # noqa: BLE001 - as above: this kernel goes uncompared
-                g.note = g.note or f"{name} not compared: {type(e).__name__}: {e}"
-
+        hooks = _Hooks(self, g)
         try:
             dotted = {name for name in g.calls if "." in name}
             for name in list(g.calls):
@@ -306,12 +318,12 @@ class KernelWatch:
                 if head not in ns or head in saved:
                     continue
                 saved[head] = ns[head]
-                ns[head] = Dotted(ns[head], head, dotted, after) if "." in name else \
-                    wrap_kernel(name, ns[name], g.outputs.get(name), after)
+                ns[head] = Dotted(ns[head], head, dotted, hooks) if "." in name else \
+                    wrap_kernel(name, ns[name], g.written.get(name), hooks)
             return call(*args, **kwargs)
         finally:
             ns.update(saved)
-            g.values = {}
+            g.values, g.shadows = {}, None
             self._unobserved(g)
 
     def watching_aten(self) -> bool:
@@ -320,53 +332,85 @@ class KernelWatch:
     def aten_value(self, node: torch.fx.Node, value: Any) -> Any:
         return value
 
+    def _before(self, g: _Graph, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                written: Written | None) -> Isolated | None:
+        """A kernel call is about to run: its arguments on eager's values, for :meth:`_ran` to run it on."""
+        pending = g.calls.get(name)
+        if not pending or g.shadows is None:
+            return None
+        c = pending[0]
+        draws = any(p in g.random for p in g.to_post.get(c.handle, ()))
+        return isolate(g.shadows, name, c.kind, c.args, args, kwargs, written, draws)
+
     def _ran(self, g: _Graph, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
-             positions: list[int] | None) -> None:
-        """A kernel call finished: compare what it wrote."""
+             written: Written | None, isolated: Isolated | None, rerun: Rerun) -> None:
+        """A kernel call finished: compare what it wrote, then what it writes on eager's inputs."""
         pending = g.calls.get(name)
         if not pending:
             return
         c = pending.popleft()
         held = g.buffers.get(c.handle, {})
-        written: list[tuple[str, str | None, Any]] = []  # (buffer, post-grad node, value)
-        if positions is not None:  # a generated kernel: the pointers it writes
-            for i in positions:
+        wrote: list[tuple[str, str | None, Any, tuple[str, int]]] = []  # (buffer, post-grad node, value, its place)
+        if written is not None:  # a generated kernel: the pointers it writes
+            for i in written.positions:
                 buf = c.args[i] if i < len(c.args) else ""
                 if i < len(args):
-                    written.append((buf, held.get(buf), args[i]))
+                    wrote.append((buf, held.get(buf), args[i], ("arg", i)))
         elif "out" in kwargs:
-            written.append((c.out, held.get(c.out), kwargs["out"]))
+            wrote.append((c.out, held.get(c.out), kwargs["out"], ("out", 0)))
         elif isinstance(out, (tuple, list)):  # a fallback op with several results: item i is getitem(node, i)
             node = held.get(c.result)
-            written.extend((f"{c.result}[{i}]", g.items.get((node, i)) if node else None, t) for i, t in enumerate(out))
+            wrote.extend((f"{c.result}[{i}]", g.items.get((node, i)) if node else None, t, ("item", i))
+                         for i, t in enumerate(out))
         else:
-            written.append((c.result, held.get(c.result), out))
+            wrote.append((c.result, held.get(c.result), out, ("result", 0)))
         kernel = KernelCheck(c.handle, self.graphs.index(g), c.kind, observed=True)
-        for buf, node, t in written:
+        eager: list[tuple[torch.Tensor, BufferCheck, torch.Tensor | None, tuple[str, int]]] = []
+        for buf, node, t, place in wrote:
             if isinstance(t, torch.Tensor):
-                kernel.buffers.append(self._check(g, buf, node, t))
+                check, value = self._check(g, buf, node, t)
+                kernel.buffers.append(check)
+                eager.append((t, check, value, place))
+        result: Any = None
+        if isolated is None or isolated.why:
+            kernel.own_note = isolated.why if isolated is not None else "its arguments were not seen before it ran"
+        else:  # the same kernel on eager's values of what it reads: its own error
+            with torch.no_grad():
+                result = rerun(isolated.args, isolated.kwargs or {})
+            kernel.own_note = "; ".join(isolated.borrowed)
+        for t, check, value, place in eager:
+            mine = placed(isolated, result, place) if isolated is not None and not isolated.why else None
+            if not isinstance(mine, torch.Tensor) or mine.numel() != t.numel():
+                mine = None
+            if value is not None and mine is not None:
+                check.own = compare(value, mine.reshape(value.shape), self.rtol, self.atol)
+            if g.shadows is not None:
+                g.shadows.wrote(t, value, f"{check.buffer or 'an input'} holds no eager value ({check.error.note})",
+                                derived=mine, by=c.handle)
         self._describe(g, kernel)
         self.found.append(kernel)
 
-    def _check(self, g: _Graph, buf: str, node: str | None, tensor: torch.Tensor) -> BufferCheck:
+    def _check(self, g: _Graph, buf: str, node: str | None, tensor: torch.Tensor) -> tuple[BufferCheck, torch.Tensor | None]:
+        """The buffer against eager, and eager's value of what it holds (``None``: not comparable)."""
         if node is None:
-            return BufferCheck(buf, "", "", Error(comparable=False, note=_PARTIAL))
+            return BufferCheck(buf, "", "", Error(comparable=False, note=_PARTIAL)), None
         pres = g.post_to_pre.get(node, [])
         if not pres:
-            return BufferCheck(buf, node, "", Error(comparable=False, note="no Dynamo op in torch's provenance"))
+            return BufferCheck(buf, node, "", Error(comparable=False, note="no Dynamo op in torch's provenance")), None
         for pre in pres:
             eager = g.values.get(pre)
             if not isinstance(eager, torch.Tensor) or self._value_node(g, pre, eager.numel()) != node:
                 continue
             if pre in g.tainted:
                 return BufferCheck(buf, node, pre, Error(
-                    comparable=False, note="a random op's draw, or reads one: the compiled code draws its own numbers"))
+                    comparable=False, note="a random op's draw, or reads one: the compiled code draws its own numbers")), None
             if eager.numel() != tensor.numel():
-                return BufferCheck(buf, node, pre, Error(comparable=False, note="sizes differ"))
+                return BufferCheck(buf, node, pre, Error(comparable=False, note="sizes differ")), None
             other = tensor if tensor.shape == eager.shape else tensor.reshape(eager.shape)
-            return BufferCheck(buf, node, pre, compare(eager, other, self.rtol, self.atol))
+            return BufferCheck(buf, node, pre, compare(eager, other, self.rtol, self.atol)), eager
         inside = ", ".join(pres)
-        return BufferCheck(buf, node, "", Error(comparable=False, note=f"an intermediate of {inside}: eager computes no such value"))
+        return BufferCheck(buf, node, "", Error(
+            comparable=False, note=f"an intermediate of {inside}: eager computes no such value")), None
 
     @staticmethod
     def _value_node(g: _Graph, pre: str, numel: int) -> str | None:
@@ -417,39 +461,25 @@ class KernelWatch:
         return list(self.found)
 
 
-def kernel_note(kernels: list[KernelCheck]) -> str:
-    """One line on what ``--per-kernel`` compared."""
-    run = [k for k in kernels if k.observed]
-    buffers = [b for k in run for b in k.buffers]
-    compared = sum(1 for b in buffers if b.error.comparable)
-    first = first_beyond(kernels)
-    verdict = "every compared buffer within tolerance" if first is None else \
-        f"the first kernel beyond tolerance is {first.where()}"
-    return (f"per kernel: {len(run)} of {len(kernels)} kernel calls watched, {compared} of {len(buffers)} "
-            f"buffers they wrote compared with eager (the others hold no one eager op's value); {verdict}")
+class _Hooks:
+    """The watch's :class:`~fxviz.analyze.numerics.kernelcode.Hooks` for one compiled graph's call:
+    fxviz's own failure is a note, never the model's (that kernel goes uncompared)."""
+
+    def __init__(self, watch: KernelWatch, g: _Graph) -> None:
+        self.watch, self.g = watch, g
+
+    def before(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], written: Written | None) -> Any:
+        try:
+            return self.watch._before(self.g, name, args, kwargs, written)
+        except Exception as e:  # noqa: BLE001
+            return Isolated(why=f"fxviz could not copy its arguments ({type(e).__name__}: {e})")
+
+    def after(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, written: Written | None,
+              token: Any, rerun: Rerun) -> None:
+        try:
+            self.watch._ran(self.g, name, args, kwargs, out, written, token, rerun)
+        except Exception as e:  # noqa: BLE001
+            self.g.note = self.g.note or f"{name} not compared: {type(e).__name__}: {e}"
 
 
-class _Keep(torch.fx.Interpreter):
-    def __init__(self, gm: torch.fx.GraphModule, keep: set[str]) -> None:
-        super().__init__(gm, garbage_collect_values=True)
-        self.keep = keep
-        self.kept: dict[str, Any] = {}
-
-    def run_node(self, n: torch.fx.Node) -> Any:
-        value = super().run_node(n)
-        if n.name in self.keep and isinstance(value, torch.Tensor):
-            self.kept[n.name] = value.detach().clone()
-        return value
-
-
-def _eager_values(gm: torch.fx.GraphModule, inputs: list[Any], keep: set[str]) -> dict[str, Any]:
-    """The Dynamo graph run eagerly on ``inputs`` (all but parameters copied first); copies of the
-    values of the nodes in ``keep`` (those a buffer may stand for)."""
-    copies = [v.clone() if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter) else v for v in inputs]
-    interp = _Keep(gm, keep)
-    with torch.no_grad():
-        interp.run(*copies)
-    return interp.kept
-
-
-__all__ = ["KernelWatch", "kernel_note"]
+__all__ = ["KernelWatch"]

@@ -1,21 +1,23 @@
-"""What a numerics run found, as plain data: :class:`Error` per value compared, and the
-:class:`Numerics` result with its JSON and its marks on the eager graph (the ``error`` overlay, the
-``divergence`` panel, the metrics in each node's attrs), and with ``--per-kernel`` a
-:class:`KernelCheck` per Inductor kernel call (:mod:`~fxviz.analyze.numerics.kernels`). No torch: a saved result renders anywhere.
+"""What a numerics run found, as plain data: :class:`Error` per value compared
+(:mod:`~fxviz.analyze.numerics.error`), and the :class:`Numerics` result with its JSON and its marks
+on the eager graph (the ``error`` overlay, the ``divergence`` panel, the metrics in each node's
+attrs), and with ``--per-kernel`` a :class:`KernelCheck` per Inductor kernel call and the ``kernels``
+panel (:mod:`~fxviz.analyze.numerics.kernelresult`). No torch: a saved result renders anywhere.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from fxviz.analyze.numerics.error import Error, rel_text
+from fxviz.analyze.numerics.kernelresult import BufferCheck, KernelCheck, first_beyond, kernel_panel
 from fxviz.ir import Graph
 from fxviz.passes.overlays import set_overlay
 from fxviz.passes.panels import row, set_headline, set_panel
 
-_FLOATS = ("max_abs", "max_rel", "cosine", "snr_db", "rel_rms", "floor")
 #: How many modules the ``divergence`` panel lists after the first divergence.
 WORST = 10
 #: How many unit roundoffs of a low-precision dtype a value may be off by (relative RMS) before it is
@@ -25,88 +27,6 @@ WORST = 10
 #: from the ops before; ``4u`` leaves room for a few ops' worth of it and is torch.testing's own
 #: bfloat16 rtol (1.6e-2 = 4.1u).
 ROUNDINGS = 4
-
-
-@dataclass(slots=True)
-class Error:
-    """How far one value of the other side is from eager float32.
-
-    ``rel_rms`` is ``‖other − eager‖₂ / ‖eager‖₂`` (0 when equal; the overlay's value, bigger is
-    worse), ``snr_db`` ``−20·log10(rel_rms)`` (``inf`` when equal), ``max_rel`` the largest
-    ``|other − eager| / |eager|`` where eager is not near zero (NaN when every element is:
-    :data:`~fxviz.analyze.numerics.metrics.NEAR_ZERO`). ``exceeds`` says the value is beyond tolerance:
-    ``‖other − eager‖₂ > atol·√n + rtol·‖eager‖₂`` (the RMS form of ``allclose``, so one element
-    that cancels to nearly zero does not count as a divergence), or NaN/inf where eager has none, or
-    integers that differ. ``note`` says why a value was not compared (``comparable`` False).
-    ``floor`` is eager's own noise, ``‖eager₂ − eager₁‖₂ / ‖eager₁‖₂`` between two identical eager
-    runs (0: reproducible); a value with noise is beyond tolerance only past it
-    (:mod:`fxviz.analyze.numerics.floor`).
-    """
-
-    max_abs: float = 0.0
-    max_rel: float = 0.0
-    cosine: float = 1.0
-    snr_db: float = math.inf
-    rel_rms: float = 0.0
-    exceeds: bool = False
-    comparable: bool = True
-    note: str = ""
-    floor: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        for k in _FLOATS:
-            if not math.isfinite(d[k]):
-                d[k] = None if d[k] != d[k] else ("inf" if d[k] > 0 else "-inf")
-        for k in ("note", "floor"):
-            if not d[k]:
-                del d[k]
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Error:
-        v = dict(d)
-        for k in _FLOATS:
-            if isinstance(v.get(k), str):
-                v[k] = float(v[k])
-            elif v.get(k) is None and k in v:
-                v[k] = math.nan
-        return cls(**v)
-
-    def text(self) -> str:
-        """One line for the details panel and the terminal."""
-        if not self.comparable:
-            return f"not comparable: {self.note}" if self.note else "not comparable"
-        snr = "exact" if self.rel_rms == 0 else f"SNR {self.snr_db:.1f} dB"
-        return (f"{snr} · max abs {self.max_abs:.3g} · max rel {rel_text(self.max_rel)} · cos {self.cosine:.6f}"
-                + (f" · eager noise {self.floor:.3g} (not reproducible)" if self.floor else "")
-                + (" · beyond tolerance" if self.exceeds else ""))
-
-    @staticmethod
-    def worst(errors: list[Error]) -> Error | None:
-        compared = [e for e in errors if e.comparable]
-        if not compared:
-            return errors[0] if errors else None
-        return max(compared, key=lambda e: (e.exceeds, e.rel_rms if e.rel_rms == e.rel_rms else math.inf))
-
-
-@dataclass(slots=True)
-class BufferCheck:
-    """One buffer a kernel wrote: its name in the output code (``buf5``), the post-grad node it holds
-    (Inductor's ``origin_node``; ``""`` when it holds none exactly), the Dynamo node whose eager value
-    it was compared with (``""``: none, ``error.note`` says why) and the error."""
-
-    buffer: str
-    node: str
-    eager: str
-    error: Error
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"buffer": self.buffer, "node": self.node, "eager": self.eager, "error": self.error.to_dict()}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> BufferCheck:
-        return cls(d["buffer"], d["node"], d["eager"], Error.from_dict(d["error"]))
 
 
 @dataclass
@@ -152,82 +72,6 @@ class Grads:
     def from_dict(cls, d: dict[str, Any]) -> Grads:
         return cls(params={k: Error.from_dict(v) for k, v in d["params"].items()}, order=list(d["order"]),
                    modules={k: Error.from_dict(v) for k, v in d["modules"].items()}, first=d.get("first"))
-
-
-@dataclass
-class KernelCheck:
-    """One kernel call of a compiled graph (``graph``: its index in compile order), by torch's
-    provenance handle (``cpp_fused_gelu_0:2``, ``extern_kernels.addmm:1``, as in
-    ``cppCodeToPost``): ``kind`` (``cpp``, ``triton``, ``extern``, ``other``), the Dynamo ops it
-    covers (``ops``, graph order), the eager op it is reported at (``op``: the op of its worst
-    compared buffer, else its last op), that op's module path and user line, the buffers it wrote,
-    and ``observed`` (False when the call did not run under the watch: then nothing was compared)."""
-
-    handle: str
-    graph: int
-    kind: str = "other"
-    ops: list[str] = field(default_factory=list)
-    op: str = ""
-    module: str = ""
-    source: str = ""
-    buffers: list[BufferCheck] = field(default_factory=list)
-    observed: bool = False
-
-    @property
-    def error(self) -> Error | None:
-        """The worst compared buffer's error (``None`` when no buffer was comparable)."""
-        compared = [b.error for b in self.buffers if b.error.comparable]
-        return Error.worst(compared) if compared else None
-
-    @property
-    def exceeds(self) -> bool:
-        e = self.error
-        return e is not None and e.exceeds
-
-    def where(self) -> str:
-        """``handle (op) in module at file:line``."""
-        op = f" ({self.op})" if self.op else ""
-        at = f" at {self.source}" if self.source else ""
-        return f"{self.handle}{op} in {self.module or 'the model itself'}{at}"
-
-    def text(self) -> str:
-        """One line: where, and the worst buffer's max abs / max rel and the verdict."""
-        e = self.error
-        if not self.observed:
-            what = "not run while watched"
-        elif e is None:
-            what = "no buffer with an eager counterpart: not comparable"
-        else:
-            what = (f"max abs {e.max_abs:.3g} · max rel {rel_text(e.max_rel)} · "
-                    + ("beyond tolerance" if e.exceeds else "within tolerance"))
-        return f"{self.where()}: {what}"
-
-    def to_dict(self) -> dict[str, Any]:
-        e = self.error
-        return {"handle": self.handle, "graph": self.graph, "kind": self.kind, "ops": self.ops, "op": self.op,
-                "module": self.module, "source": self.source, "observed": self.observed,
-                "within": None if e is None else not e.exceeds,
-                "max_abs": None if e is None else _finite(e.max_abs),
-                "max_rel": None if e is None else _finite(e.max_rel),
-                "buffers": [b.to_dict() for b in self.buffers]}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> KernelCheck:
-        return cls(d["handle"], d["graph"], d.get("kind", "other"), list(d.get("ops", [])), d.get("op", ""),
-                   d.get("module", ""), d.get("source", ""), [BufferCheck.from_dict(b) for b in d.get("buffers", [])],
-                   bool(d.get("observed", False)))
-
-
-def first_beyond(kernels: list[KernelCheck]) -> KernelCheck | None:
-    """The first kernel, in execution order, with a buffer beyond tolerance."""
-    return next((k for k in kernels if k.exceeds), None)
-
-
-def _finite(x: float) -> float | str | None:
-    if x != x:
-        return None
-    return x if abs(x) != float("inf") else ("inf" if x > 0 else "-inf")
-
 
 
 @dataclass
@@ -278,7 +122,8 @@ class Numerics:
 
     @property
     def first_kernel(self) -> KernelCheck | None:
-        """With ``per_kernel``: the first kernel, in execution order, whose output is beyond tolerance."""
+        """With ``per_kernel``: the cause, the first kernel in execution order whose own error is beyond
+        tolerance (:func:`~fxviz.analyze.numerics.kernelresult.first_beyond`)."""
         return first_beyond(self.kernels or [])
 
     def headline(self) -> str:
@@ -370,9 +215,11 @@ def annotate(result: Numerics) -> None:
                         n.source.short() if n.source is not None else "", node=n.name,
                         module=tree.of(n.name).id or None, level="error"))
     kernel = result.first_kernel
-    if kernel is not None and (ke := kernel.error) is not None:  # --per-kernel: where inside the graph
+    ke = kernel.own_error if kernel is not None and kernel.origin == "own" else kernel.error if kernel else None
+    if kernel is not None and ke is not None:  # --per-kernel: where inside the graph, by its own error
         call = next((c for c in tree.walk() if c.stack and c.path == kernel.module), None)
-        rows.append(row("first kernel", f"{kernel.module or 'the model itself'} · {kernel.handle}", _snr(ke),
+        rows.append(row("first kernel" + (" (own error)" if kernel.origin == "own" else " (own not measured)"),
+                        f"{kernel.module or 'the model itself'} · {kernel.handle}", _snr(ke),
                         rel_text(ke.max_rel), kernel.source, module=call.id if call is not None else None,
                         level="error"))
     calls = [(cid, e) for cid, e in result.modules.items() if cid and e.comparable and e.rel_rms > 0]
@@ -388,18 +235,16 @@ def annotate(result: Numerics) -> None:
     note = (within if result.first is None else
             f"the error is born at {result.where(result.first)}")
     if kernel is not None:
-        note += f"; the first kernel beyond tolerance is {kernel.where()}"
+        note += f"; the first kernel {'with its own error ' if kernel.origin == 'own' else ''}beyond tolerance " \
+                f"is {kernel.where()}"
     if result.not_comparable:
         note += f"; {len(result.not_comparable)} random op(s) not comparable"
     set_panel(g, "divergence", title=f"numerics against {result.against}",
               columns=["what", "where", "SNR dB", "max rel", "line"], rows=rows, note=note)
+    if result.kernels is not None:
+        kernel_panel(g, result.kernels)
     set_headline(g, result.headline(), panel="divergence", node=result.first,
                  level="ok" if result.first is None else "warn")
-
-
-def rel_text(max_rel: float) -> str:
-    """``max_rel`` as shown: ``-`` where every element of the reference is near zero (NaN)."""
-    return "-" if max_rel != max_rel else f"{max_rel:.3g}"
 
 
 def _snr(e: Error) -> str:
