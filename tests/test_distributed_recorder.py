@@ -211,3 +211,32 @@ def test_recorder_dispatch_pays_no_dynamo_wrapper_and_dynamo_still_skips_it(monk
     assert [(r["kind"], r["bytes"]) for r in recorder.records] == [("all_reduce", 16)]
     assert any("_functional_collectives" in s for s in seen)  # the callback ran on torch's frames
     assert not [s for s in seen if s.startswith(package)]
+
+
+def test_a_dtensor_op_is_one_node_not_its_local_ops() -> None:
+    """The tracer records the DTensor call the model makes (``F.linear``) once: the ATen ops DTensor
+    runs for it, as DTensor ops and again on the local shards (``t``, ``addmm``: torch's own record,
+    ``CommDebugMode``'s operations per module), are not ops of the graph; the collective the row-wise
+    layer's hook issues is, as torch counts it."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    from fxviz.torchbridge.distributed import fake_world
+
+    with fake_world(4):
+        model, args = mlp_factory()
+        mode = CommDebugMode()
+        with torch.no_grad(), mode:
+            model(*args)
+        torch_ops = {path.rpartition(".")[2]: [str(o["name"]) for o in v["operations_list"]]
+                     for path, v in mode.comm_module_operation_counts.items()}
+    g = fxviz.capture(mlp_factory, world_size=4)
+    for layer in ("up", "down"):
+        assert torch_ops[layer].count("aten.addmm.default") == 2  # the DTensor op and its local op
+        assert "aten.t.default" in torch_ops[layer]
+        (call,) = g.calls.calls(layer)
+        ops = [g.node(name).target for name in call.ops]
+        assert ops.count("torch.nn.functional.linear") == 1
+        assert not [t for t in ops if t.startswith("aten") or t in ("Tensor.t", "torch.addmm")]
+    assert [t for t in ops if "c10d" in t] == [
+        "_c10d_functional::all_reduce", "_c10d_functional::_wrap_tensor_autograd.default"]
+    assert torch_ops["down"].count("_c10d_functional.all_reduce.default") == 1
