@@ -1,10 +1,13 @@
 """Capturing tensor-parallel models under a fake process group (issue 22).
 
-    PYTHONPATH=$PWD python bench/distributed.py [--reps 5] [--layers 80] [--instructions [PARTS]]
+    PYTHONPATH=$PWD python bench/distributed.py [--reps 5] [--layers 80] [--hidden 256] [--instructions [PARTS]]
 
-1. A TP-sharded LLaMA-shaped decoder (small) at world size 8 against the same model unsharded:
-   process CPU time, interleaved repetitions, medians, ratio (target <= 1.5x); beside it the same
-   capture recording through ``CommDebugMode`` (the recorder fxviz used before its own light one).
+1. A TP-sharded LLaMA-shaped decoder (small: 4 layers, hidden 256, MLP 2x hidden; ``--hidden``
+   scales both) at world size 8 against the same model unsharded: process CPU time, interleaved
+   repetitions, medians, ratio (target <= 1.5x); beside it the same capture recording through
+   ``CommDebugMode`` (the recorder fxviz used before its own light one). The fake group runs rank
+   0's shard only: each sharded linear computes an eighth of the unsharded one, so the ratio falls
+   as the model grows; at hidden 256 both forwards are mostly Python (DTensor's, the tracer's).
 2. The LLaMA-70B shape (hidden 8192, 80 layers, 64 heads, 8 KV heads, MLP 28672, vocab 128256) on
    meta, sharded 8 ways: time and peak memory (target < 30 s, < 2 GB).
 3. CommDebugMode alone on the same sharded model, for comparison: its time and its counts.
@@ -116,9 +119,14 @@ SMALL = {"vocab": 1000, "d": 256, "layers": 4, "heads": 8, "kv": 8, "ff": 512}
 L70B = {"vocab": 128256, "d": 8192, "layers": 80, "heads": 64, "kv": 8, "ff": 28672}
 
 
-def small_sharded() -> tuple[nn.Module, tuple[torch.Tensor]]:
+def small(hidden: int = SMALL["d"]) -> dict[str, int]:
+    """The small decoder's shape at ``hidden`` (MLP twice as wide, as the default's 256 -> 512)."""
+    return {**SMALL, "d": hidden, "ff": 2 * hidden}
+
+
+def small_sharded(hidden: int = SMALL["d"]) -> tuple[nn.Module, tuple[torch.Tensor]]:
     torch.manual_seed(0)
-    return shard(Decoder(**SMALL)), (torch.randint(0, 1000, (2, 16)),)
+    return shard(Decoder(**small(hidden))), (torch.randint(0, 1000, (2, 16)),)
 
 
 def llama70b(layers: int = 80) -> tuple[nn.Module, tuple[torch.Tensor]]:
@@ -175,37 +183,44 @@ def cpu(fn: object) -> float:
 PARTS = ("unsharded", "unsharded_forward", "sharded", "floor", "sharded_forward")
 
 
-def _part(name: str) -> None:
+def _part(name: str, hidden: int) -> None:
     """Run part ``name`` under callgrind's collection (this process is the one valgrind runs)."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    plain, plain_args = Decoder(**SMALL), (torch.randint(0, 1000, (2, 16)),)
+    plain, plain_args = Decoder(**small(hidden)), (torch.randint(0, 1000, (2, 16)),)
     with fake_world(8):
-        sharded, args = small_sharded()
+        sharded, args = small_sharded(hidden)
         fn = {"unsharded": lambda: fxviz.capture(plain, plain_args, method="eager"),
-              "unsharded_forward": lambda: plain(*plain_args),
+              "unsharded_forward": lambda: _no_grad(plain, plain_args),
               "sharded": lambda: fxviz.capture(sharded, args, world_size=8),
               "floor": lambda: old_capture(sharded, args, NoRecorder),
-              "sharded_forward": lambda: sharded(*args)}[name]
+              "sharded_forward": lambda: _no_grad(sharded, args)}[name]
         for _ in range(2):
             fn()
         functools.reduce(lambda acc, _: fn(), range(3), None)
 
 
-def instructions(parts: list[str]) -> None:
+def _no_grad(model: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+    """The forward as a capture runs it: under ``no_grad`` (with autograd recording, DTensor's
+    from_local/redistribute Functions cost about twice as much)."""
+    with torch.no_grad():
+        model(*args)
+
+
+def instructions(parts: list[str], hidden: int) -> None:
     got = {}
     for name in parts:
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "callgrind.out")
             proc = subprocess.run(
                 ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--toggle-collect=functools_reduce",
-                 sys.executable, __file__, "--part", name], capture_output=True, text=True, check=False)
+                 sys.executable, __file__, "--part", name, "--hidden", str(hidden)], capture_output=True, text=True, check=False)
         m = re.search(r"Collected : (\d+)", proc.stderr)
         if proc.returncode != 0 or m is None:
             raise SystemExit(f"callgrind failed on {name}: {proc.stderr[-2000:]}")
         got[name] = int(m.group(1)) / 3
     base = got.get("unsharded")
-    print("instructions per call (callgrind)" + (", ratio to the unsharded capture:" if base else ":"))
+    print(f"instructions per call (callgrind, hidden {hidden})" + (", ratio to the unsharded capture:" if base else ":"))
     for name, n in got.items():
         print(f"  {name:18s} {n / 1e6:8.1f} M" + (f"  {n / base:.2f}x" if base else ""))
 
@@ -213,27 +228,31 @@ def instructions(parts: list[str]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--layers", type=int, default=80)
+    ap.add_argument("--layers", type=int, default=80, help="layers of the 70B shape")
+    ap.add_argument("--hidden", type=int, default=SMALL["d"], help="the small decoder's hidden size (MLP 2x)")
     ap.add_argument("--instructions", nargs="?", const=",".join(PARTS), metavar="PARTS",
                     help=f"count instructions of these parts instead (comma-separated; all: {','.join(PARTS)})")
     ap.add_argument("--part", choices=PARTS)
     a = ap.parse_args()
     if a.part:
-        return _part(a.part)
+        return _part(a.part, a.hidden)
     if a.instructions:
-        return instructions(a.instructions.split(","))
+        return instructions(a.instructions.split(","), a.hidden)
     torch.set_num_threads(1)
 
     torch.manual_seed(0)
-    plain, plain_args = Decoder(**SMALL), (torch.randint(0, 1000, (2, 16)),)
+    plain, plain_args = Decoder(**small(a.hidden)), (torch.randint(0, 1000, (2, 16)),)
     with fake_world(8):
-        sharded, args = small_sharded()
+        sharded, args = small_sharded(a.hidden)
         fxviz.capture(plain, plain_args, method="eager")  # warm both paths
         fxviz.capture(sharded, args, world_size=8)
         old_capture(sharded, args)
         base, tp, old, comm, walls, old_walls, fwd, floor, plain_fwd = [], [], [], [], [], [], [], [], []
+        base_walls: list[float] = []
         for _ in range(a.reps):  # interleaved
+            w = time.perf_counter()
             base.append(cpu(lambda: fxviz.capture(plain, plain_args, method="eager")))
+            base_walls.append(time.perf_counter() - w)
             w = time.perf_counter()
             tp.append(cpu(lambda: fxviz.capture(sharded, args, world_size=8)))
             walls.append(time.perf_counter() - w)
@@ -247,20 +266,23 @@ def main() -> None:
                 with mode:
                     sharded(*args)
             comm.append(cpu(run))
-            fwd.append(cpu(lambda: sharded(*args)))  # DTensor's own dispatch, nothing recorded
-            plain_fwd.append(cpu(lambda: plain(*plain_args)))
+            fwd.append(cpu(lambda: _no_grad(sharded, args)))  # DTensor's own dispatch, nothing recorded
+            plain_fwd.append(cpu(lambda: _no_grad(plain, plain_args)))
         g = fxviz.capture(sharded, args, world_size=8)
     b, t, c = statistics.median(base), statistics.median(tp), statistics.median(comm)
-    print(f"small decoder ({SMALL['layers']} layers) eager capture: unsharded {b * 1e3:.0f} ms CPU, "
-          f"TP x8 {t * 1e3:.0f} ms CPU ({statistics.median(walls) * 1e3:.0f} ms wall), ratio {t / b:.2f}x (target <= 1.5x)")
+    bw, tw = statistics.median(base_walls), statistics.median(walls)
+    print(f"small decoder ({SMALL['layers']} layers, hidden {a.hidden}) eager capture: unsharded {b * 1e3:.1f} ms CPU "
+          f"({bw * 1e3:.1f} ms wall), TP x8 {t * 1e3:.1f} ms CPU ({tw * 1e3:.1f} ms wall), ratio {t / b:.2f}x CPU, "
+          f"{tw / bw:.2f}x wall (target <= 1.5x)")
     o = statistics.median(old)
     print(f"  before (recording through CommDebugMode): TP x8 {o * 1e3:.0f} ms CPU "
           f"({statistics.median(old_walls) * 1e3:.0f} ms wall), ratio {o / b:.2f}x; light recorder {o / t:.1f}x faster")
     print(f"  floor (the same capture recording no collectives): {statistics.median(floor) * 1e3:.0f} ms CPU, "
           f"ratio {statistics.median(floor) / b:.2f}x")
-    print(f"  the sharded forward alone (DTensor dispatch, no fxviz): {statistics.median(fwd) * 1e3:.0f} ms CPU; "
-          f"the unsharded forward alone: {statistics.median(plain_fwd) * 1e3:.1f} ms CPU (the floor's excess "
-          f"over the unsharded capture is about DTensor's own cost)")
+    f, pf = statistics.median(fwd), statistics.median(plain_fwd)
+    print(f"  the forwards alone under no_grad, as a capture runs them (no fxviz): sharded (DTensor) "
+          f"{f * 1e3:.1f} ms CPU ({f / b:.2f}x the unsharded capture), unsharded {pf * 1e3:.1f} ms CPU; "
+          f"fxviz's own share: sharded {(t - f) * 1e3:.1f} ms, unsharded {(b - pf) * 1e3:.1f} ms")
     print(f"  CommDebugMode alone on the sharded forward: {c * 1e3:.0f} ms CPU; "
           f"counts {mode.get_total_counts()} collectives; fxviz: {len(collectives(g))} with bytes, module, node")
 

@@ -331,7 +331,9 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
                 model, args, kwargs = (*made, None)[:3] if len(made) == 2 else made
             else:
                 model = made
-        recorder = CommRecorder({id(p): n for n, p in model.named_parameters()} if isinstance(model, nn.Module) else None)
+        # one walk of the parameters serves the recorder (whose gradient a hook handles) and the meshes
+        params = dict(model.named_parameters()) if isinstance(model, nn.Module) else None
+        recorder = CommRecorder({id(p): n for n, p in params.items()} if params is not None else None)
         # the tracer's forward is the only run of a forward-only eager capture: the recorder (a
         # dispatch mode, which every op pays for) is on for it alone; otherwise for the whole capture
         tracer_only = not options.get("backward") and options["method"] in ("eager", "eager-aten")
@@ -341,11 +343,11 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
         except ModelError as e:  # the partial graph keeps the collectives recorded up to the failure
             hang = timed_out(e, recorder.records)
             if e.graph is not None:
-                _write_comm(e.graph, recorder.records, mesh_dims(_state_and_inputs(model, args, kwargs)))
+                _write_comm(e.graph, recorder.records, mesh_dims(_state_and_inputs(model, args, kwargs, params)))
             if hang is None:
                 raise
             raise CollectiveTimeout(hang, graph=e.graph) from e.__cause__
-        dims = mesh_dims(_state_and_inputs(model, args, kwargs))  # inside: the meshes' groups still exist
+        dims = mesh_dims(_state_and_inputs(model, args, kwargs, params))  # inside: the meshes' groups still exist
         graph.annotations["rank"] = torch.distributed.get_rank()
     _write_comm(graph, recorder.records, dims)
     return graph
@@ -359,11 +361,13 @@ def _write_comm(graph: Graph, records: list[dict[str, Any]], dims: dict[str, str
     write_comm(graph, records)
 
 
-def _state_and_inputs(model: Any, args: Any, kwargs: dict[str, Any] | None) -> list[Any]:
-    """The model's parameters and buffers and the top-level inputs: where its DTensors' meshes are."""
+def _state_and_inputs(model: Any, args: Any, kwargs: dict[str, Any] | None,
+                      params: dict[str, Any] | None = None) -> list[Any]:
+    """The model's parameters (``params``: its ``named_parameters()``, when already taken) and
+    buffers and the top-level inputs: where its DTensors' meshes are."""
     found: list[Any] = []
     if isinstance(model, nn.Module):
-        found += [*model.parameters(), *model.buffers()]
+        found += [*(params.values() if params is not None else model.parameters()), *model.buffers()]
     found += [*(args if isinstance(args, (tuple, list)) else (args,)), *(kwargs or {}).values()]
     return found
 

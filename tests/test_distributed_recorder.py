@@ -4,6 +4,7 @@ pays for) is on for the model's run only, not for the rest of the capture (issue
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -171,3 +172,71 @@ def test_metadata_reads_skip_the_recorder_check(monkeypatch: pytest.MonkeyPatch)
     kinds = [kind_of(f, "function") for f in asked]
     assert {k.name for k in kinds} >= {"linear", "relu"}
     assert [k.target for k in kinds if k.action is Action.SKIP] == []
+
+
+def test_recorder_dispatch_pays_no_dynamo_wrapper_and_dynamo_still_skips_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``TorchDispatchMode`` wraps a subclass's ``__torch_dispatch__`` in ``torch._disable_dynamo``,
+    which every op of a sharded forward paid for; the recorder's code is marked for Dynamo to skip
+    instead. Under a compiled function Dynamo's frame callback still sees none of fxviz's frames
+    (the recorder's nor what it calls), as with the wrapper, and the collective is recorded."""
+    import torch._dynamo
+    import torch.distributed._functional_collectives as funcol
+
+    from fxviz.torchbridge.distributed import fake_world
+
+    # the method is the recorder's own function, no wrapper of torch's around it
+    assert comms.CommRecorder.__dict__["__torch_dispatch__"].__code__.co_filename == comms.__file__
+    seen: list[str] = []
+    wrapper = torch._dynamo.convert_frame.CatchErrorsWrapper
+    call = wrapper.__call__
+
+    def spy(self: Any, frame: Any, *a: Any, **k: Any) -> Any:
+        seen.append(frame.f_code.co_filename)
+        return call(self, frame, *a, **k)
+
+    monkeypatch.setattr(wrapper, "__call__", spy)
+
+    @torch.compile(backend="eager")
+    def reduce(x: torch.Tensor) -> torch.Tensor:
+        return funcol.all_reduce(x * 2, "sum", dist.group.WORLD) + 1
+
+    package = str(Path(comms.__file__).parent.parent)
+    try:
+        with fake_world(4):
+            recorder = comms.CommRecorder()
+            with torch.no_grad(), recorder:
+                reduce(torch.ones(4))
+    finally:
+        torch._dynamo.reset()
+    assert [(r["kind"], r["bytes"]) for r in recorder.records] == [("all_reduce", 16)]
+    assert any("_functional_collectives" in s for s in seen)  # the callback ran on torch's frames
+    assert not [s for s in seen if s.startswith(package)]
+
+
+def test_a_dtensor_op_is_one_node_not_its_local_ops() -> None:
+    """The tracer records the DTensor call the model makes (``F.linear``) once: the ATen ops DTensor
+    runs for it, as DTensor ops and again on the local shards (``t``, ``addmm``: torch's own record,
+    ``CommDebugMode``'s operations per module), are not ops of the graph; the collective the row-wise
+    layer's hook issues is, as torch counts it."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    from fxviz.torchbridge.distributed import fake_world
+
+    with fake_world(4):
+        model, args = mlp_factory()
+        mode = CommDebugMode()
+        with torch.no_grad(), mode:
+            model(*args)
+        torch_ops = {path.rpartition(".")[2]: [str(o["name"]) for o in v["operations_list"]]
+                     for path, v in mode.comm_module_operation_counts.items()}
+    g = fxviz.capture(mlp_factory, world_size=4)
+    for layer in ("up", "down"):
+        assert torch_ops[layer].count("aten.addmm.default") == 2  # the DTensor op and its local op
+        assert "aten.t.default" in torch_ops[layer]
+        (call,) = g.calls.calls(layer)
+        ops = [g.node(name).target for name in call.ops]
+        assert ops.count("torch.nn.functional.linear") == 1
+        assert not [t for t in ops if t.startswith("aten") or t in ("Tensor.t", "torch.addmm")]
+    assert [t for t in ops if "c10d" in t] == [
+        "_c10d_functional::all_reduce", "_c10d_functional::_wrap_tensor_autograd.default"]
+    assert torch_ops["down"].count("_c10d_functional.all_reduce.default") == 1

@@ -34,6 +34,9 @@ COLLECTIVES = frozenset({*NATIVE_TO_PY_MAPPING, *NATIVE_TO_PY_MAPPING.values(), 
 
 #: every overload of those packets: what the recorder's dispatch checks each op against
 _OVERLOADS = frozenset(getattr(p, name) for p in COLLECTIVES for name in p.overloads())
+#: their ids (an overload is one object per op, held here): ``OpOverload.__hash__`` is Python code,
+#: which a set look-up on every op of a sharded forward paid for
+_OVERLOAD_IDS = frozenset(map(id, _OVERLOADS))
 
 #: op packet -> the position of the tensors each rank sends: ``c10d``'s gathers and scatters take
 #: the output first, then the input
@@ -193,6 +196,21 @@ def _plain(values: Any) -> bool:
     return True
 
 
+def _skip_code() -> Any:
+    """``code -> None`` marking a code object for Dynamo to run as it is, and every frame it calls
+    (what ``torch._disable_dynamo(recursive=True)`` does per call, set once on the code, read by
+    the frame evaluator only while a compiled region runs); ``None`` on a torch without it."""
+    try:
+        from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
+    except ImportError:  # pragma: no cover - older or newer torch: the wrapper stays
+        return None
+    skip = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
+    return lambda code: set_code_exec_strategy(code, skip)
+
+
+_SKIP_CODE = _skip_code()
+
+
 class CommRecorder(TorchDispatchMode):
     """A dispatch mode that keeps one record per collective (:attr:`records`), with the module and
     line of the tracer's current op; everything else passes through untouched.
@@ -200,6 +218,14 @@ class CommRecorder(TorchDispatchMode):
     The function-level tracer turns it off for the calls :meth:`needs` says cannot issue a
     collective (:func:`fxviz.fallback.modes.recording`): torch's own ops on plain tensors, most of
     a tensor-parallel forward outside DTensor's linears; every ATen op paid a call into Python."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """No ``torch._disable_dynamo`` wrapper around :meth:`__torch_dispatch__` (what
+        ``TorchDispatchMode`` puts around a subclass's): it cost every op of a sharded forward two
+        switches of the frame evaluator and a call to ``torch.compiler.is_exporting``; its code is
+        marked for Dynamo to skip instead, with what it calls (:func:`_skipped_by_dynamo`)."""
+        return not _SKIP_CODE
 
     def __init__(self, params: dict[int, str] | None = None) -> None:
         super().__init__()
@@ -220,7 +246,7 @@ class CommRecorder(TorchDispatchMode):
             return NotImplemented  # let DTensor desugar into local ops and collectives, seen next
         if kwargs is None:
             kwargs = {}
-        if func not in _OVERLOADS:
+        if id(func) not in _OVERLOAD_IDS:
             try:
                 return func(*args, **kwargs)
             except Exception as e:  # the wait on a collective that failed: the last one issued is marked
@@ -262,5 +288,8 @@ class CommRecorder(TorchDispatchMode):
                 record["grad_of"] = self.params[id(var)]
         self.records.append(record)
 
+
+if _SKIP_CODE is not None:
+    _SKIP_CODE(CommRecorder.__torch_dispatch__.__code__)
 
 __all__ = ["COLLECTIVES", "CommRecorder", "mesh_dims", "timed_out"]
