@@ -2,7 +2,7 @@
 for the before/after of a change to the tracer, its passes or the snapshot, where process CPU time on
 a shared machine swings by more than the change.
 
-    python bench/instructions.py [--models stack,resnet] [--parts capture,tracer,forward,snapshot]
+    python bench/instructions.py [--models stack,resnet] [--parts capture,tracer,forward,snapshot,passes]
                                  [--reps 2] [--stack-layers 300]
 
 Each part runs twice untimed (imports, first-call caches), then ``--reps`` times inside
@@ -11,7 +11,8 @@ count excludes starting Python and importing torch. Parts: ``capture`` is
 ``fxviz.capture(model, args, method="eager")``, ``tracer`` the same with ``passes=()``, ``forward``
 the plain forward under ``torch.no_grad()``, ``floor`` the forward under an empty
 ``TorchFunctionMode`` and empty global module hooks (what any tracer of this kind pays), ``snapshot`` taking and restoring the model's snapshot
-(:class:`fxviz.torchbridge.guard.Snapshot`). Printed: instructions per call, and per recorded op
+(:class:`fxviz.torchbridge.guard.Snapshot`), ``passes`` the capture's passes alone, rerun on one
+graph captured with ``passes=()``. Printed: instructions per call, and per recorded op
 beyond the forward for the stack. Slow: about 50x a plain run per part (minutes each on GPT-2).
 """
 
@@ -24,7 +25,9 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 STACK_OPS_PER_LAYER = 3
 
@@ -57,10 +60,22 @@ def child(model_name: str, part: str, reps: int, layers: int) -> None:
         "forward": forward,
         "snapshot": snapshot,
         "floor": floor_fn(model, args),
+        "passes": passes_fn(model, args),
     }[part]
     for _ in range(2):
         fn()
     functools.reduce(lambda acc, _: fn(), range(reps), None)
+
+
+def passes_fn(model: Any, args: tuple[Any, ...]) -> Callable[[], Any]:
+    """The passes a capture runs (``CAPTURE_PASSES``), again and again on one graph captured with
+    ``passes=()`` (each pass is idempotent): their share of ``capture`` without the tracer's."""
+    import fxviz
+    from fxviz.analyze.flops import CAPTURE_PASSES
+    from fxviz.passes import run_passes
+
+    graph = fxviz.capture(model, args, method="eager", passes=())
+    return lambda: run_passes(graph, CAPTURE_PASSES)
 
 
 def count(model_name: str, part: str, reps: int, layers: int) -> int:

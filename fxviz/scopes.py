@@ -86,7 +86,8 @@ def build_scopes(
         if c.stack:
             get(c.stack[-1][0])  # Call.path, without the property call
     for path, calls in tree.by_path.items():
-        scopes[path].calls = len({c.stack[-1][1] for c in calls})  # distinct Call.index
+        # distinct Call.index; a module called once (most) has one
+        scopes[path].calls = 1 if len(calls) == 1 else len({c.stack[-1][1] for c in calls})
     # the nodes of one module call share one stack tuple (a capture and a graph read from JSON
     # share them): each stack's scope is looked up once, not once per node (keyed by id: the nodes
     # keep every stack alive)

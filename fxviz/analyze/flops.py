@@ -29,7 +29,7 @@ from fxviz.ir import Graph, Node
 from fxviz.ops import op_name
 from fxviz.passes import DEFAULT, PASSES
 from fxviz.passes.overlays import set_overlay
-from fxviz.passes.tree import tree_of
+from fxviz.passes.tree import calls_of, nodes_by_name
 
 aten = torch.ops.aten
 Shape = tuple[int, ...]
@@ -166,7 +166,7 @@ def count_flops(graph: Graph) -> Graph:
     # per target and input/output metadata objects (a capture shares one per shape)
     counted: dict[str, bool] = {}
     memo: dict[tuple[Any, ...], int | None] = {}
-    outputs: dict[str, tuple[Any, ...]] | None = None  # node name -> its outputs, for the counted ops' inputs
+    by_name: dict[str, Node] | None = None  # Graph.meta_of, without its two Python calls per input
     for n in graph.nodes:
         if n.kind != "op":
             continue
@@ -176,9 +176,9 @@ def count_flops(graph: Graph) -> Graph:
             has = counted[target] = op_name(target) in COUNTERS
         if not has:
             continue
-        if outputs is None:  # Graph.meta_of, without its two Python calls per input
-            outputs = {m.name: m.outputs for m in reversed(graph.nodes)}
-        metas = [_meta(outputs[r.node], r.index) for r in n.inputs]
+        if by_name is None:
+            by_name = nodes_by_name(graph)
+        metas = [_meta(by_name[r.node].outputs, r.index) for r in n.inputs]
         key = (target, *map(id, metas), *map(id, n.outputs), n.attrs.get("transposed"))
         if key in memo:
             f = memo[key]
@@ -191,7 +191,7 @@ def count_flops(graph: Graph) -> Graph:
         # a call's ``nodes`` are its own ``ops`` and its child calls' ``nodes``: each op is added
         # once, children before parents, where summing every call's ``nodes`` cost the nodes times
         # the nesting depth
-        calls = list(tree_of(graph).walk())  # parents first
+        calls = calls_of(graph)  # parents first
         totals: dict[int, int] = {}
         for c in reversed(calls):
             total = totals[id(c)] = totals.get(id(c), 0) + sum(map(nodes.get, c.ops, repeat(0)))

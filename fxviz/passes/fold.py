@@ -14,11 +14,12 @@ Renderers show a run once, labelled ``h.0-11 ×12``, and can unfold it.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 from fxviz.calls import CallTree
 from fxviz.ir import Graph
-from fxviz.passes.tree import tree_of
+from fxviz.passes.tree import nodes_by_name, tree_of
 from fxviz.scopes import Scope, build_scopes
 
 
@@ -61,15 +62,12 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[Token, ..
     for n in graph.nodes:
         kind = n.kind
         if kind == "op":
-            levels = op_levels.get(id(n.stack))
+            stack = n.stack
+            levels = op_levels.get(id(stack))
             if levels is None:
-                module = n.module
                 # the call index is structure too: a block that calls a child twice differs from
                 # one that calls it once
-                levels = op_levels[id(n.stack)] = [
-                    (tokens.setdefault(path, []), _relative(module, path), tuple([c for _, c in n.stack[d + 1 :]]))
-                    for d, (path, _) in enumerate(n.stack) if path in candidates
-                ]
+                levels = op_levels[id(stack)] = _op_levels(stack, candidates, tokens)
         elif kind == "input" or kind == "output":
             continue
         else:  # state belongs to its owner and to every module around it
@@ -107,6 +105,22 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[Token, ..
     return {p: tuple(t) for p, t in tokens.items()}
 
 
+def _op_levels(
+    stack: tuple[tuple[str, int], ...], candidates: set[str], tokens: dict[str, list[Token]]
+) -> list[tuple[list[Token], str, Any]]:
+    """For the ops of one stack: per candidate around them, outer first, the candidate's token
+    list, the ops' module relative to it and the call indices below it."""
+    levels: list[tuple[list[Token], str, Any]] = []
+    module = stack[-1][0] if stack else ""
+    for d, (path, _) in enumerate(stack):
+        if path in candidates:
+            levels.append((tokens.setdefault(path, []), _relative(module, path), tuple(map(_call_index, stack[d + 1 :]))))
+    return levels
+
+
+_call_index = itemgetter(1)
+
+
 def _candidate_prefixes(path: str, candidates: set[str], around: dict[str, list[str]]) -> list[str]:
     """The candidates among ``path`` and the modules around it, outer first; ``around`` remembers
     each module's answer, so every module is looked at once (joining every prefix of every path
@@ -140,7 +154,7 @@ class _Members:
     def __init__(self, graph: Graph, tree: CallTree) -> None:
         self.tree = tree
         self.by_path: dict[str, set[str]] = {}
-        self.nodes = {n.name: n for n in reversed(graph.nodes)}  # the first node of a name, as Graph.node
+        self.nodes = nodes_by_name(graph)  # the first node of a name, as Graph.node
 
     def of(self, path: str) -> set[str]:
         found = self.by_path.get(path)

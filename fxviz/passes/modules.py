@@ -14,18 +14,27 @@ from __future__ import annotations
 from operator import itemgetter
 
 from fxviz.calls import STATE_KINDS
-from fxviz.ir import Graph, ModuleInfo
+from fxviz.ir import Graph, ModuleInfo, Node
 
 
 def annotate_module_paths(graph: Graph) -> Graph:
+    # one scan: state placed with its owner, the constants no module owns set aside, and every
+    # stack once (nodes of one call share one stack tuple). A constant placed afterwards takes an
+    # op's stack, which the scan saw: the paths are the same as after placing it.
+    stacks: dict[int, tuple[tuple[str, int], ...]] = {}
+    orphans: dict[str, Node] = {}
     for n in graph.nodes:
-        if n.kind in STATE_KINDS and not n.stack and "." in n.target:
-            n.stack = ((n.target.rpartition(".")[0], 0),)
-    _place_constants(graph)
-    # every path in a stack, and every prefix of those (``h`` of ``h.0``). Nodes of one call share
-    # one stack tuple, and a prefix's prefixes are known once it is: linear in the calls and
+        stack = n.stack
+        if not stack and n.kind in STATE_KINDS:
+            if "." in n.target:
+                stack = n.stack = ((n.target.rpartition(".")[0], 0),)
+            elif n.kind == "constant":
+                orphans[n.name] = n  # the last of a name, as a dict of them keeps
+        stacks[id(stack)] = stack
+    if orphans:
+        _place_constants(graph, orphans)
+    # every path in a stack, and every prefix of those (``h`` of ``h.0``): linear in the calls and
     # their depth, where joining every prefix of every path cost the cube of the nesting depth
-    stacks = {id(n.stack): n.stack for n in graph.nodes}
     paths: set[str] = set()
     for stack in stacks.values():
         paths.update(map(_path_of, stack))
@@ -42,12 +51,10 @@ def annotate_module_paths(graph: Graph) -> Graph:
     return graph
 
 
-def _place_constants(graph: Graph) -> None:
-    """Give each constant without an owner the whole module call stack of the first op that reads
-    it (a constant read only by the model's outputs, or by ops of the model itself, stays there)."""
-    orphans = {n.name: n for n in graph.nodes if n.kind == "constant" and not n.stack}
-    if not orphans:
-        return
+def _place_constants(graph: Graph, orphans: dict[str, Node]) -> None:
+    """Give each constant without an owner (``orphans``, by name) the whole module call stack of the
+    first op that reads it (a constant read only by the model's outputs, or by ops of the model
+    itself, stays there)."""
     for n in graph.nodes:
         if n.kind != "op":
             continue

@@ -143,7 +143,8 @@ def _by_name(n: Node, facts: Facts, graph: Graph, inlined: bool, wrappers: set[s
 
 def classify_plumbing(graph: Graph) -> dict[str, str]:
     """Node name -> plumbing category, for the plumbing ops of ``graph`` (the rules above)."""
-    inlined = any("region" in n.attrs for n in graph.nodes)
+    inlined: bool | None = None  # an op wraps a region (read on the first op rule 2 may name)
+    state_dtypes: dict[int, tuple[list[str], bool]] = {}  # by id of a lone output's metadata: shared
     free: set[str] = set()  # data-free values (rule 3), of nodes of any kind
     masky: set[str] = set()  # values made from a boolean, or a mask maker's
     user_int: set[str] = set()  # integer or boolean model inputs (rule 4)
@@ -152,23 +153,35 @@ def classify_plumbing(graph: Graph) -> dict[str, str]:
     candidates: dict[str, str] = {}  # op -> "free" or "user": which rule may make it plumbing
     fixed: dict[str, str] = {}  # op -> category by name (rule 2)
     for n in graph.nodes:
-        if n.kind in STATE_KINDS or n.kind == "input":
-            dtypes = _tensor_dtypes(n)
+        kind = n.kind
+        if kind in STATE_KINDS or kind == "input":
+            outs = n.outputs
+            known = state_dtypes.get(id(outs[0])) if len(outs) == 1 else None
+            if known is None:
+                dtypes = _tensor_dtypes(n)
+                known = (dtypes, any(map(_is_float, dtypes)))
+                if len(outs) == 1:
+                    state_dtypes[id(outs[0])] = known
+            dtypes, floats = known
             # constants a capture lifts, integer or boolean buffers: part of the model, not data;
             # a scalar input (a flag, a size) is data-free too
-            if n.kind == "constant" or not dtypes or (n.kind == "buffer" and not any(map(_is_float, dtypes))):
+            if kind == "constant" or not dtypes or (kind == "buffer" and not floats):
                 free.add(n.name)
                 pure.add(n.name)
-            elif n.kind == "input" and not any(map(_is_float, dtypes)):
+            elif kind == "input" and not floats:
                 user_int.add(n.name)
             continue
-        if n.kind != "op" or n.error is not None or n.attrs.get("data_dependent"):
+        if kind != "op" or n.error is not None or n.attrs.get("data_dependent"):
             continue
         facts = _facts(n.target)
         short, family, skip, _, _, by_name = facts
         if skip:
             continue
-        named = _by_name(n, facts, graph, inlined, wrappers) if by_name else None
+        named = None
+        if by_name:
+            if inlined is None:
+                inlined = any("region" in m.attrs for m in graph.nodes)
+            named = _by_name(n, facts, graph, inlined, wrappers)
         if named is not None:
             fixed[n.name] = named
             if named in ("alias", "detach") and n.inputs:  # the same value, under another name

@@ -16,7 +16,7 @@ from collections import Counter
 
 from fxviz.ir import Graph
 from fxviz.ops import short_name
-from fxviz.passes.tree import tree_of
+from fxviz.passes.tree import calls_of
 
 
 def compute_stats(graph: Graph) -> Graph:
@@ -24,12 +24,20 @@ def compute_stats(graph: Graph) -> Graph:
     # modules are far fewer than nodes
     # plain dicts, in the order a Counter would fill them (a Counter's missing key is a Python call)
     own_params: dict[str, int] = {}
+    numels: dict[int, int] = {}  # by id: a capture shares one metadata object per shape
     for n in graph.nodes:
         if n.kind == "parameter" and "tied_to" not in n.attrs:
             path = n.stack[-1][0] if n.stack else ""
-            own_params[path] = own_params.get(path, 0) + ((n.outputs[0].numel if n.outputs else 0) or 0)
+            if n.outputs:
+                m = n.outputs[0]
+                numel = numels.get(id(m))
+                if numel is None:
+                    numel = numels[id(m)] = m.numel or 0
+            else:
+                numel = 0
+            own_params[path] = own_params.get(path, 0) + numel
     own_ops: dict[str, int] = {}
-    for call in tree_of(graph).walk():
+    for call in calls_of(graph):
         path = call.stack[-1][0] if call.stack else ""
         own_ops[path] = own_ops.get(path, 0) + len(call.ops)
     # counted per target, then named once per target (a model repeats a few targets many times);

@@ -1,43 +1,92 @@
-"""The module call tree a run of passes shares. No torch.
+"""What a run of passes works out once and shares: the module call tree, its calls in walk order and
+the nodes by name. No torch.
 
 :attr:`fxviz.ir.Graph.calls` derives the tree from the node stacks on every access; the passes of
-one capture would build it once each. :func:`run_passes` keeps the tree it built for the passes
-that follow, as long as each pass that ran since is one of :data:`KEEPS_TREE` (passes that change
-no node's stack, kind, name or region attributes: what :func:`fxviz.calls.call_tree` reads).
+one capture would build it once each, and walk it and index the nodes by name once each again.
+:func:`run_passes` keeps what it built for the passes that follow, as long as each pass that ran
+since is one of :data:`KEEPS_TREE` (passes that change no node's stack, kind, name or region
+attributes, and add or remove no node: what :func:`fxviz.calls.call_tree` reads).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from fxviz.calls import CallTree, call_tree
+from fxviz.calls import Call, CallTree, call_tree
 from fxviz.ir import Graph
+
+if TYPE_CHECKING:
+    from fxviz.ir import Node
 
 #: Passes that leave what the call tree is derived from as they found it.
 KEEPS_TREE: frozenset[str] = frozenset({"shapes", "stats", "fold", "plumbing", "flops"})
 
-_shared: list[dict[int, tuple[Graph, CallTree]]] = []  # one cache per run of passes in progress
+
+class Shared:
+    """One graph's facts for a run of passes: its call tree, and on first use its calls in
+    :meth:`fxviz.calls.Call.walk` order (parents first)."""
+
+    __slots__ = ("_by_name", "_calls", "graph", "tree")
+
+    def __init__(self, graph: Graph, tree: CallTree) -> None:
+        self.graph = graph
+        self.tree = tree
+        self._calls: list[Call] | None = None
+        self._by_name: dict[str, Node] | None = None
+
+    @property
+    def calls(self) -> list[Call]:
+        if self._calls is None:
+            self._calls = list(self.tree.walk())
+        return self._calls
+
+    @property
+    def by_name(self) -> dict[str, Node]:
+        if self._by_name is None:
+            self._by_name = {n.name: n for n in reversed(self.graph.nodes)}  # the first of a name wins
+        return self._by_name
+
+
+_shared: list[dict[int, Shared]] = []  # one cache per run of passes in progress
+
+
+def shared(graph: Graph) -> Shared:
+    """``graph``'s shared facts: those the current run of passes already worked out, else new ones
+    (kept for the passes that follow while a run is in progress)."""
+    if _shared:
+        hit = _shared[-1].get(id(graph))
+        if hit is not None and hit.graph is graph:
+            return hit
+    facts = Shared(graph, call_tree(graph.nodes))
+    if _shared:
+        _shared[-1][id(graph)] = facts
+    return facts
 
 
 def tree_of(graph: Graph) -> CallTree:
     """``graph``'s call tree: the one the current run of passes already built, else a new one."""
-    if not _shared:
-        return call_tree(graph.nodes)
-    cache = _shared[-1]
-    hit = cache.get(id(graph))
-    if hit is not None and hit[0] is graph:
-        return hit[1]
-    tree = call_tree(graph.nodes)
-    cache[id(graph)] = (graph, tree)
-    return tree
+    return shared(graph).tree
+
+
+def calls_of(graph: Graph) -> list[Call]:
+    """Every call of ``graph``'s tree, parents first (as ``tree_of(graph).walk()``), listed once
+    per run of passes."""
+    return shared(graph).calls
+
+
+def nodes_by_name(graph: Graph) -> dict[str, Node]:
+    """Node name -> the first node of that name (as :meth:`fxviz.ir.Graph.node`), built once per
+    run of passes."""
+    return shared(graph).by_name
 
 
 @contextmanager
-def sharing() -> Iterator[dict[int, tuple[Graph, CallTree]]]:
+def sharing() -> Iterator[dict[int, Shared]]:
     """Share call trees among the passes run inside; the caller empties the returned cache after
     a pass that may change the tree."""
-    cache: dict[int, tuple[Graph, CallTree]] = {}
+    cache: dict[int, Shared] = {}
     _shared.append(cache)
     try:
         yield cache
@@ -45,4 +94,4 @@ def sharing() -> Iterator[dict[int, tuple[Graph, CallTree]]]:
         _shared.pop()
 
 
-__all__ = ["KEEPS_TREE", "sharing", "tree_of"]
+__all__ = ["KEEPS_TREE", "Shared", "calls_of", "nodes_by_name", "shared", "sharing", "tree_of"]

@@ -1,0 +1,122 @@
+"""What a run of passes shares (the call tree, its walk, the nodes by name) and what the passes cache
+per metadata object or per stack must change no graph: the captured graph, as the tracer made it
+(one metadata object per shape, one stack tuple per module call), annotated by a run of passes, is
+the graph each pass makes on its own (issue 18, point 9)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import fxviz
+from fxviz.analyze.flops import CAPTURE_PASSES
+from fxviz.ir import Graph, Node, TensorMeta
+from fxviz.passes import PASSES, run_passes
+from tests import capture_models, fallback_models, models
+
+Built = tuple[nn.Module, tuple[Any, ...], dict[str, Any]]
+
+
+class _Mixed(nn.Module):
+    """State of several dtypes under one shape (what plumbing's per-metadata cache must keep
+    apart), a module-less constant (placed by ``module_paths``) and a tied weight (``stats``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.emb.weight
+        self.register_buffer("steps", torch.zeros(4, dtype=torch.long))
+        self.register_buffer("scale", torch.ones(4))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.emb(ids) * self.scale + self.steps
+        return self.head(h + torch.tensor([1.0, 2.0, 3.0, 4.0]))
+
+
+def _mixed() -> Built:
+    torch.manual_seed(0)
+    return _Mixed().eval(), (torch.tensor([[1, 2, 3]]),), {}
+
+
+def _zoo(name: str) -> Callable[[], Built]:
+    return fallback_models.ZOO[name].build
+
+
+CASES: dict[str, Callable[[], Built]] = {
+    "cnn": models.cnn, "residual": models.residual, "attention": models.attention,
+    "called_twice": models.called_twice, "mixed": _mixed,
+    "checkpoint": capture_models.checkpoint_plain, "autocast": capture_models.autocast_block,
+    "moe": _zoo("mixture_of_experts"), "in_place": _zoo("in_place"), "shared_thrice": _zoo("shared_thrice"),
+    "deep_residual": _zoo("deep_residual"),
+}
+
+
+@pytest.mark.parametrize("method", ["eager", "eager-aten"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_run_of_passes_gives_each_pass_alone_s_graph(case: str, method: str) -> None:
+    model, args, kwargs = CASES[case]()
+    bare = fxviz.capture(model, args, kwargs, method=method, passes=())
+    # the live graph's sharing (one TensorMeta per shape, one stack per call) is what the caches
+    # key on: copied with it, not through JSON
+    metas = [m for n in bare.nodes for m in n.outputs]
+    assert len({id(m) for m in metas}) < len(metas)
+    fast = run_passes(copy.deepcopy(bare), CAPTURE_PASSES)
+    slow = copy.deepcopy(bare)
+    for name in CAPTURE_PASSES:  # no run: a fresh tree, walk and index for each pass
+        slow = PASSES[name](slow)
+    assert fast.to_json() == slow.to_json()
+    # and against torch's own record of the model: every parameter once, under the first name
+    # torch lists it by (a tied weight counts for that module only)
+    stats = fast.annotations["stats"]
+    named = list(model.named_parameters())
+    assert stats["total_params"] == sum(p.numel() for _, p in named)
+    for path in stats["modules"]:
+        expected = sum(p.numel() for name, p in named if not path or name.startswith(path + "."))
+        assert stats["modules"][path]["params"] == expected, path
+
+
+def test_mixed_state_is_counted_and_classified_by_its_own_metadata() -> None:
+    model, args, kwargs = _mixed()
+    # ATen level: the tensor the forward makes is a constant ``lift_fresh`` reads
+    g = fxviz.capture(model, args, kwargs, method="eager-aten")
+    # torch's own count: the tied weight once
+    assert g.annotations["stats"]["total_params"] == sum(p.numel() for p in model.parameters())
+    state = {n.target: n for n in g.nodes if n.kind == "buffer"}
+    # one shape, two dtypes: two metadata objects, each read for its own node
+    assert state["steps"].outputs[0].shape == state["scale"].outputs[0].shape
+    assert state["steps"].outputs[0].dtype == "int64" and state["scale"].outputs[0].dtype == "float32"
+    const = next(n for n in g.nodes if n.kind == "constant")
+    reader = next(n for n in g.nodes if n.kind == "op" and any(r.node == const.name for r in n.inputs))
+    assert const.stack == reader.stack  # placed with its first reader
+
+
+def _add_node(graph: Graph) -> Graph:
+    """A pass outside ``KEEPS_TREE`` that adds an op the shared facts have not seen."""
+    x = next(n for n in graph.nodes if n.kind == "op" and n.target.endswith("linear"))
+    graph.nodes.append(Node("extra", "op", target=x.target, inputs=x.inputs, stack=x.stack,
+                            outputs=(TensorMeta(x.outputs[0].shape, "float32"),)))
+    return graph
+
+
+def test_facts_are_worked_out_again_after_a_pass_that_adds_a_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(PASSES, "add_node", _add_node)
+    model, args, kwargs = models.residual()
+    g = fxviz.capture(model, args, kwargs, method="eager", passes=())
+    ops = sum(n.kind == "op" for n in g.nodes)
+    run_passes(g, ("module_paths", "stats", "flops"))
+    before = copy.deepcopy(g.annotations)
+    run_passes(g, ("module_paths", "stats", "add_node", "stats", "flops", "fold"))
+    # the second stats and flops read the new node: the tree, its walk and the index were rebuilt
+    extra = g.node("extra")
+    module, call = extra.stack[-1][0], g.calls.of("extra").id
+    assert g.annotations["stats"]["total_ops"] == ops + 1
+    assert g.annotations["stats"]["modules"][module]["ops"] == before["stats"]["modules"][module]["ops"] + 1
+    flops = g.annotations["overlays"]["flops"]
+    assert flops["nodes"]["extra"] > 0
+    assert flops["modules"][call] == before["overlays"]["flops"]["modules"][call] + flops["nodes"]["extra"]
