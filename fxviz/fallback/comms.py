@@ -224,7 +224,7 @@ class CommRecorder(TorchDispatchMode):
         """No ``torch._disable_dynamo`` wrapper around :meth:`__torch_dispatch__` (what
         ``TorchDispatchMode`` puts around a subclass's): it cost every op of a sharded forward two
         switches of the frame evaluator and a call to ``torch.compiler.is_exporting``; its code is
-        marked for Dynamo to skip instead, with what it calls (:func:`_skipped_by_dynamo`)."""
+        marked for Dynamo to skip instead, with what it calls (:data:`_SKIP_CODE`)."""
         return not _SKIP_CODE
 
     def __init__(self, params: dict[int, str] | None = None) -> None:
