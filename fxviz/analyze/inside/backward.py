@@ -88,9 +88,10 @@ def narrow(post: Graph, lines: dict[str, list[str]], exact: Mapping[str, Sequenc
     Dynamo nodes belong to more than one module to those of the module nearest to what the node
     reads: walking its inputs breadth first, the first values whose module is known (a forward
     value or recomputed forward node of ``exact``, a parameter, an op reading one, a node already
-    narrowed or on a line of one module) and that tell the candidates apart (the most leading path parts in common: the GELU
-    backward reading ``h.1.mlp.act``'s recomputed ``mul`` is ``h.1.mlp.act``'s, not ``h.0``'s).
-    Nodes are taken in graph order, so a narrowed node tells its users. In place."""
+    narrowed or on a line of one module) and that tell the candidates apart (the most leading path
+    parts in common: the GELU backward reading ``h.1.mlp.act``'s recomputed ``mul`` is
+    ``h.1.mlp.act``'s, not ``h.0``'s). Nodes are taken in graph order, so a narrowed node tells its
+    users; those their inputs leave open are then taken by their users, last first. In place."""
     known: dict[str, set[str]] = {}
     for name, pre in exact.items():
         mods = {m for d in pre if (m := module(d)) is not None}
@@ -101,37 +102,55 @@ def narrow(post: Graph, lines: dict[str, list[str]], exact: Mapping[str, Sequenc
         for name, m in {**owner, **found}.items():
             known[name] = {m}
     nodes = {n.name: n for n in post.nodes}
-    for name in [n.name for n in post.nodes if n.name in lines]:
-        cands = {d: m for d in lines[name] if (m := module(d)) is not None}
-        mods = set(cands.values())
-        if len(mods) < 2:
-            known.setdefault(name, mods) if mods else None
-            continue
-        best = (known[name] & mods) if name in known else _nearest(nodes, name, mods, known)
-        # a module and its parent on one line (``gelu(self.fc1(x))``): what the op reads (fc1's
-        # output) does not tell which of them it differentiates, so both stay
-        best = {m for m in mods if any(_nested(m, b) for b in best)}
-        if best and best != mods:
-            lines[name] = [d for d, m in cands.items() if m in best]
-            known[name] = best
+    reads = {name: [r.node for r in n.inputs] for name, n in nodes.items()}
+    users: dict[str, list[str]] = {}
+    for name, n in nodes.items():
+        for r in n.inputs:
+            users.setdefault(r.node, []).append(name)
+    order = [n.name for n in post.nodes if n.name in lines]
+    left = []
+    for name in order:  # by what each node reads, in graph order: a narrowed node tells its users
+        if not _narrow(name, lines, known, module, reads):
+            left.append(name)
+    for name in reversed(left):  # then by what reads it (a zero fill its scatter fills)
+        _narrow(name, lines, known, module, users)
 
 
-def _nearest(nodes: dict[str, Node], start: str, mods: set[str], known: dict[str, set[str]],
+def _narrow(name: str, lines: dict[str, list[str]], known: dict[str, set[str]], module: Callable[[str], str | None],
+            edges: Mapping[str, list[str]]) -> bool:
+    """Narrow ``lines[name]`` by the values ``edges`` lead to; whether it is settled."""
+    cands = {d: m for d in lines[name] if (m := module(d)) is not None}
+    mods = set(cands.values())
+    if len(mods) < 2:
+        known.setdefault(name, mods) if mods else None
+        return True
+    best = (known[name] & mods) if name in known else _nearest(edges, name, mods, known)
+    # a module and its parent on one line (``gelu(self.fc1(x))``): what the op reads (fc1's
+    # output) does not tell which of them it differentiates, so both stay
+    best = {m for m in mods if any(_nested(m, b) for b in best)}
+    if best and best != mods:
+        lines[name] = [d for d, m in cands.items() if m in best]
+        known[name] = best
+        return True
+    return False
+
+
+def _nearest(edges: Mapping[str, list[str]], start: str, mods: set[str], known: dict[str, set[str]],
              depth: int = 6) -> set[str]:
-    """The candidate modules ``mods`` nearest, by inputs, to a value whose module is ``known``."""
+    """The candidate modules ``mods`` nearest, along ``edges``, to a value whose module is ``known``."""
     frontier, seen = [start], {start}
     for _ in range(depth):
         hits: set[str] = set()
         nxt: list[str] = []
         for x in frontier:
-            for r in nodes[x].inputs if x in nodes else ():
-                if r.node in seen:
+            for y in edges.get(x, ()):
+                if y in seen:
                     continue
-                seen.add(r.node)
-                if r.node in known:
-                    hits |= known[r.node]
+                seen.add(y)
+                if y in known:
+                    hits |= known[y]
                 else:
-                    nxt.append(r.node)
+                    nxt.append(y)
         score = {m: max((_common(m, h) for h in hits), default=0) for m in mods}
         top = max(score.values(), default=0)
         best = {m for m, v in score.items() if v == top}
@@ -149,7 +168,10 @@ def _nested(a: str, b: str) -> bool:
 
 
 def _common(a: str, b: str) -> int:
-    """Leading module path parts ``a`` and ``b`` share (``h.1.attn``, ``h.1.mlp`` -> 2)."""
+    """Leading module path parts ``a`` and ``b`` share (``h.1.attn``, ``h.1.mlp`` -> 2; the model
+    itself, ``""``, shares none: it holds every candidate alike)."""
+    if not a or not b:
+        return 0
     n = 0
     for x, y in zip(a.split("."), b.split("."), strict=False):
         if x != y:
