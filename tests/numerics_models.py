@@ -211,6 +211,4 @@ class Jittery(nn.Module):
 
 def jittery() -> tuple[nn.Module, tuple[Any, ...]]:
     torch.manual_seed(0)
-    # 64 rows (256 noisy outputs): the compared side's noise exceeds twice the floor's (the verdict's
-    # margin) with a chance far below 1e-6; with 3 rows it did about once in a hundred runs
-    return Jittery().eval(), (torch.randn(64, 8),)
+    return Jittery().eval(), (torch.randn(3, 8),)
