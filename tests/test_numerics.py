@@ -7,6 +7,7 @@ import json
 import math
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -275,6 +276,24 @@ def test_an_unreproducible_op_gets_its_eager_noise_as_floor_and_is_not_flagged()
         assert e.floor > 1e-4 and "eager noise" in e.text()
     assert 0.2 * spread < r.nodes["linear_1"].floor < 5 * spread  # the floor is eager's own spread
     assert r.first is None and any("not reproducible" in n for n in r.notes)
+
+
+def test_the_noise_floor_is_the_largest_spread_of_several_runs() -> None:
+    """One pair of eager runs is a poor estimate of a few-element value's noise (the jittery model's
+    12-element output was flagged in 1 of 40 compiled runs): the floor is the largest spread of
+    several runs from the kept one."""
+    from fxviz.analyze.numerics import floor
+    from fxviz.ir import Node, TensorMeta
+
+    node = Node("noisy", "op", target="aten.add.Tensor", outputs=(TensorMeta((4,), "float32"),))
+    offsets = iter([0.0, 1.0, 5.0, 2.0])  # the kept run, then each spread run's
+
+    def run(watcher: Any) -> None:
+        watcher.after(node, torch.ops.aten.add.Tensor, (), {}, torch.ones(4) + next(offsets), None)
+
+    floors = floor.measure(run, {"noisy"}, budget=1 << 20)
+    assert floor.SPREADS == 3 and next(offsets, None) is None  # a kept run and three spreads, no more
+    assert floors["noisy"][0] is not None and floors["noisy"][0].spread == pytest.approx(10.0)  # ‖(5, 5, 5, 5)‖
 
 
 def test_a_real_divergence_is_found_beside_eager_noise() -> None:
