@@ -111,3 +111,46 @@ def test_cli_backward_prints_and_writes_gradients(tmp_path) -> None:  # type: ig
     grads = json.loads(out.read_text())["grads"]
     assert grads["first"] is None and grads["order"] and set(grads["order"]) == set(grads["params"])
     assert all(f"grad {n}:" in res.output for n in grads["order"])
+
+
+class NoisyGrads(nn.Module):
+    """Noise no seed reproduces (the operating system's entropy) added after ``fc1``: ``fc2``'s
+    weight gradient reads the noisy activations and differs between two eager steps."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc1(x)
+        return self.fc2(torch.relu(h + 1e-3 * _entropy_noise(h)))
+
+
+@torch.compiler.disable
+def _entropy_noise(h: torch.Tensor) -> torch.Tensor:
+    import os
+
+    g = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+    return torch.randn(h.shape, generator=g)
+
+
+def test_unreproducible_gradients_get_their_noise_as_floor_from_several_steps(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """fc2's weight gradient reads the noisy activations: eager's own steps differ, so its floor
+    is their largest spread (three more steps than the two-step premise) and nothing is flagged."""
+    import fxviz.analyze.numerics.grads as grads
+    from fxviz.analyze.numerics import floor
+
+    steps: list[int] = []
+
+    def spy(kept: torch.Tensor, others: list[torch.Tensor]) -> floor.Floor:
+        steps.append(len(others))
+        return floor.widest(kept, others)
+
+    monkeypatch.setattr(grads, "widest", spy)
+    torch.manual_seed(0)
+    r = numerics(NoisyGrads(), (torch.randn(6, 8),), against="compile:aot_eager", backward=True)
+    assert r.grads is not None and r.grads.first is None and not r.grads.beyond()
+    w = r.grads.params["fc2.weight"]
+    assert w.rel_rms > 1e-5 and w.floor > 1e-5  # it differs, within its noise
+    assert steps and set(steps) == {floor.SPREADS}  # each gradient's floor from SPREADS steps

@@ -192,17 +192,29 @@ def apply(errors: dict[str, list[Error]], floors: dict[str, list[Floor | None]],
         if not errs:
             continue
         for k, f in enumerate(fl):
-            if f is None or k >= len(errs) or not errs[k].comparable or f.spread == 0:
-                continue
-            e = errs[k]
-            e.floor = f.spread / f.norm if f.norm > 0 else math.inf
-            if not e.exceeds or e.max_abs == math.inf and f.spread != math.inf:
-                continue
-            dist = e.rel_rms * f.norm if f.norm > 0 else math.inf
-            if f.spread == math.inf or dist <= atol * math.sqrt(f.n) + rtol * f.norm + NOISE * f.spread:
-                e.exceeds = False
-                cleared += 1
+            if f is not None and k < len(errs):
+                cleared += retake(errs[k], f, rtol, atol)
     return cleared
+
+
+def retake(e: Error, f: Floor, rtol: float, atol: float) -> bool:
+    """One value's verdict taken again with its eager noise ``f``: ``e.floor`` set, ``e.exceeds``
+    cleared where the distance is within tolerance plus :data:`NOISE` times the noise; True then."""
+    if not e.comparable or f.spread == 0:
+        return False
+    e.floor = f.spread / f.norm if f.norm > 0 else math.inf
+    if not e.exceeds or e.max_abs == math.inf and f.spread != math.inf:
+        return False
+    dist = e.rel_rms * f.norm if f.norm > 0 else math.inf
+    if f.spread == math.inf or dist <= atol * math.sqrt(f.n) + rtol * f.norm + NOISE * f.spread:
+        e.exceeds = False
+        return True
+    return False
+
+
+def widest(kept: torch.Tensor, others: list[torch.Tensor]) -> Floor:
+    """The noise of one value (``kept``) from several more runs' values of it: the largest spread."""
+    return max((_floor(kept, o) for o in others), key=lambda f: f.spread)
 
 
 def settle(errors: dict[str, list[Error]], first: Prints, second: Prints, run: Callable[[Watcher], Any],
@@ -218,4 +230,4 @@ def settle(errors: dict[str, list[Error]], first: Prints, second: Prints, run: C
             + (f"; {cleared} value(s) within it" if cleared else "")]
 
 
-__all__ = ["NOISE", "Floor", "Prints", "apply", "differing", "measure", "settle"]
+__all__ = ["NOISE", "SPREADS", "Floor", "Prints", "apply", "differing", "measure", "retake", "settle", "widest"]
