@@ -264,18 +264,22 @@ def test_a_program_export_proved_is_not_run_again(method: str, monkeypatch: pyte
     assert g.method == "export" and runs == [False, False]
 
 
-def test_a_deferred_check_is_confirmed_by_one_run_at_full_speed() -> None:
+def test_a_deferred_check_is_confirmed_by_running_only_what_it_reads() -> None:
     from torch.export import export
 
-    from fxviz.symbolic.check import needs_running
+    from fxviz.symbolic.check import check_slice, needs_running
 
     model, ids = _Counted(check=True).eval(), torch.tensor([[1, 3, 3, 5]])
     ep = export(model, (ids,))
-    assert any(n.target is torch.ops.aten._assert_scalar.default for n in ep.graph.nodes)  # torch's record
-    assert needs_running(ep) is not None
+    asserts = [n for n in ep.graph.nodes if n.target is torch.ops.aten._assert_scalar.default]
+    assert asserts and needs_running(ep) is not None  # torch's record: checks deferred to run time
+    only = check_slice(ep)
+    assert only is not None and set(asserts) <= only
+    assert {n.name for n in only if n.op == "placeholder"} == {"ids"}  # no weight is read
+    assert not any(w in str(n.target) for n in only for w in ("embedding", "tick", "linear"))
     del _RUNS[:]
     g = fxviz.capture(model, (ids,), method="export")
-    assert _RUNS == [1]  # once, not stepped node by node after a full-speed run
+    assert _RUNS == []  # the count the check reads ran; the model behind it did not
     checks = {a.expr: a.holds for a in g.assumptions if a.kind == "assertion"}
     assert checks.get("u0 == 2") is True and set(checks.values()) == {True}, checks
     with pytest.raises(fxviz.ModelError, match="wants two 3s") as info:
@@ -284,6 +288,27 @@ def test_a_deferred_check_is_confirmed_by_one_run_at_full_speed() -> None:
     # the full-speed run failed, then the node-by-node run named the assertion that failed
     assert first.error_type == "RejectedInputs" and "asserts u0 >= 2 (test_capture_checks.py:" in first.message
     assert "false for these inputs" in first.message
+
+
+class _Sized(nn.Module):
+    """A size bound to data (a boolean mask's ``nonzero``) that a later op reads."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return torch.ops.fxviz_confirm.tick(ids[ids > 2].float())
+
+
+def test_a_size_bound_to_data_runs_the_whole_program_once_at_full_speed() -> None:
+    from torch.export import export
+
+    from fxviz.symbolic.check import check_slice
+
+    ids = torch.tensor([1, 3, 5, 7])
+    ep = export(_Sized(), (ids,))
+    assert any(n.meta.get("unbacked_bindings") for n in ep.graph.nodes)  # torch's record: u0 from data
+    assert check_slice(ep) is None  # what reads the sized tensor must run too
+    del _RUNS[:]
+    g = fxviz.capture(_Sized(), (ids,), method="export")
+    assert _RUNS == [1] and g.method == "export"  # once, at full speed: not stepped after it
 
 
 def test_ids_beyond_the_embedding_table_are_confirmed_and_the_node_named() -> None:

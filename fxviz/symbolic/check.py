@@ -6,9 +6,11 @@ symbols: ``.item()``, ``nonzero``), the branch each ``torch.cond`` takes; and a 
 let through operands whose dtypes the real kernel refuses (``linear`` on int64 inputs). A program
 with none of these (GPT-2) is not run at all (:func:`needs_running`).
 
-The program runs at full speed (its ``GraphModule``, on the lifted inputs: cheaper than
-``ExportedProgram.module()``, which copies it); only when that raises is it stepped node by node,
-to name the node that failed. A program with a ``cond`` is stepped from the start, with the bodies of
+Where every check reads a few nodes and no tensor's size depends on data, only those nodes run
+(:func:`check_slice`: a ``torch._check`` on a count of tokens runs the count, not the model behind
+it), stepped node by node. Otherwise the program runs at full speed (its ``GraphModule``, on the
+lifted inputs: cheaper than ``ExportedProgram.module()``, which copies it); only when that raises is
+it stepped node by node, to name the node that failed. A program with a ``cond`` is stepped from the start, with the bodies of
 ``cond``, ``no_grad`` and ``autocast`` run the same way, so that the branch each ``cond`` takes is
 seen; any other higher-order op runs as itself. The program takes the model's parameters, buffers
 and constants as inputs: those it writes (export's graph keeps a BatchNorm's in-place update of its
@@ -30,6 +32,7 @@ from typing import Any
 import torch
 import torch.fx
 from torch.export.graph_signature import InputKind
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 from fxviz.ir import Assumption, SourceLoc
@@ -92,22 +95,24 @@ def _writes(gm: torch.fx.GraphModule) -> tuple[set[str], bool]:
     return top, nested
 
 
-def _program_inputs(ep: torch.export.ExportedProgram, flat: FlatInputs) -> list[Any]:
+def _program_inputs(ep: torch.export.ExportedProgram, flat: FlatInputs, needed: set[str] | None = None) -> list[Any]:
     """The program's inputs in its signature's order: the model's state, then the user's tensors.
     Everything but the parameters is a copy: a schema does not always say what an op writes
     (``aten.batch_norm`` updates its running statistics unannounced), and buffers and inputs are
-    small next to the weights; a parameter is copied when an op is known to write it."""
+    small next to the weights; a parameter is copied when an op is known to write it. ``needed``:
+    the placeholders that will be read (the others are ``None``); all when not given."""
     written, nested = _writes(ep.graph_module)
     user = iter(flat.tensors)
     out: list[Any] = []
     for spec in ep.graph_signature.input_specs:
-        if spec.kind == InputKind.USER_INPUT:
-            value: Any = next(user)
+        name = getattr(spec.arg, "name", "")
+        value: Any = next(user) if spec.kind == InputKind.USER_INPUT else None
+        if needed is not None and name not in needed:
+            value = None
         elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
             value = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
-        else:
+        elif spec.kind != InputKind.USER_INPUT:
             value = ep.constants[spec.target]
-        name = getattr(spec.arg, "name", "")
         if isinstance(value, torch.Tensor) and (spec.kind != InputKind.PARAMETER or nested or name in written):
             value = value.detach().clone()
         out.append(value)
@@ -124,8 +129,11 @@ class _Runner:
 
         self.grad, self.autocast = wrap_with_set_grad_enabled, wrap_with_autocast
 
-    def graph(self, gm: torch.fx.GraphModule, args: Iterable[Any]) -> Any:
+    def graph(self, gm: torch.fx.GraphModule, args: Iterable[Any], only: set[torch.fx.Node] | None = None) -> Any:
+        """Runs ``gm`` on ``args``; ``only``: just these nodes (a slice closed under inputs), returning None."""
         nodes = list(gm.graph.nodes)
+        if only is not None:
+            nodes = [n for n in nodes if n in only or n.op == "placeholder"]
         last: dict[torch.fx.Node, torch.fx.Node] = {}
         for n in nodes:
             for a in n.all_input_nodes:
@@ -213,6 +221,40 @@ def needs_running(ep: torch.export.ExportedProgram, flat: FlatInputs | None = No
     return None
 
 
+def check_slice(ep: torch.export.ExportedProgram, flat: FlatInputs | None = None) -> set[torch.fx.Node] | None:
+    """The nodes that confirm everything export left open when run alone: each runtime check, each
+    op whose dtypes only the real kernel checks, each size read from data, and what they read. None
+    where the whole program must run: a higher-order op (a ``cond``'s branch, a region's body), a
+    tensor whose size is bound to data (what reads it was traced for any such size, not this one),
+    ids beyond an embedding table (that op raises, and is named)."""
+    gm = ep.graph_module
+    if any(isinstance(m, torch.fx.GraphModule) and m is not gm for m in gm.modules()):
+        return None
+    if flat is not None and _ids_out_of_range(ep, flat):
+        return None
+    targets: list[torch.fx.Node] = []
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        if isinstance(n.target, torch._ops.HigherOrderOperator):
+            return None
+        val = n.meta.get("val")
+        if any(isinstance(t, torch.Tensor) and free_unbacked_symbols(t)
+               for t in (val if isinstance(val, (list, tuple)) else (val,))):
+            return None
+        packet = getattr(getattr(n.target, "overloadpacket", None), "__name__", "")
+        if packet in _RUNTIME_CHECKS or n.meta.get("unbacked_bindings") or \
+                op_family(packet) in _DTYPE_CHECKED_AT_RUN_TIME and _dtypes_differ(n):
+            targets.append(n)
+    needed: set[torch.fx.Node] = set()
+    while targets:
+        n = targets.pop()
+        if n not in needed:
+            needed.add(n)
+            targets.extend(n.all_input_nodes)
+    return needed
+
+
 def _ids_out_of_range(ep: torch.export.ExportedProgram, flat: FlatInputs) -> bool:
     """Does an ``embedding`` read a user input directly whose values fall outside its table? (One
     min/max over the ids: the common way real inputs break a program export proved.)"""
@@ -249,10 +291,13 @@ def run_program(ep: torch.export.ExportedProgram, flat: FlatInputs) -> ProgramRu
         return ProgramRun(ran=False)
     run = ProgramRun()
     gm = ep.graph_module
-    stepped = any(n.target is torch.ops.higher_order.cond for m in _graphs(ep) for n in m.graph.nodes)
+    only = check_slice(ep, flat)
+    stepped = only is not None or any(n.target is torch.ops.higher_order.cond for m in _graphs(ep) for n in m.graph.nodes)
     try:
         with torch.no_grad(), forked_rng(flat.tensors):
-            if stepped:  # the branch each cond takes is seen only node by node
+            if only is not None:  # the checks and what they read, nothing else
+                _Runner(run).graph(gm, _program_inputs(ep, flat, {n.name for n in only if n.op == "placeholder"}), only)
+            elif stepped:  # the branch each cond takes is seen only node by node
                 _Runner(run).graph(gm, _program_inputs(ep, flat))
             else:
                 gm(*_program_inputs(ep, flat))
@@ -318,5 +363,5 @@ def python_spelling(expr: str) -> str:
 
 
 __all__ = [
-    "ASSERT_TARGETS", "ProgramRun", "has_checks", "needs_running", "python_spelling", "run_program", "runtime_assertions",
+    "ASSERT_TARGETS", "ProgramRun", "check_slice", "has_checks", "needs_running", "python_spelling", "run_program", "runtime_assertions",
 ]
