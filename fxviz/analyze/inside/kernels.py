@@ -71,9 +71,10 @@ def kernel_map(post: Graph, code: OutputCode, mappings: Mapping[str, Any] | None
     recorded = dict((mappings or {}).get("cppCodeToPost") or {})
     calls = list(code.calls)
     handles = [c.handle or f"{c.name}:{i + 1}" for i, c in enumerate(calls)]
+    frames = {h: _frames(stacks, h) for h in handles}
     inferred = not recorded
     covers = ({h: [n for n in recorded.get(h, ()) if n in ops] for h in handles} if recorded
-              else _infer(post, code, handles, stacks))
+              else _infer(post, code, handles, frames))
     fixed = _misrecorded(ops, calls, handles, covers) if recorded else set()
     defs = {k.name: k for k in code.kernels}
     out = KernelMap(inferred=inferred, writers={b: handles[i] for b, i in writers(code).items()})
@@ -89,7 +90,7 @@ def kernel_map(post: Graph, code: OutputCode, mappings: Mapping[str, Any] | None
         kdef = defs.get(c.name)
         kind = c.kind if c.kind != "other" or kdef is None else kdef.kind
         out.kernels.append(Kernel(h, c.name, kind, graph_id, compile_id, part, list(covers.get(h, ())), eager, modules,
-                                  _lines(stacks, h), kdef.source if kdef is not None else "", inferred or h in fixed))
+                                  _lines(frames[h]), kdef.source if kdef is not None else "", inferred or h in fixed))
     for k in code.kernels:  # defined, never called: still a row
         if k.name not in called:
             out.kernels.append(Kernel(k.name, k.name, k.kind, graph_id, compile_id, part, source=k.source, calls=0))
@@ -140,15 +141,19 @@ def _misrecorded(ops: Mapping[str, Node], calls: list[Any], handles: list[str], 
     return fixed
 
 
-def _lines(stacks: Mapping[str, Any] | None, handle: str) -> list[str]:
-    """``gen.py:7`` for each user frame torch's kernel stack traces name for ``handle``."""
-    out: list[str] = []
-    for text in (stacks or {}).get(handle, ()) or ():
-        for f, ln in re.findall(r'File "([^"]+)", line (\d+)', str(text)):
-            at = f"{f.rsplit('/', 1)[-1]}:{ln}"
-            if at not in out:
-                out.append(at)
-    return out
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _frames(stacks: Mapping[str, Any] | None, handle: str) -> list[list[tuple[str, int]]]:
+    """Each stack torch's kernel stack traces record for ``handle``, as its frames (file name,
+    line), outermost first."""
+    return [[(f.rsplit("/", 1)[-1], int(ln)) for f, ln in _FRAME.findall(str(text))]
+            for text in (stacks or {}).get(handle, ()) or ()]
+
+
+def _lines(frames: list[list[tuple[str, int]]]) -> list[str]:
+    """``gen.py:7`` for each frame of a call's stacks, first seen first."""
+    return list(dict.fromkeys(f"{f}:{ln}" for stack in frames for f, ln in stack))
 
 
 def writers(code: OutputCode) -> dict[str, int]:
@@ -194,7 +199,7 @@ def _pins(post: Graph, code: OutputCode) -> dict[str, int]:
 
 
 def _infer(post: Graph, code: OutputCode, handles: list[str],
-           stacks: Mapping[str, Any] | None = None) -> dict[str, list[str]]:
+           frames: Mapping[str, list[list[tuple[str, int]]]] | None = None) -> dict[str, list[str]]:
     """Post-grad nodes per call where torch recorded none (see the module's docstring)."""
     ops = op_nodes(post)
     calls = code.calls
@@ -224,7 +229,7 @@ def _infer(post: Graph, code: OutputCode, handles: list[str],
         after[name] = max(deps, default=-1)
     # torch's kernel stack traces (recorded for the backward too) say which source lines each call
     # runs: a node goes to a call that runs its line
-    runs = {i: _innermost(stacks, handles[i]) for i in fused}
+    runs = {i: {stack[-1] for stack in (frames or {}).get(handles[i], ()) if stack} for i in fused}
     placed: dict[str, int] = {}
     for name, node in ops.items():
         if name in taken or is_view(node) or is_getitem(node) or not fused:
@@ -246,16 +251,6 @@ def _through_views(name: str, ops: Mapping[str, Node]) -> str:
     while name in ops and (is_view(ops[name]) or is_getitem(ops[name])) and ops[name].inputs:
         name = ops[name].inputs[0].node
     return name
-
-
-def _innermost(stacks: Mapping[str, Any] | None, handle: str) -> set[tuple[str, int]]:
-    """(file name, line) of the innermost frame of each stack torch recorded for ``handle``."""
-    out: set[tuple[str, int]] = set()
-    for text in (stacks or {}).get(handle, ()) or ():
-        found = re.findall(r'File "([^"]+)", line (\d+)', str(text))
-        if found:
-            out.add((found[-1][0].rsplit("/", 1)[-1], int(found[-1][1])))
-    return out
 
 
 def kernels_graph(post: Graph, kernels: list[Kernel]) -> Graph:
