@@ -25,6 +25,7 @@ from fxviz.symbolic.export import capture_export
 from fxviz.symbolic.fx import capture_fx
 from fxviz.torchbridge.apart import can_fork, run_apart, worth_isolating
 from fxviz.torchbridge.checks import RejectedInputs, count_ops, forget_failed_compiles, real_inputs
+from fxviz.torchbridge.fastpath import fast_path_notes
 from fxviz.torchbridge.guard import walks_shared
 from fxviz.torchbridge.lazy import initialised
 from fxviz.torchbridge.normalize import flatten_inputs
@@ -305,7 +306,7 @@ def capture(
                     e.graph.notes = notes + e.graph.notes
                     run_passes(e.graph, passes)
                 raise
-            graph.notes = notes + graph.notes
+            graph.notes = notes + graph.notes + ([] if backward else fast_path_notes(model, args, kwargs))
             return run_passes(graph, passes)
 
 
