@@ -47,8 +47,7 @@ def test_a_fast_path_a_plain_run_takes_is_named_in_the_notes(method: str) -> Non
     assert not any("_transformer_encoder_layer_fwd" in n.target for n in g.ops)  # the premise
     notes = [n for n in g.notes if n.startswith("fast path:")]
     assert len(notes) == 1 and f"{len(fused)} module(s)" in notes[0], g.notes
-    assert "layers.0 (aten._transformer_encoder_layer_fwd)" in notes[0]
-    assert "layers.1 (aten._transformer_encoder_layer_fwd)" in notes[0]
+    assert "(layers.0, layers.1: aten._transformer_encoder_layer_fwd)" in notes[0]
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
 
@@ -56,7 +55,7 @@ def test_attention_alone_is_named_at_the_model() -> None:
     model, x = nn.MultiheadAttention(16, 2, batch_first=True).eval(), torch.randn(2, 5, 16)
     assert "_native_multi_head_attention" in _plain(model, x, x, x)  # torch's record
     g = fxviz.capture(model, (x, x, x), method="eager")
-    assert any("(the model) (aten._native_multi_head_attention)" in n for n in g.notes), g.notes
+    assert any("((the model): aten._native_multi_head_attention)" in n for n in g.notes), g.notes
 
 
 def test_no_note_where_a_plain_run_takes_no_fast_path() -> None:

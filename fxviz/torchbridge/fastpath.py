@@ -79,10 +79,13 @@ def fast_path_notes(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
     seen = fast_paths(model, args, kwargs)
     if not seen:
         return []
-    where = ", ".join(f"{path or '(the model)'} ({op})" for path, op in sorted(seen.items()))
-    return [f"fast path: in a plain run under no_grad, {len(seen)} module(s) each run as one fused op "
-            f"({where}); a capture turns torch's fast path off, so the graph shows their Python "
-            "forward's ops: the same function, other kernels"]
+    by_op: dict[str, list[str]] = {}
+    for path, op in sorted(seen.items()):
+        by_op.setdefault(op, []).append(path or "(the model)")
+    where = "; ".join(f"{', '.join(paths)}: {op}" for op, paths in by_op.items())
+    return [f"fast path: a plain run under no_grad runs {len(seen)} module(s) as one fused op each ({where}); "
+            "no capture can take torch's fast path, so the graph shows their Python forward: the same "
+            "function, other kernels"]
 
 
 __all__ = ["FAST_PATHS", "FUSED_OPS", "fast_path_notes", "fast_paths"]
