@@ -207,18 +207,27 @@ def needs_running(ep: torch.export.ExportedProgram, flat: FlatInputs | None = No
     cond = torch.ops.higher_order.cond
     for module in _graphs(ep):
         for n in module.graph.nodes:
-            if n.op != "call_function":
-                continue
             if n.target is cond:
                 return "a torch.cond"
-            packet = getattr(getattr(n.target, "overloadpacket", None), "__name__", "")
-            if packet in _RUNTIME_CHECKS:
-                return f"a runtime check ({n.name})"
-            if n.meta.get("unbacked_bindings"):
-                return f"a size bound to tensor data ({n.name})"
-            if op_family(packet) in _DTYPE_CHECKED_AT_RUN_TIME and _dtypes_differ(n):
-                return f"operands of different dtypes ({n.name})"
+            why = _left_open(n)
+            if why:
+                return f"{why} ({n.name})"
     return None
+
+
+def _left_open(n: torch.fx.Node) -> str:
+    """What only running ``n`` confirms (``""``: nothing): a runtime check, a size read from tensor
+    data, operands whose dtypes only the real kernel checks."""
+    if n.op != "call_function":
+        return ""
+    packet = getattr(getattr(n.target, "overloadpacket", None), "__name__", "")
+    if packet in _RUNTIME_CHECKS:
+        return "a runtime check"
+    if n.meta.get("unbacked_bindings"):
+        return "a size bound to tensor data"
+    if op_family(packet) in _DTYPE_CHECKED_AT_RUN_TIME and _dtypes_differ(n):
+        return "operands of different dtypes"
+    return ""
 
 
 def check_slice(ep: torch.export.ExportedProgram, flat: FlatInputs | None = None) -> set[torch.fx.Node] | None:
@@ -242,9 +251,7 @@ def check_slice(ep: torch.export.ExportedProgram, flat: FlatInputs | None = None
         if any(isinstance(t, torch.Tensor) and free_unbacked_symbols(t)
                for t in (val if isinstance(val, (list, tuple)) else (val,))):
             return None
-        packet = getattr(getattr(n.target, "overloadpacket", None), "__name__", "")
-        if packet in _RUNTIME_CHECKS or n.meta.get("unbacked_bindings") or \
-                op_family(packet) in _DTYPE_CHECKED_AT_RUN_TIME and _dtypes_differ(n):
+        if _left_open(n):
             targets.append(n)
     needed: set[torch.fx.Node] = set()
     while targets:
