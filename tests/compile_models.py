@@ -244,6 +244,41 @@ def batch_branch() -> tuple[nn.Module, tuple[Any, ...]]:
     return BatchBranch().eval(), (x(2),)
 
 
+class BrokenInner(nn.Module):
+    """A ``forward`` with ops before a graph break: Dynamo compiles it as a frame of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.lin(x) * 1.5
+        print("inner", tuple(x.shape))
+        return x + 1
+
+
+class TwoForwards(nn.Module):
+    """Two frames named ``forward`` in one file (this one and :class:`BrokenInner`'s), each with a
+    graph; this one branches on its batch size, the inner one does not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.inner = BrokenInner()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        if x.shape[0] > 5:  # LINE:outer-branch
+            h = h * 3
+        return self.inner(h).relu()
+
+
+def two_forwards() -> tuple[nn.Module, list[tuple[torch.Tensor]]]:
+    """The model and its input sets: batch 2, 4 (a dynamic batch next), 7 (past the outer branch)."""
+    torch.manual_seed(0)
+    return TwoForwards().eval(), [(x(2),), (x(4),), (x(7),)]
+
+
 def wide_batches() -> list[tuple[torch.Tensor]]:
     """Input sets for ``batch_branch``: batch 3 (same side of the branch), 6 (the other side)."""
     return [(x(3),), (x(6),)]

@@ -172,6 +172,23 @@ def test_recompile_on_a_new_batch_size_names_the_dimension_and_the_guard(trace: 
     assert any(ln.startswith("recompile (input set 2, forward): x dim 0") for ln in lines)
 
 
+def test_a_recompile_is_explained_by_its_own_functions_graph_not_a_namesake(trace: Trace) -> None:
+    """Every module's ``forward`` is a ``forward``: the outer one's recompile must be read on the
+    outer frame's graph (its branch, its range), not on the inner ``forward`` compiled after it."""
+    model, sets = cm.two_forwards()
+    cmap = compile_map(model, sets[0], backend="eager", inputs=sets[1:])
+    reasons = [re.sub(r"^\d+/\d+: ", "", (r[0] if isinstance(r, list) else r.strip("[]\n \"")).split("\n")[0])
+               for _, r in trace.of("recompile_reasons")]
+    last = [r for r in cmap.recompiles if r.input_set == 2]
+    assert [r.func for r in last] == ["forward"] and last[0].line == cm.TwoForwards.forward.__code__.co_firstlineno
+    (r,) = last
+    # torch's record of the failed guard: the outer frame's range, from its branch
+    assert reasons[-1].startswith(r.guard.split("  # ", 1)[0]) and "<= 5" in r.guard
+    assert r.reason.startswith("x dim 0 is 7 (") and "outside [2, 5]" in r.reason, r.reason
+    assert f"compile_models.py:{cm.LINES['outer-branch']}" in r.reason
+    assert "mark_dynamic does not avoid" in r.advice, r.advice
+
+
 def test_mark_dynamic_advice_avoids_the_recompile() -> None:
     """Following the advice given for BatchSized's recompile: torch compiles once for every batch."""
     model, (x,) = cm.batch_sized()

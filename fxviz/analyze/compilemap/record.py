@@ -95,6 +95,7 @@ class GuardFailRecord:
     input: str = ""
     dim: int | None = None
     advice: str = ""
+    lines: frozenset[int] = frozenset()  # the lines of the failing function's code
 
 
 @dataclass
@@ -251,7 +252,7 @@ class Recorder:
         """A symbolic guard's failure does not say the size that failed it: the graph compiled next
         for the same function and input set was traced with it."""
         for f in self.rec.guard_fails:
-            if (f.input_set, f.func, f.file) == (g.input_set, g.func, g.file) and f.dim is not None \
+            if (f.input_set, f.func, f.file) == (g.input_set, g.func, g.file) and _of(g, f.lines) and f.dim is not None \
                     and f.reason.startswith(f"{f.input} dim {f.dim} ("):
                 size = next((s.value for s in g.symbols if (s.input, s.dim) == (f.input, f.dim)), None)
                 size = size if size is not None else _traced_size(g.inputs, f.input, f.dim)
@@ -263,13 +264,16 @@ class Recorder:
         code = getattr(fail, "orig_code", None)
         func, file = getattr(code, "co_name", "?"), getattr(code, "co_filename", "")
         guard = re.sub(r"^\d+/\d+: ", "", str(getattr(fail, "reason", fail)).split("\n", 1)[0])
-        # the newest graph of this function is the one Dynamo checked first
-        failed = next((g for g in reversed(self.rec.graphs) if g.func == func and g.file == file), None)
+        # the newest graph of this function is the one Dynamo checked first; by its code's lines, not
+        # its name alone: every module's forward in one file is a "forward"
+        lines = frozenset(line for _, _, line in code.co_lines() if line) if code is not None else frozenset()
+        named = [g for g in reversed(self.rec.graphs) if g.func == func and g.file == file]
+        failed = next((g for g in named if _of(g, lines)), None)
         name, dim, words, advice = explain_fail(guard, failed.symbols if failed else (),
                                                 failed.shape_guards if failed else ())
         self.rec.guard_fails.append(GuardFailRecord(
             self.rec.input_set, func, file, getattr(code, "co_firstlineno", 0), words or in_words(guard),
-            guard, name, dim, advice))
+            guard, name, dim, advice, lines))
 
     def compile(self, model: nn.Module) -> Callable[..., Any]:
         return dynamo.optimize(self.backend, guard_fail_fn=self.guard_fail, guard_export_fn=self.guard_export,  # type: ignore[no-any-return]
@@ -375,6 +379,12 @@ def in_words(reason: str) -> str:
     return reason
 
 
+def _of(g: GraphRecord, lines: frozenset[int]) -> bool:
+    """Was ``g`` traced from the function whose code has these ``lines`` (its outermost frame's
+    line among them; any graph where the lines are not known)?"""
+    return not lines or g.line in lines
+
+
 def _frame_code(gm: torch.fx.GraphModule) -> tuple[str, str, int]:
     """The function a Dynamo graph was traced from: the outermost frame of its ops' stack traces
     (a resume function after a break is named ``torch_dynamo_resume_in_forward_at_12``)."""
@@ -388,12 +398,15 @@ def _frame_code(gm: torch.fx.GraphModule) -> tuple[str, str, int]:
 
 @contextlib.contextmanager
 def dynamo_state() -> Iterator[None]:
-    """Reset Dynamo's caches before and after; restore its config and counters afterwards."""
+    """Reset Dynamo's caches before and after; the run's counters start from zero (torch's count
+    of its breaks and graphs is the run's own, not the process's); the config and counters are put
+    back afterwards."""
     from torch._dynamo.utils import counters
 
     saved_counters = {k: Counter(v) for k, v in counters.items()}
     saved_config = dynamo.config.get_config_copy()
     dynamo.reset()
+    counters.clear()
     try:
         yield
     finally:
