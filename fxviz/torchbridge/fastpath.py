@@ -21,6 +21,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fxviz.torchbridge.checks import forked_rng
+from fxviz.torchbridge.guard import named_modules
 
 #: The modules with a fused fast path, and the fused ops they call on it.
 FAST_PATHS: tuple[type[nn.Module], ...] = (nn.TransformerEncoderLayer, nn.MultiheadAttention)
@@ -46,7 +47,7 @@ class _Fused(TorchDispatchMode):
 def fast_paths(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, str]:
     """Module path -> the fused op a plain run under ``no_grad`` calls there (empty when the model
     holds no module with a fast path in eval mode, or its state or inputs are on ``meta``)."""
-    names = {id(m): name for name, m in model.named_modules() if isinstance(m, FAST_PATHS) and not m.training}
+    names = {id(m): name for name, m in named_modules(model) if isinstance(m, FAST_PATHS) and not m.training}
     if not names:
         return {}
     tensors = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
