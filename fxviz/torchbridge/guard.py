@@ -116,6 +116,15 @@ def _real(t: torch.Tensor) -> bool:
 _PLAIN_TENSORS = frozenset((torch.Tensor, nn.Parameter, nn.Buffer))
 
 
+def _alias(t: Any) -> torch.Tensor:
+    """``t.data``, but for a DTensor the same wrapper built directly: its ``.data`` runs DTensor's
+    dispatch of ``detach`` (about 25 us a parameter, half the snapshot of a sharded model)."""
+    dtensor: Any = sys.modules.get("torch.distributed.tensor")  # not imported: no DTensor exists
+    if dtensor is not None and type(t) is dtensor.DTensor:
+        return dtensor.DTensor(t._local_tensor, t._spec, requires_grad=False)  # type: ignore[no-any-return]
+    return t.data  # type: ignore[no-any-return]
+
+
 class _Containers:
     """``dict``/``list``/``set`` objects by identity with a copy of their contents; put back in
     place (the object the model holds stays the same object)."""
@@ -190,7 +199,7 @@ class _Tensors:
         self.real = list(compress(ts, real))
         self.other = list(compress(ts, map(operator.not_, real)))  # meta, fake: no storage to compare
         with torch.no_grad():
-            self.aliases = list(map(_data_of, ts))
+            self.aliases = list(map(_alias if self.other else _data_of, ts))
             self.values = [(t, t.detach().clone()) for t, copy in unique.values() if copy and _real(t)]
         self.signature = self._signature()
         self.grads = self.signature[0]  # neither is ever changed
