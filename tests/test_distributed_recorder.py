@@ -240,3 +240,36 @@ def test_a_dtensor_op_is_one_node_not_its_local_ops() -> None:
     assert [t for t in ops if "c10d" in t] == [
         "_c10d_functional::all_reduce", "_c10d_functional::_wrap_tensor_autograd.default"]
     assert torch_ops["down"].count("_c10d_functional.all_reduce.default") == 1
+
+
+def test_comm_overlay_reads_the_call_tree_the_passes_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sharded capture builds its module call tree once: the passes' serves the ``comm`` overlay
+    written after them. Where backward collectives add nodes the overlay reads a tree of the final
+    graph: each module's bytes sit on that module's first call."""
+    import fxviz.calls as calls
+    import fxviz.ir as ir
+    import fxviz.passes.tree as tree
+    from fxviz.passes.overlays import overlays
+    from tests.test_distributed_backward import tp_factory
+
+    built: list[int] = []
+
+    def counted(nodes: Any) -> Any:
+        built.append(len(nodes))
+        return calls.call_tree(nodes)
+
+    monkeypatch.setattr(tree, "call_tree", counted)
+    monkeypatch.setattr(ir, "call_tree", counted)
+    forward = fxviz.capture(mlp_factory, world_size=8)
+    assert len(built) == 1 and counts(forward) == oracle(mlp_factory, 8)
+    for g in (forward, fxviz.capture(tp_factory, world_size=8, backward=True)):
+        t = calls.call_tree(g.nodes)
+        spec = overlays(g, t)["comm"]
+        bytes_of: dict[str, int] = {}
+        for r in collectives(g):
+            parts = r["module"].split(".") if r["module"] else []
+            for k in range(len(parts) + 1):
+                path = ".".join(parts[:k])
+                bytes_of[path] = bytes_of.get(path, 0) + r["bytes"]
+        assert spec["modules"] == {(t.calls(p)[0] if p else t.root).id: b for p, b in bytes_of.items()}
+    assert any(r["phase"] == "backward" for r in collectives(g))
