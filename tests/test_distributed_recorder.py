@@ -156,22 +156,31 @@ def test_recorder_off_only_for_torch_ops_on_plain_tensors(monkeypatch: pytest.Mo
 def test_metadata_reads_skip_the_recorder_check(monkeypatch: pytest.MonkeyPatch) -> None:
     """The attribute reads DTensor's and the parallel styles' own code makes (``.dtype``,
     ``.requires_grad``, ``.ndim``: most of the calls a tensor-parallel forward hands the tracer)
-    leave at the first check: the recorder is never asked about them, only about real ops."""
+    leave at the first check: neither the recorder nor the tracer's handler is asked about them,
+    only about real ops."""
     from fxviz.fallback.classify import Action, kind_of
+    from fxviz.fallback.recorder import Recorder
 
     asked: list[Any] = []
-    needs = comms.CommRecorder.needs
+    observed: list[Any] = []
+    needs, observe = comms.CommRecorder.needs, Recorder.observe
 
     def spy(self: comms.CommRecorder, func: Any, *a: Any) -> bool:
         asked.append(func)
         return needs(self, func, *a)
 
+    def spy_observe(self: Recorder, func: Any, *a: Any) -> Any:
+        observed.append(func)
+        return observe(self, func, *a)
+
     monkeypatch.setattr(comms.CommRecorder, "needs", spy)
+    monkeypatch.setattr(Recorder, "observe", spy_observe)
     g = fxviz.capture(mlp_factory, world_size=4)
     assert counts(g) == oracle(mlp_factory, 4)
-    kinds = [kind_of(f, "function") for f in asked]
-    assert {k.name for k in kinds} >= {"linear", "relu"}
-    assert [k.target for k in kinds if k.action is Action.SKIP] == []
+    for seen in (asked, observed):
+        kinds = [kind_of(f, "function") for f in seen]
+        assert {k.name for k in kinds} >= {"linear", "relu"}
+        assert [k.target for k in kinds if k.action is Action.SKIP] == []
 
 
 def test_recorder_dispatch_pays_no_dynamo_wrapper_and_dynamo_still_skips_it(monkeypatch: pytest.MonkeyPatch) -> None:
