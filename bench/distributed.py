@@ -8,14 +8,15 @@
    capture recording through ``CommDebugMode`` (the recorder fxviz used before its own light one).
    The ratio is taken apart: torch's own cost (each forward alone, under ``no_grad`` as a capture
    runs it) and fxviz's added cost on each (capture minus forward), per op recorded. At hidden 256
-   DTensor's forward alone costs about as much as the whole unsharded capture (0.9-1.0x: its
+   DTensor's forward alone costs about as much as the whole unsharded capture (1.0-1.1x: its
    dispatch, sharding propagation and ``from_local``/``redistribute`` are Python), and the sharded
    model records 142 ops to the unsharded 98 (``view_as`` of each ``from_local``, the
-   all-reduces); so <= 1.5x leaves fxviz about half its per-op cost on the unsharded model: the
-   target as written is not one fxviz can meet at that size, and the figure fxviz controls is the
-   per-op ratio of the added costs. The fake group runs rank 0's shard only: each sharded linear
-   computes an eighth of the unsharded one, so the capture ratio falls as the model grows (it
-   passes from about hidden 512 on) and says little there.
+   all-reduces); so <= 1.5x leaves fxviz 0.4-0.5x its per-op cost on the unsharded model (it
+   takes about 1.4x): the target as written is not one fxviz can meet at that size, and the
+   figure fxviz controls is the per-op ratio of the added costs. The fake group runs rank 0's
+   shard only: each sharded linear computes an eighth of the unsharded one, so the capture ratio
+   falls as the model grows (about 1.7x at hidden 512, 1.5x at 1024, 0.2x at 4096) and says
+   little there; at 1024 and up the forwards' own noise is larger than fxviz's added cost.
 2. The LLaMA-70B shape (hidden 8192, 80 layers, 64 heads, 8 KV heads, MLP 28672, vocab 128256) on
    meta, sharded 8 ways: time and peak memory (target < 30 s, < 2 GB).
 3. CommDebugMode alone on the same sharded model, for comparison: its time and its counts.
