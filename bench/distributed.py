@@ -1,20 +1,33 @@
 """Capturing tensor-parallel models under a fake process group (issue 22).
 
-    PYTHONPATH=$PWD python bench/distributed.py [--reps 5] [--layers 80] [--hidden 256] [--instructions [PARTS]]
+    PYTHONPATH=$PWD python bench/distributed.py [--reps 5] [--layers 80] [--hidden 256[,512,...]] [--instructions [PARTS]]
 
 1. A TP-sharded LLaMA-shaped decoder (small: 4 layers, hidden 256, MLP 2x hidden; ``--hidden``
-   scales both) at world size 8 against the same model unsharded: process CPU time, interleaved
-   repetitions, medians, ratio (target <= 1.5x); beside it the same capture recording through
-   ``CommDebugMode`` (the recorder fxviz used before its own light one). The fake group runs rank
-   0's shard only: each sharded linear computes an eighth of the unsharded one, so the ratio falls
-   as the model grows; at hidden 256 both forwards are mostly Python (DTensor's, the tracer's).
+   scales both, several sizes comma-separated) at world size 8 against the same model unsharded:
+   process CPU time, interleaved repetitions, medians, ratio (target <= 1.5x); beside it the same
+   capture recording through ``CommDebugMode`` (the recorder fxviz used before its own light one).
+   The ratio is taken apart: torch's own cost (each forward alone, under ``no_grad`` as a capture
+   runs it) and fxviz's added cost on each (capture minus forward), per op recorded. At hidden 256
+   DTensor's forward alone costs about as much as the whole unsharded capture (1.0-1.1x: its
+   dispatch, sharding propagation and ``from_local``/``redistribute`` are Python), and the sharded
+   model records 142 ops to the unsharded 98 (``view_as`` of each ``from_local``, the
+   all-reduces); so <= 1.5x leaves fxviz 0.4-0.5x its per-op cost on the unsharded model (it
+   takes about 1.4x): the target as written is not one fxviz can meet at that size, and the
+   figure fxviz controls is the per-op ratio of the added costs. The fake group runs rank 0's
+   shard only: each sharded linear computes an eighth of the unsharded one, so the capture ratio
+   falls as the model grows (about 1.7x at hidden 512, 1.5x at 1024, 0.2x at 4096) and says
+   little there; at 1024 and up the forwards' own noise is larger than fxviz's added cost.
 2. The LLaMA-70B shape (hidden 8192, 80 layers, 64 heads, 8 KV heads, MLP 28672, vocab 128256) on
    meta, sharded 8 ways: time and peak memory (target < 30 s, < 2 GB).
 3. CommDebugMode alone on the same sharded model, for comparison: its time and its counts.
 
 ``--instructions`` instead counts instructions (valgrind's callgrind, as ``bench/instructions.py``:
 a figure a loaded machine does not move) per call of each part of part 1: the unsharded capture
-and forward, the sharded capture, its floor (recording no collectives) and the sharded forward.
+and forward, the sharded capture, its floor (recording no collectives) and the sharded forward;
+with the four of them, the same decomposition. Counted so, the sharded capture at hidden 256 is
+1.37x the unsharded one (82.1 -> 77.1 M per capture this stop; fxviz 1.22x per op): the unsharded
+forward's BLAS does many flops per instruction, DTensor's Python little work per instruction, so
+instructions understate torch's share of the CPU time, which is what the target is stated in.
 """
 
 from __future__ import annotations
@@ -207,6 +220,45 @@ def _no_grad(model: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
         model(*args)
 
 
+def _ops(graph: fxviz.Graph) -> int:
+    return sum(n.kind == "op" for n in graph.nodes)
+
+
+def op_counts(hidden: int) -> tuple[int, int]:
+    """The ops each capture records (unsharded, sharded): what the added cost is divided by."""
+    torch.manual_seed(0)
+    plain, plain_args = Decoder(**small(hidden)), (torch.randint(0, 1000, (2, 16)),)
+    with fake_world(8):
+        sharded, args = small_sharded(hidden)
+        return (_ops(fxviz.capture(plain, plain_args, method="eager")),
+                _ops(fxviz.capture(sharded, args, world_size=8)))
+
+
+def decomposition(b: float, t: float, pf: float, f: float, ops: tuple[int, int], unit: str) -> list[str]:
+    """The ratio taken apart: torch's own cost (the two forwards alone, no fxviz) and fxviz's added
+    cost on each (its capture minus its forward), per op recorded; and what <= 1.5x leaves fxviz.
+    ``unit``: ``ms`` or ``M`` (instructions); per op in ``us`` or ``k``."""
+    small_unit = {"ms": "us", "M": "k"}[unit]
+    add_b, add_t = b - pf, t - f
+    per_b, per_t = add_b / ops[0], add_t / ops[1]
+    room = 1.5 * b - f  # what fxviz may add to the sharded forward within the target
+    lines = [
+        f"  torch's own cost (the forwards under no_grad, as a capture runs them): unsharded {pf:.1f} {unit}, "
+        f"sharded (DTensor) {f:.1f} {unit}: {f / b:.2f}x the unsharded capture, {f / pf:.2f}x its forward",
+        f"  fxviz's added cost (capture minus forward): unsharded {add_b:.1f} {unit} over {ops[0]} ops "
+        f"({per_b * 1e3:.0f} {small_unit} per op), sharded {add_t:.1f} {unit} over {ops[1]} ops "
+        f"({per_t * 1e3:.0f} {small_unit} per op): per op sharded/unsharded {per_t / per_b:.2f}x (the figure fxviz controls)",
+    ]
+    if room <= 0:
+        lines.append(f"  verdict: DTensor's forward alone is {f / b:.2f}x the unsharded capture: no capture of it "
+                     "meets <= 1.5x at this size, whatever fxviz adds")
+    else:
+        lines.append(f"  verdict: <= 1.5x leaves fxviz {room:.1f} {unit} on the sharded model ({room / ops[1] * 1e3:.0f} "
+                     f"{small_unit} per op, {room / ops[1] / per_b:.2f}x its per-op cost on the unsharded one): "
+                     f"{'met' if t <= 1.5 * b else 'not met'}")
+    return lines
+
+
 def instructions(parts: list[str], hidden: int) -> None:
     got = {}
     for name in parts:
@@ -223,33 +275,25 @@ def instructions(parts: list[str], hidden: int) -> None:
     print(f"instructions per call (callgrind, hidden {hidden})" + (", ratio to the unsharded capture:" if base else ":"))
     for name, n in got.items():
         print(f"  {name:18s} {n / 1e6:8.1f} M" + (f"  {n / base:.2f}x" if base else ""))
+    if {"unsharded", "unsharded_forward", "sharded", "sharded_forward"} <= got.keys():
+        m = {k: v / 1e6 for k, v in got.items()}
+        for line in decomposition(m["unsharded"], m["sharded"], m["unsharded_forward"], m["sharded_forward"],
+                                  op_counts(hidden), "M"):
+            print(line)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--layers", type=int, default=80, help="layers of the 70B shape")
-    ap.add_argument("--hidden", type=int, default=SMALL["d"], help="the small decoder's hidden size (MLP 2x)")
-    ap.add_argument("--instructions", nargs="?", const=",".join(PARTS), metavar="PARTS",
-                    help=f"count instructions of these parts instead (comma-separated; all: {','.join(PARTS)})")
-    ap.add_argument("--part", choices=PARTS)
-    a = ap.parse_args()
-    if a.part:
-        return _part(a.part, a.hidden)
-    if a.instructions:
-        return instructions(a.instructions.split(","), a.hidden)
-    torch.set_num_threads(1)
-
+def small_decoder(hidden: int, reps: int) -> None:
+    """Part 1 at one hidden size: the two captures, the forwards alone, the old recorder, the floor."""
     torch.manual_seed(0)
-    plain, plain_args = Decoder(**small(a.hidden)), (torch.randint(0, 1000, (2, 16)),)
+    plain, plain_args = Decoder(**small(hidden)), (torch.randint(0, 1000, (2, 16)),)
     with fake_world(8):
-        sharded, args = small_sharded(a.hidden)
+        sharded, args = small_sharded(hidden)
         fxviz.capture(plain, plain_args, method="eager")  # warm both paths
         fxviz.capture(sharded, args, world_size=8)
         old_capture(sharded, args)
         base, tp, old, comm, walls, old_walls, fwd, floor, plain_fwd = [], [], [], [], [], [], [], [], []
         base_walls: list[float] = []
-        for _ in range(a.reps):  # interleaved
+        for _ in range(reps):  # interleaved
             w = time.perf_counter()
             base.append(cpu(lambda: fxviz.capture(plain, plain_args, method="eager")))
             base_walls.append(time.perf_counter() - w)
@@ -269,23 +313,46 @@ def main() -> None:
             fwd.append(cpu(lambda: _no_grad(sharded, args)))  # DTensor's own dispatch, nothing recorded
             plain_fwd.append(cpu(lambda: _no_grad(plain, plain_args)))
         g = fxviz.capture(sharded, args, world_size=8)
+        ops = (_ops(fxviz.capture(plain, plain_args, method="eager")), _ops(g))
     b, t, c = statistics.median(base), statistics.median(tp), statistics.median(comm)
     bw, tw = statistics.median(base_walls), statistics.median(walls)
-    print(f"small decoder ({SMALL['layers']} layers, hidden {a.hidden}) eager capture: unsharded {b * 1e3:.1f} ms CPU "
+    print(f"small decoder ({SMALL['layers']} layers, hidden {hidden}) eager capture: unsharded {b * 1e3:.1f} ms CPU "
           f"({bw * 1e3:.1f} ms wall), TP x8 {t * 1e3:.1f} ms CPU ({tw * 1e3:.1f} ms wall), ratio {t / b:.2f}x CPU, "
           f"{tw / bw:.2f}x wall (target <= 1.5x)")
+    f, pf = statistics.median(fwd), statistics.median(plain_fwd)
+    for line in decomposition(b * 1e3, t * 1e3, pf * 1e3, f * 1e3, ops, "ms"):
+        print(line)
     o = statistics.median(old)
     print(f"  before (recording through CommDebugMode): TP x8 {o * 1e3:.0f} ms CPU "
           f"({statistics.median(old_walls) * 1e3:.0f} ms wall), ratio {o / b:.2f}x; light recorder {o / t:.1f}x faster")
-    print(f"  floor (the same capture recording no collectives): {statistics.median(floor) * 1e3:.0f} ms CPU, "
+    print(f"  floor (the same capture recording no collectives): {statistics.median(floor) * 1e3:.1f} ms CPU, "
           f"ratio {statistics.median(floor) / b:.2f}x")
-    f, pf = statistics.median(fwd), statistics.median(plain_fwd)
-    print(f"  the forwards alone under no_grad, as a capture runs them (no fxviz): sharded (DTensor) "
-          f"{f * 1e3:.1f} ms CPU ({f / b:.2f}x the unsharded capture), unsharded {pf * 1e3:.1f} ms CPU; "
-          f"fxviz's own share: sharded {(t - f) * 1e3:.1f} ms, unsharded {(b - pf) * 1e3:.1f} ms")
     print(f"  CommDebugMode alone on the sharded forward: {c * 1e3:.0f} ms CPU; "
           f"counts {mode.get_total_counts()} collectives; fxviz: {len(collectives(g))} with bytes, module, node")
 
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--layers", type=int, default=80, help="layers of the 70B shape (0: skip it)")
+    ap.add_argument("--hidden", default=str(SMALL["d"]),
+                    help="the small decoder's hidden size (MLP 2x); comma-separated for several (256,512,1024,4096)")
+    ap.add_argument("--instructions", nargs="?", const=",".join(PARTS), metavar="PARTS",
+                    help=f"count instructions of these parts instead (comma-separated; all: {','.join(PARTS)})")
+    ap.add_argument("--part", choices=PARTS)
+    a = ap.parse_args()
+    sizes = [int(h) for h in a.hidden.split(",")]
+    if a.part:
+        return _part(a.part, sizes[0])
+    if a.instructions:
+        for h in sizes:
+            instructions(a.instructions.split(","), h)
+        return None
+    torch.set_num_threads(1)
+    for h in sizes:
+        small_decoder(h, a.reps)
+    if a.layers <= 0:
+        return None
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     w, t0 = time.perf_counter(), time.process_time()
     g = fxviz.capture(lambda: llama70b(a.layers), world_size=8)
@@ -295,6 +362,7 @@ def main() -> None:
     print(f"LLaMA-70B shape ({a.layers} layers) on meta, TP x8: {cpu70:.1f} s CPU, {wall70:.1f} s wall, "
           f"peak RSS {rss / 1024:.0f} MB (was {rss0 / 1024:.0f} MB before), {len(g.nodes)} nodes, "
           f"{len(collectives(g))} collectives, {total:,} bytes per rank (targets < 30 s, < 2 GB)")
+    return None
 
 
 if __name__ == "__main__":

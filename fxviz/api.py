@@ -315,6 +315,7 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
     """:func:`capture` with ``world_size``: the factory and the capture run in a fake process group."""
     from fxviz.fallback.comms import CommRecorder, mesh_dims, timed_out
     from fxviz.fallback.modes import around_recordings
+    from fxviz.passes.tree import sharing
     from fxviz.torchbridge.distributed import fake_world
 
     if options["method"] == "auto":  # export fails on DTensor: the eager tracer records the ops
@@ -338,19 +339,20 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
         # the tracer's forward is the only run of a forward-only eager capture: the recorder (a
         # dispatch mode, which every op pays for) is on for it alone; otherwise for the whole capture
         tracer_only = not options.get("backward") and options["method"] in ("eager", "eager-aten")
-        try:
-            with around_recordings(recorder) if tracer_only else recorder:
-                graph = capture(model, args, kwargs, **options)
-        except ModelError as e:  # the partial graph keeps the collectives recorded up to the failure
-            hang = timed_out(e, recorder.records)
-            if e.graph is not None:
-                _write_comm(e.graph, recorder.records, mesh_dims(_state_and_inputs(model, args, kwargs, params)))
-            if hang is None:
-                raise
-            raise CollectiveTimeout(hang, graph=e.graph) from e.__cause__
-        dims = mesh_dims(_state_and_inputs(model, args, kwargs, params))  # inside: the meshes' groups still exist
-        graph.annotations["rank"] = torch.distributed.get_rank()
-    _write_comm(graph, recorder.records, dims)
+        with sharing():  # the call tree the passes build serves the comm overlay after them
+            try:
+                with around_recordings(recorder) if tracer_only else recorder:
+                    graph = capture(model, args, kwargs, **options)
+            except ModelError as e:  # the partial graph keeps the collectives recorded up to the failure
+                hang = timed_out(e, recorder.records)
+                if e.graph is not None:
+                    _write_comm(e.graph, recorder.records, mesh_dims(_state_and_inputs(model, args, kwargs, params)))
+                if hang is None:
+                    raise
+                raise CollectiveTimeout(hang, graph=e.graph) from e.__cause__
+            dims = mesh_dims(_state_and_inputs(model, args, kwargs, params))  # inside: the meshes' groups still exist
+            graph.annotations["rank"] = torch.distributed.get_rank()
+            _write_comm(graph, recorder.records, dims)
     return graph
 
 

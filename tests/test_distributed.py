@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -401,3 +401,34 @@ def test_values_flow_through_dtensor_boundaries(factory) -> None:
     if factory is mlp_factory:
         relu = next(n for n in ops.values() if n.target == "torch.relu")
         assert [r.node for r in relu.inputs] == ["linear"]
+
+
+class Rebinds(nn.Module):
+    """A forward that rebinds a DTensor parameter's ``.data`` to another DTensor (another shape and
+    placement): the snapshot keeps an alias of each parameter's data to put back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        self.w = nn.Parameter(distribute_tensor(torch.randn(8, 16), self.mesh, [Shard(0)]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.w.to_local().sum() + x
+        self.w.data = DTensor.from_local(torch.zeros(3, 3), self.mesh, [Replicate()])
+        return y
+
+
+def test_a_rebound_dtensor_parameter_is_put_back() -> None:
+    made: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = []
+
+    def factory():
+        torch.manual_seed(0)
+        m = Rebinds()
+        made.append((m, m.w, m.w.to_local().clone()))
+        return m, (torch.randn(2),)
+
+    fxviz.capture(factory, world_size=4)
+    m, w, local = made[0]
+    assert m.w is w and type(w) is DTensor
+    assert (tuple(w.shape), w.placements) == ((8, 16), (Shard(0),))
+    assert torch.equal(w.to_local(), local)

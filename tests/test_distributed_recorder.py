@@ -156,22 +156,31 @@ def test_recorder_off_only_for_torch_ops_on_plain_tensors(monkeypatch: pytest.Mo
 def test_metadata_reads_skip_the_recorder_check(monkeypatch: pytest.MonkeyPatch) -> None:
     """The attribute reads DTensor's and the parallel styles' own code makes (``.dtype``,
     ``.requires_grad``, ``.ndim``: most of the calls a tensor-parallel forward hands the tracer)
-    leave at the first check: the recorder is never asked about them, only about real ops."""
+    leave at the first check: neither the recorder nor the tracer's handler is asked about them,
+    only about real ops."""
     from fxviz.fallback.classify import Action, kind_of
+    from fxviz.fallback.recorder import Recorder
 
     asked: list[Any] = []
-    needs = comms.CommRecorder.needs
+    observed: list[Any] = []
+    needs, observe = comms.CommRecorder.needs, Recorder.observe
 
     def spy(self: comms.CommRecorder, func: Any, *a: Any) -> bool:
         asked.append(func)
         return needs(self, func, *a)
 
+    def spy_observe(self: Recorder, func: Any, *a: Any) -> Any:
+        observed.append(func)
+        return observe(self, func, *a)
+
     monkeypatch.setattr(comms.CommRecorder, "needs", spy)
+    monkeypatch.setattr(Recorder, "observe", spy_observe)
     g = fxviz.capture(mlp_factory, world_size=4)
     assert counts(g) == oracle(mlp_factory, 4)
-    kinds = [kind_of(f, "function") for f in asked]
-    assert {k.name for k in kinds} >= {"linear", "relu"}
-    assert [k.target for k in kinds if k.action is Action.SKIP] == []
+    for seen in (asked, observed):
+        kinds = [kind_of(f, "function") for f in seen]
+        assert {k.name for k in kinds} >= {"linear", "relu"}
+        assert [k.target for k in kinds if k.action is Action.SKIP] == []
 
 
 def test_recorder_dispatch_pays_no_dynamo_wrapper_and_dynamo_still_skips_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -240,3 +249,36 @@ def test_a_dtensor_op_is_one_node_not_its_local_ops() -> None:
     assert [t for t in ops if "c10d" in t] == [
         "_c10d_functional::all_reduce", "_c10d_functional::_wrap_tensor_autograd.default"]
     assert torch_ops["down"].count("_c10d_functional.all_reduce.default") == 1
+
+
+def test_comm_overlay_reads_the_call_tree_the_passes_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sharded capture builds its module call tree once: the passes' serves the ``comm`` overlay
+    written after them. Where backward collectives add nodes the overlay reads a tree of the final
+    graph: each module's bytes sit on that module's first call."""
+    import fxviz.calls as calls
+    import fxviz.ir as ir
+    import fxviz.passes.tree as tree
+    from fxviz.passes.overlays import overlays
+    from tests.test_distributed_backward import tp_factory
+
+    built: list[int] = []
+
+    def counted(nodes: Any) -> Any:
+        built.append(len(nodes))
+        return calls.call_tree(nodes)
+
+    monkeypatch.setattr(tree, "call_tree", counted)
+    monkeypatch.setattr(ir, "call_tree", counted)
+    forward = fxviz.capture(mlp_factory, world_size=8)
+    assert len(built) == 1 and counts(forward) == oracle(mlp_factory, 8)
+    for g in (forward, fxviz.capture(tp_factory, world_size=8, backward=True)):
+        t = calls.call_tree(g.nodes)
+        spec = overlays(g, t)["comm"]
+        bytes_of: dict[str, int] = {}
+        for r in collectives(g):
+            parts = r["module"].split(".") if r["module"] else []
+            for k in range(len(parts) + 1):
+                path = ".".join(parts[:k])
+                bytes_of[path] = bytes_of.get(path, 0) + r["bytes"]
+        assert spec["modules"] == {(t.calls(p)[0] if p else t.root).id: b for p, b in bytes_of.items()}
+    assert any(r["phase"] == "backward" for r in collectives(g))

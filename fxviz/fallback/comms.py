@@ -237,7 +237,7 @@ class CommRecorder(TorchDispatchMode):
         own = _OWN_OPS.get(func)
         if own is None:
             own = _OWN_OPS[func] = _own_op(func)
-        return not (own and _plain(args) and _plain(kwargs.values()))
+        return not (own and _plain(args) and (not kwargs or _plain(kwargs.values())))
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         # every op of the capture passes here (the model's, DTensor's local ones, the snapshot's):

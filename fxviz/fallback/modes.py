@@ -92,9 +92,9 @@ def _hidden_from(watcher: Any, handler: Handler) -> Handler:
     ``watcher.needs(func, args, kwargs)`` says it need not see: a dispatch mode costs every ATen op
     a call into Python, and the collectives' recorder looks at none but collectives, which a call
     of torch's own ops on plain tensors never issues. Off only while ``watcher`` is the innermost
-    dispatch mode (a mode the model entered stays as it is). A metadata read (``x.shape``: most of
-    the calls DTensor's and the parallel styles' own code makes) dispatches nothing: it goes
-    straight to ``handler``, which lets it through at its first check."""
+    dispatch mode (a mode the model entered stays as it is). A metadata read (``x.requires_grad``:
+    most of the calls DTensor's and the parallel styles' own code makes) dispatches nothing and
+    records nothing: it runs at once, without ``handler`` (whose first check would let it through)."""
     needs = watcher.needs
     table, skip = kinds("function"), Action.SKIP
     depth, at = torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at
@@ -104,7 +104,9 @@ def _hidden_from(watcher: Any, handler: Handler) -> Handler:
         kind = table.get(func)
         if kind is None:
             kind = kind_of(func, "function")
-        if kind.action is skip or needs(func, args, kwargs):
+        if kind.action is skip:
+            return func(*args, **kwargs)
+        if needs(func, args, kwargs):
             return handler(func, args, kwargs)
         n = depth()
         if not n or at(n - 1) is not watcher:

@@ -21,6 +21,7 @@ from typing import Any
 
 from fxviz.ir import Graph, Node
 from fxviz.passes.overlays import set_overlay
+from fxviz.passes.tree import tree_of
 
 
 def collectives(graph: Graph) -> list[dict[str, Any]]:
@@ -63,7 +64,7 @@ def _forward_line(op: Node, nodes: dict[str, Node]) -> str:
     return ""
 
 
-def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> None:
+def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> bool:
     """Give each backward collective a node of its own, in the module call of the backward op
     (autograd node) it ran in: the module whose forward caused it. ``autograd_node`` (class and
     sequence number) names that op; a collective run in an op's hooks (FSDP2's pre-backward
@@ -71,11 +72,11 @@ def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> None:
     FSDP2's reduce-scatter for a block whose inputs need no gradient) to the last op run, one in a
     hook on a parameter's gradient (``grad_of``: a hand-written data-parallel all-reduce) to the
     parameter's module, after the op that made the gradient. The node reads nothing
-    (``attrs["during"]`` names the op) and sits right after that op."""
+    (``attrs["during"]`` names the op) and sits right after that op. Returns whether it added any."""
     ops = [n for n in graph.nodes if n.kind == "op" and n.phase == "backward" and "seq_nr" in n.attrs]
     by_key = {(n.target, n.attrs["seq_nr"]): n for n in ops}
     if not ops:
-        return
+        return False
     nodes = {n.name: n for n in graph.nodes}
     used = set(nodes)
     params = {n.target: n for n in graph.nodes if n.kind == "parameter"}
@@ -105,15 +106,18 @@ def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> None:
             r["source"] = _forward_line(during, nodes)
     if after:
         graph.nodes[:] = [m for n in graph.nodes for m in (n, *after.get(n.name, ()))]
+    return bool(after)
 
 
 def write_comm(graph: Graph, records: Sequence[dict[str, Any]]) -> None:
-    """Store ``records`` on ``graph``, with the ``comm`` overlay and per-group totals in the notes."""
+    """Store ``records`` on ``graph``, with the ``comm`` overlay and per-group totals in the notes.
+    The call tree is the one the capture's passes built (:func:`~fxviz.passes.tree.sharing` around
+    both), unless backward collectives added nodes."""
     records = [dict(r) for r in records]
     _link_nodes(graph, records)
-    _place_backward(graph, records)
+    added = _place_backward(graph, records)
     graph.annotations["collectives"] = records
-    tree = graph.calls
+    tree = graph.calls if added else tree_of(graph)
     total: Counter[str] = Counter()  # a module's total: its own collectives and those of its submodules
     for r in records:
         parts = r.get("module", "").split(".") if r.get("module") else []

@@ -85,7 +85,12 @@ def nodes_by_name(graph: Graph) -> dict[str, Node]:
 @contextmanager
 def sharing() -> Iterator[dict[int, Shared]]:
     """Share call trees among the passes run inside; the caller empties the returned cache after
-    a pass that may change the tree."""
+    a pass that may change the tree. Inside another such block (a capture that annotates its graph
+    after its passes: the ``comm`` overlay), the enclosing block's cache is the one shared, so what
+    the passes built serves the work after them."""
+    if _shared:
+        yield _shared[-1]
+        return
     cache: dict[int, Shared] = {}
     _shared.append(cache)
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -98,4 +99,13 @@ def placement_attrs(t: object) -> dict[str, str]:
     return {"placements": ", ".join(str(p) for p in placements), "mesh": where}
 
 
-__all__ = ["fake_world", "placement_attrs"]
+def data_alias(t: Any) -> Any:
+    """``t.data``, but for a DTensor the same wrapper built directly: its ``.data`` runs DTensor's
+    dispatch of ``detach`` (about 25 us a parameter, half the snapshot of a sharded model)."""
+    dtensor: Any = sys.modules.get("torch.distributed.tensor")  # not imported: no DTensor exists
+    if dtensor is not None and type(t) is dtensor.DTensor:
+        return dtensor.DTensor(t._local_tensor, t._spec, requires_grad=False)
+    return t.data
+
+
+__all__ = ["data_alias", "fake_world", "placement_attrs"]

@@ -45,6 +45,8 @@ import torch
 from torch import nn
 from torch.nn.modules import module as nn_module
 
+from fxviz.torchbridge.distributed import data_alias
+
 _MISSING = object()
 _first, _second = operator.itemgetter(0), operator.itemgetter(1)
 #: Containers walked into at most (a forward's Python caches; a guard against pathological models).
@@ -190,7 +192,7 @@ class _Tensors:
         self.real = list(compress(ts, real))
         self.other = list(compress(ts, map(operator.not_, real)))  # meta, fake: no storage to compare
         with torch.no_grad():
-            self.aliases = list(map(_data_of, ts))
+            self.aliases = list(map(data_alias if self.other else _data_of, ts))
             self.values = [(t, t.detach().clone()) for t, copy in unique.values() if copy and _real(t)]
         self.signature = self._signature()
         self.grads = self.signature[0]  # neither is ever changed
