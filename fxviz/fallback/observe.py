@@ -22,7 +22,7 @@ from torch import nn
 
 from fxviz.fallback.classify import Action, classify, written_tensors
 from fxviz.fallback.context import MODEL_CALLERS
-from fxviz.fallback.tensors import METAS, tensor_meta, version
+from fxviz.fallback.tensors import CPU_METAS, METAS, tensor_meta, version
 from fxviz.ir import Node, Ref
 from fxviz.ops import DROPOUTS, RANDOM
 from fxviz.torchbridge.distributed import placement_attrs
@@ -72,6 +72,8 @@ def observer(rec: Any) -> Callable[..., Any]:
     state_node, sharded_value, collect_rest = rec._state_node, rec._sharded_value, rec.collect_rest
     blockers = rec.replay_blockers
     metas_get = METAS.get
+    cpu_metas = CPU_METAS
+    cpu_metas_get = cpu_metas.get
     tensor = torch.Tensor
     getframe = sys._getframe
 
@@ -156,8 +158,15 @@ def observer(rec: Any) -> Callable[..., Any]:
             out_sharded = None
             if isinstance(out, tensor):
                 outs: tuple[Any, ...] = (out,)
-                meta = metas_get((out.shape, out.dtype, out.device))  # tensor_meta(), inlined
-                metas: tuple[Any, ...] = (meta if meta is not None else tensor_meta(out),)
+                if type(out) is tensor and out.is_cpu:  # no torch.device made and hashed per op
+                    meta = cpu_metas_get((out.shape, out.dtype))
+                    if meta is None:
+                        meta = cpu_metas[out.shape, out.dtype] = tensor_meta(out)
+                else:
+                    meta = metas_get((out.shape, out.dtype, out.device))  # tensor_meta(), inlined
+                    if meta is None:
+                        meta = tensor_meta(out)
+                metas: tuple[Any, ...] = (meta,)
                 has_tensor = True
                 if type(out) is not tensor and hasattr(out, "placements"):  # a DTensor: where it lives
                     attrs.update(placement_attrs(out))

@@ -24,7 +24,7 @@ from fxviz.fallback.context import ModuleStack, Names, Sources
 from fxviz.fallback.observe import PLAIN_TENSORS, TracerFault, observer
 from fxviz.fallback.tensors import METAS, ModelState, Versions, tensor_meta, version
 from fxviz.fallback.values import encode, has_opaque
-from fxviz.ir import ModuleCall, Node, Ref, SourceLoc
+from fxviz.ir import ModuleCall, Node, NodeKind, Ref, SourceLoc
 from fxviz.torchbridge.guard import named_modules
 
 _SKIP = Action.SKIP
@@ -56,6 +56,8 @@ class Recorder:
         for path, m in named:
             first.setdefault(id(m), (path, m))  # a shared module keeps its first path
         self.modules = list(first.values())
+        #: a module met under two paths: its tensors have two names each (see :attr:`may_tie`)
+        self._shared_modules = len(self.modules) < len(named)
         self.module_stack = ModuleStack(self.nodes, self.call_without_ops)
         #: module calls other threads made, ``(stack, thread name)``: appended by those threads,
         #: turned into nodes by the capturing thread (:meth:`flush_elsewhere`)
@@ -117,13 +119,25 @@ class Recorder:
                 self._sharded[key] = ref
 
     def _state_node(self, t: torch.Tensor) -> Ref:
-        kind, name = self.state.read(t)
-        if not name:
-            self.replay_blockers.append("reads a tensor the model does not own (a global or a closure)")
+        kind: NodeKind
+        e = self.state._names.get(id(t))
+        if e is not None and e[0] is t and e[1] == "parameter":  # ModelState.read, inlined for a parameter
+            kind, name = "parameter", e[2]
+        else:
+            kind, name = self.state.read(t)
+            if not name:
+                self.replay_blockers.append("reads a tensor the model does not own (a global or a closure)")
         owner = name.rpartition(".")[0]
         meta = METAS.get((t.shape, t.dtype, t.device))  # tensor_meta(), inlined: once per parameter
+        names = self.names  # Names.unique(), inlined for a name not taken yet
+        base = name or "constant"
+        if base in names._next or base in names._taken:
+            base = names.unique(base)
+        else:
+            names._next[base] = 1
+            names._taken.add(base)
         node = Node(
-            self.names.unique(name or "constant"), kind, name, (), ((owner, 0),) if owner else (),
+            base, kind, name, (), ((owner, 0),) if owner else (),
             (meta if meta is not None else tensor_meta(t),),
         )
         self.nodes.append(node)
@@ -134,6 +148,12 @@ class Recorder:
             v = 0
         self._values._d[id(t)] = (_weakref(t), [ref, v])  # TensorMap.__setitem__, inlined
         return ref
+
+    @property
+    def may_tie(self) -> bool:
+        """Whether the model holds a tensor under two names (a tied weight, a module registered
+        twice): only then has :func:`~fxviz.torchbridge.values.mark_tied` anything to do."""
+        return self._shared_modules or self.state.tied
 
     def finish(self) -> None:
         """The forward returned: bind its last in-place writes (ATen level) before outputs are read."""
