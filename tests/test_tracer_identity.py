@@ -92,3 +92,82 @@ def test_tied_tensors_are_named_as_torch_lists_them() -> None:
         n.attrs.pop("shared_with", None)
     mark_tied(g.nodes, model, named_modules(model, remove_duplicate=False))
     assert {n.target: n.attrs["shared_with"] for n in g.nodes if "shared_with" in n.attrs} == tied
+
+
+class _TiedOnly(nn.Module):
+    """A tensor under two names with no module met twice (a tied weight alone)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.emb(ids))
+
+
+class _SharedOnly(nn.Module):
+    """A module met under two paths, no tensor shared otherwise."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = self.a
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))
+
+
+def _torch_ties(model: nn.Module) -> dict[str, list[str]]:
+    names: dict[int, list[str]] = {}
+    for name, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+        names.setdefault(id(t), []).append(name)
+    return {ns[0]: ns[1:] for ns in names.values() if len(ns) > 1}
+
+
+def test_ties_found_by_either_sign_the_recorder_reads() -> None:
+    """The tracer runs ``mark_tied`` only when its own walk saw a tensor under two names or a
+    module under two paths: each alone still gives torch's ties, and a model with none has none."""
+    torch.manual_seed(0)
+    cases = [(_TiedOnly(), (torch.tensor([1, 2]),)), (_SharedOnly(), (torch.randn(2, 4),)),
+             (nn.Sequential(nn.Linear(4, 4), nn.ReLU()), (torch.randn(2, 4),))]
+    expected = [{"emb.weight": ["head.weight"]}, {"a.weight": ["b.weight"], "a.bias": ["b.bias"]}, {}]
+    for (model, args), want in zip(cases, expected, strict=True):
+        g = trace_eager(model.eval(), args)
+        assert _torch_ties(model) == want
+        got = {n.target: n.attrs["shared_with"] for n in g.nodes if "shared_with" in n.attrs}
+        assert got == want
+
+
+class _Lines(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(3):
+            x = torch.relu(x) + 1  # one line, two ops, run three times
+        y = (torch.sigmoid(x)
+             * torch.tanh(x))  # one statement over two lines
+        return y
+
+
+class _Where(torch.overrides.TorchFunctionMode):
+    """Python's own record of each call's line: ``f_lineno`` of the calling frame."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[int] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.lines.append(sys._getframe(1).f_lineno)
+        return func(*args, **(kwargs or {}))
+
+
+def test_source_lines_cached_per_instruction_are_pythons_own() -> None:
+    """The tracer caches an op's location per instruction of a frame's code (``f_lasti``); each
+    op's line is still the line Python itself reports for the call (``f_lineno``)."""
+    model, x = _Lines(), torch.randn(3)
+    where = _Where()
+    with where:
+        model(x)
+    g = trace_eager(model, (x,))
+    assert [n.source.line if n.source else None for n in g.ops] == where.lines
+    assert len(set(where.lines)) == 3  # the loop's line, and the statement's two lines

@@ -9,7 +9,7 @@ The way through, in reading order:
 
 - ``trace.py``: :func:`trace_eager`: set-up, the run, outputs, restoring the model, partial graphs;
 - ``modes.py``: what feeds the recorder: a torch mode at either level, and module hooks;
-- ``recorder.py``: :class:`Recorder`, one call in, one node out (the hot path);
+- ``recorder.py``: :class:`Recorder`, one call in, one node out; ``observe.py``: its hot path;
 - ``classify.py``: what a callable is (an op, a metadata query, an exit from the graph);
 - ``tensors.py``: tensor identity and versions, the model's own tensors by name;
 - ``context.py``: where a call happens: module stack, user source line, node names;

@@ -50,8 +50,10 @@ class Sources:
     __slots__ = ("_user_code",)
 
     def __init__(self) -> None:
-        #: id(code) -> (code, 1: user code, 0: not, -1: the model's caller, {line: location})
-        self._user_code: dict[int, tuple[types.CodeType, int, dict[int, SourceLoc]]] = {}
+        #: id(code) -> (code, 1: user code, 0: not, -1: the model's caller, {f_lasti: location},
+        #: {line: location}): an instruction's location costs a lookup, where ``f_lineno`` scans
+        #: the code's line table; one location per line
+        self._user_code: dict[int, tuple[types.CodeType, int, dict[int, SourceLoc], dict[int, SourceLoc]]] = {}
 
     def find(self) -> SourceLoc | None:
         # skip this frame and the recorder's; the walk passes over torch's and fxviz's frames
@@ -62,19 +64,26 @@ class Sources:
             e = user.get(id(code))
             if e is None or e[0] is not code:
                 u = -1 if code in MODEL_CALLERS else int(is_user_file(code.co_filename))
-                e = user[id(code)] = (code, u, {})
+                e = user[id(code)] = (code, u, {}, {})
             u = e[1]
             if u < 0:  # the model's caller: the rest is outside the model
                 return None
             if u:
-                line = f.f_lineno
-                loc = e[2].get(line)
+                loc = e[2].get(f.f_lasti)
                 if loc is None:
-                    text = linecache.getline(code.co_filename, line).strip()
-                    loc = e[2][line] = SourceLoc(code.co_filename, line, code.co_name, text)
+                    loc = e[2][f.f_lasti] = self.at(code, f.f_lineno, e[3])
                 return loc
             f = f.f_back
         return None
+
+    @staticmethod
+    def at(code: types.CodeType, line: int, lines: dict[int, SourceLoc]) -> SourceLoc:
+        """The location of ``line`` of ``code`` (``lines``: those of ``code`` made so far)."""
+        loc = lines.get(line)
+        if loc is None:
+            text = linecache.getline(code.co_filename, line).strip()
+            loc = lines[line] = SourceLoc(code.co_filename, line, code.co_name, text)
+        return loc
 
 
 class ModuleStack:

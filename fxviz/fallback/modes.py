@@ -81,7 +81,10 @@ def recording(rec: Recorder) -> Iterator[None]:
         watchers = [cm for cm in AROUND if getattr(cm, "needs", None) is not None]
         if watchers and not rec.aten:
             handler = _hidden_from(watchers[-1], handler)
-        stack.enter_context(mode(rec.level, handler))
+        if rec.aten or watchers or type(rec).observe is not Recorder.observe:
+            stack.enter_context(mode(rec.level, handler))
+        else:  # the recorder's hot path is the mode's __torch_function__: no frame of ours between
+            stack.enter_context(type("_RecordingMode", (TorchFunctionMode,), {"__torch_function__": rec.observed})())
         ACTIVE.append(rec)
         stack.callback(ACTIVE.pop)
         yield
@@ -149,9 +152,11 @@ def module_hooks(rec: Recorder) -> Iterator[None]:
     handles = []
     main = get_ident()  # the capturing thread: the only one whose ops the modes see
 
-    # the hooks run on every module call: the capturing thread's case is inlined, bound methods
-    # are looked up once
-    stack_enter, stack_leave = stack.enter, stack.leave
+    # the hooks run on every module call: the capturing thread's case is inlined, with
+    # ModuleStack.enter and .leave (their state bound once: the stack's own methods are for
+    # the other threads' calls and for reading)
+    calls, frames, nodes, on_empty = stack._calls, stack._frames, rec.nodes, stack._on_empty
+    calls_get, push, pop = calls.get, frames.append, frames.pop
 
     def pre(module: nn.Module, args: Any) -> None:
         e = paths.get(id(module))
@@ -160,14 +165,19 @@ def module_hooks(rec: Recorder) -> Iterator[None]:
             if thread == main:
                 if rec.elsewhere:
                     rec.flush_elsewhere()
-                stack_enter(e[1])
+                path = e[1]  # ModuleStack.enter, inlined
+                n = calls_get(path, 0)
+                calls[path] = n + 1
+                current = stack.current
+                push((path, current, len(nodes)))
+                stack.current = (*current, (path, n))
             else:  # a call in a worker thread: noted, never wrapped around this thread's ops
                 rec.ran_elsewhere(stack.elsewhere(thread, e[1], True), threading.current_thread().name)
 
     def leave(path: str) -> None:
         thread = get_ident()
         if thread == main:
-            stack_leave(path)
+            stack.leave(path)
         else:
             stack.elsewhere(thread, path, False)
 
@@ -175,7 +185,14 @@ def module_hooks(rec: Recorder) -> Iterator[None]:
         e = paths.get(id(module))
         if e is not None and e[0] is module and id(module) not in own_exit:
             if get_ident() == main:
-                stack_leave(e[1])
+                path = e[1]  # ModuleStack.leave, inlined for a call that returned normally
+                if frames and frames[-1][0] == path:
+                    _, outer, recorded = pop()
+                    if recorded == len(nodes) and on_empty is not None:
+                        on_empty(stack.current)
+                    stack.current = outer
+                else:
+                    stack.leave(path)
             else:
                 leave(e[1])
 

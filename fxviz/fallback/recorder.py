@@ -4,9 +4,10 @@
 For one call the recorder reads the tensor arguments' producers (:class:`~fxviz.fallback.tensors.Versions`,
 creating parameter, buffer and constant nodes on first read), turns the other arguments into attrs
 (:mod:`fxviz.fallback.values`), runs the call, and adds the node with the module stack, the user's
-source line and a unique name (:mod:`fxviz.fallback.context`). ``observe`` / ``collect`` /
-``record`` run for every op of the forward: they are written for speed (a 300-layer model runs
-about a thousand ops per capture), the rest for reading.
+source line and a unique name (:mod:`fxviz.fallback.context`). What runs for every op of the
+forward is one closure, :func:`~fxviz.fallback.observe.observer`, written for speed (a 300-layer
+model runs about a thousand ops per capture); the recorder's methods it calls for the rare cases
+(and everything else here) are written for reading.
 """
 
 from __future__ import annotations
@@ -18,29 +19,20 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor
 
-from fxviz.fallback.classify import Action, Kind, Level, classify, kind_of, kinds, written_tensors
+from fxviz.fallback.classify import Action, Kind, Level, kind_of, kinds
 from fxviz.fallback.context import ModuleStack, Names, Sources
+from fxviz.fallback.observe import PLAIN_TENSORS, TracerFault, observer
 from fxviz.fallback.tensors import METAS, ModelState, Versions, tensor_meta, version
 from fxviz.fallback.values import encode, has_opaque
-from fxviz.ir import ModuleCall, Node, Ref, SourceLoc
-from fxviz.ops import DROPOUTS, RANDOM
-from fxviz.torchbridge.distributed import placement_attrs
+from fxviz.ir import ModuleCall, Node, NodeKind, Ref, SourceLoc
 from fxviz.torchbridge.guard import named_modules
 
-# Bound once: ``Action.SKIP`` is an attribute lookup on the enum class, ~150 ns on Python 3.11; a
-# module global compared with ``is`` costs ~30 ns, as little as the int constants it replaces, and
-# these comparisons run on every op.
-_SKIP, _EXIT = Action.SKIP, Action.EXIT
+_SKIP = Action.SKIP
 _PLAIN_TYPES = frozenset({int, bool, str})
 #: Tensors that are neither a DTensor nor a shard of one by their type alone. A parameter is looked
 #: for among the sharded values only in a sharded run: outside one, asking a parameter for its
 #: storage (``_place``) went through ``Parameter.__torch_function__`` on every first read.
-_PLAIN_TENSORS = frozenset({torch.Tensor, nn.Parameter})
-
-
-class TracerFault(Exception):
-    """Raised when the tracer's own bookkeeping fails, so it is never mistaken for the model's
-    error; :func:`~fxviz.fallback.trace.trace_eager` turns it back into the original exception."""
+_PLAIN_TENSORS = PLAIN_TENSORS
 
 
 class Recorder:
@@ -64,6 +56,8 @@ class Recorder:
         for path, m in named:
             first.setdefault(id(m), (path, m))  # a shared module keeps its first path
         self.modules = list(first.values())
+        #: a module met under two paths: its tensors have two names each (see :attr:`may_tie`)
+        self._shared_modules = len(self.modules) < len(named)
         self.module_stack = ModuleStack(self.nodes, self.call_without_ops)
         #: module calls other threads made, ``(stack, thread name)``: appended by those threads,
         #: turned into nodes by the capturing thread (:meth:`flush_elsewhere`)
@@ -83,6 +77,9 @@ class Recorder:
         self.call: list[str] | None = None
         self._call_ids: dict[str, int] = {}
         self._arg_names: dict[Any, list[str]] = {}  # ATen op -> its schema's argument names
+        #: the hot path: ``observed(mode, func, types, args, kwargs)`` runs one call and records it
+        #: (at function level, the recording mode's ``__torch_function__`` itself)
+        self.observed = observer(self)
 
     # ---- values the graph starts from ----------------------------------------------------------
 
@@ -122,13 +119,25 @@ class Recorder:
                 self._sharded[key] = ref
 
     def _state_node(self, t: torch.Tensor) -> Ref:
-        kind, name = self.state.read(t)
-        if not name:
-            self.replay_blockers.append("reads a tensor the model does not own (a global or a closure)")
+        kind: NodeKind
+        e = self.state._names.get(id(t))
+        if e is not None and e[0] is t and e[1] == "parameter":  # ModelState.read, inlined for a parameter
+            kind, name = "parameter", e[2]
+        else:
+            kind, name = self.state.read(t)
+            if not name:
+                self.replay_blockers.append("reads a tensor the model does not own (a global or a closure)")
         owner = name.rpartition(".")[0]
         meta = METAS.get((t.shape, t.dtype, t.device))  # tensor_meta(), inlined: once per parameter
+        names = self.names  # Names.unique(), inlined for a name not taken yet
+        base = name or "constant"
+        if base in names._next or base in names._taken:
+            base = names.unique(base)
+        else:
+            names._next[base] = 1
+            names._taken.add(base)
         node = Node(
-            self.names.unique(name or "constant"), kind, name, (), ((owner, 0),) if owner else (),
+            base, kind, name, (), ((owner, 0),) if owner else (),
             (meta if meta is not None else tensor_meta(t),),
         )
         self.nodes.append(node)
@@ -139,6 +148,12 @@ class Recorder:
             v = 0
         self._values._d[id(t)] = (_weakref(t), [ref, v])  # TensorMap.__setitem__, inlined
         return ref
+
+    @property
+    def may_tie(self) -> bool:
+        """Whether the model holds a tensor under two names (a tied weight, a module registered
+        twice): only then has :func:`~fxviz.torchbridge.values.mark_tied` anything to do."""
+        return self._shared_modules or self.state.tied
 
     def finish(self) -> None:
         """The forward returned: bind its last in-place writes (ATen level) before outputs are read."""
@@ -152,6 +167,7 @@ class Recorder:
         when the trace returns, instead of waiting for the collector, whose young generation a
         capture walks when it ends (``capture_session``)."""
         self.module_stack = ModuleStack()
+        self.observed = _closed
 
     # ---- module calls without ops ------------------------------------------------------------
 
@@ -186,44 +202,9 @@ class Recorder:
     # ---- one call ------------------------------------------------------------------------------
 
     def observe(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Run one call and record it: the handler of the recording mode, at either level.
-
-        A failure of our own bookkeeping is a :class:`TracerFault`, never mistaken for the model's
-        error; an exception from the call itself marks the node and propagates unchanged."""
-        aten = self.aten
-        try:
-            if aten and self.versions.pending:
-                self.versions.finish_pending()
-            kind = self._kinds.get(func)
-            if kind is None:
-                kind = self._kinds[func] = classify(func, self.level)
-            skip = kind.action is _SKIP
-            if not skip:
-                names = None
-                if aten:
-                    names = self._arg_names.get(func)
-                    if names is None:
-                        names = self._arg_names[func] = [a.name for a in func._schema.arguments]
-                inputs, attrs, seen = self.collect(args, kwargs, names)
-                source = self.sources.find()
-                mutated = written_tensors(func, args, kwargs, names) if names is not None else ()
-                when = kind.writes_when
-                if kind.writes or (when is not None and when(args, kwargs)) or (kwargs and "out" in kwargs):
-                    self.before_write(kind, args, kwargs, seen, mutated)
-        except Exception as e:
-            raise TracerFault(f"tracer failed before {func}") from e
-        if skip:
-            return func(*args, **kwargs)
-        try:
-            out = func(*args, **kwargs)
-        except Exception as e:
-            self.record_failure(kind, inputs, attrs, source, e)
-            raise
-        try:
-            self.record(kind, inputs, attrs, seen, out, source, mutated)
-        except Exception as e:
-            raise TracerFault(f"tracer failed after {func}") from e
-        return out
+        """Run one call and record it: the handler of the recording mode, at either level
+        (:func:`~fxviz.fallback.observe.observer`: the hot path)."""
+        return self.observed(None, func, None, args, kwargs)
 
     def before_write(
         self, kind: Kind, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -266,32 +247,21 @@ class Recorder:
         self._call_ids[kind.name] = n
         return [f"{kind.name}_{n}", kind.target]
 
-    def collect(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], names: list[str] | None
-    ) -> tuple[list[Ref], dict[str, Any], list[tuple[torch.Tensor, int]]]:
-        """Inputs in argument order, JSON-safe attrs, and the tensor arguments with their
-        versions (to see afterwards which ones the call wrote). The hot path of the tracer."""
-        inputs: list[Ref] = []
-        attrs: dict[str, Any] = {}
-        seen: list[tuple[torch.Tensor, int]] = []
+    def collect_rest(
+        self, args: tuple[Any, ...], start: int, kwargs: dict[str, Any], names: list[str] | None,
+        inputs: list[Ref], attrs: dict[str, Any], seen: list[tuple[torch.Tensor, int]],
+    ) -> None:
+        """The arguments of a call from positional ``start`` on, and its keyword arguments, the
+        hot path left (it reads tensors and plain scalars): into ``inputs`` in argument order
+        (tensors nested in a list or a dict too), JSON-safe ``attrs``, and ``seen``, the tensor
+        arguments with their versions (to see afterwards which ones the call wrote)."""
         exact: dict[str, Any] | None = None
-        values = self._values._d
         read: Any = None  # the callback encode() reads nested tensors with: made on first need
-
-        for i, a in enumerate(args):
+        for i in range(start, len(args)):
+            a = args[i]
             if isinstance(a, torch.Tensor):
-                # the common case: a tensor produced by an earlier op, read here without a call
-                try:
-                    v = a._version
-                except RuntimeError:  # an inference tensor
-                    v = 0
-                e = values.get(id(a))
-                if e is not None and e[0]() is a:
-                    known = e[1]
-                    inputs.append(known[0] if known[1] == v else self.versions.changed(a, known, v))
-                else:
-                    ref = self._sharded_value(a) if self._sharded or type(a) not in _PLAIN_TENSORS else None
-                    inputs.append(ref if ref is not None else self._state_node(a))
+                v = version(a)
+                inputs.append(self.read_at(a, v))
                 seen.append((a, v))
                 continue
             key = names[i] if names is not None and i < len(names) else f"arg{i}"
@@ -318,7 +288,6 @@ class Recorder:
             attrs["py"] = exact
             if has_opaque(exact):
                 self.replay_blockers.append("passes a value replay cannot rebuild (a callable?)")
-        return inputs, attrs, seen
 
     def _reader(self, inputs: list[Ref], seen: list[tuple[torch.Tensor, int]]) -> Any:
         """The callback :func:`~fxviz.fallback.values.encode` reads the tensors inside an argument
@@ -332,87 +301,6 @@ class Recorder:
             return r
 
         return read
-
-    def record(
-        self,
-        kind: Kind,
-        inputs: list[Ref],
-        attrs: dict[str, Any],
-        seen: list[tuple[torch.Tensor, int]],
-        out: Any,
-        source: SourceLoc | None,
-        mutated: tuple[int, ...] = (),
-    ) -> Node | None:
-        """Add the node for one finished call, unless it computed nothing a graph shows."""
-        action, target, short = kind.action, kind.target, kind.name
-        sharded = None
-        if isinstance(out, torch.Tensor):
-            outs: tuple[Any, ...] = (out,)
-            meta = METAS.get((out.shape, out.dtype, out.device))  # tensor_meta(), inlined
-            metas: tuple[Any, ...] = (meta if meta is not None else tensor_meta(out),)
-            has_tensor = True
-            if type(out) is not torch.Tensor and hasattr(out, "placements"):  # a DTensor: where it lives
-                attrs.update(placement_attrs(out))
-                sharded = out
-        else:
-            if isinstance(out, (tuple, list)) and action is not _EXIT:
-                outs = tuple(out)
-            else:
-                outs = (out,) if out is not None else ()
-            has_tensor = any(isinstance(o, torch.Tensor) for o in outs)
-            metas = ()
-        written: list[torch.Tensor] | None = None
-        if self.aten:
-            written = [seen[i][0] for i in mutated if i < len(seen)]
-        elif seen:
-            try:  # the version counters again: a call that moved one wrote that tensor
-                for t, v in seen:
-                    if t._version != v:
-                        written = [t for t, v in seen if t._version != v]
-                        break
-            except RuntimeError:  # an inference tensor: no counter, never written
-                written = [t for t, v in seen if version(t) != v] or None
-        if not (has_tensor or written or action is _EXIT):
-            return None
-        names = self.names  # Names.unique(), inlined for a name not taken yet
-        n = names._next.get(short, 0)
-        name = short if n == 0 else f"{short}_{n}"
-        if name in names._taken:
-            name = names.unique(short)
-        else:
-            names._next[short] = n + 1
-            names._taken.add(name)
-        node = Node(
-            name, "op", target, tuple(inputs), self.module_stack.current,
-            metas or tuple([tensor_meta(o) for o in outs]), source, attrs,
-        )
-        if action is _EXIT:
-            attrs["data_dependent"] = True
-        if self.call is not None:
-            attrs["torch_fn"] = self.call
-        elif not written and seen and outs and outs[0] is seen[0][0]:
-            # a call that hands back its input (``contiguous()`` on a contiguous tensor, eval-mode
-            # dropout): export records nothing for it, and a comparison needs to know why
-            attrs["returns_input"] = True
-        elif short in RANDOM or (short in DROPOUTS and _dropout_active(attrs)):
-            self.replay_blockers.append(f"{target} draws random numbers")
-        self.nodes.append(node)
-        values = self._values._d  # TensorMap.__setitem__, inlined
-        if metas:
-            try:
-                v = out._version
-            except RuntimeError:  # an inference tensor
-                v = 0
-            values[id(out)] = (_weakref(out), [Ref(name), v])
-            if sharded is not None:
-                self._note_sharded(sharded, Ref(name))
-        else:
-            for i, o in enumerate(outs):
-                if isinstance(o, torch.Tensor):
-                    values[id(o)] = (_weakref(o), [Ref(name, i), version(o)])
-        if written:
-            self.versions.wrote(node, outs, written, deferred=self.aten)
-        return node
 
     def record_failure(
         self, kind: Kind, inputs: list[Ref], attrs: dict[str, Any],
@@ -429,13 +317,12 @@ class Recorder:
         self.failed = node
 
 
-def _dropout_active(attrs: dict[str, Any]) -> bool:
-    training = attrs.get("training", attrs.get("arg2", attrs.get("train", True)))
-    p = attrs.get("p", attrs.get("arg1", 0.5))
-    return bool(training) and p != 0
-
-
 __all__ = ["Recorder", "TracerFault"]
+
+
+def _closed(mode: Any, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+    """What a closed recorder does with a call: run it, record nothing."""
+    return func(*args, **(kwargs or {}))
 
 
 def _place(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], tuple[int, ...]] | None:

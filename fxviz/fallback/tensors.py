@@ -44,6 +44,9 @@ class TensorMap:
 
 #: (shape, dtype, device) -> the TensorMeta every tensor of that kind shares (read inline by the recorder)
 METAS: dict[tuple[Any, ...], TensorMeta] = {}
+#: (shape, dtype) -> the TensorMeta of a plain CPU tensor: the recorder's key for most ops, without
+#: the ``torch.device`` object that reading ``t.device`` makes (and hashes) each time
+CPU_METAS: dict[tuple[Any, ...], TensorMeta] = {}
 
 
 def tensor_meta(v: Any) -> TensorMeta:
@@ -166,6 +169,9 @@ class ModelState:
         # walk), checked by identity so that a reused id never names another tensor
         self._names: dict[int, tuple[torch.Tensor, NodeKind, str]] = {}
         names = self._names
+        #: a tensor the walk met under two names (a tied weight): only then can ``mark_tied`` find
+        #: anything among ``modules`` (a module met under two paths is the caller's to tell)
+        self.tied = False
         for path, m in modules:
             prefix = f"{path}." if path else ""
             kinds: tuple[tuple[NodeKind, dict[str, Any]], ...] = (
@@ -173,8 +179,11 @@ class ModelState:
             for kind, members in kinds:
                 if members:
                     for name, t in members.items():
-                        if t is not None and id(t) not in names:
-                            names[id(t)] = (t, kind, prefix + name)
+                        if t is not None:
+                            if id(t) not in names:
+                                names[id(t)] = (t, kind, prefix + name)
+                            else:
+                                self.tied = True
         self._attributes_scanned = False
         self._snapshot_buffers = snapshot_buffers
         self._saved: list[tuple[torch.Tensor, torch.Tensor]] = []  # model tensor, its copy
@@ -268,4 +277,4 @@ class ModelState:
         self._backed.clear()
 
 
-__all__ = ["METAS", "ModelState", "TensorMap", "Versions", "add_output", "tensor_meta", "version"]
+__all__ = ["CPU_METAS", "METAS", "ModelState", "TensorMap", "Versions", "add_output", "tensor_meta", "version"]

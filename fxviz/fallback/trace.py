@@ -133,7 +133,8 @@ def _trace(
     except Exception as e:
         if _beyond_the_tracer(e):
             raise
-        mark_tied(rec.nodes, model, named)
+        if rec.may_tie:
+            mark_tied(rec.nodes, model, named)
         graph.nodes = rec.nodes
         if checkpoints is not None:
             checkpoints.mark(graph.nodes)
@@ -141,7 +142,8 @@ def _trace(
     finally:
         rec.state.restore()
         rec.close()
-    mark_tied(rec.nodes, model, named)
+    if rec.may_tie:
+        mark_tied(rec.nodes, model, named)
     graph.nodes = rec.nodes
     if checkpoints is not None:
         checkpoints.mark(graph.nodes)
