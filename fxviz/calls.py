@@ -67,7 +67,7 @@ def stack_indexer(table: list[list[Any]]) -> Callable[[Stack], int]:
     return of
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True, init=False)
 class Call:
     """One call of a module; the root is the model's own forward.
 
@@ -108,6 +108,29 @@ class Call:
     _inputs: list[Ref] = field(default_factory=list, repr=False)
     _outputs: list[Ref] = field(default_factory=list, repr=False)
     _pending: _Boundaries | None = field(default=None, repr=False)
+
+    def __init__(
+        self, stack: Stack, parent: Call | None = None, children: list[Call] | None = None,
+        steps: list[Call | Region | str] | None = None, ops: list[str] | None = None,
+        nodes: list[str] | None = None, state: list[str] | None = None, id: str = "",
+        region: Region | None = None, regions: list[Region] | None = None, _inputs: list[Ref] | None = None,
+        _outputs: list[Ref] | None = None, _pending: _Boundaries | None = None,
+    ) -> None:
+        # the generated __init__, without a call per list: a capture makes a call object per
+        # module call, and this was most of making one
+        self.stack = stack
+        self.parent = parent
+        self.children = [] if children is None else children
+        self.steps = [] if steps is None else steps
+        self.ops = [] if ops is None else ops
+        self.nodes = [] if nodes is None else nodes
+        self.state = [] if state is None else state
+        self.id = id
+        self.region = region
+        self.regions = [] if regions is None else regions
+        self._inputs = [] if _inputs is None else _inputs
+        self._outputs = [] if _outputs is None else _outputs
+        self._pending = _pending
 
     @property
     def inputs(self) -> list[Ref]:
@@ -285,7 +308,6 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
     by_path: dict[str, list[Call]] = {}
     node_call: dict[str, Call] = {}
     ids: dict[str, int] = {}  # "path#index" -> how many calls end that way so far
-    kids: dict[tuple[int, ModuleCall], Call] = {}  # (id of a call, level) -> its child call
     regions: list[Region] = []
     node_region: dict[str, Region] = {}
     by_region: dict[tuple[str, int], Region] = {}  # (region id, id of its call) -> the region
@@ -293,9 +315,7 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
     def new_call(parent: Call, stack: Stack, d: int, place: Region | None) -> Call:
         """The call ``stack[:d]``, new, in ``parent`` at ``place`` (a region of it, or itself)."""
         c = Call(stack[:d], parent, region=place)
-        level = stack[d - 1]
-        kids[(id(parent), level)] = c
-        path, index = level  # c.path and c.index, without the property calls
+        path, index = stack[d - 1]  # c.path and c.index, without the property calls
         # an id ends in "#<index>" or in "#<index>@<n>": the two kinds cannot meet
         cid = f"{path}#{index}"
         n = ids[cid] = ids.get(cid, 0) + 1
@@ -347,40 +367,51 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
                 inner, j = r, j + 1
             if level == len(stack):
                 return call, inner
-            child = kids.get((id(call), stack[level]))
+            child = by_stack.get(stack[:level + 1])  # a call is known by its whole stack
             call = child if child is not None else new_call(call, stack, level + 1, inner)
 
     state: list[Node] = []
-    position: dict[str, int] = {}
     # the ops of one call share one stack tuple: found by its id, where a lookup in ``by_stack``
-    # hashes every level of the stack again (the nodes keep each stack, so an id is never reused)
-    of_stack: dict[int, Call] = {}
-    for i, n in enumerate(nodes):
-        position[n.name] = i
-        if n.kind == "op":
-            entries = region_entries(n) if n.attrs else None
-            if entries:
-                c, inner = get_in_regions(n.stack, entries, n.name)
-            else:
-                inner = None
-                c = of_stack.get(id(n.stack))  # type: ignore[assignment]
-                if c is None:
-                    c = of_stack[id(n.stack)] = get(n.stack)
-            node_call[n.name] = c
-            c.ops.append(n.name)
-            if inner is not None:
-                node_region[n.name] = inner
-                inner.steps.append(n.name)
-            else:
-                c.steps.append(n.name)
-            a: Call | None = c
-            while a is not None:
-                a.nodes.append(n.name)
-                a = a.parent
-        elif n.kind in STATE_KINDS:
+    # hashes every level of the stack again (the nodes keep each stack, so an id is never reused);
+    # with the call, the ``nodes`` of the call and of every call around it, innermost first
+    of_stack: dict[int, tuple[Call, list[list[str]]]] = {}
+    for n in nodes:
+        kind, name = n.kind, n.name
+        if kind == "op":
+            attrs = n.attrs
+            if attrs and attrs.get("region") is not None and (entries := region_entries(n)):
+                c, inner = get_in_regions(n.stack, entries, name)
+                node_call[name] = c
+                c.ops.append(name)
+                if inner is not None:
+                    node_region[name] = inner
+                    inner.steps.append(name)
+                else:
+                    c.steps.append(name)
+                a: Call | None = c
+                while a is not None:
+                    a.nodes.append(name)
+                    a = a.parent
+                continue
+            hit = of_stack.get(id(n.stack))
+            if hit is None:
+                c = get(n.stack)
+                around = []
+                a = c
+                while a is not None:
+                    around.append(a.nodes)
+                    a = a.parent
+                hit = of_stack[id(n.stack)] = (c, around)
+            c, around = hit
+            node_call[name] = c
+            c.ops.append(name)
+            c.steps.append(name)
+            for into in around:
+                into.append(name)
+        elif kind in STATE_KINDS:
             state.append(n)
-        elif n.kind == "call":  # a module call that ran no op: the call exists, nothing in it
-            node_call[n.name] = get(n.stack)
+        elif kind == "call":  # a module call that ran no op: the call exists, nothing in it
+            node_call[name] = get(n.stack)
     for n in state:
         # a constant placed with its first reader's whole stack belongs to that very call; a
         # parameter to its owner's first call (the nearest enclosing module that ran)
@@ -392,11 +423,11 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
             owner = by_path[path][0] if path else root
         node_call[n.name] = owner
         owner.state.append(n.name)
-    pending = _Boundaries(nodes, node_call, root, position)
+    pending = _Boundaries(nodes, node_call, root)
     for c in by_stack.values():
         c._pending = pending
     if regions:
-        shared = _RegionBoundaries(nodes, position)
+        shared = _RegionBoundaries(nodes)
         for r in regions:
             r._boundary = shared
     return CallTree(root, by_stack, node_call, by_path, regions, node_region)
@@ -407,19 +438,22 @@ class _Boundaries:
 
     __slots__ = ("args",)
 
-    def __init__(self, nodes: Sequence[Node], node_call: dict[str, Call], root: Call,
-                 position: dict[str, int]) -> None:
-        self.args: tuple[Sequence[Node], dict[str, Call], Call, dict[str, int]] | None = (
-            nodes, node_call, root, position)
+    def __init__(self, nodes: Sequence[Node], node_call: dict[str, Call], root: Call) -> None:
+        self.args: tuple[Sequence[Node], dict[str, Call], Call] | None = (nodes, node_call, root)
 
     def fill(self) -> None:
         if self.args is None:
             return
-        nodes, node_call, root, position = self.args
+        nodes, node_call, root = self.args
         self.args = None
         for c in root.walk():
             c._pending = None
-        _boundaries(nodes, node_call, root, position)
+        _boundaries(nodes, node_call, root, _positions(nodes))
+
+
+def _positions(nodes: Sequence[Node]) -> dict[str, int]:
+    """Node name -> its place in ``nodes`` (the last of a name): what orders a call's outputs."""
+    return {n.name: i for i, n in enumerate(nodes)}
 
 
 def _boundaries(nodes: Sequence[Node], node_call: dict[str, Call], root: Call, position: dict[str, int]) -> None:
@@ -462,15 +496,16 @@ class _RegionBoundaries:
 
     __slots__ = ("by_name", "nodes", "position", "readers")
 
-    def __init__(self, nodes: Sequence[Node], position: dict[str, int]) -> None:
+    def __init__(self, nodes: Sequence[Node]) -> None:
         self.nodes = nodes
-        self.position = position
+        self.position: dict[str, int] = {}
         self.by_name: dict[str, Node] | None = None
         self.readers: dict[str, list[str]] | None = None
 
     def of(self, region: Region) -> tuple[list[Ref], list[Ref]]:
         if self.by_name is None or self.readers is None:
             self.by_name = {n.name: n for n in self.nodes}
+            self.position = _positions(self.nodes)
             self.readers = {}
             for n in self.nodes:
                 for r in n.inputs:

@@ -3,11 +3,11 @@ module with the calls made to it (:mod:`fxviz.calls`) and the nodes directly in 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from fxviz.calls import CallTree, call_tree
+from fxviz.calls import Call, CallTree, call_tree
 
 if TYPE_CHECKING:
     from fxviz.ir import ModuleInfo, Node
@@ -46,7 +46,8 @@ class Scope:
 
 
 def build_scopes(
-    nodes: Sequence[Node], modules: Mapping[str, ModuleInfo], name: str, tree: CallTree | None = None
+    nodes: Sequence[Node], modules: Mapping[str, ModuleInfo], name: str, tree: CallTree | None = None,
+    *, own_nodes: bool = True, calls: Iterable[Call] | None = None,
 ) -> Scope:
     """The module scope tree of ``nodes``, from their call tree.
 
@@ -55,6 +56,10 @@ def build_scopes(
     they first run; modules that only hold state (never called) come after. Export lists every
     parameter before the first op, so ordering by first appearance would follow the order of
     ``__init__`` instead of execution, and make unrelated siblings look consecutive.
+
+    ``own_nodes=False`` leaves every scope's ``nodes`` empty, for a reader of the hierarchy alone
+    (``fold``): filling them is a scan over every node. ``calls`` are the tree's calls in walk
+    order, where the caller has them listed already.
     """
     tree = tree if tree is not None else call_tree(nodes)
 
@@ -82,12 +87,14 @@ def build_scopes(
             parent = s
         return parent
 
-    for c in tree.walk():
+    for c in tree.walk() if calls is None else calls:
         if c.stack:
             get(c.stack[-1][0])  # Call.path, without the property call
-    for path, calls in tree.by_path.items():
+    for path, of_path in tree.by_path.items():
         # distinct Call.index; a module called once (most) has one
-        scopes[path].calls = 1 if len(calls) == 1 else len({c.stack[-1][1] for c in calls})
+        scopes[path].calls = 1 if len(of_path) == 1 else len({c.stack[-1][1] for c in of_path})
+    if not own_nodes:
+        return root
     # the nodes of one module call share one stack tuple (a capture and a graph read from JSON
     # share them): each stack's scope is looked up once, not once per node (keyed by id: the nodes
     # keep every stack alive)

@@ -156,6 +156,8 @@ def classify_plumbing(graph: Graph) -> dict[str, str]:
         kind = n.kind
         if kind in STATE_KINDS or kind == "input":
             outs = n.outputs
+            if kind == "parameter" and len(outs) == 1 and outs[0].is_tensor:
+                continue  # a tensor parameter is data (most state: its dtype is not looked at)
             known = state_dtypes.get(id(outs[0])) if len(outs) == 1 else None
             if known is None:
                 dtypes = _tensor_dtypes(n)
