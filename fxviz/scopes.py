@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from fxviz.ir import ModuleInfo, Node
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Scope:
     """One module in the scope tree (the model's attribute hierarchy), with the calls made to it.
 
@@ -28,6 +28,15 @@ class Scope:
     calls: int = 0
     children: dict[str, Scope] = field(default_factory=dict)
     nodes: list[str] = field(default_factory=list)
+
+    def __init__(self, path: str, cls: str, calls: int = 0, children: dict[str, Scope] | None = None,
+                 nodes: list[str] | None = None) -> None:
+        # the generated __init__, without a call per container (a scope per module, per fold)
+        self.path = path
+        self.cls = cls
+        self.calls = calls
+        self.children = {} if children is None else children
+        self.nodes = [] if nodes is None else nodes
 
     @property
     def name(self) -> str:
@@ -67,7 +76,7 @@ def build_scopes(
         info = modules.get(path)
         return info.cls if info else ""
 
-    root = Scope("", name or cls_of(""), calls=1)
+    root = Scope("", name or cls_of(""), 1)
     scopes: dict[str, Scope] = {"": root}
 
     def get(path: str) -> Scope:
@@ -81,7 +90,8 @@ def build_scopes(
             parent_path = parent_path.rpartition(".")[0]
         parent = scopes[parent_path]
         for p in reversed(missing):
-            s = Scope(p, cls_of(p))
+            info = modules.get(p)  # cls_of(), inlined
+            s = Scope(p, info.cls if info else "")
             parent.children[p] = s
             scopes[p] = s
             parent = s

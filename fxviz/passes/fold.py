@@ -27,12 +27,11 @@ def _relative(path: str, base: str) -> str:
     return path[len(base) + 1 :] if path != base else ""
 
 
-def _candidates(root: Scope) -> set[str]:
-    """Modules that could start or continue a run: those with a sibling of the same class."""
+def _candidates(parents: list[Scope]) -> set[str]:
+    """Modules that could start or continue a run: those with a sibling of the same class
+    (``parents``: the scopes with more than one child)."""
     out: set[str] = set()
-    for scope in root.walk():
-        if len(scope.children) < 2:
-            continue
+    for scope in parents:
         by_cls: dict[str, list[str]] = {}
         for c in scope.children.values():
             by_cls.setdefault(c.cls, []).append(c.path)
@@ -187,14 +186,13 @@ def _chained(a: str, b: str, members: _Members) -> bool:
 def fold_repeats(graph: Graph) -> Graph:
     tree = tree_of(graph)
     root = build_scopes(graph.nodes, graph.modules, graph.name, tree, own_nodes=False, calls=calls_of(graph))
-    sigs = _signatures(graph, _candidates(root))
+    parents = [scope for scope in root.walk() if len(scope.children) > 1]  # where a run may be
+    sigs = _signatures(graph, _candidates(parents))
     members = _Members(graph, tree)
     runs: list[dict[str, Any]] = []
 
-    for scope in root.walk():
+    for scope in parents:
         # every child counts, in execution order: any other sibling in between ends a run
-        if len(scope.children) < 2:
-            continue
         children = list(scope.children.values())
         i = 0
         while i < len(children):
