@@ -21,14 +21,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fxviz.callbounds import STATE_KINDS, Boundaries, RegionBoundaries
+
 if TYPE_CHECKING:
     from fxviz.ir import Node, Ref
 
 ModuleCall = tuple[str, int]  # (module path, call index): ("h.0.attn", 0); the 2nd call has index 1
 Stack = tuple[ModuleCall, ...]
 
-#: Node kinds that hold state of the model rather than computing something.
-STATE_KINDS = frozenset({"parameter", "buffer", "constant"})
 
 
 def call_id(stack: Stack) -> str:
@@ -67,7 +67,7 @@ def stack_indexer(table: list[list[Any]]) -> Callable[[Stack], int]:
     return of
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True, init=False)
 class Call:
     """One call of a module; the root is the model's own forward.
 
@@ -105,20 +105,48 @@ class Call:
     region: Region | None = None
     regions: list[Region] = field(default_factory=list)
     # the boundaries are worked out for the whole tree on first use: most readers never need them
-    _inputs: list[Ref] = field(default_factory=list, repr=False)
-    _outputs: list[Ref] = field(default_factory=list, repr=False)
-    _pending: _Boundaries | None = field(default=None, repr=False)
+    # (``None``: none, made a list when read; most calls of a capture are never asked)
+    _inputs: list[Ref] | None = field(default=None, repr=False)
+    _outputs: list[Ref] | None = field(default=None, repr=False)
+    _pending: Boundaries | None = field(default=None, repr=False)
+
+    def __init__(
+        self, stack: Stack, parent: Call | None = None, children: list[Call] | None = None,
+        steps: list[Call | Region | str] | None = None, ops: list[str] | None = None,
+        nodes: list[str] | None = None, state: list[str] | None = None, id: str = "",
+        region: Region | None = None, regions: list[Region] | None = None, _inputs: list[Ref] | None = None,
+        _outputs: list[Ref] | None = None, _pending: Boundaries | None = None,
+    ) -> None:
+        # the generated __init__, without a call per list: a capture makes a call object per
+        # module call, and this was most of making one
+        self.stack = stack
+        self.parent = parent
+        self.children = [] if children is None else children
+        self.steps = [] if steps is None else steps
+        self.ops = [] if ops is None else ops
+        self.nodes = [] if nodes is None else nodes
+        self.state = [] if state is None else state
+        self.id = id
+        self.region = region
+        self.regions = [] if regions is None else regions
+        self._inputs = _inputs
+        self._outputs = _outputs
+        self._pending = _pending
 
     @property
     def inputs(self) -> list[Ref]:
         if self._pending is not None:
             self._pending.fill()
+        if self._inputs is None:
+            self._inputs = []
         return self._inputs
 
     @property
     def outputs(self) -> list[Ref]:
         if self._pending is not None:
             self._pending.fill()
+        if self._outputs is None:
+            self._outputs = []
         return self._outputs
 
     @property
@@ -178,7 +206,7 @@ class Region:
     parent: Region | None = None
     steps: list[Call | Region | str] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
-    _boundary: _RegionBoundaries | None = field(default=None, repr=False)
+    _boundary: RegionBoundaries | None = field(default=None, repr=False)
     _inputs: list[Ref] | None = field(default=None, repr=False)
     _outputs: list[Ref] | None = field(default=None, repr=False)
 
@@ -284,24 +312,26 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
     by_stack: dict[Stack, Call] = {(): root}
     by_path: dict[str, list[Call]] = {}
     node_call: dict[str, Call] = {}
+    # the boundaries of every call, worked out on first use (from what the walk below fills in)
+    pending = root._pending = Boundaries(nodes, node_call, root)
     ids: dict[str, int] = {}  # "path#index" -> how many calls end that way so far
-    kids: dict[tuple[int, ModuleCall], Call] = {}  # (id of a call, level) -> its child call
     regions: list[Region] = []
     node_region: dict[str, Region] = {}
     by_region: dict[tuple[str, int], Region] = {}  # (region id, id of its call) -> the region
 
     def new_call(parent: Call, stack: Stack, d: int, place: Region | None) -> Call:
         """The call ``stack[:d]``, new, in ``parent`` at ``place`` (a region of it, or itself)."""
-        c = Call(stack[:d], parent, region=place)
-        level = stack[d - 1]
-        kids[(id(parent), level)] = c
-        path, index = level  # c.path and c.index, without the property calls
+        path, index = stack[d - 1]  # c.path and c.index, without the property calls
         # an id ends in "#<index>" or in "#<index>@<n>": the two kinds cannot meet
         cid = f"{path}#{index}"
         n = ids[cid] = ids.get(cid, 0) + 1
-        c.id = cid if n == 1 else f"{cid}@{n}"
+        c = Call(stack[:d], parent, id=cid if n == 1 else f"{cid}@{n}", region=place, _pending=pending)
         by_stack[c.stack] = c
-        by_path.setdefault(path, []).append(c)
+        same = by_path.get(path)
+        if same is None:
+            by_path[path] = [c]
+        else:
+            same.append(c)
         parent.children.append(c)
         (place.steps if place is not None else parent.steps).append(c)
         return c
@@ -347,40 +377,51 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
                 inner, j = r, j + 1
             if level == len(stack):
                 return call, inner
-            child = kids.get((id(call), stack[level]))
+            child = by_stack.get(stack[:level + 1])  # a call is known by its whole stack
             call = child if child is not None else new_call(call, stack, level + 1, inner)
 
     state: list[Node] = []
-    position: dict[str, int] = {}
     # the ops of one call share one stack tuple: found by its id, where a lookup in ``by_stack``
-    # hashes every level of the stack again (the nodes keep each stack, so an id is never reused)
-    of_stack: dict[int, Call] = {}
-    for i, n in enumerate(nodes):
-        position[n.name] = i
-        if n.kind == "op":
-            entries = region_entries(n) if n.attrs else None
-            if entries:
-                c, inner = get_in_regions(n.stack, entries, n.name)
-            else:
-                inner = None
-                c = of_stack.get(id(n.stack))  # type: ignore[assignment]
-                if c is None:
-                    c = of_stack[id(n.stack)] = get(n.stack)
-            node_call[n.name] = c
-            c.ops.append(n.name)
-            if inner is not None:
-                node_region[n.name] = inner
-                inner.steps.append(n.name)
-            else:
-                c.steps.append(n.name)
-            a: Call | None = c
-            while a is not None:
-                a.nodes.append(n.name)
-                a = a.parent
-        elif n.kind in STATE_KINDS:
+    # hashes every level of the stack again (the nodes keep each stack, so an id is never reused);
+    # with the call, the ``nodes`` of the call and of every call around it, innermost first
+    of_stack: dict[int, tuple[Call, list[list[str]]]] = {}
+    for n in nodes:
+        kind, name = n.kind, n.name
+        if kind == "op":
+            attrs = n.attrs
+            if attrs and attrs.get("region") is not None and (entries := region_entries(n)):
+                c, inner = get_in_regions(n.stack, entries, name)
+                node_call[name] = c
+                c.ops.append(name)
+                if inner is not None:
+                    node_region[name] = inner
+                    inner.steps.append(name)
+                else:
+                    c.steps.append(name)
+                a: Call | None = c
+                while a is not None:
+                    a.nodes.append(name)
+                    a = a.parent
+                continue
+            hit = of_stack.get(id(n.stack))
+            if hit is None:
+                c = get(n.stack)
+                around = []
+                a = c
+                while a is not None:
+                    around.append(a.nodes)
+                    a = a.parent
+                hit = of_stack[id(n.stack)] = (c, around)
+            c, around = hit
+            node_call[name] = c
+            c.ops.append(name)
+            c.steps.append(name)
+            for into in around:
+                into.append(name)
+        elif kind in STATE_KINDS:
             state.append(n)
-        elif n.kind == "call":  # a module call that ran no op: the call exists, nothing in it
-            node_call[n.name] = get(n.stack)
+        elif kind == "call":  # a module call that ran no op: the call exists, nothing in it
+            node_call[name] = get(n.stack)
     for n in state:
         # a constant placed with its first reader's whole stack belongs to that very call; a
         # parameter to its owner's first call (the nearest enclosing module that ran)
@@ -392,104 +433,11 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
             owner = by_path[path][0] if path else root
         node_call[n.name] = owner
         owner.state.append(n.name)
-    pending = _Boundaries(nodes, node_call, root, position)
-    for c in by_stack.values():
-        c._pending = pending
     if regions:
-        shared = _RegionBoundaries(nodes, position)
+        shared = RegionBoundaries(nodes)
         for r in regions:
             r._boundary = shared
     return CallTree(root, by_stack, node_call, by_path, regions, node_region)
-
-
-class _Boundaries:
-    """The inputs and outputs of every call, filled in on first use."""
-
-    __slots__ = ("args",)
-
-    def __init__(self, nodes: Sequence[Node], node_call: dict[str, Call], root: Call,
-                 position: dict[str, int]) -> None:
-        self.args: tuple[Sequence[Node], dict[str, Call], Call, dict[str, int]] | None = (
-            nodes, node_call, root, position)
-
-    def fill(self) -> None:
-        if self.args is None:
-            return
-        nodes, node_call, root, position = self.args
-        self.args = None
-        for c in root.walk():
-            c._pending = None
-        _boundaries(nodes, node_call, root, position)
-
-
-def _boundaries(nodes: Sequence[Node], node_call: dict[str, Call], root: Call, position: dict[str, int]) -> None:
-    """Fill each call's inputs and outputs from the data edges: an edge from a value made in call
-    P to a node in call C crosses every call below their common ancestor, out of P's side and into
-    C's side. Cost per edge: the nesting levels it crosses."""
-    kinds = {n.name: n.kind for n in nodes}
-    ins: dict[int, dict[Ref, None]] = {}
-    outs: dict[int, dict[Ref, None]] = {}
-    calls: dict[int, Call] = {}
-    for n in nodes:
-        if n.kind in STATE_KINDS or not n.inputs:
-            continue
-        dst = node_call.get(n.name, root)
-        for r in n.inputs:
-            if kinds.get(r.node) in STATE_KINDS:
-                continue
-            src = node_call.get(r.node, root)
-            a, b = src, dst
-            while a is not b:
-                if a.depth >= b.depth and a.parent is not None:
-                    outs.setdefault(id(a), {})[r] = None
-                    calls[id(a)] = a
-                    a = a.parent
-                elif b.parent is not None:
-                    ins.setdefault(id(b), {})[r] = None
-                    calls[id(b)] = b
-                    b = b.parent
-                else:  # pragma: no cover - both at the root
-                    break
-    for key, refs in ins.items():
-        calls[key]._inputs = list(refs)
-    for key, refs in outs.items():
-        calls[key]._outputs = sorted(refs, key=lambda r: (-position.get(r.node, 0), r.index))
-
-
-class _RegionBoundaries:
-    """The inputs and outputs of regions, worked out per region on first use from its ops and
-    the readers of every value (built once, for the first region asked)."""
-
-    __slots__ = ("by_name", "nodes", "position", "readers")
-
-    def __init__(self, nodes: Sequence[Node], position: dict[str, int]) -> None:
-        self.nodes = nodes
-        self.position = position
-        self.by_name: dict[str, Node] | None = None
-        self.readers: dict[str, list[str]] | None = None
-
-    def of(self, region: Region) -> tuple[list[Ref], list[Ref]]:
-        if self.by_name is None or self.readers is None:
-            self.by_name = {n.name: n for n in self.nodes}
-            self.readers = {}
-            for n in self.nodes:
-                for r in n.inputs:
-                    self.readers.setdefault(r.node, []).append(n.name)
-        by_name, readers = self.by_name, self.readers
-        inside = set(region.nodes)
-        ins: dict[Ref, None] = {}
-        outs: dict[Ref, None] = {}
-        for name in region.nodes:
-            node = by_name[name]
-            for r in node.inputs:
-                src = by_name.get(r.node)
-                if r.node not in inside and src is not None and src.kind not in STATE_KINDS:
-                    ins[r] = None
-        for name in region.nodes:
-            for u in readers.get(name, ()):
-                if u not in inside:
-                    outs.update((r, None) for r in by_name[u].inputs if r.node == name)
-        return list(ins), sorted(outs, key=lambda r: (-self.position.get(r.node, 0), r.index))
 
 
 __all__ = ["STATE_KINDS", "Call", "CallTree", "ModuleCall", "Region", "Stack", "StepItem", "call_id", "call_tree",

@@ -3,17 +3,17 @@ module with the calls made to it (:mod:`fxviz.calls`) and the nodes directly in 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from fxviz.calls import CallTree, call_tree
+from fxviz.calls import Call, CallTree, call_tree
 
 if TYPE_CHECKING:
     from fxviz.ir import ModuleInfo, Node
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Scope:
     """One module in the scope tree (the model's attribute hierarchy), with the calls made to it.
 
@@ -28,6 +28,15 @@ class Scope:
     calls: int = 0
     children: dict[str, Scope] = field(default_factory=dict)
     nodes: list[str] = field(default_factory=list)
+
+    def __init__(self, path: str, cls: str, calls: int = 0, children: dict[str, Scope] | None = None,
+                 nodes: list[str] | None = None) -> None:
+        # the generated __init__, without a call per container (a scope per module, per fold)
+        self.path = path
+        self.cls = cls
+        self.calls = calls
+        self.children = {} if children is None else children
+        self.nodes = [] if nodes is None else nodes
 
     @property
     def name(self) -> str:
@@ -46,7 +55,8 @@ class Scope:
 
 
 def build_scopes(
-    nodes: Sequence[Node], modules: Mapping[str, ModuleInfo], name: str, tree: CallTree | None = None
+    nodes: Sequence[Node], modules: Mapping[str, ModuleInfo], name: str, tree: CallTree | None = None,
+    *, own_nodes: bool = True, calls: Iterable[Call] | None = None,
 ) -> Scope:
     """The module scope tree of ``nodes``, from their call tree.
 
@@ -55,6 +65,10 @@ def build_scopes(
     they first run; modules that only hold state (never called) come after. Export lists every
     parameter before the first op, so ordering by first appearance would follow the order of
     ``__init__`` instead of execution, and make unrelated siblings look consecutive.
+
+    ``own_nodes=False`` leaves every scope's ``nodes`` empty, for a reader of the hierarchy alone
+    (``fold``): filling them is a scan over every node. ``calls`` are the tree's calls in walk
+    order, where the caller has them listed already.
     """
     tree = tree if tree is not None else call_tree(nodes)
 
@@ -62,7 +76,7 @@ def build_scopes(
         info = modules.get(path)
         return info.cls if info else ""
 
-    root = Scope("", name or cls_of(""), calls=1)
+    root = Scope("", name or cls_of(""), 1)
     scopes: dict[str, Scope] = {"": root}
 
     def get(path: str) -> Scope:
@@ -76,18 +90,21 @@ def build_scopes(
             parent_path = parent_path.rpartition(".")[0]
         parent = scopes[parent_path]
         for p in reversed(missing):
-            s = Scope(p, cls_of(p))
+            info = modules.get(p)  # cls_of(), inlined
+            s = Scope(p, info.cls if info else "")
             parent.children[p] = s
             scopes[p] = s
             parent = s
         return parent
 
-    for c in tree.walk():
+    for c in tree.walk() if calls is None else calls:
         if c.stack:
             get(c.stack[-1][0])  # Call.path, without the property call
-    for path, calls in tree.by_path.items():
+    for path, of_path in tree.by_path.items():
         # distinct Call.index; a module called once (most) has one
-        scopes[path].calls = 1 if len(calls) == 1 else len({c.stack[-1][1] for c in calls})
+        scopes[path].calls = 1 if len(of_path) == 1 else len({c.stack[-1][1] for c in of_path})
+    if not own_nodes:
+        return root
     # the nodes of one module call share one stack tuple (a capture and a graph read from JSON
     # share them): each stack's scope is looked up once, not once per node (keyed by id: the nodes
     # keep every stack alive)

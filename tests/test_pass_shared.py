@@ -120,3 +120,41 @@ def test_facts_are_worked_out_again_after_a_pass_that_adds_a_node(monkeypatch: p
     flops = g.annotations["overlays"]["flops"]
     assert flops["nodes"]["extra"] > 0
     assert flops["modules"][call] == before["overlays"]["flops"]["modules"][call] + flops["nodes"]["extra"]
+
+
+def test_fold_s_scope_tree_is_the_graph_s_without_node_lists() -> None:
+    """``fold`` builds the scope tree without each scope's own node list and from the run's walk of
+    the calls: the same hierarchy, classes, call counts and order as :attr:`Graph.scopes`."""
+    from fxviz.passes.tree import calls_of, sharing, tree_of
+    from fxviz.scopes import build_scopes
+
+    model, args, kwargs = fallback_models.ZOO["shared_thrice"].build()
+    g = fxviz.capture(model, args, kwargs, method="eager")
+    full = g.scopes
+    with sharing():
+        lean = build_scopes(g.nodes, g.modules, g.name, tree_of(g), own_nodes=False, calls=calls_of(g))
+    rows = [(s.path, s.cls, s.calls, list(s.children)) for s in full.walk()]
+    assert rows == [(s.path, s.cls, s.calls, list(s.children)) for s in lean.walk()]
+    assert any(s.calls > 1 for s in full.walk())  # a module called thrice counts its calls
+    assert all(not s.nodes for s in lean.walk()) and any(s.nodes for s in full.walk())
+    # torch's own record: every named submodule is a scope
+    assert {p for p, _ in model.named_modules()} <= {s.path for s in lean.walk()}
+
+
+def test_a_call_s_boundaries_are_one_list_each_made_when_first_read() -> None:
+    model, args, kwargs = models.residual()
+    g = fxviz.capture(model, args, kwargs, method="eager")
+    tree = g.calls
+    calls = list(tree.walk())
+    first = {c.id: (c.inputs, c.outputs) for c in calls}
+    for c in calls:  # the same lists on every read, never remade
+        assert c.inputs is first[c.id][0] and c.outputs is first[c.id][1]
+    # a block reads the value before it and hands back its result: edges of the graph itself
+    inner = [c for c in calls if c.stack and c.nodes]
+    assert inner and all(c.inputs and c.outputs for c in inner)
+    for c in inner:
+        names = set(c.nodes)
+        for r in c.inputs:
+            assert r.node not in names and any(r in g.node(n).inputs for n in c.nodes)
+        for r in c.outputs:
+            assert r.node in names

@@ -19,7 +19,7 @@ from typing import Any
 
 from fxviz.calls import CallTree
 from fxviz.ir import Graph
-from fxviz.passes.tree import nodes_by_name, tree_of
+from fxviz.passes.tree import calls_of, nodes_by_name, tree_of
 from fxviz.scopes import Scope, build_scopes
 
 
@@ -27,10 +27,11 @@ def _relative(path: str, base: str) -> str:
     return path[len(base) + 1 :] if path != base else ""
 
 
-def _candidates(root: Scope) -> set[str]:
-    """Modules that could start or continue a run: those with a sibling of the same class."""
+def _candidates(parents: list[Scope]) -> set[str]:
+    """Modules that could start or continue a run: those with a sibling of the same class
+    (``parents``: the scopes with more than one child)."""
     out: set[str] = set()
-    for scope in root.walk():
+    for scope in parents:
         by_cls: dict[str, list[str]] = {}
         for c in scope.children.values():
             by_cls.setdefault(c.cls, []).append(c.path)
@@ -111,10 +112,15 @@ def _op_levels(
     """For the ops of one stack: per candidate around them, outer first, the candidate's token
     list, the ops' module relative to it and the call indices below it."""
     levels: list[tuple[list[Token], str, Any]] = []
-    module = stack[-1][0] if stack else ""
+    last = len(stack) - 1
+    module = stack[last][0] if stack else ""
     for d, (path, _) in enumerate(stack):
         if path in candidates:
-            levels.append((tokens.setdefault(path, []), _relative(module, path), tuple(map(_call_index, stack[d + 1 :]))))
+            if d == last:  # the ops' own module: nothing below it
+                levels.append((tokens.setdefault(path, []), "", ()))
+            else:
+                levels.append((tokens.setdefault(path, []), _relative(module, path),
+                               tuple(map(_call_index, stack[d + 1 :]))))
     return levels
 
 
@@ -179,12 +185,13 @@ def _chained(a: str, b: str, members: _Members) -> bool:
 
 def fold_repeats(graph: Graph) -> Graph:
     tree = tree_of(graph)
-    root = build_scopes(graph.nodes, graph.modules, graph.name, tree)
-    sigs = _signatures(graph, _candidates(root))
+    root = build_scopes(graph.nodes, graph.modules, graph.name, tree, own_nodes=False, calls=calls_of(graph))
+    parents = [scope for scope in root.walk() if len(scope.children) > 1]  # where a run may be
+    sigs = _signatures(graph, _candidates(parents))
     members = _Members(graph, tree)
     runs: list[dict[str, Any]] = []
 
-    for scope in root.walk():
+    for scope in parents:
         # every child counts, in execution order: any other sibling in between ends a run
         children = list(scope.children.values())
         i = 0

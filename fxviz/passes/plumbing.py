@@ -144,7 +144,7 @@ def _by_name(n: Node, facts: Facts, graph: Graph, inlined: bool, wrappers: set[s
 def classify_plumbing(graph: Graph) -> dict[str, str]:
     """Node name -> plumbing category, for the plumbing ops of ``graph`` (the rules above)."""
     inlined: bool | None = None  # an op wraps a region (read on the first op rule 2 may name)
-    state_dtypes: dict[int, tuple[list[str], bool]] = {}  # by id of a lone output's metadata: shared
+    dtypes_of: dict[int, tuple[list[str], bool]] = {}  # by id of a lone output's metadata: shared
     free: set[str] = set()  # data-free values (rule 3), of nodes of any kind
     masky: set[str] = set()  # values made from a boolean, or a mask maker's
     user_int: set[str] = set()  # integer or boolean model inputs (rule 4)
@@ -156,12 +156,14 @@ def classify_plumbing(graph: Graph) -> dict[str, str]:
         kind = n.kind
         if kind in STATE_KINDS or kind == "input":
             outs = n.outputs
-            known = state_dtypes.get(id(outs[0])) if len(outs) == 1 else None
+            if kind == "parameter" and len(outs) == 1 and outs[0].is_tensor:
+                continue  # a tensor parameter is data (most state: its dtype is not looked at)
+            known = dtypes_of.get(id(outs[0])) if len(outs) == 1 else None
             if known is None:
                 dtypes = _tensor_dtypes(n)
                 known = (dtypes, any(map(_is_float, dtypes)))
                 if len(outs) == 1:
-                    state_dtypes[id(outs[0])] = known
+                    dtypes_of[id(outs[0])] = known
             dtypes, floats = known
             # constants a capture lifts, integer or boolean buffers: part of the model, not data;
             # a scalar input (a flag, a size) is data-free too
@@ -191,7 +193,15 @@ def classify_plumbing(graph: Graph) -> dict[str, str]:
             continue
         if family in COMPUTE_FAMILIES:  # most ops: decided before their outputs are looked at
             continue
-        dtypes = _tensor_dtypes(n)
+        outs = n.outputs
+        if len(outs) == 1:  # tensor dtypes, once per metadata object (read only)
+            known = dtypes_of.get(id(outs[0]))
+            if known is None:
+                dtypes = _tensor_dtypes(n)
+                known = dtypes_of[id(outs[0])] = (dtypes, any(map(_is_float, dtypes)))
+            dtypes = known[0]
+        else:
+            dtypes = _tensor_dtypes(n)
         scalar_only = bool(n.outputs) and not dtypes
         if not (scalar_only or family in _MOVERS or short in _MORE_MOVERS or short in METADATA_ONLY):
             continue

@@ -25,8 +25,15 @@ def compute_stats(graph: Graph) -> Graph:
     # plain dicts, in the order a Counter would fill them (a Counter's missing key is a Python call)
     own_params: dict[str, int] = {}
     numels: dict[int, int] = {}  # by id: a capture shares one metadata object per shape
+    # ops counted per target, then named once per target (a model repeats a few targets many
+    # times); short names keep the order of their first op, as when counted op by op
+    targets: dict[str, int] = {}
     for n in graph.nodes:
-        if n.kind == "parameter" and "tied_to" not in n.attrs:
+        kind = n.kind
+        if kind == "op":
+            target = n.target
+            targets[target] = targets.get(target, 0) + 1
+        elif kind == "parameter" and "tied_to" not in n.attrs:
             path = n.stack[-1][0] if n.stack else ""
             if n.outputs:
                 m = n.outputs[0]
@@ -40,9 +47,6 @@ def compute_stats(graph: Graph) -> Graph:
     for call in calls_of(graph):
         path = call.stack[-1][0] if call.stack else ""
         own_ops[path] = own_ops.get(path, 0) + len(call.ops)
-    # counted per target, then named once per target (a model repeats a few targets many times);
-    # short names keep the order of their first op, as when counted op by op
-    targets = Counter([n.target for n in graph.nodes if n.kind == "op"])
     ops: Counter[str] = Counter()
     for target, count in targets.items():
         ops[short_name(target)] += count
