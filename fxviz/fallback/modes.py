@@ -84,7 +84,11 @@ def recording(rec: Recorder) -> Iterator[None]:
         if rec.aten or watchers or type(rec).observe is not Recorder.observe:
             stack.enter_context(mode(rec.level, handler))
         else:  # the recorder's hot path is the mode's __torch_function__: no frame of ours between
-            stack.enter_context(type("_RecordingMode", (TorchFunctionMode,), {"__torch_function__": rec.observed})())
+            cls = type("_RecordingMode", (TorchFunctionMode,), {"__torch_function__": rec.observed})
+            # once the mode is off (this runs after its exit), the class, a cycle of its own that
+            # only the collector frees, lets go of the recorder: reference counting frees it
+            stack.callback(delattr, cls, "__torch_function__")
+            stack.enter_context(cls())
         ACTIVE.append(rec)
         stack.callback(ACTIVE.pop)
         yield
