@@ -363,6 +363,18 @@ def test_complex_dtypes() -> None:
     assert g.node("filt").kind == "parameter"
 
 
+def test_a_negative_index_into_a_size_is_an_output_index_a_saved_graph_reads_back() -> None:
+    """fx reads ``x.shape[-1]`` as ``getitem(getattr(x, "shape"), -1)``: the reference is to the
+    size's last element (index 1 of a 2-d input), which ``from_json`` accepts; -1 it refused."""
+    model, args, kwargs = ZOO["complex_fft"].build()
+    g = fxviz.capture(model, args, kwargs, method="fx")
+    irfft = next(n for n in g.ops if n.target.endswith("irfft"))
+    size = next(r for r in irfft.inputs if g.node(r.node).target == "getattr")  # x.shape
+    assert size.index == len(g.node(size.node).outputs) - 1 == args[0].dim() - 1
+    again = fxviz.Graph.from_json(g.to_json())
+    assert again.to_json() == g.to_json()
+
+
 def test_deep_stack_is_complete_and_folds() -> None:
     model, args, kwargs = ZOO["deep_residual"].build()
     g = fxviz.capture(model, args, kwargs, method="eager")

@@ -250,9 +250,9 @@ class Converter:
             if ref is not None:
                 self.refs[n] = ref
         elif n.op == "call_function" and n.target is operator.getitem and self._is_multi(n):
-            src = self.refs.get(n.args[0])  # type: ignore[arg-type]
-            if src is not None:
-                self.refs[n] = Ref(src.node, int(n.args[1]))  # type: ignore[arg-type]
+            src = self.refs[n.args[0]]  # type: ignore[index]
+            i = int(n.args[1])  # type: ignore[arg-type]
+            self.refs[n] = Ref(src.node, i + len(self.by_name[src.node].outputs) if i < 0 else i)  # x.shape[-1]
         elif n.op == "call_function" and is_hop(self, n):
             convert_hop(self, n)
         elif n.op in ("call_function", "call_method", "call_module"):
@@ -275,12 +275,10 @@ class Converter:
 
     def _is_multi(self, n: torch.fx.Node) -> bool:
         src = n.args[0]
-        return (
-            isinstance(src, torch.fx.Node)
-            and isinstance(n.args[1], int)
-            and src in self.refs
-            and len(self.by_name[self.refs[src].node].outputs) > 1
-        )
+        if not (isinstance(src, torch.fx.Node) and isinstance(n.args[1], int) and src in self.refs):
+            return False
+        count = len(self.by_name[self.refs[src].node].outputs)
+        return count > 1 and -count <= n.args[1] < count
 
     def op_node(self, n: torch.fx.Node) -> Node:
         inputs, attrs = split_arguments(n, self.ref_of)
