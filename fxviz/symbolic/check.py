@@ -32,7 +32,6 @@ from typing import Any
 import torch
 import torch.fx
 from torch.export.graph_signature import InputKind
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 from fxviz.ir import Assumption, SourceLoc
@@ -248,8 +247,7 @@ def check_slice(ep: torch.export.ExportedProgram, flat: FlatInputs | None = None
         if isinstance(n.target, torch._ops.HigherOrderOperator):
             return None
         val = n.meta.get("val")
-        if any(isinstance(t, torch.Tensor) and free_unbacked_symbols(t)
-               for t in (val if isinstance(val, (list, tuple)) else (val,))):
+        if any(isinstance(t, torch.Tensor) and _sized_by_data(t) for t in (val if isinstance(val, (list, tuple)) else (val,))):
             return None
         if _left_open(n):
             targets.append(n)
@@ -260,6 +258,13 @@ def check_slice(ep: torch.export.ExportedProgram, flat: FlatInputs | None = None
             needed.add(n)
             targets.extend(n.all_input_nodes)
     return needed
+
+
+def _sized_by_data(t: torch.Tensor) -> bool:
+    """Is a size of ``t`` (a fake value of export's) bound to tensor data (an unbacked symbol)?"""
+    unbacked = (SymT.UNBACKED_INT, SymT.UNBACKED_FLOAT)
+    return any(isinstance(d, torch.SymInt) and any(symbol_is_type(s, unbacked) for s in d.node.expr.free_symbols)
+               for d in t.shape)
 
 
 def _ids_out_of_range(ep: torch.export.ExportedProgram, flat: FlatInputs) -> bool:
