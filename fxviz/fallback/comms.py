@@ -99,13 +99,22 @@ def _user_line() -> str:
     return ""
 
 
-def mesh_dims(objs: Any) -> dict[str, str]:
+def mesh_dims(objs: Any, groups: Any = None) -> dict[str, str]:
     """Process group name -> mesh dimension name, for every named dimension of the device meshes
-    (and their root meshes) the DTensors among ``objs`` (parameters, buffers, inputs) live on."""
+    (and their root meshes) the DTensors among ``objs`` (parameters, buffers, inputs) live on.
+
+    ``groups``: the group names wanted (those a capture's collectives used); ``objs`` (an iterable,
+    read lazily) is read only until each is named: a sharded model's first DTensor parameter
+    usually names them all, and walking every parameter of a large model cost more than that."""
     out: dict[str, str] = {}
+    wanted = set(groups) if groups is not None else None
+    if wanted is not None and not wanted:
+        return out
     seen: set[int] = set()
     for t in objs:
         mesh = getattr(t, "device_mesh", None) if isinstance(t, DTensor) else None
+        if mesh is None or id(mesh) in seen:
+            continue
         for m in (mesh, _root(mesh)):
             if m is None or id(m) in seen:
                 continue
@@ -115,6 +124,8 @@ def mesh_dims(objs: Any) -> dict[str, str]:
                     out.setdefault(m.get_group(i).group_name, name)
                 except Exception:  # noqa: BLE001 - a dimension without a group of its own (flattened)
                     continue
+        if wanted is not None and wanted <= out.keys():
+            break
     return out
 
 
