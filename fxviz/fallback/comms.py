@@ -32,15 +32,21 @@ from fxviz.torchbridge.source import _is_fxviz, is_user_file
 COLLECTIVES = frozenset({*NATIVE_TO_PY_MAPPING, *NATIVE_TO_PY_MAPPING.values(), *c10d_collective_ops,
                          torch.ops._dtensor.shard_dim_alltoall})
 
+#: point-to-point ops (``dist.send``/``recv``/``isend``/``irecv``, ``batch_isend_irecv``, a pipeline
+#: stage's activations): recorded too, with their peer (``CommDebugMode`` counts none of them)
+P2P = frozenset({torch.ops.c10d.send, torch.ops.c10d.recv_, torch.ops.c10d.recv_any_source_})
+#: the peer's position among a point-to-point op's arguments (its rank in the op's group)
+_PEER = {torch.ops.c10d.send: 2, torch.ops.c10d.recv_: 2}
+
 #: every overload of those packets: what the recorder's dispatch checks each op against
-_OVERLOADS = frozenset(getattr(p, name) for p in COLLECTIVES for name in p.overloads())
+_OVERLOADS = frozenset(getattr(p, name) for p in COLLECTIVES | P2P for name in p.overloads())
 #: their ids (an overload is one object per op, held here): ``OpOverload.__hash__`` is Python code,
 #: which a set look-up on every op of a sharded forward paid for
 _OVERLOAD_IDS = frozenset(map(id, _OVERLOADS))
 
 #: op packet -> the position of the tensors each rank sends: ``c10d``'s gathers and scatters take
 #: the output first, then the input
-SENDS = {p: 1 if p.default._schema.arguments[0].name.startswith("output") else 0 for p in COLLECTIVES}
+SENDS = {p: 1 if p.default._schema.arguments[0].name.startswith("output") else 0 for p in COLLECTIVES | P2P}
 
 #: op name fragments -> collective kind
 KINDS = (("all_reduce", "all_reduce"), ("allreduce", "all_reduce"), ("reduce_scatter", "reduce_scatter"),
@@ -86,6 +92,19 @@ def _group(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, int]:
                 continue
             return str(pg.group_name), int(pg.size())
     return "", 0
+
+
+def _peer(packet: Any, args: tuple[Any, ...]) -> int:
+    """A point-to-point op's peer, as a global rank (the op carries its rank in the group); -1 for a
+    receive from any source."""
+    at = _PEER.get(packet)
+    if at is None or len(args) <= at:
+        return -1
+    rank = int(args[at])
+    try:
+        return int(dist.get_global_rank(dist.ProcessGroup.unbox(args[1]), rank))
+    except Exception:  # noqa: BLE001 - a group torch's registry does not know: its own rank
+        return rank
 
 
 def _user_line() -> str:
@@ -292,6 +311,8 @@ class CommRecorder(TorchDispatchMode):
             "bytes": _bytes(args[SENDS[func._overloadpacket]]) if args else 0, "module": module,
             "phase": "backward" if backward else "forward", "source": source,
         }
+        if func._overloadpacket in P2P:
+            record["peer"] = _peer(func._overloadpacket, args)
         if node is not None:  # the autograd node running (or about to, in its hooks): placed by the comm pass
             record["autograd_node"] = [type(node).__name__, node._sequence_nr()]
             var = getattr(node, "variable", None)  # AccumulateGrad: a gradient hook on a parameter
@@ -303,4 +324,4 @@ class CommRecorder(TorchDispatchMode):
 if _SKIP_CODE is not None:
     _SKIP_CODE(CommRecorder.__torch_dispatch__.__code__)
 
-__all__ = ["COLLECTIVES", "CommRecorder", "mesh_dims", "timed_out"]
+__all__ = ["COLLECTIVES", "P2P", "CommRecorder", "mesh_dims", "timed_out"]
