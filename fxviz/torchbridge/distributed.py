@@ -101,13 +101,18 @@ def placement_attrs(t: object, cache: dict[Any, Any] | None = None) -> dict[str,
     hit = cache.get(key) if cache is not None else None
     if hit is not None and hit[0] is mesh:
         return dict(hit[1])
-    shape = tuple(mesh.shape) if mesh is not None else ()
-    names = getattr(mesh, "mesh_dim_names", None) if mesh is not None else None
-    where = ", ".join(f"{n}={s}" for n, s in zip(names, shape, strict=False)) if names else "x".join(map(str, shape))
-    attrs = {"placements": ", ".join(str(p) for p in placements), "mesh": where}
+    attrs = format_placement(placements, mesh)
     if cache is not None:
         cache[key] = (mesh, attrs)
     return dict(attrs)
+
+
+def format_placement(placements: tuple[Any, ...], mesh: Any) -> dict[str, str]:
+    """:func:`placement_attrs`' text for ``placements`` on ``mesh``."""
+    shape = tuple(mesh.shape) if mesh is not None else ()
+    names = getattr(mesh, "mesh_dim_names", None) if mesh is not None else None
+    where = ", ".join(f"{n}={s}" for n, s in zip(names, shape, strict=False)) if names else "x".join(map(str, shape))
+    return {"placements": ", ".join(str(p) for p in placements), "mesh": where}
 
 
 def data_alias(t: Any) -> Any:
