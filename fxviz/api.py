@@ -313,7 +313,7 @@ def capture(
 def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, world_size: int,
                          **options: Any) -> Graph:
     """:func:`capture` with ``world_size``: the factory and the capture run in a fake process group."""
-    from fxviz.fallback.comms import CommRecorder, mesh_dims, timed_out
+    from fxviz.fallback.comms import CommRecorder, fake_cannot, mesh_dims, timed_out
     from fxviz.fallback.modes import around_recordings
     from fxviz.passes.tree import sharing
     from fxviz.torchbridge.distributed import fake_world
@@ -346,12 +346,16 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
                     graph = capture(model, args, kwargs, **options)
             except ModelError as e:  # the partial graph keeps the collectives recorded up to the failure
                 hang = timed_out(e, recorder.records)
+                fake = hang is None and torch.distributed.get_backend() == "fake"
+                cannot = fake_cannot(e, recorder.records) if fake else None
                 if e.graph is not None:
                     _write_comm(e.graph, recorder.records, mesh_dims(_state_and_inputs(model, args, kwargs, params),
                                                                      {r["group"] for r in recorder.records}))
-                if hang is None:
-                    raise
-                raise CollectiveTimeout(hang, graph=e.graph) from e.__cause__
+                if hang is not None:
+                    raise CollectiveTimeout(hang, graph=e.graph) from e.__cause__
+                if cannot is not None:
+                    raise ModelError(cannot, graph=e.graph) from e.__cause__
+                raise
             # inside: the meshes' groups still exist; only the groups the collectives used are named
             dims = mesh_dims(_state_and_inputs(model, args, kwargs, params), {r["group"] for r in recorder.records})
             graph.annotations["rank"] = torch.distributed.get_rank()

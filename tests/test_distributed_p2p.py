@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -17,6 +18,7 @@ from torch.distributed.tensor.debug import CommDebugMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import fxviz
+from fxviz.errors import ModelError
 from fxviz.ir import Graph
 from fxviz.passes.comm import collectives, rank_mismatches
 
@@ -145,3 +147,35 @@ def test_pipeline_stage_sends_its_microbatches() -> None:
     # after the stages' shape handshake, each microbatch's activation (2 x 8 float32) goes to stage 1
     assert [(r["kind"], r["peer"], r["bytes"]) for r in recs[-2:]] == [("send", 1, 64)] * 2
     assert sum(n.module == "part.0" for n in g.nodes if n.kind == "op") == 3  # shape inference, two microbatches
+
+
+class AnySource(nn.Module):
+    """Receives from whichever rank sends: ``irecv`` without ``src`` (runs), then ``recv`` without
+    ``src``, which asks the fake work for the sender's rank it does not have."""
+
+    def __init__(self, blocking: bool) -> None:
+        super().__init__()
+        self.blocking = blocking
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        buf = torch.empty(3)
+        dist.irecv(buf).wait()
+        if self.blocking:
+            dist.recv(buf)
+        return x + buf
+
+
+def test_receive_from_any_source() -> None:
+    log = C10dLog()
+    with log:
+        g = fxviz.capture(lambda: (AnySource(False), (torch.randn(3),)), world_size=2)
+    assert [(r["op"], r["peer"], r["bytes"]) for r in collectives(g)] == log.ops == [("c10d.recv_any_source_", -1, 12)]
+    with pytest.raises(ModelError) as e:
+        fxviz.capture(lambda: (AnySource(True), (torch.randn(3),)), world_size=2)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("a receive from any source") and "pass src=" in msg
+    assert not dist.is_initialized()
+    assert e.value.graph is not None
+    recs = collectives(e.value.graph)
+    assert [(r["kind"], r["peer"]) for r in recs] == [("recv", -1)] * 2
+    assert "sourceRank" in recs[-1]["error"] and "error" not in recs[0]  # torch's words, on the one that failed

@@ -185,6 +185,22 @@ def timed_out(error: BaseException, records: list[dict[str, Any]]) -> str | None
             f"partial graph (err.graph) keeps the {len(records)} collectives issued, this one marked timed_out")
 
 
+def fake_cannot(error: BaseException, records: list[dict[str, Any]]) -> str | None:
+    """One line for a capture that failed because torch's fake process group cannot do what the
+    model asked of it: a blocking receive from any source (``dist.recv`` without ``src``) asks the
+    fake work which rank sent, and it has none. ``None`` for any other failure."""
+    cause = error.__cause__ or error
+    if not records or records[-1]["op"] != "c10d.recv_any_source_" or "sourceRank" not in str(cause):
+        return None
+    last = records[-1]
+    last.setdefault("error", _first_line(cause))
+    where = f" in {last['module'] or 'the model'}" + (f" ({last['source']})" if last.get("source") else "")
+    return (f"a receive from any source{where} cannot run under the fake process group: no rank sends, so "
+            f"it has no sender to report; pass src= to dist.recv, or run on real ranks (torchrun); the "
+            f"partial graph (err.graph) keeps what ran up to it, collectives included ({len(records)}, this "
+            f"one marked with its error)")
+
+
 #: tensors of these types dispatch to ATen's own kernels: no subclass's Python runs under their ops
 _PLAIN_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
 
@@ -324,4 +340,4 @@ class CommRecorder(TorchDispatchMode):
 if _SKIP_CODE is not None:
     _SKIP_CODE(CommRecorder.__torch_dispatch__.__code__)
 
-__all__ = ["COLLECTIVES", "P2P", "CommRecorder", "mesh_dims", "timed_out"]
+__all__ = ["COLLECTIVES", "P2P", "CommRecorder", "fake_cannot", "mesh_dims", "timed_out"]
