@@ -8,7 +8,7 @@ import dataclasses
 import functools
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -313,7 +313,7 @@ def capture(
 def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, world_size: int,
                          **options: Any) -> Graph:
     """:func:`capture` with ``world_size``: the factory and the capture run in a fake process group."""
-    from fxviz.fallback.comms import CommRecorder, mesh_dims, timed_out
+    from fxviz.fallback.comms import CommRecorder, fake_cannot, mesh_dims, timed_out
     from fxviz.fallback.modes import around_recordings
     from fxviz.passes.tree import sharing
     from fxviz.torchbridge.distributed import fake_world
@@ -333,24 +333,31 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
                 model, args, kwargs = (*made, None)[:3] if len(made) == 2 else made
             else:
                 model = made
-        # one walk of the parameters serves the recorder (whose gradient a hook handles) and the meshes
-        params = dict(model.named_parameters()) if isinstance(model, nn.Module) else None
-        recorder = CommRecorder({id(p): n for n, p in params.items()} if params is not None else None)
         # the tracer's forward is the only run of a forward-only eager capture: the recorder (a
         # dispatch mode, which every op pays for) is on for it alone; otherwise for the whole capture
         tracer_only = not options.get("backward") and options["method"] in ("eager", "eager-aten")
+        # the parameters' names: whose gradient a hook handles, which a forward-only capture never
+        # runs; one walk serves the recorder and the meshes
+        params = dict(model.named_parameters()) if isinstance(model, nn.Module) and not tracer_only else None
+        recorder = CommRecorder({id(p): n for n, p in params.items()} if params is not None else None)
         with sharing():  # the call tree the passes build serves the comm overlay after them
             try:
                 with around_recordings(recorder) if tracer_only else recorder:
                     graph = capture(model, args, kwargs, **options)
             except ModelError as e:  # the partial graph keeps the collectives recorded up to the failure
                 hang = timed_out(e, recorder.records)
+                fake = hang is None and torch.distributed.get_backend() == "fake"
+                cannot = fake_cannot(e, recorder.records) if fake else None
                 if e.graph is not None:
-                    _write_comm(e.graph, recorder.records, mesh_dims(_state_and_inputs(model, args, kwargs, params)))
-                if hang is None:
-                    raise
-                raise CollectiveTimeout(hang, graph=e.graph) from e.__cause__
-            dims = mesh_dims(_state_and_inputs(model, args, kwargs, params))  # inside: the meshes' groups still exist
+                    _write_comm(e.graph, recorder.records, mesh_dims(_state_and_inputs(model, args, kwargs, params),
+                                                                     {r["group"] for r in recorder.records}))
+                if hang is not None:
+                    raise CollectiveTimeout(hang, graph=e.graph) from e.__cause__
+                if cannot is not None:
+                    raise ModelError(cannot, graph=e.graph) from e.__cause__
+                raise
+            # inside: the meshes' groups still exist; only the groups the collectives used are named
+            dims = mesh_dims(_state_and_inputs(model, args, kwargs, params), {r["group"] for r in recorder.records})
             graph.annotations["rank"] = torch.distributed.get_rank()
             _write_comm(graph, recorder.records, dims)
     return graph
@@ -365,14 +372,14 @@ def _write_comm(graph: Graph, records: list[dict[str, Any]], dims: dict[str, str
 
 
 def _state_and_inputs(model: Any, args: Any, kwargs: dict[str, Any] | None,
-                      params: dict[str, Any] | None = None) -> list[Any]:
+                      params: dict[str, Any] | None = None) -> Iterator[Any]:
     """The model's parameters (``params``: its ``named_parameters()``, when already taken) and
-    buffers and the top-level inputs: where its DTensors' meshes are."""
-    found: list[Any] = []
+    buffers and the top-level inputs, walked lazily: where its DTensors' meshes are."""
     if isinstance(model, nn.Module):
-        found += [*(params.values() if params is not None else model.parameters()), *model.buffers()]
-    found += [*(args if isinstance(args, (tuple, list)) else (args,)), *(kwargs or {}).values()]
-    return found
+        yield from params.values() if params is not None else model.parameters()
+        yield from model.buffers()
+    yield from args if isinstance(args, (tuple, list)) else (args,)
+    yield from (kwargs or {}).values()
 
 
 def compare(

@@ -282,3 +282,65 @@ def test_comm_overlay_reads_the_call_tree_the_passes_built(monkeypatch: pytest.M
                 bytes_of[path] = bytes_of.get(path, 0) + r["bytes"]
         assert spec["modules"] == {(t.calls(p)[0] if p else t.root).id: b for p, b in bytes_of.items()}
     assert any(r["phase"] == "backward" for r in collectives(g))
+
+
+def test_forward_only_capture_takes_no_parameter_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recorder's id -> name map serves gradient hooks only: a forward-only capture does not
+    walk the parameters for it; a backward one does, and names the parameters."""
+    made: list[dict[int, str]] = []
+    init = comms.CommRecorder.__init__
+
+    def spy(self: comms.CommRecorder, params: dict[int, str] | None = None) -> None:
+        init(self, params)
+        made.append(self.params)
+
+    monkeypatch.setattr(comms.CommRecorder, "__init__", spy)
+    fxviz.capture(mlp_factory, world_size=4)
+    fxviz.capture(mlp_factory, world_size=4, backward=True)
+    assert made[0] == {}
+    assert sorted(made[1].values()) == ["down.bias", "down.weight", "up.bias", "up.weight"]
+
+
+def test_mesh_names_read_only_until_the_groups_are_named() -> None:
+    """The first DTensor names the collectives' group: no further parameter is read; without the
+    groups wanted, every one is (the same names either way)."""
+    from fxviz.torchbridge.distributed import fake_world
+
+    with fake_world(4):
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        ts = [distribute_tensor(torch.randn(4, 4), mesh, [Shard(0), Shard(1)]) for _ in range(3)]
+        read: list[int] = []
+
+        def walk() -> Any:
+            for i, t in enumerate(ts):
+                read.append(i)
+                yield t
+        tp = mesh.get_group("tp").group_name
+        assert comms.mesh_dims(walk(), {tp}) == {tp: "tp", mesh.get_group("dp").group_name: "dp"}
+        assert read == [0]
+        read.clear()
+        everything = comms.mesh_dims(walk())
+        assert read == [0, 1, 2] and everything == comms.mesh_dims(iter(ts), {tp})
+        assert comms.mesh_dims(iter(ts), set()) == {}
+
+
+def test_placements_formatted_once_per_mesh_and_placements(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sharded forward's DTensor outputs share a few placements: each is formatted once per
+    recording, and every node still carries its own attrs, as formatting each anew gives them."""
+    import fxviz.torchbridge.distributed as distributed
+
+    real = distributed.format_placement
+    formatted: list[dict[str, str]] = []
+
+    def spy(placements: Any, mesh: Any) -> dict[str, str]:
+        formatted.append(real(placements, mesh))
+        return formatted[-1]
+
+    monkeypatch.setattr(distributed, "format_placement", spy)
+    g = fxviz.capture(sp_factory, world_size=8)
+    placed = [n for n in g.nodes if "placements" in n.attrs]
+    assert len(placed) >= 20
+    assert len({id(n.attrs) for n in placed}) == len(placed)
+    kinds = {(n.attrs["placements"], n.attrs["mesh"]) for n in placed}
+    assert len(formatted) == len(kinds) < len(placed)
+    assert kinds == {(f["placements"], f["mesh"]) for f in formatted}

@@ -32,15 +32,21 @@ from fxviz.torchbridge.source import _is_fxviz, is_user_file
 COLLECTIVES = frozenset({*NATIVE_TO_PY_MAPPING, *NATIVE_TO_PY_MAPPING.values(), *c10d_collective_ops,
                          torch.ops._dtensor.shard_dim_alltoall})
 
+#: point-to-point ops (``dist.send``/``recv``/``isend``/``irecv``, ``batch_isend_irecv``, a pipeline
+#: stage's activations): recorded too, with their peer (``CommDebugMode`` counts none of them)
+P2P = frozenset({torch.ops.c10d.send, torch.ops.c10d.recv_, torch.ops.c10d.recv_any_source_})
+#: the peer's position among a point-to-point op's arguments (its rank in the op's group)
+_PEER = {torch.ops.c10d.send: 2, torch.ops.c10d.recv_: 2}
+
 #: every overload of those packets: what the recorder's dispatch checks each op against
-_OVERLOADS = frozenset(getattr(p, name) for p in COLLECTIVES for name in p.overloads())
+_OVERLOADS = frozenset(getattr(p, name) for p in COLLECTIVES | P2P for name in p.overloads())
 #: their ids (an overload is one object per op, held here): ``OpOverload.__hash__`` is Python code,
 #: which a set look-up on every op of a sharded forward paid for
 _OVERLOAD_IDS = frozenset(map(id, _OVERLOADS))
 
 #: op packet -> the position of the tensors each rank sends: ``c10d``'s gathers and scatters take
 #: the output first, then the input
-SENDS = {p: 1 if p.default._schema.arguments[0].name.startswith("output") else 0 for p in COLLECTIVES}
+SENDS = {p: 1 if p.default._schema.arguments[0].name.startswith("output") else 0 for p in COLLECTIVES | P2P}
 
 #: op name fragments -> collective kind
 KINDS = (("all_reduce", "all_reduce"), ("allreduce", "all_reduce"), ("reduce_scatter", "reduce_scatter"),
@@ -88,6 +94,19 @@ def _group(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, int]:
     return "", 0
 
 
+def _peer(packet: Any, args: tuple[Any, ...]) -> int:
+    """A point-to-point op's peer, as a global rank (the op carries its rank in the group); -1 for a
+    receive from any source."""
+    at = _PEER.get(packet)
+    if at is None or len(args) <= at:
+        return -1
+    rank = int(args[at])
+    try:
+        return int(dist.get_global_rank(dist.ProcessGroup.unbox(args[1]), rank))
+    except Exception:  # noqa: BLE001 - a group torch's registry does not know: its own rank
+        return rank
+
+
 def _user_line() -> str:
     """The innermost user frame below fxviz's own: frames that called fxviz (the capture's caller)
     are not where the collective came from."""
@@ -99,13 +118,22 @@ def _user_line() -> str:
     return ""
 
 
-def mesh_dims(objs: Any) -> dict[str, str]:
+def mesh_dims(objs: Any, groups: Any = None) -> dict[str, str]:
     """Process group name -> mesh dimension name, for every named dimension of the device meshes
-    (and their root meshes) the DTensors among ``objs`` (parameters, buffers, inputs) live on."""
+    (and their root meshes) the DTensors among ``objs`` (parameters, buffers, inputs) live on.
+
+    ``groups``: the group names wanted (those a capture's collectives used); ``objs`` (an iterable,
+    read lazily) is read only until each is named: a sharded model's first DTensor parameter
+    usually names them all, and walking every parameter of a large model cost more than that."""
     out: dict[str, str] = {}
+    wanted = set(groups) if groups is not None else None
+    if wanted is not None and not wanted:
+        return out
     seen: set[int] = set()
     for t in objs:
         mesh = getattr(t, "device_mesh", None) if isinstance(t, DTensor) else None
+        if mesh is None or id(mesh) in seen:
+            continue
         for m in (mesh, _root(mesh)):
             if m is None or id(m) in seen:
                 continue
@@ -115,6 +143,8 @@ def mesh_dims(objs: Any) -> dict[str, str]:
                     out.setdefault(m.get_group(i).group_name, name)
                 except Exception:  # noqa: BLE001 - a dimension without a group of its own (flattened)
                     continue
+        if wanted is not None and wanted <= out.keys():
+            break
     return out
 
 
@@ -153,6 +183,22 @@ def timed_out(error: BaseException, records: list[dict[str, Any]]) -> str | None
             f"({last['group_size'] or '?'} ranks){where} waited past the process group's timeout "
             f"({_first_line(cause)}); some rank did not issue it or issued another collective first; the "
             f"partial graph (err.graph) keeps the {len(records)} collectives issued, this one marked timed_out")
+
+
+def fake_cannot(error: BaseException, records: list[dict[str, Any]]) -> str | None:
+    """One line for a capture that failed because torch's fake process group cannot do what the
+    model asked of it: a blocking receive from any source (``dist.recv`` without ``src``) asks the
+    fake work which rank sent, and it has none. ``None`` for any other failure."""
+    cause = error.__cause__ or error
+    if not records or records[-1]["op"] != "c10d.recv_any_source_" or "sourceRank" not in str(cause):
+        return None
+    last = records[-1]
+    last.setdefault("error", _first_line(cause))
+    where = f" in {last['module'] or 'the model'}" + (f" ({last['source']})" if last.get("source") else "")
+    return (f"a receive from any source{where} cannot run under the fake process group: no rank sends, so "
+            f"it has no sender to report; pass src= to dist.recv, or run on real ranks (torchrun); the "
+            f"partial graph (err.graph) keeps what ran up to it, collectives included ({len(records)}, this "
+            f"one marked with its error)")
 
 
 #: tensors of these types dispatch to ATen's own kernels: no subclass's Python runs under their ops
@@ -281,6 +327,8 @@ class CommRecorder(TorchDispatchMode):
             "bytes": _bytes(args[SENDS[func._overloadpacket]]) if args else 0, "module": module,
             "phase": "backward" if backward else "forward", "source": source,
         }
+        if func._overloadpacket in P2P:
+            record["peer"] = _peer(func._overloadpacket, args)
         if node is not None:  # the autograd node running (or about to, in its hooks): placed by the comm pass
             record["autograd_node"] = [type(node).__name__, node._sequence_nr()]
             var = getattr(node, "variable", None)  # AccumulateGrad: a gradient hook on a parameter
@@ -292,4 +340,4 @@ class CommRecorder(TorchDispatchMode):
 if _SKIP_CODE is not None:
     _SKIP_CODE(CommRecorder.__torch_dispatch__.__code__)
 
-__all__ = ["COLLECTIVES", "CommRecorder", "mesh_dims", "timed_out"]
+__all__ = ["COLLECTIVES", "P2P", "CommRecorder", "fake_cannot", "mesh_dims", "timed_out"]

@@ -76,6 +76,7 @@ def observer(rec: Any) -> Callable[..., Any]:
     cpu_metas_get = cpu_metas.get
     tensor = torch.Tensor
     getframe = sys._getframe
+    placements: dict[Any, Any] = {}  # placement_attrs' cache, for this recording only (it holds meshes)
 
     def observe(
         mode: Any, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
@@ -169,7 +170,7 @@ def observer(rec: Any) -> Callable[..., Any]:
                 metas: tuple[Any, ...] = (meta,)
                 has_tensor = True
                 if type(out) is not tensor and hasattr(out, "placements"):  # a DTensor: where it lives
-                    attrs.update(placement_attrs(out))
+                    attrs.update(placement_attrs(out, placements))
                     out_sharded = out
             else:
                 if isinstance(out, (tuple, list)) and action is not _EXIT:

@@ -6,7 +6,9 @@ Collectives a capture recorded (:mod:`fxviz.fallback.comms`) live, as plain JSON
 ``group`` (the process group's name), ``group_size`` (its ranks), ``mesh_dim`` (the name of the
 device mesh dimension the group belongs to, ``dp``/``tp``; empty when it belongs to no named one), ``bytes`` (per rank), ``module`` (its path), ``phase``
 (``forward``, or ``backward`` for one run by the autograd engine, its final callbacks included),
-``autograd_node`` (the backward op running it: class and sequence number) and ``source``.
+``autograd_node`` (the backward op running it: class and sequence number) and ``source``; a
+``send`` or ``recv`` also its ``peer`` (the other rank, global; -1 for a receive from any source) and
+its ``bytes`` are those it receives.
 :func:`write_comm` gives each backward collective a node of its own in the module of the backward
 op that ran it, turns them into the ``comm`` overlay (own bytes per module call; boxes sum what is
 inside) and adds the step's totals per mesh dimension (per group where unnamed; how many of them the
@@ -22,6 +24,9 @@ from typing import Any
 from fxviz.ir import Graph, Node
 from fxviz.passes.overlays import set_overlay
 from fxviz.passes.tree import tree_of
+
+#: point-to-point kinds: one rank's send is another's recv, so ranks' sequences of them differ by design
+_P2P = ("send", "recv")
 
 
 def collectives(graph: Graph) -> list[dict[str, Any]]:
@@ -130,8 +135,8 @@ def write_comm(graph: Graph, records: Sequence[dict[str, Any]]) -> None:
             modules[calls[0].id] = b
     nodes = {r["node"]: int(r.get("bytes", 0)) for r in records if r.get("node")}
     set_overlay(graph, "comm", label="comm", kind="number", unit="B", nodes=nodes, modules=modules, reduce="sum",
-                description="bytes each rank sends in collectives: per collective op, and per module with "
-                            "its submodules (graph.annotations['collectives'] lists each one)")
+                description="bytes each rank sends in collectives (a recv: receives): per collective op, and per "
+                            "module with its submodules (graph.annotations['collectives'] lists each one)")
     per_dim: Counter[tuple[str, str, int]] = Counter()
     count: Counter[tuple[str, str, int]] = Counter()
     backward: Counter[tuple[str, str, int]] = Counter()
@@ -165,7 +170,8 @@ def rank_mismatches(graphs: Sequence[Graph]) -> list[dict[str, Any]]:
 
     Every rank of a group must issue that group's collectives in the same order, with the same
     kind and size; the first one where a rank differs (another kind or size, or none at all) is
-    where the ranks part and wait on each other (the classic hang). Collectives are aligned per
+    where the ranks part and wait on each other (the classic hang); sends and recvs, which pair
+    ranks rather than match across them, are left out. Collectives are aligned per
     mesh dimension (per process group where unnamed), in the order each rank issued them, forward
     then backward; after the first difference a group's sequences are out of step, so one flag per
     group. Each flag is a dict (``group``, ``index``, ``ranks``: rank -> what it issued there),
@@ -177,7 +183,8 @@ def rank_mismatches(graphs: Sequence[Graph]) -> list[dict[str, Any]]:
     def per_group(g: Graph) -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = {}
         for r in collectives(g):
-            out.setdefault(str(r.get("mesh_dim") or r.get("group", "")), []).append(r)
+            if r.get("kind") not in _P2P:  # a send and its recv are on two ranks by design
+                out.setdefault(str(r.get("mesh_dim") or r.get("group", "")), []).append(r)
         return out
 
     ranks = [g.annotations.get("rank", i) for i, g in enumerate(graphs)]

@@ -88,11 +88,27 @@ def gather_to_rank0(text: str) -> list[Any] | None:
     return out
 
 
-def placement_attrs(t: object) -> dict[str, str]:
+def placement_attrs(t: object, cache: dict[Any, Any] | None = None) -> dict[str, str]:
     """A DTensor's placement as JSON-safe node attrs: ``placements`` (``S(0)``, ``R``, ``P(sum)``, one per
-    mesh dimension, comma-separated) and ``mesh`` (its shape, with dimension names when it has them)."""
-    placements = getattr(t, "placements", ())
+    mesh dimension, comma-separated) and ``mesh`` (its shape, with dimension names when it has them).
+
+    ``cache`` (one recording's, dropped with it: it holds the meshes) keeps them formatted per mesh
+    and placements: a sharded forward's outputs share a few, and formatting them (each placement's
+    ``str``, the mesh's shape and names) cost several microseconds per DTensor op. A new dict each call."""
+    placements = tuple(getattr(t, "placements", ()))
     mesh = getattr(t, "device_mesh", None)
+    key = (id(mesh), placements)
+    hit = cache.get(key) if cache is not None else None
+    if hit is not None and hit[0] is mesh:
+        return dict(hit[1])
+    attrs = format_placement(placements, mesh)
+    if cache is not None:
+        cache[key] = (mesh, attrs)
+    return dict(attrs)
+
+
+def format_placement(placements: tuple[Any, ...], mesh: Any) -> dict[str, str]:
+    """:func:`placement_attrs`' text for ``placements`` on ``mesh``."""
     shape = tuple(mesh.shape) if mesh is not None else ()
     names = getattr(mesh, "mesh_dim_names", None) if mesh is not None else None
     where = ", ".join(f"{n}={s}" for n, s in zip(names, shape, strict=False)) if names else "x".join(map(str, shape))
