@@ -13,8 +13,8 @@ goes to the recorder's methods, written for reading.
 from __future__ import annotations
 
 import sys
-from math import isfinite
 from collections.abc import Callable
+from math import isfinite
 from typing import Any
 from weakref import ref as _weakref
 
