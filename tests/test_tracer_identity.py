@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from fxviz.fallback import trace_eager
+from fxviz.ir import Ref
 from fxviz.torchbridge.guard import named_modules
 from fxviz.torchbridge.values import mark_tied
 
@@ -235,3 +236,20 @@ def test_torch_loggers_quiet_during_an_attempt_and_as_before_after() -> None:
         assert own.level == logging.DEBUG
     finally:
         own.setLevel(logging.NOTSET)
+
+
+def test_tensor_keyword_arguments_are_recorded_as_the_general_encoding_records_them() -> None:
+    """A tensor passed by keyword (``layer_norm(..., weight=w)``) is read without :func:`encode`'s
+    reader: an input of the node, shown as ``%name`` with its exact form, as encode gives."""
+    from fxviz.fallback.values import encode
+
+    norm = nn.LayerNorm(4)
+    g = trace_eager(norm, (torch.randn(2, 4),))
+    op = next(n for n in g.ops if n.target == "torch.nn.functional.layer_norm")
+    names = {n.target: n.name for n in g.nodes if n.kind == "parameter"}
+    refs = {norm.weight: names["weight"], norm.bias: names["bias"]}
+    inputs: list[str] = []
+    for key, t in (("weight", norm.weight), ("bias", norm.bias)):
+        display, exact = encode(t, lambda t: (inputs.append(refs[t]), Ref(refs[t]))[1])
+        assert op.attrs[key] == display and op.attrs["py"][key] == exact
+    assert [r.node for r in op.inputs][1:] == inputs

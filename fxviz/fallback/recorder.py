@@ -279,6 +279,15 @@ class Recorder:
             if a is None or type(a) in _PLAIN_TYPES or (type(a) is float and isfinite(a)):
                 attrs[key] = a
                 continue
+            if isinstance(a, torch.Tensor):  # layer_norm's weight=: encode()'s tensor case, without a reader
+                v = version(a)
+                ref = self.read_at(a, v)
+                inputs.append(ref)
+                seen.append((a, v))
+                attrs[key] = f"%{ref.node}"
+                exact = exact or {}
+                exact[key] = {"tensor": ref.node}
+                continue
             read = read or self._reader(inputs, seen)
             display, ex = encode(a, read)
             attrs[key] = display
