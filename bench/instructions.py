@@ -2,7 +2,7 @@
 for the before/after of a change to the tracer, its passes or the snapshot, where process CPU time on
 a shared machine swings by more than the change.
 
-    python bench/instructions.py [--models stack,resnet] [--parts capture,tracer,forward,snapshot,passes]
+    python bench/instructions.py [--models stack,gpt2-narrow,resnet,gpt2] [--parts capture,tracer,forward,snapshot,passes]
                                  [--reps 2] [--stack-layers 300]
 
 Each part runs twice untimed (imports, first-call caches), then ``--reps`` times inside

@@ -133,6 +133,15 @@ def build_models(stack_layers: int) -> dict[str, Callable[[], tuple[Any, tuple[A
         model, args = build(seq=128)
         return model, args, None
 
+    def gpt2_narrow() -> tuple[Any, tuple[Any, ...], int | None]:
+        # GPT-2 small's 12 blocks and ops at width 64: the capture's cost per op with little
+        # arithmetic around it (for callgrind, where the full model's matmuls take minutes)
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=64, n_head=2, vocab_size=1000)).eval()
+        return model, (torch.randint(0, 1000, (1, 128)),), None
+
     def resnet() -> tuple[Any, tuple[Any, ...], int | None]:
         torch.manual_seed(0)
         return ResNet18().eval(), (torch.randn(1, 3, 224, 224),), None
@@ -143,6 +152,7 @@ def build_models(stack_layers: int) -> dict[str, Callable[[], tuple[Any, tuple[A
 
     return {
         "gpt2": gpt2,
+        "gpt2-narrow": gpt2_narrow,
         "resnet": resnet,
         "stack": stack,
     }
@@ -150,6 +160,7 @@ def build_models(stack_layers: int) -> dict[str, Callable[[], tuple[Any, tuple[A
 
 MODEL_LABELS = {
     "gpt2": "GPT-2 small, seq 128",
+    "gpt2-narrow": "GPT-2 small's ops at width 64, seq 128",
     "resnet": "ResNet-18 (by hand), 1x3x224x224",
     "stack": "residual stack ({n} x Linear 64 + ReLU + add), 8x64",
 }
@@ -351,7 +362,7 @@ COLUMNS = ["mode+hooks floor", "fxviz eager", "fxviz tracer", "torchview", "torc
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="gpt2,resnet,stack", help="comma-separated subset of gpt2,resnet,stack")
+    ap.add_argument("--models", default="gpt2,resnet,stack", help="comma-separated subset of gpt2,gpt2-narrow,resnet,stack")
     ap.add_argument("--reps", type=int, default=None, help="measured rounds (default: 7 GPT-2, 15 others; torchlens at most 5)")
     ap.add_argument("--stack-layers", type=int, default=300)
     ap.add_argument("--threads", type=int, default=1)

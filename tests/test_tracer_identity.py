@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 import torch
 from torch import nn
 
 from fxviz.fallback import trace_eager
+from fxviz.ir import Ref
 from fxviz.torchbridge.guard import named_modules
 from fxviz.torchbridge.values import mark_tied
 
@@ -171,3 +173,83 @@ def test_source_lines_cached_per_instruction_are_pythons_own() -> None:
     g = trace_eager(model, (x,))
     assert [n.source.line if n.source else None for n in g.ops] == where.lines
     assert len(set(where.lines)) == 3  # the loop's line, and the statement's two lines
+
+
+class _Scalars(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.dropout(x * 0.5, p=0.25, training=False)
+        y = y.view(y.size()) + float("inf")
+        y = torch.pow(y, -0.0).clamp(min=-1.5, max=float("nan"))
+        return torch.nn.functional.layer_norm(y, (y.shape[-1],), eps=1e-5)
+
+
+class _Tuple(tuple):  # type: ignore[type-arg]
+    """A tuple subclass: :func:`encode`'s general path for sequences."""
+
+
+def test_scalar_and_size_arguments_are_recorded_as_the_general_encoding_records_them() -> None:
+    """The tracer takes finite floats as plain arguments without :func:`encode`, and encodes a
+    ``torch.Size`` by the fast path for tuples of plain items: the attrs are what the general
+    encoding gives (display, and an exact form only where the display loses something)."""
+    from fxviz.fallback.values import encode
+
+    g = trace_eager(_Scalars(), (torch.randn(3, 4),))
+    by_target = {n.target: n for n in g.ops}
+    never = lambda t: pytest.fail("no tensor here")  # noqa: E731
+    cases = [("Tensor.mul", "arg1", 0.5), ("torch.nn.functional.dropout", "p", 0.25),
+             ("Tensor.add", "arg1", float("inf")), ("torch.pow", "arg1", -0.0),
+             ("Tensor.clamp", "min", -1.5), ("Tensor.clamp", "max", float("nan")),
+             ("torch.nn.functional.layer_norm", "eps", 1e-5), ("Tensor.view", "arg1", torch.Size([3, 4]))]
+    for target, key, value in cases:
+        attrs = by_target[target].attrs
+        display, exact = encode(value, never)
+        assert attrs[key] == display, (target, key)
+        assert attrs.get("py", {}).get(key) == exact, (target, key)
+    assert encode(torch.Size([3, 4]), never) == encode(_Tuple((3, 4)), never) == ([3, 4], {"tuple": [3, 4]})
+    assert by_target["Tensor.add"].attrs["py"] == {"arg1": {"float": "inf"}}
+    assert by_target["torch.pow"].attrs["arg1"] == 0.0 and str(by_target["torch.pow"].attrs["arg1"]) == "-0.0"
+
+
+def test_opaque_found_at_any_depth() -> None:
+    from fxviz.fallback.values import has_opaque
+
+    assert has_opaque({"a": {"list": [1, {"tuple": [2, {"opaque": "function"}]}]}})
+    assert has_opaque([{"opaque": "generator"}])
+    assert not has_opaque({"a": {"tuple": [1, 2, 3]}, "b": {"list": ["x", {"slice": [None, 2, None]}]}})
+
+
+def test_torch_loggers_quiet_during_an_attempt_and_as_before_after() -> None:
+    """:func:`quiet_torch` sets the levels with one clearing of logging's caches: every logger's
+    answer (cached by ``isEnabledFor``) follows the levels in and after the block."""
+    import logging
+
+    from fxviz.torchbridge.run import quiet_torch
+
+    child, own = logging.getLogger("torch.fxviz_test.child"), logging.getLogger("torch.fxviz_test")
+    own.setLevel(logging.DEBUG)
+    try:
+        assert child.isEnabledFor(logging.INFO) and own.isEnabledFor(logging.DEBUG)  # cached now
+        with quiet_torch():
+            assert not child.isEnabledFor(logging.INFO) and not own.isEnabledFor(logging.ERROR)
+            assert own.level == logging.CRITICAL
+        assert child.isEnabledFor(logging.INFO) and own.isEnabledFor(logging.DEBUG)
+        assert own.level == logging.DEBUG
+    finally:
+        own.setLevel(logging.NOTSET)
+
+
+def test_tensor_keyword_arguments_are_recorded_as_the_general_encoding_records_them() -> None:
+    """A tensor passed by keyword (``layer_norm(..., weight=w)``) is read without :func:`encode`'s
+    reader: an input of the node, shown as ``%name`` with its exact form, as encode gives."""
+    from fxviz.fallback.values import encode
+
+    norm = nn.LayerNorm(4)
+    g = trace_eager(norm, (torch.randn(2, 4),))
+    op = next(n for n in g.ops if n.target == "torch.nn.functional.layer_norm")
+    names = {n.target: n.name for n in g.nodes if n.kind == "parameter"}
+    refs = {norm.weight: names["weight"], norm.bias: names["bias"]}
+    inputs: list[str] = []
+    for key, t in (("weight", norm.weight), ("bias", norm.bias)):
+        display, exact = encode(t, lambda t: (inputs.append(refs[t]), Ref(refs[t]))[1])
+        assert op.attrs[key] == display and op.attrs["py"][key] == exact
+    assert [r.node for r in op.inputs][1:] == inputs

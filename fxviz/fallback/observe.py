@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from math import isfinite
 from typing import Any
 from weakref import ref as _weakref
 
@@ -116,7 +117,7 @@ def observer(rec: Any) -> Callable[..., Any]:
                             ref = sharded_value(a) if sharded or type(a) not in PLAIN_TENSORS else None
                             inputs.append(ref if ref is not None else state_node(a))
                         seen.append((a, v))
-                    elif a is None or type(a) in _PLAIN_TYPES:
+                    elif a is None or type(a) in _PLAIN_TYPES or (type(a) is float and isfinite(a)):
                         attrs[arg_keys[i] if i < len(arg_keys) else f"arg{i}"] = a
                     else:
                         break

@@ -12,6 +12,7 @@ model runs about a thousand ops per capture); the recorder's methods it calls fo
 
 from __future__ import annotations
 
+from math import isfinite
 from typing import Any
 from weakref import ref as _weakref
 
@@ -265,7 +266,7 @@ class Recorder:
                 seen.append((a, v))
                 continue
             key = names[i] if names is not None and i < len(names) else f"arg{i}"
-            if a is None or type(a) in _PLAIN_TYPES:
+            if a is None or type(a) in _PLAIN_TYPES or (type(a) is float and isfinite(a)):  # exact as shown
                 attrs[key] = a
                 continue
             read = read or self._reader(inputs, seen)
@@ -275,8 +276,17 @@ class Recorder:
                 exact = exact or {}
                 exact[key] = ex
         for key, a in kwargs.items():
-            if a is None or type(a) in _PLAIN_TYPES:
+            if a is None or type(a) in _PLAIN_TYPES or (type(a) is float and isfinite(a)):
                 attrs[key] = a
+                continue
+            if isinstance(a, torch.Tensor):  # layer_norm's weight=: encode()'s tensor case, without a reader
+                v = version(a)
+                ref = self.read_at(a, v)
+                inputs.append(ref)
+                seen.append((a, v))
+                attrs[key] = f"%{ref.node}"
+                exact = exact or {}
+                exact[key] = {"tensor": ref.node}
                 continue
             read = read or self._reader(inputs, seen)
             display, ex = encode(a, read)

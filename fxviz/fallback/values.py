@@ -29,6 +29,8 @@ RESERVED = frozenset({"py", "aliases", "data_dependent", "returns_input", "torch
 
 _PLAIN = (type(None), bool, int, str)
 _PLAIN_TYPES = frozenset({int, bool, str, type(None)})
+#: tuples whose plain items are shown and kept as they are (``x.view(x.size())``'s ``torch.Size`` too)
+_TUPLES = frozenset({tuple, torch.Size})
 
 
 def encode(v: Any, read: Callable[[torch.Tensor], Ref]) -> tuple[Any, Any]:
@@ -43,7 +45,7 @@ def encode(v: Any, read: Callable[[torch.Tensor], Ref]) -> tuple[Any, Any]:
     if isinstance(v, torch.Tensor):
         name = read(v).node
         return f"%{name}", {"tensor": name}
-    if type(v) is tuple and all(type(x) in _PLAIN_TYPES for x in v):
+    if type(v) in _TUPLES and all(type(x) in _PLAIN_TYPES for x in v):
         items = list(v)  # shapes, dims, strides: the common case, on every op's path
         return items, {"tuple": items}
     if isinstance(v, (list, tuple)):
@@ -75,10 +77,13 @@ def encode(v: Any, read: Callable[[torch.Tensor], Ref]) -> tuple[Any, Any]:
 def has_opaque(exact: Any) -> bool:
     """True when an exact encoding holds a value replay cannot rebuild (a callable, a generator)."""
     if isinstance(exact, dict):
-        return "opaque" in exact or any(has_opaque(x) for x in exact.values())
-    if isinstance(exact, list):
-        return any(has_opaque(x) for x in exact)
+        return "opaque" in exact or any(has_opaque(x) for x in exact.values() if isinstance(x, _NESTED))
+    if isinstance(exact, list):  # mostly plain items (a shape): only nested ones are looked into
+        return any(has_opaque(x) for x in exact if isinstance(x, _NESTED))
     return False
+
+
+_NESTED = (dict, list)
 
 
 def decode(exact: Any, take: Callable[[], Any]) -> Any:

@@ -22,10 +22,9 @@ What :class:`Snapshot` keeps, and what it costs:
 * the process (:class:`ProcessState`): ``sys.stdout``/``sys.stderr``, warning hooks and filters,
   torch's logger levels, torch's function and dispatch mode stacks, the methods fx patches on
   ``nn.Module``, fx's tracing flag, grad and autocast modes, the default dtype, the recursion
-  limit, global module
-  hooks, the random number generators, and the code Dynamo compiled or marked during the attempt
-  (``torch.cond``'s eager path compiles through Dynamo; a code object an attempt marked as "skip"
-  made a later export of a ``cond`` model fail).
+  limit, global module hooks, the random number generators, and the code Dynamo compiled or marked
+  during the attempt (``torch.cond``'s eager path compiles through Dynamo; a code object an attempt
+  marked as "skip" made a later export of a ``cond`` model fail).
 
 Writes are put back through ``.data`` (no version bump: a user's autograd graph that saved a buffer
 stays valid), and only where a value differs.
@@ -38,7 +37,7 @@ import operator
 import sys
 import warnings
 from collections.abc import Iterable, Iterator
-from itertools import chain, compress, filterfalse, repeat
+from itertools import chain, compress, filterfalse
 from typing import Any
 
 import torch
@@ -47,14 +46,15 @@ from torch.nn.modules import module as nn_module
 
 from fxviz.torchbridge.distributed import data_alias
 
-_MISSING = object()
 _first, _second = operator.itemgetter(0), operator.itemgetter(1)
+_PLAIN_TENSORS = frozenset((torch.Tensor, nn.Parameter, nn.Buffer))
+_NOT_CONTAINERS = (torch.Tensor, nn.Module)
+_SCALARS = frozenset({int, float, bool, str, bytes, type(None), complex})
 #: Containers walked into at most (a forward's Python caches; a guard against pathological models).
 _MAX_CONTAINERS = 200_000
-_GLOBAL_HOOKS = (
-    "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-    "_global_backward_pre_hooks", "_global_forward_hooks_always_called", "_global_forward_hooks_with_kwargs",
-)
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                 "_global_backward_pre_hooks", "_global_forward_hooks_always_called",
+                 "_global_forward_hooks_with_kwargs")
 
 
 def named_modules(model: nn.Module, *, remove_duplicate: bool = True) -> list[tuple[str, nn.Module]]:
@@ -115,7 +115,6 @@ def _real(t: torch.Tensor) -> bool:
     return type(t) in _PLAIN_TENSORS and not t.is_meta
 
 
-_PLAIN_TENSORS = frozenset((torch.Tensor, nn.Parameter, nn.Buffer))
 
 
 class _Containers:
@@ -130,20 +129,21 @@ class _Containers:
         todo = list(roots)
         while todo and len(self.saved) < _MAX_CONTAINERS:
             v = todo.pop()
-            if isinstance(v, (torch.Tensor, nn.Module)) or id(v) in seen:
+            t = type(v)  # not isinstance: a failed one calls __getattribute__ (transformers' configs: Python)
+            if t in _SCALARS or issubclass(t, _NOT_CONTAINERS) or id(v) in seen:
                 continue
-            if isinstance(v, dict):
+            if issubclass(t, dict):
                 seen.add(id(v))
                 self.saved.append((v, v.copy()))
                 todo.extend(v.values())
-            elif isinstance(v, list):
+            elif issubclass(t, list):
                 seen.add(id(v))
                 self.saved.append((v, v.copy()))
                 todo.extend(v)
-            elif isinstance(v, set):
+            elif issubclass(t, set):
                 seen.add(id(v))
                 self.saved.append((v, v.copy()))
-            elif type(v) is tuple:
+            elif t is tuple:
                 seen.add(id(v))
                 todo.extend(v)
 
@@ -280,12 +280,16 @@ class ModelState:
             state = list(map(_state_of, standard))
             hooks = list(chain.from_iterable(map(_hooks_of, standard)))
         own = [d for d, n in zip(standard, map(len, standard), strict=True) if n > _N_STANDARD]
-        for d, extra in zip(own, map(operator.sub, map(dict.keys, own), repeat(_STANDARD)), strict=True):
-            for k in extra:  # a module's own attributes (Linear's in_features)
-                v = d[k]
-                if isinstance(v, torch.Tensor):
+        extras: dict[tuple[str, ...], list[str]] = {}  # a layout of keys (one per class, mostly) -> own keys
+        for d, keys in zip(own, map(tuple, own), strict=True):
+            ks = extras.get(keys)
+            if ks is None:
+                ks = extras[keys] = [k for k in keys if k not in _STANDARD]
+            for v in map(d.__getitem__, ks):  # a module's own attributes (Linear's in_features)
+                t = type(v)
+                if issubclass(t, torch.Tensor):  # by type: see _Containers
                     tensors.append((v, True))
-                elif type(v) not in _SCALARS:
+                elif t not in _SCALARS:
                     user.append(v)
         state_dicts = list(chain.from_iterable(state))
         params = chain.from_iterable(map(dict.values, map(_first, state)))
@@ -337,9 +341,6 @@ def _dicts_signature(dicts: list[dict[str, Any]]) -> tuple[list[int], list[Any]]
     while the dict keeps its length and its values is not seen; nothing a forward does by
     assigning attributes.)"""
     return list(map(len, dicts)), list(chain.from_iterable(map(dict.values, dicts)))
-
-
-_SCALARS = frozenset({int, float, bool, str, bytes, type(None), complex})
 
 
 def _tensors_in(roots: list[Any]) -> Iterable[torch.Tensor]:

@@ -260,8 +260,7 @@ def quiet_torch() -> Iterator[Held]:
         if n.startswith("torch.") and isinstance(lg, logging.Logger) and lg.level != logging.NOTSET
     ]
     levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.CRITICAL)
+    _set_levels(loggers, [logging.CRITICAL] * len(loggers))
     stderr = sys.stderr
     show = warnings.showwarning
 
@@ -287,8 +286,15 @@ def quiet_torch() -> Iterator[Held]:
             sys.stderr = stderr
         if warnings.showwarning is showwarning:
             warnings.showwarning = show
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.setLevel(level)
+        _set_levels(loggers, levels)
+
+
+def _set_levels(loggers: list[logging.Logger], levels: list[int]) -> None:
+    """``lg.setLevel(level)`` for each pair, with one clearing of the loggers' caches for all (each
+    ``setLevel`` clears every logger's cache: ~40 us each with transformers' ~400 loggers)."""
+    for lg, level in zip(loggers, levels, strict=True):
+        lg.level = logging._checkLevel(level)  # type: ignore[attr-defined]
+    logging.Logger.manager._clear_cache()  # type: ignore[attr-defined]
 
 
 _SHOWWARNING = warnings.showwarning

@@ -161,7 +161,7 @@ def _one_node_per_tensor(nodes: list[Node], tied: list[list[str]]) -> None:
                 placed.add(owner)
                 out.append(stand)
             continue
-        if any(r.node in rename for r in n.inputs):
+        if rename and any(r.node in rename for r in n.inputs):  # none renamed: no input to scan
             n.inputs = tuple(Ref(rename.get(r.node, r.node), r.index) for r in n.inputs)
         out.append(n)
     nodes[:] = out
