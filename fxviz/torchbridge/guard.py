@@ -115,8 +115,6 @@ def _real(t: torch.Tensor) -> bool:
     return type(t) in _PLAIN_TENSORS and not t.is_meta
 
 
-
-
 class _Containers:
     """``dict``/``list``/``set`` objects by identity with a copy of their contents; put back in
     place (the object the model holds stays the same object)."""
