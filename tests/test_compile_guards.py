@@ -54,10 +54,8 @@ class Trace(logging.Handler):
 
 
 @pytest.fixture
-def trace(monkeypatch: pytest.MonkeyPatch) -> Iterator[Trace]:
-    h = Trace()
-    # fxviz quiets torch's loggers while it runs (setLevel CRITICAL): keep the trace logger at DEBUG
-    monkeypatch.setattr(trace_log, "setLevel", lambda level: None)
+def trace() -> Iterator[Trace]:
+    h = Trace()  # torch's structured trace stays at DEBUG while fxviz quiets torch's other loggers
     trace_log.addHandler(h)
     try:
         yield h

@@ -238,6 +238,36 @@ def test_torch_loggers_quiet_during_an_attempt_and_as_before_after() -> None:
         own.setLevel(logging.NOTSET)
 
 
+def test_torchs_structured_trace_keeps_its_records_while_fxviz_quiets_torch() -> None:
+    """torch's structured-trace logger is "always at debug level" and prints nothing: a user's
+    ``TORCH_TRACE`` file must get the records of compiles fxviz runs. A handler on it sees
+    Dynamo's records of a compile map run inside :func:`quiet_torch`'s block."""
+    import logging
+
+    from torch._logging._internal import trace_log
+
+    from fxviz.analyze.compilemap import compile_map
+    from fxviz.torchbridge.run import quiet_torch
+
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(next(iter(record.metadata)) if isinstance(getattr(record, "metadata", None), dict) else "")
+
+    level, h = trace_log.level, Keep()
+    trace_log.setLevel(logging.DEBUG)
+    trace_log.addHandler(h)
+    try:
+        with quiet_torch():
+            assert trace_log.level == logging.DEBUG and trace_log.isEnabledFor(logging.DEBUG)
+        compile_map(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), (torch.randn(2, 4),), backend="eager")
+    finally:
+        trace_log.removeHandler(h)
+        trace_log.setLevel(level)
+    assert "dynamo_start" in seen and "dynamo_output_graph" in seen
+
+
 def test_tensor_keyword_arguments_are_recorded_as_the_general_encoding_records_them() -> None:
     """A tensor passed by keyword (``layer_norm(..., weight=w)``) is read without :func:`encode`'s
     reader: an input of the node, shown as ``%name`` with its exact form, as encode gives."""

@@ -246,7 +246,9 @@ def quiet_torch() -> Iterator[Held]:
     * Torch's loggers: a logger without a level of its own inherits its parent's, so raising
       ``torch`` and the few ``torch.*`` loggers torch gave a level of their own silences them all
       (each ``setLevel`` clears every logger's cache: doing it for all ~100 cost a millisecond
-      per capture); levels are restored afterwards.
+      per capture); levels are restored afterwards. Not torch's structured trace
+      (``torch.__trace``): it prints nothing (it does not propagate) and writes only to its own
+      handlers, a user's ``TORCH_TRACE`` file among them, which must keep the run's records.
     * stderr: export prints a data-dependent error's partial graph straight to it. Writes from
       torch's code are held; others go through (:class:`_SortedStderr`).
     * warnings torch's code makes are held; the model's go to the usual warning machinery, filters
@@ -257,7 +259,7 @@ def quiet_torch() -> Iterator[Held]:
     registry = logging.Logger.manager.loggerDict
     loggers = [logging.getLogger("torch")] + [
         lg for n, lg in list(registry.items())
-        if n.startswith("torch.") and isinstance(lg, logging.Logger) and lg.level != logging.NOTSET
+        if n.startswith("torch.") and n != _TRACE_LOG and isinstance(lg, logging.Logger) and lg.level != logging.NOTSET
     ]
     levels = [lg.level for lg in loggers]
     _set_levels(loggers, [logging.CRITICAL] * len(loggers))
@@ -287,6 +289,10 @@ def quiet_torch() -> Iterator[Held]:
         if warnings.showwarning is showwarning:
             warnings.showwarning = show
         _set_levels(loggers, levels)
+
+
+#: torch's structured-trace logger: "always at debug level" (torch/_logging/_internal.py).
+_TRACE_LOG = "torch.__trace"
 
 
 def _set_levels(loggers: list[logging.Logger], levels: list[int]) -> None:
