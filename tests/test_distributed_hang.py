@@ -84,6 +84,10 @@ def test_collective_that_never_returns_is_one_line_with_the_partial_graph(stalle
         ("all_reduce", 128, False), ("all_reduce", 128, True)]  # what was recorded up to it, the hung one marked
     assert "Timed out waiting" in recs[1]["error"] and "error" not in recs[0]
     ops = [n.target for n in e.graph.nodes if n.kind == "op"]
-    assert ops[:3] == ["torch.nn.functional.linear", "torch.nn.functional.linear", "torch.relu"]
+    reduce = "torch.distributed.distributed_c10d.all_reduce"  # the model's own calls: nodes of their own
+    assert ops == ["torch.nn.functional.linear", reduce, "torch.nn.functional.linear", "torch.relu", reduce]
+    hung = e.graph.nodes[-1] if e.graph.nodes[-1].kind == "op" else None
+    assert hung is not None and recs[1]["node"] == hung.name and "Timed out waiting" in (hung.error or "")
+    assert e.graph.node(recs[0]["node"]).error is None
     assert "Tensor.mul" not in ops and "torch.mul" not in ops  # nothing after the hang
     assert dist.is_initialized()  # the caller's group is left to the caller

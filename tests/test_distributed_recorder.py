@@ -18,6 +18,7 @@ import fxviz
 import fxviz.fallback.comms as comms
 import fxviz.torchbridge.guard as guard
 from fxviz.passes.comm import collectives
+from fxviz.passes.overlays import overlays
 from tests.test_distributed import counts, fsdp_factory, mlp_factory, oracle, sp_factory
 
 
@@ -41,14 +42,17 @@ def implicit_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
 
 def test_collective_inside_a_dtensor_op_is_recorded() -> None:
     """The all-gather DTensor runs inside ``torch.softmax``'s dispatch is seen by no torch-function
-    mode (the tracer has no op node for it): a recorder at that level alone would drop it."""
+    mode: a recorder at that level alone would drop it. It belongs to the softmax's node (its
+    bytes in the comm overlay, its kind in the node's ``collectives``), not to a node of its own."""
     g = fxviz.capture(implicit_factory, world_size=4)
     want = oracle(implicit_factory, 4)
     assert want[""] == {"all_gather": 1}  # torch's own record: one collective, inside the softmax
     assert counts(g) == want
     (r,) = collectives(g)
     assert (r["kind"], r["group_size"], r["bytes"]) == ("all_gather", 4, 8 * 16 // 4 * 4)
-    assert "node" not in r  # no op node of its own: the tracer's function mode never saw it
+    softmax = g.node(r["node"])
+    assert softmax.target == "torch.softmax" and softmax.attrs["collectives"] == ["all_gather"]
+    assert overlays(g)["comm"]["nodes"] == {softmax.name: r["bytes"]}
     assert not [n for n in g.nodes if n.kind == "op" and "c10d" in n.target]
 
 
@@ -59,11 +63,12 @@ def test_a_dropped_collective_is_caught(factory: Any, world_size: int, monkeypat
     FSDP2, implicit redistribution) fails when the recorder loses one collective."""
     record = comms.CommRecorder._record
 
-    def drop_first(self: comms.CommRecorder, *a: Any) -> None:
-        record(self, *a)
+    def drop_first(self: comms.CommRecorder, *a: Any) -> dict[str, Any]:
+        r = record(self, *a)
         if getattr(self, "_dropped", False) is False:
             self._dropped = True  # type: ignore[attr-defined]
             self.records.pop()
+        return r
 
     want = oracle(factory, world_size)
     assert counts(fxviz.capture(factory, world_size=world_size)) == want

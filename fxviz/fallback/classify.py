@@ -72,6 +72,10 @@ class Kind(NamedTuple):
     writes: bool = False
     #: a call writes for some argument values only (``F.relu(x, inplace=True)``): this says which
     writes_when: WritesWhen | None = None
+    #: function level, a ``torch.ops`` op whose schema says it writes arguments: that overload,
+    #: whose schema the tracer reads the written tensors from (a custom op's writes may move no
+    #: version counter: FSDP2 copies its all-gathered parameters out with theirs kept)
+    schema_op: Any = None
 
 
 #: Function-level calls that always write their tensor arguments although their names do not end
@@ -128,10 +132,30 @@ def classify(func: Any, level: Level) -> Kind:
             return Kind(Action.SKIP, target, name)
     action = Action.EXIT if name in DATA_DEPENDENT else Action.OP
     short = name.strip("_") or name  # ``__add__`` -> ``add``
+    op = _writing_overload(func)
+    if op is not None:
+        return Kind(action, target, short, True, None, op)
     if parts[-1] == "__set__" or (name.endswith("_") and not name.startswith("__")):
         return Kind(action, target, short, True)
     when = writes_when(func)
     return Kind(action, target, short, when is None and name in WRITERS, when)
+
+
+def _writes(schema: Any) -> tuple[int, ...]:
+    """The positions of the arguments ``schema`` marks as written (``Tensor(a!)``)."""
+    return tuple(i for i, a in enumerate(schema.arguments if schema is not None else ())
+                 if a.alias_info is not None and a.alias_info.is_write)
+
+
+def _writing_overload(func: Any) -> Any:
+    """A ``torch.ops`` op (an overload, or a packet of one overload) whose schema writes an
+    argument; None for anything else."""
+    if isinstance(func, torch._ops.OpOverloadPacket):
+        names = func.overloads()
+        func = getattr(func, names[0]) if len(names) == 1 else None
+    if isinstance(func, torch._ops.OpOverload) and _writes(func._schema):
+        return func
+    return None
 
 
 def writes_when(func: Any) -> WritesWhen | None:
@@ -167,36 +191,26 @@ _WRITES: dict[Any, tuple[int, ...]] = {}
 def written_tensors(
     func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], names: list[str]
 ) -> tuple[int, ...]:
-    """ATen level: which tensor arguments of this call the op writes, as indices among its tensor
-    arguments in order (how the recorder lists the tensors it read). ``names``: the schema's
-    argument names."""
+    """Which tensor arguments of this call of an op (an overload) its schema says it writes, as
+    indices among its tensor arguments in order, those in lists each (how the recorder lists the
+    tensors it read). ``names``: the schema's argument names."""
     writes = _WRITES.get(func)
     if writes is None:
-        schema = getattr(func, "_schema", None)
-        writes = _WRITES[func] = tuple(
-            i for i, a in enumerate(schema.arguments if schema is not None else ())
-            if a.alias_info is not None and a.alias_info.is_write
-        )
+        writes = _WRITES[func] = _writes(getattr(func, "_schema", None))
     if not writes:
         return ()
-    # the schema counts every argument; map its positions onto the tensors among them
-    positions: dict[int, int] = {}
+    # the schema counts every argument; map its positions onto the tensors among them (a list
+    # argument, ``_foreach_mul_``'s or ``out=``'s, holds several)
+    positions: dict[int, range] = {}
     n = 0
-    for i, a in enumerate(args):
-        if isinstance(a, torch.Tensor):
-            positions[i] = n
-            n += 1
-        elif isinstance(a, (list, tuple)):
-            n += sum(isinstance(x, torch.Tensor) for x in a)
     index = {name: i for i, name in enumerate(names)}
-    for k, a in kwargs.items():
-        if isinstance(a, torch.Tensor):
-            if k in index:
-                positions[index[k]] = n
-            n += 1
-        elif isinstance(a, (list, tuple)):
-            n += sum(isinstance(x, torch.Tensor) for x in a)
-    return tuple(positions[i] for i in writes if i in positions)
+    for i, a in (*enumerate(args), *((index.get(k, -1), a) for k, a in kwargs.items())):
+        k = 1 if isinstance(a, torch.Tensor) else \
+            sum(isinstance(x, torch.Tensor) for x in a) if isinstance(a, (list, tuple)) else 0
+        if k:
+            positions[i] = range(n, n + k)
+            n += k
+    return tuple(j for i in writes for j in positions.get(i, ()))
 
 
 __all__ = [

@@ -44,6 +44,9 @@ _OVERLOADS = frozenset(getattr(p, name) for p in COLLECTIVES | P2P for name in p
 #: which a set look-up on every op of a sharded forward paid for
 _OVERLOAD_IDS = frozenset(map(id, _OVERLOADS))
 
+#: the receives: the tensors they are given are only filled
+_RECVS = frozenset({torch.ops.c10d.recv_, torch.ops.c10d.recv_any_source_})
+
 #: op packet -> the position of the tensors each rank sends: ``c10d``'s gathers and scatters take
 #: the output first, then the input
 SENDS = {p: 1 if p.default._schema.arguments[0].name.startswith("output") else 0 for p in COLLECTIVES | P2P}
@@ -69,6 +72,24 @@ def _bytes(x: Any) -> int:
     if isinstance(x, (list, tuple)):
         return sum(_bytes(y) for y in x)
     return 0
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    """The tensors of an argument: a tensor, or a list of them (of lists: ``allgather_``'s outputs)."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for y in x for t in _tensors(y)]
+    return []
+
+
+def _writes(func: Any, args: tuple[Any, ...]) -> list[torch.Tensor]:
+    """The tensors a ``c10d`` op fills: its first argument, for every op named in place
+    (``allreduce_``, ``_allgather_base_``'s output, ``recv_``). Their schemas mark no argument as
+    written (:func:`~fxviz.fallback.classify.written_tensors` finds nothing), and their results
+    are that argument, returned."""
+    name = func._overloadpacket.__name__
+    return _tensors(args[0]) if name.endswith("_") and args else []
 
 
 def _resolve(name: str) -> Any:
@@ -299,16 +320,34 @@ class CommRecorder(TorchDispatchMode):
                 if self.records and "error" not in self.records[-1]:
                     self.records[-1]["error"] = _first_line(e)
                 raise
+        args = tuple(args)
+        rec = ACTIVE[-1] if ACTIVE and torch._C._current_graph_task_id() == -1 else None
+        # the tracer records a forward collective: as the node of the call it runs in (DTensor's
+        # inside an op, a functional collective inside its own call; at ATen level, every one), or,
+        # called by the model's code itself (c10d ops reach no torch-function mode), as a node of its own
+        inside = rec is not None and rec.in_recorded_call()
+        writes = _writes(func, args) if rec is not None else []
+        if writes:
+            rec.state.before_write(writes)  # type: ignore[union-attr]  # the model's own tensors: put back after
         try:
             out = func(*args, **kwargs)
         except Exception as e:  # a collective that failed: recorded, and marked
-            self._record(func, tuple(args), kwargs)
+            self._record(func, args, kwargs)
             self.records[-1].setdefault("error", _first_line(e))
+            if inside:
+                rec.inner_collectives.append((self.records[-1], writes))  # type: ignore[union-attr]
             raise
-        self._record(func, tuple(args), kwargs)
+        record = self._record(func, args, kwargs)
+        if inside:
+            rec.inner_collectives.append((record, writes))  # type: ignore[union-attr]
+        elif rec is not None:
+            p = func._overloadpacket
+            sends = [] if p in _RECVS else _tensors(args[SENDS[p]])
+            node = rec.collective(func, sends, writes, {"collective": record["kind"], "bytes": record["bytes"]})
+            record["node"] = node.name
         return out
 
-    def _record(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _record(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         op = str(func._overloadpacket)
         group, size = _group(args, kwargs)
         module, source = "", ""
@@ -335,6 +374,7 @@ class CommRecorder(TorchDispatchMode):
             if var is not None and id(var) in self.params:
                 record["grad_of"] = self.params[id(var)]
         self.records.append(record)
+        return record
 
 
 if _SKIP_CODE is not None:

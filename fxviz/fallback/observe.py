@@ -78,6 +78,7 @@ def observer(rec: Any) -> Callable[..., Any]:
     tensor = torch.Tensor
     getframe = sys._getframe
     placements: dict[Any, Any] = {}  # placement_attrs' cache, for this recording only (it holds meshes)
+    inner = rec.inner_collectives  # collectives the running call dispatched (a sharded capture's)
 
     def observe(
         mode: Any, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
@@ -191,7 +192,13 @@ def observer(rec: Any) -> Callable[..., Any]:
                             break
                 except RuntimeError:  # an inference tensor: no counter, never written
                     written = [t for t, v in seen if version(t) != v] or None
+            if kind.schema_op is not None:  # a torch.ops op: what its schema says it wrote
+                written = schema_writes(written, kind.schema_op, args, kwargs, seen)
+            if inner:  # the collectives it ran filled tensors, moving no version counter (c10d's)
+                written = collective_writes(written, inner)
             if not (has_tensor or written or action is _EXIT):
+                if inner:
+                    claim(None, inner)
                 return out
             short = kind.name
             n = next_of.get(short, 0)  # Names.unique(), inlined for a name not taken yet
@@ -216,6 +223,8 @@ def observer(rec: Any) -> Callable[..., Any]:
             elif short in RANDOM or (short in DROPOUTS and _dropout_active(attrs)):
                 blockers.append(f"{kind.target} draws random numbers")
             add_node(node)
+            if inner:
+                claim(node, inner)
             if metas:
                 try:
                     v = out._version
@@ -235,6 +244,41 @@ def observer(rec: Any) -> Callable[..., Any]:
         return out
 
     return observe
+
+
+def schema_writes(
+    written: list[torch.Tensor] | None, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+    seen: list[tuple[torch.Tensor, int]],
+) -> list[torch.Tensor]:
+    """``written`` and the tensor arguments the schema of ``op`` (a ``torch.ops`` overload called
+    at function level) says the call wrote."""
+    out = list(written or ())
+    names = [a.name for a in op._schema.arguments]
+    for i in written_tensors(op, args, kwargs, names):
+        if i < len(seen) and not any(seen[i][0] is w for w in out):
+            out.append(seen[i][0])
+    return out
+
+
+def collective_writes(written: list[torch.Tensor] | None, inner: list[tuple[Any, list[torch.Tensor]]]) -> list[torch.Tensor]:
+    """``written`` and the tensors the collectives a call ran filled (``inner``: record and tensors):
+    the call is their writer (``dist.all_reduce`` writes its argument, but neither c10d nor its
+    schema says so)."""
+    out = list(written or ())
+    for _, tensors in inner:
+        out.extend(t for t in tensors if not any(t is w for w in out))
+    return out
+
+
+def claim(node: Node | None, inner: list[tuple[dict[str, Any], list[torch.Tensor]]]) -> None:
+    """The collectives a call ran inside it (``inner``, emptied) belong to its node: the collective
+    call itself (``dist.all_reduce``, a functional collective), or the op on DTensors whose
+    redistribution ran them. A call that made no node keeps none: they stay records of its
+    module and line."""
+    if node is not None:
+        for r, _ in inner:
+            r["node"] = node.name
+    inner.clear()
 
 
 def _dropout_active(attrs: dict[str, Any]) -> bool:

@@ -12,6 +12,7 @@ model runs about a thousand ops per capture); the recorder's methods it calls fo
 
 from __future__ import annotations
 
+import sys
 from math import isfinite
 from typing import Any
 from weakref import ref as _weakref
@@ -22,7 +23,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from fxviz.fallback.classify import Action, Kind, Level, kind_of, kinds
 from fxviz.fallback.context import ModuleStack, Names, Sources
-from fxviz.fallback.observe import PLAIN_TENSORS, TracerFault, observer
+from fxviz.fallback.observe import PLAIN_TENSORS, TracerFault, claim, observer
 from fxviz.fallback.tensors import METAS, ModelState, Versions, tensor_meta, version
 from fxviz.fallback.values import encode, has_opaque
 from fxviz.ir import ModuleCall, Node, NodeKind, Ref, SourceLoc
@@ -69,6 +70,7 @@ class Recorder:
         self.versions = Versions()
         self._values = self.versions.values  # every op reads and writes it: one lookup less
         self._sharded: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Ref] = {}  # DTensor shards
+        self._by_path: dict[str, nn.Module] | None = None  # module path -> module, made on first need
         self.state = ModelState(self.modules, snapshot_buffers=snapshot_buffers)
         self.failed: Node | None = None
         self.failed_stack: tuple[ModuleCall, ...] = ()
@@ -78,6 +80,10 @@ class Recorder:
         self.call: list[str] | None = None
         self._call_ids: dict[str, int] = {}
         self._arg_names: dict[Any, list[str]] = {}  # ATen op -> its schema's argument names
+        #: the collectives run inside the call being recorded now (``dist.all_reduce``, DTensor's
+        #: redistributions in an op on DTensors), each its record and the tensors it filled: the
+        #: call's node takes them (:func:`~fxviz.fallback.observe.claim`)
+        self.inner_collectives: list[tuple[dict[str, Any], list[torch.Tensor]]] = []
         #: the hot path: ``observed(mode, func, types, args, kwargs)`` runs one call and records it
         #: (at function level, the recording mode's ``__torch_function__`` itself)
         self.observed = observer(self)
@@ -108,7 +114,10 @@ class Recorder:
         storage, offset, shape and strides)."""
         local = getattr(t, "_local_tensor", None)
         if isinstance(local, torch.Tensor):
-            return self.versions.lookup(local, version(local))
+            ref = self.versions.lookup(local, version(local))
+            if ref is not None:
+                return ref
+            t = local  # a new DTensor around a recorded one's shard or a view of it (a redistribution)
         place = _place(t)
         return self._sharded.get(place) if place is not None else None
 
@@ -126,6 +135,8 @@ class Recorder:
             kind, name = "parameter", e[2]
         else:
             kind, name = self.state.read(t)
+            if not name:
+                kind, name = self._swapped_in(t)
             if not name:
                 self.replay_blockers.append("reads a tensor the model does not own (a global or a closure)")
         owner = name.rpartition(".")[0]
@@ -149,6 +160,19 @@ class Recorder:
             v = 0
         self._values._d[id(t)] = (_weakref(t), [ref, v])  # TensorMap.__setitem__, inlined
         return ref
+
+    def _swapped_in(self, t: torch.Tensor) -> tuple[NodeKind, str]:
+        """A parameter or buffer a running module holds now but did not when the capture began
+        (FSDP2 swaps its unsharded parameters in before each forward): its name; else a constant."""
+        if self._by_path is None:
+            self._by_path = dict(self.modules)
+        for path, _ in reversed(self.module_stack.current):
+            m = self._by_path.get(path)
+            for kind, table in (("parameter", m._parameters), ("buffer", m._buffers)) if m is not None else ():
+                for attr, v in table.items():
+                    if v is t:
+                        return kind, f"{path}.{attr}"  # type: ignore[return-value]
+        return "constant", ""
 
     @property
     def may_tie(self) -> bool:
@@ -199,6 +223,41 @@ class Recorder:
                     "thread": thread, "unseen": "ran in another thread: its ops were not recorded"})
                 if not self.replay_blockers or "thread" not in self.replay_blockers[-1]:
                     self.replay_blockers.append("runs modules in another thread, whose ops were not recorded")
+
+    # ---- collectives ---------------------------------------------------------------------------
+
+    def in_recorded_call(self) -> bool:
+        """Whether a call the recorder was handed is running now (its frame, the hot path's, is on
+        the stack): a collective dispatched then belongs to that call's node. Asked only per
+        collective; torch's function-mode stack cannot tell, being empty under any dispatch mode."""
+        code = self.observed.__code__
+        f: Any = sys._getframe(1)
+        while f is not None:
+            if f.f_code is code:
+                return True
+            f = f.f_back
+        return False
+
+    def collective(
+        self, func: Any, reads: list[torch.Tensor], writes: list[torch.Tensor], attrs: dict[str, Any],
+    ) -> Node:
+        """A collective the model's code called itself (``dist.all_reduce``, FSDP2's all-gather in
+        its pre-forward hook): a ``c10d`` op, which reaches no torch-function mode, so the
+        collectives' recorder hands it here once it ran. Its node reads ``reads`` (what it sends)
+        and is the producer of ``writes`` (what it filled: the all-reduced tensor, a gather's
+        output), so the ops after it read its result."""
+        inputs = tuple(self.read_at(t, version(t)) for t in reads)
+        node = Node(
+            self.names.unique(str(attrs.get("collective") or "collective")), "op",
+            target=str(func._overloadpacket), inputs=inputs, stack=self.module_stack.current,
+            outputs=tuple(tensor_meta(t) for t in writes), source=self.sources.find(), attrs=attrs,
+        )
+        self.nodes.append(node)
+        for k, t in enumerate(writes):
+            self._values[t] = [Ref(node.name, k), version(t)]
+        self.versions.wrote(node, tuple(writes), writes, deferred=False)
+        self.replay_blockers.append("runs a collective (c10d), which a replay outside the process group cannot repeat")
+        return node
 
     # ---- one call ------------------------------------------------------------------------------
 
@@ -325,6 +384,8 @@ class Recorder:
         )
         self.nodes.append(node)
         self.failed = node
+        if self.inner_collectives:
+            claim(node, self.inner_collectives)
 
 
 __all__ = ["Recorder", "TracerFault"]

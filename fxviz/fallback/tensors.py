@@ -135,8 +135,14 @@ class Versions:
                 self.values[t] = [Ref(node.name, k), version(t)]
             if deferred:
                 self.pending.append((t, node, k))
-            else:
-                self.writes[_base(t)] = (node, version(t))
+                continue
+            base = _base(t)
+            self.writes[base] = (node, version(t))
+            e = self.values.get(base) if base is not t else None
+            if e is not None and e[1] == version(base) and e[0].node != node.name:
+                # a write through a view that moved no version counter (FSDP2 keeps them across
+                # its copies): the base would read as unwritten, so it comes from ``node`` now
+                e[0] = Ref(node.name, add_output(node, base, e[0]))
 
     def finish_pending(self) -> None:
         """ATen level: the autograd layer bumps a written tensor's version after the dispatch mode

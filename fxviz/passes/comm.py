@@ -40,15 +40,17 @@ def _base(op: str) -> str:
 
 
 def _link_nodes(graph: Graph, records: list[dict[str, Any]]) -> None:
-    """Name, in each forward record, the graph's op node of that collective where the tracer
-    recorded one (``node``): the n-th collective of an op is the n-th node of that op, in execution order."""
+    """Name, in each forward record the eager tracer did not link (a graph another method made),
+    the graph's op node of that collective where it has one (``node``): the n-th collective of an
+    op is the n-th node of that op, in execution order."""
+    linked = {r["node"] for r in records if r.get("node")}
     nodes: dict[str, list[str]] = {}
     for n in graph.nodes:
-        if n.kind == "op" and "c10d" in n.target and n.phase == "forward":
+        if n.kind == "op" and "c10d" in n.target and n.phase == "forward" and n.name not in linked:
             nodes.setdefault(_base(n.target), []).append(n.name)
     seen: Counter[str] = Counter()
     for r in records:
-        if r.get("phase") == "backward":
+        if r.get("phase") == "backward" or r.get("node"):
             continue
         base = _base(str(r.get("op", "")))
         k = seen[base]
@@ -133,8 +135,14 @@ def write_comm(graph: Graph, records: Sequence[dict[str, Any]]) -> None:
         calls = tree.calls(path) if path else [tree.root]
         if calls:
             modules[calls[0].id] = b
-    nodes = {r["node"]: int(r.get("bytes", 0)) for r in records if r.get("node")}
-    set_overlay(graph, "comm", label="comm", kind="number", unit="B", nodes=nodes, modules=modules, reduce="sum",
+    nodes: Counter[str] = Counter()  # a node's own: an op on DTensors may run several
+    for r in records:
+        if r.get("node"):
+            nodes[r["node"]] += int(r.get("bytes", 0))
+            node = graph.node(r["node"]) if r.get("phase") != "backward" and r["node"] in graph else None
+            if node is not None:  # what ran in the call: the collective itself, or DTensor's redistributions
+                node.attrs.setdefault("collectives", []).append(r.get("kind", ""))
+    set_overlay(graph, "comm", label="comm", kind="number", unit="B", nodes=dict(nodes), modules=modules, reduce="sum",
                 description="bytes each rank sends in collectives (a recv: receives): per collective op, and per "
                             "module with its submodules (graph.annotations['collectives'] lists each one)")
     per_dim: Counter[tuple[str, str, int]] = Counter()

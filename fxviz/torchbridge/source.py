@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import re
+import sysconfig
 import traceback
 from functools import lru_cache
 
 import torch
+import typing_extensions
 
 from fxviz.ir import SourceLoc
 
@@ -15,6 +17,11 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _FXVIZ_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # fxviz's own machinery is never "user code"; its built-in examples are
 _FXVIZ_EXAMPLES = os.path.join(_FXVIZ_PKG, "examples.py")
+#: wrappers between the user's call and torch's function, never where the user wrote it: the
+#: standard library's (``functools``, ``contextlib``, ``copy``; not its site-packages) and
+#: ``typing_extensions.deprecated``'s (around ``dist.all_gather_into_tensor``)
+_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
+_WRAPPER_FILES = frozenset({os.path.abspath(typing_extensions.__file__)})
 FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n(?P<code>[^\n]*)')
 
 
@@ -28,7 +35,9 @@ def is_user_file(path: str) -> bool:
     """True for code a user would want to be pointed at: not torch's internals, not fxviz's."""
     if path.startswith(_FXVIZ_PKG):
         return path == _FXVIZ_EXAMPLES
-    return not (path.startswith(_TORCH_DIR) or path.startswith("<"))
+    if path.startswith(_STDLIB) and "-packages" not in path:
+        return False
+    return not (path.startswith(_TORCH_DIR) or path.startswith("<") or path in _WRAPPER_FILES)
 
 
 @lru_cache(maxsize=4096)

@@ -1,0 +1,136 @@
+"""Every collective a forward runs is in the graph, on the edges of the values it moves (issue 22
+point 2): the model's own ``dist.*`` calls, a process group's methods, the ones DTensor runs inside
+an op, FSDP2's all-gathers; counted against ``CommDebugMode`` on the same model."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+import fxviz
+from fxviz.passes.comm import collectives
+from fxviz.passes.overlays import overlays
+from tests.test_distributed import counts, fsdp_factory, oracle
+
+
+def inputs(g: fxviz.Graph, name: str) -> list[str]:
+    return [r.node for r in g.node(name).inputs]
+
+
+class OwnCalls(nn.Module):
+    """``torch.distributed``'s own functions, in place: c10d neither moves the tensors' version
+    counters nor marks them written in its ops' schemas."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.proj(x)
+        dist.all_reduce(y)
+        gathered = torch.empty(4 * 2, 8)
+        dist.all_gather_into_tensor(gathered, y)  # deprecated: torch wraps it in typing_extensions
+        dist.broadcast(x, 0)
+        return y.relu() + gathered.sum() + x
+
+
+def own_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    return OwnCalls(), (torch.randn(2, 8),)
+
+
+def test_the_models_own_collectives_are_nodes_that_later_ops_read() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        g = fxviz.capture(own_factory, world_size=4)
+        want = oracle(own_factory, 4)
+    assert want[""] == {"all_reduce": 1, "all_gather": 1, "broadcast": 1}  # torch's own count
+    assert counts(g) == want
+    recs = collectives(g)
+    assert [r["kind"] for r in recs] == ["all_reduce", "all_gather", "broadcast"]
+    reduce, gather, bcast = (g.node(r["node"]) for r in recs)
+    assert inputs(g, reduce.name) == ["linear"]
+    relu = next(n for n in g.nodes if n.target == "Tensor.relu")
+    assert inputs(g, relu.name) == [reduce.name]  # the reduced value, not the linear's
+    assert gather.name in inputs(g, next(n.name for n in g.nodes if n.target == "Tensor.sum"))
+    assert bcast.name in inputs(g, g.nodes[-2].name)  # the last add reads the broadcast x
+    first = OwnCalls.forward.__code__.co_firstlineno
+    assert [r["source"] for r in recs] == [f"{__file__}:{first + k}" for k in (2, 4, 5)]
+    assert [n.source.line for n in (reduce, gather, bcast)] == [first + 2, first + 4, first + 5]
+    assert all(n.attrs["collectives"] == [r["kind"]] for n, r in zip((reduce, gather, bcast), recs, strict=True))
+    assert overlays(g)["comm"]["nodes"] == {r["node"]: r["bytes"] for r in recs}
+
+
+class GroupMethod(nn.Module):
+    """A process group's own method: a ``c10d`` op that reaches no torch-function mode at all."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        dist.group.WORLD.allreduce([y])
+        return y + 1
+
+
+def test_a_collective_below_every_torch_function_gets_a_node_of_its_own() -> None:
+    g = fxviz.capture(lambda: (GroupMethod(), (torch.randn(4),)), world_size=4)
+    (r,) = collectives(g)
+    node = g.node(r["node"])
+    assert (node.target, node.module, node.attrs["collectives"]) == ("c10d.allreduce_", "", ["all_reduce"])
+    assert inputs(g, node.name) == ["mul"]
+    add = next(n for n in g.nodes if n.target == "Tensor.add")
+    assert inputs(g, add.name) == [node.name]
+    assert node.source is not None and node.source.line == GroupMethod.forward.__code__.co_firstlineno + 2
+    assert g.annotations["replay"]["ok"] is False  # a replay outside the group cannot repeat it
+
+
+class Gathers(nn.Module):
+    """A column-parallel linear that keeps its DTensor output (Shard(1), which its output hook
+    redistributes to Shard(-1): a new DTensor over the same shard), then a softmax over the sharded
+    dimension: DTensor all-gathers inside the softmax's dispatch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x).softmax(-1).full_tensor()
+
+
+def gathers_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))
+    return parallelize_module(Gathers(), mesh, {"a": ColwiseParallel(use_local_output=False)}), (torch.randn(2, 8),)
+
+
+def test_a_redistributed_dtensor_reads_its_producer_and_its_op_holds_the_gather() -> None:
+    g = fxviz.capture(gathers_factory, world_size=4)
+    assert counts(g) == oracle(gathers_factory, 4)
+    softmax = next(n for n in g.nodes if n.target == "Tensor.softmax")
+    assert inputs(g, softmax.name) == ["linear"]  # not a constant cutting the graph after the hook
+    assert not [n.name for n in g.nodes if n.kind == "constant"]
+    (r,) = collectives(g)
+    assert (r["kind"], r["mesh_dim"], r["node"]) == ("all_gather", "tp", softmax.name)
+    assert softmax.attrs["collectives"] == ["all_gather"] and softmax.attrs["placements"] == "R"
+    assert overlays(g)["comm"]["nodes"] == {softmax.name: r["bytes"]}
+
+
+def test_fsdp2_parameters_and_copies_are_in_the_graph() -> None:
+    """FSDP2 swaps each unit's unsharded parameters in before its forward and copies the
+    all-gathered bytes into them with their version counters kept: the linears read parameters
+    by name (unsharded shapes), and the copy-out is the all-gather's reader and the writer of the
+    buffers the parameters are views of."""
+    g = fxviz.capture(fsdp_factory, world_size=4)
+    linears = [n for n in g.nodes if n.target == "torch.nn.functional.linear"]
+    assert [inputs(g, n.name)[1:] for n in linears] == [
+        [f"{u}.{m}.weight", f"{u}.{m}.bias"] for u in ("0", "1") for m in ("up", "down")]
+    assert [g.node(f"0.{m}.weight").kind for m in ("up", "down")] == ["parameter"] * 2
+    assert [tuple(g.node(f"0.{m}.weight").outputs[0].shape) for m in ("up", "down")] == [(64, 16), (16, 64)]
+    copies = [n for n in g.nodes if n.target == "fsdp::split_with_sizes_copy"]
+    gathers = [g.node(r["node"]) for r in collectives(g)]
+    assert len(copies) == len(gathers) == 2
+    for copy, gather in zip(copies, gathers, strict=True):
+        assert g.node(copy.inputs[0].node).inputs[0].node == gather.name  # a view of the gathered bytes
+        views = [n for n in g.nodes if n.target == "torch.as_strided" and n.module == copy.module]
+        assert len(views) == 4 and all(inputs(g, v.name) == [copy.name] for v in views)
