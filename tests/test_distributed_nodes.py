@@ -134,3 +134,24 @@ def test_fsdp2_parameters_and_copies_are_in_the_graph() -> None:
         assert g.node(copy.inputs[0].node).inputs[0].node == gather.name  # a view of the gathered bytes
         views = [n for n in g.nodes if n.target == "torch.as_strided" and n.module == copy.module]
         assert len(views) == 4 and all(inputs(g, v.name) == [copy.name] for v in views)
+
+
+def test_placements_are_on_the_tree_and_the_reports_edges() -> None:
+    """A DTensor's shape is its global one: beside it the tree and the report's edges say how it
+    lies on the mesh (``S(1)``), and a partial's subclass (the vocabulary-parallel embedding's
+    ``MaskPartial``) reads as the pending sum it is, not its mask's repr."""
+    from fxviz.render.html import view_model
+    from fxviz.render.tree import tree_text
+    from tests.test_distributed import sp_factory
+
+    g = fxviz.capture(sp_factory, world_size=8)
+    norm = g.node(g.calls.calls("layers.0.input_layernorm")[0].ops[-1])
+    assert norm.attrs["placements"] == "S(1)" and tuple(norm.outputs[0].shape) == (2, 16, 64)
+    text = tree_text(g, width=200, unfold=True)
+    assert f"{norm.name}  → [2, 16, 64] S(1)" in text
+    assert "input_layernorm (RMSNorm)  [2, 4, 64] → [2, 16, 64] S(1)" in text  # the local shard in, DTensor out
+    assert "embedding  → [2, 16, 64] P(sum)" in text and "MaskP" not in text
+    data = view_model(g)
+    row = data["nodes"]["n"].index(norm.name)
+    first_out = sum(data["nodes"]["no"][:row])
+    assert data["metas"][data["nodes"]["out"][first_out]] == ["[2, 16, 64] S(1)", "float32", "2×16×64 f32 S(1)"]

@@ -43,6 +43,7 @@ from fxviz.render.view import (
     format_count,
     module_boxes,
     node_label,
+    node_placement,
     op_kind,
     shared_state,
     stable_color,
@@ -89,8 +90,9 @@ class _Interner:
         return i
 
 
-def _meta_entry(meta: TensorMeta) -> list[Any]:
-    return [meta.shape_str(), meta.dtype, edge_label(meta)]
+def _meta_entry(meta: TensorMeta, place: str = "") -> list[Any]:
+    """Shape, dtype and edge label of a value; a DTensor's placement with its (global) shape."""
+    return [meta.shape_str() + (f" {place}" if place else ""), meta.dtype, edge_label(meta, place)]
 
 
 def _source_entry(src: SourceLoc) -> list[Any]:
@@ -334,7 +336,8 @@ def _node_columns(graph: Graph, nindex: dict[str, int], box_of: dict[str, int], 
         cols["ni"].append(len(n.inputs))
         cols["i"].extend(ref(r) for r in n.inputs)
         cols["no"].append(len(n.outputs))
-        cols["out"].extend(metas.add(_meta_entry(m)) for m in n.outputs)
+        place = node_placement(n)
+        cols["out"].extend(metas.add(_meta_entry(m, place if j == 0 else "")) for j, m in enumerate(n.outputs))
         cols["s"].append(sources.add(_source_entry(n.source)) if n.source is not None else -1)
         cols["np"].append(params_of(n))
         text = json.dumps(n.attrs, ensure_ascii=False, separators=(",", ":")) if n.attrs else ""

@@ -41,7 +41,16 @@ from fxviz.render.treelabel import Plumbing as _Plumbing
 from fxviz.render.treelabel import fold_plumbing as _fold_plumbing
 from fxviz.render.treelabel import shape_pieces as _shape_pieces
 from fxviz.render.treelabel import shown as _c
-from fxviz.render.view import captured_by, counted, format_count, node_color, node_label, value_boxes
+from fxviz.render.view import (
+    captured_by,
+    counted,
+    format_count,
+    node_color,
+    node_label,
+    node_placement,
+    placement,
+    value_boxes,
+)
 from fxviz.text import one_line
 
 _DIM = "dim"
@@ -301,9 +310,9 @@ def _call_label(call: Block, ctx: _Ctx, fold: list[Block] | None) -> _Label:
     g = ctx.graph
     ins, outs = [g.meta_of(r) for r in call.call.inputs], [g.meta_of(r) for r in call.call.outputs]
     if ins or outs:
-        _shape_pieces(t, ins, _SHAPE, prefix="  ", brk=True)
+        _shape_pieces(t, ins, _SHAPE, prefix="  ", brk=True, places=[placement(g, r) for r in call.call.inputs])
         if outs:
-            _shape_pieces(t, outs, _SHAPE, prefix=" → ", brk=True)
+            _shape_pieces(t, outs, _SHAPE, prefix=" → ", brk=True, places=[placement(g, r) for r in call.call.outputs])
         else:  # a call that raised hands nothing back
             t.add(" → ✗", _SHAPE, brk=True)
     params = ctx.stats.get(call.path, {}).get("params", 0)
@@ -382,7 +391,7 @@ def _op_line(node: Node, ctx: _Ctx) -> _Label:
     t = _Label(_c(node_label(node)), node_color(node))
     metas = list(node.outputs)
     if metas:
-        _shape_pieces(t, metas, _SHAPE, limit=3, prefix="  → ", brk=True)
+        _shape_pieces(t, metas, _SHAPE, limit=3, prefix="  → ", brk=True, places=[node_placement(node)])
         m = metas[0]
         if m.is_tensor and ctx.main_dtype and m.dtype != ctx.main_dtype and _dtype_changed(node, ctx):
             t.add(f" {_c(m.dtype)}", "yellow")

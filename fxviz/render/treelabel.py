@@ -80,11 +80,13 @@ class Label:
 
 
 def shape_pieces(label: Label, metas: Sequence[TensorMeta | None], style: str, limit: int = 2,
-                  prefix: str = "", brk: bool = False) -> None:
+                  prefix: str = "", brk: bool = False, places: Sequence[str] = ()) -> None:
     """``[1, 7, 32], [1, 2, 7, 16], +3``: each shape a piece, so a line breaks between shapes;
-    ``prefix`` (``" → "``) goes with the first shape, and a break before it is allowed with ``brk``."""
-    tensors = [m for m in metas if m is None or m.is_tensor] or list(metas)
-    items = [meta_text(m) for m in tensors[:limit]]
+    ``prefix`` (``" → "``) goes with the first shape, and a break before it is allowed with ``brk``.
+    ``places``: each value's placement on its device mesh where it is a DTensor (``[2, 16, 64] S(1)``)."""
+    pairs = list(zip(metas, (*places, *[""] * (len(metas) - len(places))), strict=True))
+    tensors = [(m, p) for m, p in pairs if m is None or m.is_tensor] or pairs
+    items = [meta_text(m) + (f" {p}" if p else "") for m, p in tensors[:limit]]
     if len(tensors) > limit:
         items.append(f"+{len(tensors) - limit}")
     for k, item in enumerate(items):

@@ -7,10 +7,11 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from fxviz.calls import Call, CallTree, Region
-from fxviz.ir import Graph, Node, TensorMeta, module_class
+from fxviz.ir import Graph, Node, Ref, TensorMeta, module_class
+from fxviz.nodelist import NodeList
 from fxviz.ops import op_family, short_name
 from fxviz.passes.plumbing import plumbing_of, plumbing_summary
 from fxviz.scopes import Scope
@@ -193,15 +194,28 @@ def short_dtype(dtype: str) -> str:
     return _SHORT_DTYPES.get(dtype, dtype)
 
 
-def edge_label(meta: TensorMeta | None) -> str:
-    """What an edge says about the value it carries: ``1×16×768 f32``; a scalar shows its value or
-    type (``s0``, ``int``); unknown metadata gives ``""``."""
+def edge_label(meta: TensorMeta | None, place: str = "") -> str:
+    """What an edge says about the value it carries: ``1×16×768 f32``, a DTensor's placement after
+    it (``1×16×768 f32 S(1)``: the shape is the global one); a scalar shows its value or type
+    (``s0``, ``int``); unknown metadata gives ``""``."""
     if meta is None:
         return ""
     if not meta.is_tensor:
         return meta.shape_str()
     dims = "×".join(str(d) for d in meta.shape) if meta.shape else "scalar"
-    return f"{dims} {short_dtype(meta.dtype)}"
+    return f"{dims} {short_dtype(meta.dtype)}" + (f" {place}" if place else "")
+
+
+def node_placement(node: Node) -> str:
+    """The placement on its device mesh of ``node``'s (first) output, where it is a DTensor
+    (``S(1)``, ``R``, ``P(sum)``, one per mesh dimension: ``attrs["placements"]``), else ``""``."""
+    return str(node.attrs.get("placements", ""))
+
+
+def placement(graph: Graph, ref: Ref) -> str:
+    """:func:`node_placement` of the value ``ref`` names."""
+    node = cast(NodeList, graph.nodes).find(ref.node) if not ref.index else None
+    return node_placement(node) if node is not None else ""
 
 
 # ---- module calls as boxes -----------------------------------------------------------------------

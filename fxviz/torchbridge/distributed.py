@@ -112,7 +112,16 @@ def format_placement(placements: tuple[Any, ...], mesh: Any) -> dict[str, str]:
     shape = tuple(mesh.shape) if mesh is not None else ()
     names = getattr(mesh, "mesh_dim_names", None) if mesh is not None else None
     where = ", ".join(f"{n}={s}" for n, s in zip(names, shape, strict=False)) if names else "x".join(map(str, shape))
-    return {"placements": ", ".join(str(p) for p in placements), "mesh": where}
+    return {"placements": ", ".join(_placement_text(p) for p in placements), "mesh": where}
+
+
+def _placement_text(p: Any) -> str:
+    """torch's own short text (``S(0)``, ``R``, ``P(sum)``), but a partial's subclass as the partial
+    it is: a vocabulary-parallel embedding's ``MaskPartial`` prints its mask's whole shape
+    (``MaskP(sum, torch.Size([100, 64]), 0)``); here ``P(sum)``."""
+    from torch.distributed.tensor import Partial  # imported once a DTensor exists
+
+    return f"P({p.reduce_op})" if isinstance(p, Partial) and type(p) is not Partial else str(p)
 
 
 def data_alias(t: Any) -> Any:
