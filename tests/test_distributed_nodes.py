@@ -155,3 +155,25 @@ def test_placements_are_on_the_tree_and_the_reports_edges() -> None:
     row = data["nodes"]["n"].index(norm.name)
     first_out = sum(data["nodes"]["no"][:row])
     assert data["metas"][data["nodes"]["out"][first_out]] == ["[2, 16, 64] S(1)", "float32", "2×16×64 f32 S(1)"]
+
+
+def test_in_a_callers_process_group_the_graphs_have_the_models_own_collectives() -> None:
+    """A compile map, or a plain capture, in a process group the caller made (no ``world_size``):
+    the tracer still learns from c10d's dispatch what ``dist.all_reduce`` wrote, so the eager graph
+    the map assigns to Dynamo's graphs has the collective, and the relu reads its result."""
+    from fxviz.analyze.compilemap.run import compile_map
+    from fxviz.torchbridge.distributed import fake_world
+
+    with warnings.catch_warnings(), fake_world(4):
+        warnings.simplefilter("ignore", FutureWarning)
+        model, args = own_factory()
+        truth = torch._dynamo.explain(model)(*args)
+        cmap = compile_map(model, args, backend="aot_eager")
+        plain = fxviz.capture(model, args, method="eager")
+    assert (truth.graph_count, truth.graph_break_count) == (2, 1)  # torch's own: dist.broadcast breaks
+    for g in (cmap.graph, plain):
+        reduce = next(n for n in g.ops if n.target.endswith("distributed_c10d.all_reduce"))
+        relu = next(n for n in g.ops if n.target == "Tensor.relu")
+        assert inputs(g, relu.name) == [reduce.name]
+    reduce = next(n for n in cmap.graph.ops if n.target.endswith("distributed_c10d.all_reduce"))
+    assert cmap.assigned[reduce.name] == "g0"

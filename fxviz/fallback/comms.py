@@ -13,6 +13,7 @@ that :mod:`fxviz.passes.comm` writes onto the graph.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import traceback
 from types import BuiltinFunctionType
@@ -25,7 +26,7 @@ from torch.distributed.tensor.debug._comm_mode import NATIVE_TO_PY_MAPPING, c10d
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fxviz.fallback.classify import Action, kind_of
-from fxviz.fallback.modes import ACTIVE
+from fxviz.fallback.modes import ACTIVE, AROUND, around_recordings
 from fxviz.torchbridge.source import _is_fxviz, is_user_file
 
 #: the op packets counted as collectives: exactly ``CommDebugMode``'s (its registry and torch's c10d ops)
@@ -380,4 +381,16 @@ class CommRecorder(TorchDispatchMode):
 if _SKIP_CODE is not None:
     _SKIP_CODE(CommRecorder.__torch_dispatch__.__code__)
 
-__all__ = ["COLLECTIVES", "P2P", "CommRecorder", "fake_cannot", "mesh_dims", "timed_out"]
+
+def collectives_seen() -> contextlib.AbstractContextManager[Any]:
+    """For a recording in a process the caller initialised a process group in (a compile map or a
+    numerics run of a sharded model, a capture under ``torchrun``): a collectives' recorder around
+    the model's run, unless one is there already (a sharded capture's). The tracer needs it for the
+    graph itself: a ``c10d`` collective writes its tensors without moving their version counters
+    or saying so in its schema, so only its dispatch tells the tracer that ``dist.all_reduce(y)``
+    made a new ``y``."""
+    if not dist.is_available() or not dist.is_initialized() or any(isinstance(cm, CommRecorder) for cm in AROUND):
+        return contextlib.nullcontext()
+    return around_recordings(CommRecorder())
+
+__all__ = ["COLLECTIVES", "P2P", "CommRecorder", "collectives_seen", "fake_cannot", "mesh_dims", "timed_out"]

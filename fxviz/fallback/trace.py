@@ -17,6 +17,7 @@ from torch import nn
 
 from fxviz.errors import ModelError, TargetError
 from fxviz.fallback.classify import LEVELS, Level
+from fxviz.fallback.comms import collectives_seen
 from fxviz.fallback.context import MODEL_CALLERS
 from fxviz.fallback.modes import module_hooks, recording
 from fxviz.fallback.recorder import Recorder, TracerFault
@@ -118,7 +119,7 @@ def _trace(
     # memory the plain forward under no_grad does not spend either)
     grad_mode: Any = contextlib.nullcontext() if grad else torch.no_grad()
     try:
-        with fake_mode, module_hooks(rec), gc_paused(), forget_failed_compiles():
+        with fake_mode, module_hooks(rec), gc_paused(), forget_failed_compiles(), collectives_seen():
             try:
                 with (grad_mode, recording(rec), checkpoints.attach(rec) if checkpoints is not None else contextlib.nullcontext(),
                       watch(rec) if watch is not None else contextlib.nullcontext()):

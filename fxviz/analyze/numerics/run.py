@@ -18,6 +18,7 @@ from torch.utils import _pytree as pytree
 from fxviz.analyze.flops import CAPTURE_PASSES
 from fxviz.errors import ModelError
 from fxviz.fallback.classify import Action, kind_of
+from fxviz.fallback.comms import collectives_seen
 from fxviz.fallback.context import MODEL_CALLERS
 from fxviz.fallback.modes import module_hooks, recording
 from fxviz.fallback.recorder import Recorder, TracerFault
@@ -128,7 +129,7 @@ def run_eager(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], w
     if seed is not None:
         torch.manual_seed(seed)
     try:
-        with module_hooks(rec), gc_paused(), torch.no_grad(), recording(rec):
+        with module_hooks(rec), gc_paused(), torch.no_grad(), collectives_seen(), recording(rec):
             out = model(*args, **kwargs)
         rec.finish()
         for path, v in flatten_outputs(out):
