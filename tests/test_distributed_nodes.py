@@ -177,3 +177,19 @@ def test_in_a_callers_process_group_the_graphs_have_the_models_own_collectives()
         assert inputs(g, relu.name) == [reduce.name]
     reduce = next(n for n in cmap.graph.ops if n.target.endswith("distributed_c10d.all_reduce"))
     assert cmap.assigned[reduce.name] == "g0"
+
+
+def test_a_training_step_records_each_forward_collective_once() -> None:
+    """With ``backward=True`` the collectives' recorder is on for the whole step: no second one
+    joins it for the forward (each would record, and one node per recorder)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        g = fxviz.capture(own_factory, world_size=4, backward=True)
+    recs = collectives(g)
+    assert [(r["kind"], r["phase"]) for r in recs] == [("all_reduce", "forward"), ("all_gather", "forward"),
+                                                       ("broadcast", "forward")]
+    nodes = [n.name for n in g.nodes if n.attrs.get("collectives")]
+    assert nodes == [r["node"] for r in recs] == ["all_reduce", "all_gather_single", "broadcast"]
+    g = fxviz.capture(lambda: (GroupMethod(), (torch.randn(4, requires_grad=True),)), world_size=4, backward=True)
+    (r,) = collectives(g)
+    assert [n.name for n in g.nodes if n.target == "c10d.allreduce_"] == [r["node"]]  # below every torch function

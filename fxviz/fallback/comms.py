@@ -391,6 +391,9 @@ def collectives_seen() -> contextlib.AbstractContextManager[Any]:
     made a new ``y``."""
     if not dist.is_available() or not dist.is_initialized() or any(isinstance(cm, CommRecorder) for cm in AROUND):
         return contextlib.nullcontext()
+    at = torch._C._get_dispatch_stack_at
+    if any(isinstance(at(i), CommRecorder) for i in range(torch._C._len_torch_dispatch_stack())):
+        return contextlib.nullcontext()  # on for the whole capture (a sharded training step's)
     return around_recordings(CommRecorder())
 
 __all__ = ["COLLECTIVES", "P2P", "CommRecorder", "collectives_seen", "fake_cannot", "mesh_dims", "timed_out"]
