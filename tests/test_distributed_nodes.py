@@ -193,3 +193,18 @@ def test_a_training_step_records_each_forward_collective_once() -> None:
     g = fxviz.capture(lambda: (GroupMethod(), (torch.randn(4, requires_grad=True),)), world_size=4, backward=True)
     (r,) = collectives(g)
     assert [n.name for n in g.nodes if n.target == "c10d.allreduce_"] == [r["node"]]  # below every torch function
+
+
+def test_sends_and_receives_are_nodes_on_the_values_they_move() -> None:
+    """A send returns and writes nothing, yet is a node reading what it sends; a receive is the
+    producer of the buffer it filled (``batch_isend_irecv``'s too), which the next op reads."""
+    from tests.test_distributed_p2p import p2p_factory
+
+    g = fxviz.capture(p2p_factory, world_size=4)
+    recs = collectives(g)
+    nodes = [g.node(r["node"]) for r in recs]
+    assert [(r["kind"], n.target.rpartition(".")[2]) for r, n in zip(recs, nodes, strict=True)] == [
+        ("send", "send"), ("recv", "recv"), ("send", "isend"), ("send", "isend"), ("recv", "irecv")]
+    assert inputs(g, nodes[0].name) == ["linear"] and nodes[0].outputs == ()
+    add = next(n for n in g.nodes if n.target == "Tensor.add")
+    assert [r.node for r in add.inputs][1] == nodes[-1].name  # buf, as the last receive filled it

@@ -196,9 +196,7 @@ def observer(rec: Any) -> Callable[..., Any]:
                 written = schema_writes(written, kind.schema_op, args, kwargs, seen)
             if inner:  # the collectives it ran filled tensors, moving no version counter (c10d's)
                 written = collective_writes(written, inner)
-            if not (has_tensor or written or action is _EXIT):
-                if inner:
-                    claim(None, inner)
+            if not (has_tensor or written or inner or action is _EXIT):
                 return out
             short = kind.name
             n = next_of.get(short, 0)  # Names.unique(), inlined for a name not taken yet
@@ -272,9 +270,9 @@ def collective_writes(written: list[torch.Tensor] | None, inner: list[tuple[Any,
 
 def claim(node: Node | None, inner: list[tuple[dict[str, Any], list[torch.Tensor]]]) -> None:
     """The collectives a call ran inside it (``inner``, emptied) belong to its node: the collective
-    call itself (``dist.all_reduce``, a functional collective), or the op on DTensors whose
-    redistribution ran them. A call that made no node keeps none: they stay records of its
-    module and line."""
+    call itself (``dist.all_reduce``, a functional collective, a ``dist.send`` that returns and
+    writes nothing), or the op on DTensors whose redistribution ran them. A failed call's node
+    takes them too; without a node they stay records of their module and line."""
     if node is not None:
         for r, _ in inner:
             r["node"] = node.name
