@@ -91,3 +91,34 @@ def test_collective_that_never_returns_is_one_line_with_the_partial_graph(stalle
     assert e.graph.node(recs[0]["node"]).error is None
     assert "Tensor.mul" not in ops and "torch.mul" not in ops  # nothing after the hang
     assert dist.is_initialized()  # the caller's group is left to the caller
+
+
+@torch.library.custom_op("fxviz_test::fails_after_a_collective", mutates_args=())
+def _fails(x: torch.Tensor) -> torch.Tensor:
+    raise ValueError("the model's own error")
+
+
+class FailsAfter(nn.Module):
+    """A collective that completes, then an op of the model's that raises (a custom op: the
+    collectives' recorder sees its dispatch, unlike torch's own ops on plain tensors)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.a(x)
+        dist.all_reduce(y)
+        return _fails(y)
+
+
+def test_a_models_own_error_after_a_collective_is_not_the_collectives() -> None:
+    with pytest.raises(ModelError) as info:
+        fxviz.capture(lambda: (FailsAfter(), (torch.randn(2, 8),)), world_size=4)
+    assert "the model's own error" in str(info.value) and not isinstance(info.value, CollectiveTimeout)
+    graph = info.value.graph
+    assert graph is not None
+    (r,) = collectives(graph)
+    assert r["kind"] == "all_reduce" and "error" not in r  # it completed: the op after it failed
+    assert graph.node(r["node"]).error is None
+    assert "the model's own error" in (graph.nodes[-1].error or "")

@@ -14,6 +14,7 @@ that :mod:`fxviz.passes.comm` writes onto the graph.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 import traceback
 from types import BuiltinFunctionType
@@ -44,6 +45,10 @@ _OVERLOADS = frozenset(getattr(p, name) for p in COLLECTIVES | P2P for name in p
 #: their ids (an overload is one object per op, held here): ``OpOverload.__hash__`` is Python code,
 #: which a set look-up on every op of a sharded forward paid for
 _OVERLOAD_IDS = frozenset(map(id, _OVERLOADS))
+
+#: the waits on a functional collective: where one that failed raises (any other op that raises
+#: is the model's own error, no collective's)
+_WAITS = frozenset(getattr(p, name) for p in (torch.ops._c10d_functional.wait_tensor,) for name in p.overloads())
 
 #: the receives: the tensors they are given are only filled
 _RECVS = frozenset({torch.ops.c10d.recv_, torch.ops.c10d.recv_any_source_})
@@ -210,9 +215,10 @@ def timed_out(error: BaseException, records: list[dict[str, Any]]) -> str | None
 def fake_cannot(error: BaseException, records: list[dict[str, Any]]) -> str | None:
     """One line for a capture that failed because torch's fake process group cannot do what the
     model asked of it: a blocking receive from any source (``dist.recv`` without ``src``) asks the
-    fake work which rank sent, and it has none. ``None`` for any other failure."""
+    fake work which rank sent, and it has none. ``None`` for any other failure (one raised
+    outside ``dist.recv``: the model's own, after the receive)."""
     cause = error.__cause__ or error
-    if not records or records[-1]["op"] != "c10d.recv_any_source_" or "sourceRank" not in str(cause):
+    if not records or records[-1]["op"] != "c10d.recv_any_source_" or not _raised_in(cause, dist.recv):
         return None
     last = records[-1]
     last.setdefault("error", _first_line(cause))
@@ -221,6 +227,18 @@ def fake_cannot(error: BaseException, records: list[dict[str, Any]]) -> str | No
             f"it has no sender to report; pass src= to dist.recv, or run on real ranks (torchrun); the "
             f"partial graph (err.graph) keeps what ran up to it, collectives included ({len(records)}, this "
             f"one marked with its error)")
+
+
+def _raised_in(error: BaseException, func: Any) -> bool:
+    """Whether ``error`` was raised inside a call of the Python function ``func`` (its code is on
+    the traceback; decorators unwrapped)."""
+    code = inspect.unwrap(func).__code__
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 #: tensors of these types dispatch to ATen's own kernels: no subclass's Python runs under their ops
@@ -318,7 +336,7 @@ class CommRecorder(TorchDispatchMode):
             try:
                 return func(*args, **kwargs)
             except Exception as e:  # the wait on a collective that failed: the last one issued is marked
-                if self.records and "error" not in self.records[-1]:
+                if func in _WAITS and self.records and "error" not in self.records[-1]:
                     self.records[-1]["error"] = _first_line(e)
                 raise
         args = tuple(args)
@@ -395,5 +413,6 @@ def collectives_seen() -> contextlib.AbstractContextManager[Any]:
     if any(isinstance(at(i), CommRecorder) for i in range(torch._C._len_torch_dispatch_stack())):
         return contextlib.nullcontext()  # on for the whole capture (a sharded training step's)
     return around_recordings(CommRecorder())
+
 
 __all__ = ["COLLECTIVES", "P2P", "CommRecorder", "collectives_seen", "fake_cannot", "mesh_dims", "timed_out"]
