@@ -241,11 +241,11 @@ class Recorder:
     def collective(
         self, func: Any, reads: list[torch.Tensor], writes: list[torch.Tensor], attrs: dict[str, Any],
     ) -> Node:
-        """A collective the model's code called itself (``dist.all_reduce``, FSDP2's all-gather in
-        its pre-forward hook): a ``c10d`` op, which reaches no torch-function mode, so the
-        collectives' recorder hands it here once it ran. Its node reads ``reads`` (what it sends)
-        and is the producer of ``writes`` (what it filled: the all-reduced tensor, a gather's
-        output), so the ops after it read its result."""
+        """A collective dispatched outside every call the recorder was handed (a process group's
+        own method, ``group.allreduce([t])``: a ``c10d`` op that no torch-function mode sees; the
+        collectives' recorder hands it here once it ran; ``dist.all_reduce`` is a recorded call).
+        Its node reads ``reads`` (what it sends) and is the producer of ``writes`` (what it
+        filled), so the ops after it read its result."""
         inputs = tuple(self.read_at(t, version(t)) for t in reads)
         node = Node(
             self.names.unique(str(attrs.get("collective") or "collective")), "op",
