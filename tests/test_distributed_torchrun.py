@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+import torch.distributed as dist
 
 import fxviz
 from tests import test_distributed as td
@@ -44,3 +46,29 @@ def test_torchrun_gives_rank_0s_graph_with_the_ranks_compared() -> None:
     key = [(c["kind"], c["bytes"], c.get("module")) for c in fake.annotations["collectives"]]
     assert [(c["kind"], c["bytes"], c.get("module")) for c in a["collectives"]] == key
     assert [n["target"] for n in d["nodes"] if n["kind"] == "op"] == [n.target for n in fake.ops]
+
+
+class Raises(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(x)
+        raise ValueError("the model's own error")
+
+
+def raises_factory() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
+    return Raises(), (torch.ones(4),)
+
+
+def test_torchrun_a_model_that_raises_is_one_partial_graph_and_a_line_per_rank() -> None:
+    """Every rank raises: rank 0 writes its partial graph (one JSON document on stdout, not one per
+    rank) and its line; the other ranks say only theirs, with their rank."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FXVIZ_COLLECTIVE_TIMEOUT": "120"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "--master-port", str(_free_port()), "-m", "fxviz", "json",
+                           f"{Path(__file__)}:raises_factory"],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    assert proc.returncode != 0
+    d = json.loads(proc.stdout)  # exactly one document
+    assert [n["name"] for n in d["nodes"] if n["kind"] == "op"] == ["all_reduce"]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert sorted(e.startswith("error: rank 1 of 2: the model raised") for e in errors) == [False, True]
+    assert all("the model's own error" in e for e in errors)

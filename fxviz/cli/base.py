@@ -291,7 +291,14 @@ def _launched_graph(spec: TargetSpec, ranks: int, **options: Any) -> Graph:
 
     factory = with_torch(spec)
     with factory.launched_world() as rank:
-        graph = factory.load_graph(spec, world_size=ranks, **options)
+        try:
+            graph = factory.load_graph(spec, world_size=ranks, **options)
+        except FxvizError as e:  # rank 0 writes the partial graph and says why; the others only why
+            if rank != 0:
+                e.args = (f"rank {rank} of {ranks}: {e.args[0] if e.args else e}", *e.args[1:])
+                if isinstance(e, ModelError):
+                    e.graph = None
+            raise
         texts = factory.gather_to_rank0(graph.to_json())
     if rank != 0 or texts is None:
         click.get_current_context().exit(0)
