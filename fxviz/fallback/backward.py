@@ -85,9 +85,9 @@ class Watch(TorchFunctionMode):
         for t in packed:
             self._record(last, t)
 
-    def pack(self, t: torch.Tensor) -> torch.Tensor:
+    def pack(self, t: torch.Tensor) -> tuple[torch.Tensor, int]:
         self.pending.append(t)
-        return t
+        return t, t._version  # autograd skips its version check under hooks: _unpack makes it
 
     def _producer(self, t: torch.Tensor) -> str:
         assert self.rec is not None
@@ -142,7 +142,16 @@ class Watch(TorchFunctionMode):
         self.saved.append((saver, (m.shape, m.dtype, nbytes, self._producer(t), shares)))
 
 
-def _unpack(t: torch.Tensor) -> torch.Tensor:
+def _unpack(packed: tuple[torch.Tensor, int]) -> torch.Tensor:
+    """The saved tensor, as autograd's own unpacking checks it: under ``saved_tensors_hooks`` autograd
+    leaves out its version check, so a tensor an in-place op changed after it was saved would give
+    a backward, and gradients, that the real step refuses with this error."""
+    t, version = packed
+    if t._version != version:
+        raise RuntimeError(f"one of the variables needed for gradient computation has been modified by an inplace "
+                           f"operation: [{t.type()} {list(t.shape)}] is at version {t._version}; expected version "
+                           f"{version} instead: the real step raises this too; make the in-place op that follows "
+                           f"the op saving it out-of-place (relu_ -> relu, x += y -> x = x + y)")
     return t
 
 

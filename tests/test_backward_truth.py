@@ -1,0 +1,87 @@
+"""What a training capture says, checked against torch's own record of the same step: the real
+backward (does it raise?), ``saved_tensors_hooks`` with the module running at each pack (which
+module's op saved what), the joint graph's own descriptors. Each test is a discrepancy fxviz had."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import fxviz
+from fxviz.errors import ModelError
+from tests.backward_models import default_loss
+
+
+def torch_saved_by_module(model: nn.Module, args: tuple[Any, ...]) -> Counter[str]:
+    """Bytes autograd saves in a real step per module path (the innermost module running when the
+    tensor is packed), each storage once, no parameter, buffer or input: torch's own record."""
+    paths = {id(m): p for p, m in model.named_modules()}
+    stack: list[str] = []
+
+    def pre(m: nn.Module, _a: Any) -> None:
+        stack.append(paths.get(id(m), ""))
+
+    def post(_m: nn.Module, _a: Any, _o: Any) -> None:
+        stack.pop()
+
+    own = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers(), *args]}
+    seen: set[int] = set()
+    per: Counter[str] = Counter()
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        key = t.untyped_storage().data_ptr()
+        if key not in own and key not in seen:
+            seen.add(key)
+            per[stack[-1] if stack else ""] += t.untyped_storage().nbytes()
+        return t
+
+    hooks = [nn.modules.module.register_module_forward_pre_hook(pre), nn.modules.module.register_module_forward_hook(post)]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            default_loss(model(*args))
+    finally:
+        for h in hooks:
+            h.remove()
+    return +per
+
+
+def fxviz_saved_by_module(g: fxviz.Graph) -> Counter[str]:
+    per: Counter[str] = Counter()
+    for s in g.saved:
+        per[s.module] += s.bytes
+    return +per
+
+
+class InPlaceAfterSave(nn.Module):
+    """``relu_`` saves its result; ``mul_`` then changes it: the real backward refuses the step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1 = nn.Linear(8, 8)
+        self.l2 = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.l1(x)
+        y.relu_()
+        y.mul_(2.0)
+        return torch.sigmoid(self.l2(y))
+
+
+@pytest.mark.parametrize("method", ["eager", "auto"])
+def test_a_saved_tensor_changed_in_place_fails_the_backward_as_torchs_does(method: str) -> None:
+    """``saved_tensors_hooks`` turn off autograd's version check: the eager path ran a backward (with
+    wrong gradients) that torch's own step refuses."""
+    torch.manual_seed(0)
+    model, x = InPlaceAfterSave(), torch.randn(4, 8)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        default_loss(model(x)).backward()  # torch's own record of the step
+    model.zero_grad(set_to_none=True)
+    with pytest.raises(ModelError, match="modified by an inplace operation.*ReluBackward0") as info:
+        fxviz.capture(model, (x,), backward=True, method=method)
+    g = info.value.graph
+    assert g is not None and [n.target for n in g.nodes if n.error] == ["ReluBackward0"]
+    assert all(p.grad is None for p in model.parameters())
