@@ -85,3 +85,27 @@ def test_a_saved_tensor_changed_in_place_fails_the_backward_as_torchs_does(metho
     g = info.value.graph
     assert g is not None and [n.target for n in g.nodes if n.error] == ["ReluBackward0"]
     assert all(p.grad is None for p in model.parameters())
+
+
+class Detached(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.lin(x).detach(), x * 2
+
+
+@pytest.mark.parametrize("loss", [None, lambda out: out[1].sum(), lambda out: out[0].argmax()],
+                         ids=["detached output", "a loss of the input alone", "an integer loss"])
+@pytest.mark.parametrize("method", ["export", "auto"])
+def test_a_loss_that_reads_nothing_trainable_is_one_line_on_the_export_path(method: str, loss: Any) -> None:
+    """The joint graph of such a loss has no backward at all: it was drawn as a training step with no
+    backward op and no gradient, where torch's own autograd has nothing to run."""
+    from fxviz.torchbridge.training import LossError
+
+    model, x = Detached(), torch.randn(2, 4)
+    value = (loss or default_loss)(model(x))
+    assert value.grad_fn is None  # torch's record: nothing to differentiate
+    with pytest.raises(LossError, match="does not depend on any parameter or input that requires grad"):
+        fxviz.capture(model, (x,), backward=True, method=method, loss=loss)

@@ -44,7 +44,14 @@ from fxviz.fallback.trace import trace_eager
 from fxviz.ir import Graph, Node, Ref, Saved
 from fxviz.torchbridge.checkpoint import Checkpoints
 from fxviz.torchbridge.normalize import flatten_inputs
-from fxviz.torchbridge.training import BackwardError, Loss, LossError, check_trainable, step_loss
+from fxviz.torchbridge.training import (
+    NOTHING_TO_DIFFERENTIATE,
+    BackwardError,
+    Loss,
+    LossError,
+    check_trainable,
+    step_loss,
+)
 
 _plain = torch._C.DisableTorchFunction
 
@@ -184,7 +191,7 @@ def trace_backward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
         raise LossError(f"{type(model).__name__} returned without calling its forward hooks: no loss to differentiate")
     value = box.pop()
     if value.grad_fn is None:
-        raise LossError("the loss does not depend on any parameter or input that requires grad: nothing to differentiate")
+        raise LossError(NOTHING_TO_DIFFERENTIATE)
     graph.method += " (backward)"
     try:
         add_backward(graph, model, flat.tensors, value, watch, checkpoints)

@@ -49,7 +49,7 @@ from fxviz.symbolic.checkpoint import (
 from fxviz.symbolic.convert import Converter, Placeholder
 from fxviz.symbolic.eager_saved import as_eager
 from fxviz.torchbridge.normalize import FlatInputs, flatten_inputs
-from fxviz.torchbridge.training import Loss, check_trainable, step_loss
+from fxviz.torchbridge.training import NOTHING_TO_DIFFERENTIATE, Loss, LossError, check_trainable, step_loss
 from fxviz.torchbridge.values import mark_tied, module_infos
 
 PREFIX = "model"
@@ -189,6 +189,8 @@ def graph_from_joint(gm: torch.fx.GraphModule, model: nn.Module, flat: FlatInput
         items.append((name, v, None))
         if of:
             grads[name] = of
+    if not grads:  # the loss reads no parameter or input that requires grad: the eager path's one line
+        raise LossError(NOTHING_TO_DIFFERENTIATE)
     conv.add_outputs(items)
     for node in conv.nodes:
         if node.kind == "output" and node.target in grads:

@@ -14,6 +14,10 @@ from fxviz.torchbridge.normalize import flatten_outputs
 
 Loss = Callable[[Any], torch.Tensor]
 
+NOTHING_TO_DIFFERENTIATE = ("the loss does not depend on any parameter or input that requires grad (a detached or "
+                            "no_grad output, or an integer loss): nothing to differentiate; give loss=fn a loss "
+                            "computed from the model's trainable outputs")
+
 
 class LossError(InputError):
     """The step has nothing to differentiate: no parameter requires grad, the output holds no
@@ -58,4 +62,4 @@ def step_loss(output: Any, loss: Loss | None) -> torch.Tensor:
     return value
 
 
-__all__ = ["BackwardError", "Loss", "LossError", "check_trainable", "step_loss"]
+__all__ = ["NOTHING_TO_DIFFERENTIATE", "BackwardError", "Loss", "LossError", "check_trainable", "step_loss"]
