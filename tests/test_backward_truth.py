@@ -109,3 +109,38 @@ def test_a_loss_that_reads_nothing_trainable_is_one_line_on_the_export_path(meth
     assert value.grad_fn is None  # torch's record: nothing to differentiate
     with pytest.raises(LossError, match="does not depend on any parameter or input that requires grad"):
         fxviz.capture(model, (x,), backward=True, method=method, loss=loss)
+
+
+class ConvBN(nn.Module):
+    """A train-mode batch norm (running statistics updated in place, an integer counter bumped after
+    the convolution's autograd node), then a functional ReLU whose output a convolution reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.c2 = nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c2(torch.relu(self.bn(self.c1(x))))
+
+
+def test_the_joint_graphs_saved_records_are_torchs_per_module_and_per_op() -> None:
+    """Three ways the export path's records differed from what torch packs in the same step: the
+    batch norm's running statistics (updated in place by eager, so a buffer: 0 bytes) counted as new
+    memory; the convolution's saved input and weight said to be saved by the batch norm's counter
+    update (the last op tagged with the convolution's ``seq_nr``); and the ReLU's output counted
+    under the convolution that reads it, not under the ReLU that saves it first."""
+    torch.manual_seed(0)
+    model, x = ConvBN().train(), torch.randn(2, 3, 8, 8)
+    expected = torch_saved_by_module(model, (x,))
+    assert expected == {"bn": 4096 + 2 * 32, "": 4096}  # conv out; mean, invstd; the ReLU's output
+    for method in ("eager", "export"):
+        g = fxviz.capture(model, (x,), backward=True, method=method)
+        assert fxviz_saved_by_module(g) == expected, method
+        by_name = {n.name: n for n in g.nodes}
+        savers = {(s.value, s.shares): by_name[s.node] for s in g.saved if s.shares in ("parameter", "input", "buffer")}
+        conv_in = savers[("x", "input")]
+        assert conv_in.module == "c1" and "conv" in conv_in.target, (method, conv_in.name, conv_in.target)
+        running = [s for s in g.saved if s.shape == (8,) and s.shares == "buffer"]
+        assert len(running) == 2 and {s.module for s in running} == {"bn"}, method

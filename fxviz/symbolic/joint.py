@@ -236,8 +236,23 @@ def _forward_by_seq(gm: torch.fx.GraphModule) -> dict[int, torch.fx.Node]:
     fwd_by_seq: dict[int, torch.fx.Node] = {}
     for n in gm.graph.nodes:
         if n.meta.get("partitioner_tag") == "is_forward" and n.op == "call_function" and "seq_nr" in n.meta:
-            fwd_by_seq[n.meta["seq_nr"]] = n  # the last op of that autograd node: the one it records
+            # the op that made that autograd node is the first tagged with its number: the ops after it
+            # that make none (a detach, an integer buffer's update) carry the number on
+            fwd_by_seq.setdefault(n.meta["seq_nr"], n)
     return fwd_by_seq
+
+
+def _written_back(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, torch.fx.Node]:
+    """Each value the step writes back into a buffer or an input (``InputMutationAOTOutput``: a batch
+    norm's running statistics) -> that placeholder: eager updates it in place, in the same storage."""
+    placeholders = {repr(n.meta.get("desc")): n for n in gm.graph.nodes if n.op == "placeholder"}
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    written: dict[torch.fx.Node, torch.fx.Node] = {}
+    for v, desc in zip(out.args[0], out.meta.get("desc") or (), strict=False):
+        target = placeholders.get(repr(getattr(desc, "mutated_input", None)))
+        if type(desc).__name__ == "InputMutationAOTOutput" and isinstance(v, torch.fx.Node) and target is not None:
+            written[_base(v)] = target
+    return written
 
 
 def _reads_again(gm: torch.fx.GraphModule, recomputed: frozenset[torch.fx.Node],
@@ -255,12 +270,14 @@ def _saved_pairs(gm: torch.fx.GraphModule, conv: Converter, recomputed: frozense
                  kept: frozenset[torch.fx.Node] = frozenset(), again: frozenset[tuple[torch.fx.Node, torch.fx.Node]] = frozenset(),
                  region: dict[torch.fx.Node, int] | None = None) -> list[tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node, str, int]]:
     """(saver, value, its base, shares, bytes) for each forward value the backward reads (see
-    :func:`inferred_saved`)."""
+    :func:`inferred_saved`), in the order the savers run: the first to save a storage pays for it,
+    as in eager."""
     fwd_by_seq = _forward_by_seq(gm)
+    written = _written_back(gm)
     region = region or {}
     placeholders = {n: conv.placeholders[n.name] for n in gm.graph.nodes if n.op == "placeholder"}
-    counted: set[torch.fx.Node] = set()
-    out: list[tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node, str, int]] = []
+    position = {n: i for i, n in enumerate(gm.graph.nodes)}
+    pairs: list[tuple[torch.fx.Node, torch.fx.Node]] = []
     seen_pairs: set[tuple[torch.fx.Node, torch.fx.Node]] = set()
     for n in gm.graph.nodes:
         if n.meta.get("partitioner_tag") != "is_forward" or n.op == "output" or n not in conv.refs:
@@ -275,16 +292,21 @@ def _saved_pairs(gm: torch.fx.GraphModule, conv: Converter, recomputed: frozense
             if (saver, n) in seen_pairs or saver not in conv.refs:
                 continue
             seen_pairs.add((saver, n))
-            base = _base(n)
-            shares, nbytes = "", 0
-            if base in placeholders:
-                shares = placeholders[base].kind if placeholders[base].kind in ("parameter", "buffer") else "input"
-            elif base in counted:
-                shares = "view"
-            else:
-                counted.add(base)
-                nbytes = _nbytes(base)
-            out.append((saver, n, base, shares, nbytes))
+            pairs.append((saver, n))
+    counted: set[torch.fx.Node] = set()
+    out: list[tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node, str, int]] = []
+    for saver, n in sorted(pairs, key=lambda p: (position[p[0]], position[p[1]])):
+        base = _base(n)
+        base = written.get(base, base)
+        shares, nbytes = "", 0
+        if base in placeholders:
+            shares = placeholders[base].kind if placeholders[base].kind in ("parameter", "buffer") else "input"
+        elif base in counted:
+            shares = "view"
+        else:
+            counted.add(base)
+            nbytes = _nbytes(base)
+        out.append((saver, n, base, shares, nbytes))
     return out
 
 
