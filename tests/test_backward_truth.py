@@ -144,3 +144,35 @@ def test_the_joint_graphs_saved_records_are_torchs_per_module_and_per_op() -> No
         assert conv_in.module == "c1" and "conv" in conv_in.target, (method, conv_in.name, conv_in.target)
         running = [s for s in g.saved if s.shape == (8,) and s.shares == "buffer"]
         assert len(running) == 2 and {s.module for s in running} == {"bn"}, method
+
+
+class TwoHeads(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+        self.c = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.tanh(self.a(x))
+        return self.c(h), torch.sigmoid(self.b(h))
+
+
+def test_an_output_the_loss_does_not_read_is_named_where_the_joint_graph_leaves_it_out() -> None:
+    """Eager autograd saves for every output (``saved_tensors_hooks`` sees the second head's
+    sigmoid), the joint graph keeps only what the loss needs: the export path counted half of torch's
+    bytes and drew no op of head ``b``, without a word."""
+    torch.manual_seed(0)
+    model, x = TwoHeads(), torch.randn(4, 8)
+    packed: list[int] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t.untyped_storage().nbytes()) or t, lambda t: t):
+        out = model(x)
+    assert out[1].grad_fn is not None and sum(packed[-1:]) == 128  # the sigmoid's output, saved
+    ge = fxviz.capture(model, (x,), backward=True, method="eager", loss=lambda o: o[0].sum())
+    gx = fxviz.capture(model, (x,), backward=True, method="export", loss=lambda o: o[0].sum())
+    assert sum(s.bytes for s in ge.saved) == 256 and sum(s.bytes for s in gx.saved) == 128
+    assert not any(n.module == "b" for n in gx.ops)
+    said = [n for n in gx.notes if "does not read" in n]
+    assert len(said) == 1 and "output[1]" in said[0] and "output[0]" not in said[0]
+    both = fxviz.capture(model, (x,), backward=True, method="export")
+    assert not any("does not read" in n for n in both.notes)

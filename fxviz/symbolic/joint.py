@@ -49,11 +49,28 @@ from fxviz.symbolic.checkpoint import (
 from fxviz.symbolic.convert import Converter, Placeholder
 from fxviz.symbolic.eager_saved import as_eager
 from fxviz.torchbridge.normalize import FlatInputs, flatten_inputs
-from fxviz.torchbridge.training import NOTHING_TO_DIFFERENTIATE, Loss, LossError, check_trainable, step_loss
+from fxviz.torchbridge.training import (
+    NOTHING_TO_DIFFERENTIATE,
+    Loss,
+    LossError,
+    check_trainable,
+    step_loss,
+    unread_outputs,
+)
 from fxviz.torchbridge.values import mark_tied, module_infos
 
 PREFIX = "model"
 CALLS = "fxviz_checkpoint_calls"  # the joint graph's meta: how many checkpoint calls the forward made
+UNREAD = "fxviz_unread_outputs"  # the joint graph's meta: the outputs requiring grad that the loss does not read
+
+
+class Unread:
+    """The paths of the model's outputs requiring grad that the loss does not read, as non-strict
+    export's trace sees them (``watch``: only then; strict export's Dynamo cannot read ``grad_fn``)."""
+
+    def __init__(self) -> None:
+        self.watch = False
+        self.paths: list[str] = []
 
 
 class LossModel(nn.Module):
@@ -65,10 +82,15 @@ class LossModel(nn.Module):
         self.model = model
         self._flat = flat
         self._loss = loss
+        self.unread = Unread()  # export puts the module's own attributes back after it traces
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
         args, kwargs = self._flat.rebuild(tensors)
-        return step_loss(self.model(*args, **kwargs), self._loss)
+        output = self.model(*args, **kwargs)
+        value = step_loss(output, self._loss)
+        if self.unread.watch and value.grad_fn is not None:  # non-strict export, its run that records autograd
+            self.unread.paths = unread_outputs(output, value)
+        return value
 
 
 def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: contextlib.ExitStack) -> torch.fx.GraphModule:
@@ -79,6 +101,7 @@ def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: c
     from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
 
     wrapper = LossModel(model, flat, loss)
+    wrapper.unread.watch = True
     with checkpoint_calls() as calls:
         ep = torch.export.export(wrapper, flat.tensors, strict=False)
     custom = custom_functions(ep.graph)
@@ -86,10 +109,12 @@ def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: c
         raise CaptureError(
             f"export inlines the forward of the custom autograd.Function {', '.join(custom)} and differentiates its "
             "ops, not its own backward: the eager path (method='eager') runs the Function's backward")
+    wrapper.unread.watch = False
     if calls:
         ep = strict_program(wrapper, flat.tensors, calls)
     joint = aot_export_joint_with_descriptors(stack, ep.module(), flat.tensors, _record_nn_module_stack=True)
     joint.graph_module.meta[CALLS] = len(calls)
+    joint.graph_module.meta[UNREAD] = wrapper.unread.paths
     return joint.graph_module
 
 
@@ -202,6 +227,12 @@ def graph_from_joint(gm: torch.fx.GraphModule, model: nn.Module, flat: FlatInput
             node.attrs["frozen"] = True
     graph = Graph(name=type(model).__name__, nodes=conv.nodes, method="export (joint)", modules=module_infos(model))
     graph.saved = inferred_saved(gm, conv)
+    unread = gm.meta.get(UNREAD) or []
+    if unread:
+        graph.notes.append(
+            f"the loss does not read {', '.join(unread[:3])}{' ...' if len(unread) > 3 else ''}: the joint graph keeps "
+            "only what the loss needs, so the ops that make only those are not in it, nor what eager autograd saves "
+            "for them while the output lives (method='eager' shows both)")
     with_recompute(gm, conv, graph)
     return graph
 
