@@ -199,7 +199,15 @@ def trace_backward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
         raise ModelError(str(e), graph=graph) from e.__cause__
     finally:
         watch.fn_node.clear()
+    if any(n.phase == "recompute" for n in graph.nodes) and torch.utils.checkpoint._enable_checkpoint_early_stop is not False:
+        graph.notes.append(EARLY_STOP)
     return graph
+
+
+#: What the recompute nodes of the eager path are, where the model's own step would stop early.
+EARLY_STOP = ("torch.utils.checkpoint: each region is shown recomputed whole (early stop off); a real step with "
+              "checkpoint's default early stop ends a region's recomputation once it has every tensor the "
+              "backward needs, so it may run fewer of these recompute ops again")
 
 
 def _snake(name: str) -> str:
