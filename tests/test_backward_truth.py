@@ -245,3 +245,48 @@ def test_the_recompute_nodes_are_the_ops_torchs_default_step_runs_again() -> Non
     g = fxviz.capture(model, (x,), backward=True, method="eager")
     shown = Counter(a for n in g.nodes if n.phase == "recompute" for a in n.attrs["aten"] if a in ("aten.addmm", "aten.tanh"))
     assert shown == _recomputed_by_torch(model, x)
+
+
+class DroppedBranch(nn.Module):
+    """A branch computed and dropped (a debug probe, an unused auxiliary head): autograd frees what it
+    saved as soon as its result goes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.probe = nn.Linear(64, 64)
+        self.head = nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(3):
+            torch.tanh(self.probe(x))  # saves its (32, 64) output, dropped at once
+        return torch.tanh(self.head(x))
+
+
+def test_what_a_dropped_branch_saved_is_freed_not_counted_as_the_steps_memory() -> None:
+    """The eager path counted every tensor ever packed: 4x the memory autograd holds when the
+    backward starts (its own saved-tensor hooks kept the dropped tensors alive in a cycle)."""
+    torch.manual_seed(0)
+    model, x = DroppedBranch(), torch.randn(32, 64)
+    packs: list[int] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packs.append(1) or t, lambda t: t):
+        model(x)
+    # torch's record of a plain step: the tensors the autograd nodes the output reaches hold
+    own = {t.untyped_storage().data_ptr() for t in (x, *model.parameters())}
+    out, held, fns = model(x), {}, set()
+    todo = [out.grad_fn]
+    while todo:
+        f = todo.pop()
+        if f is None or f in fns:
+            continue
+        fns.add(f)
+        todo += [g for g, _ in f.next_functions]
+        for name in dir(f):
+            t = getattr(f, name) if name.startswith("_saved_") else None
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in own:
+                held[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    assert len(packs) == 8 and sum(held.values()) == 8192  # 8 packs; only the head's tanh output is held
+    del out
+    g = fxviz.capture(model, (x,), backward=True, method="eager")
+    assert sum(s.bytes for s in g.saved) == 8192
+    assert [(s.module, s.shares) for s in g.saved if s.node.startswith("tanh")] == [("", "freed")] * 3 + [("", "")]
+    assert fxviz.Graph.from_json(g.to_json()).saved == g.saved  # "freed" is a saved graph's word too
