@@ -290,3 +290,28 @@ def test_what_a_dropped_branch_saved_is_freed_not_counted_as_the_steps_memory() 
     assert sum(s.bytes for s in g.saved) == 8192
     assert [(s.module, s.shares) for s in g.saved if s.node.startswith("tanh")] == [("", "freed")] * 3 + [("", "")]
     assert fxviz.Graph.from_json(g.to_json()).saved == g.saved  # "freed" is a saved graph's word too
+
+
+_PROBES: list[Any] = []  # weak references to what each run's dropped branch made
+
+
+class _Probed(DroppedBranch):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import weakref
+
+        _PROBES.append(weakref.ref(torch.tanh(self.probe(x))))
+        return torch.tanh(self.head(x))
+
+
+def test_nothing_a_dropped_branch_saved_outlives_the_capture() -> None:
+    """fxviz's saved-tensor hooks held each saved output in a cycle through its own autograd node,
+    which the garbage collector cannot break: a capture leaked every tensor a dropped branch saved."""
+    import gc
+
+    torch.manual_seed(0)
+    model, x = _Probed(), torch.randn(32, 64)
+    model(x)
+    assert _PROBES.pop()() is None  # torch's own step frees it at once
+    fxviz.capture(model, (x,), backward=True, method="eager")
+    gc.collect()
+    assert len(_PROBES) == 1 and _PROBES.pop()() is None

@@ -68,6 +68,7 @@ class Watch(TorchFunctionMode):
         self.pending: list[Any] = []
         self.counted: set[tuple[int, str]] = set()
         self.saved_values: set[tuple[str, int]] = set()  # forward values (node, output) something saved
+        self.holders: list[list[Any]] = []  # what pack gave autograd: [tensor, its version]
         self.state: dict[tuple[int, str], str] = {}
         for p in model.parameters():
             self.state[storage_key(p)] = "parameter"
@@ -92,9 +93,19 @@ class Watch(TorchFunctionMode):
         for t in packed:
             self._record(last, t)
 
-    def pack(self, t: torch.Tensor) -> tuple[torch.Tensor, int]:
+    def pack(self, t: torch.Tensor) -> list[Any]:
         self.pending.append(t)
-        return t, t._version  # autograd skips its version check under hooks: _unpack makes it
+        holder = [t, t._version]  # autograd skips its version check under hooks: _unpack makes it
+        self.holders.append(holder)
+        return holder
+
+    def release(self) -> None:
+        """Let go of every saved tensor: a tensor saved by its own autograd node (an output) holds
+        that node, which holds the holder, which holds the tensor; a cycle through C++ that the
+        garbage collector never breaks, so what a dropped branch saved would outlive the capture."""
+        for holder in self.holders:
+            holder.clear()
+        self.holders.clear()
 
     def _producer(self, t: torch.Tensor) -> str:
         assert self.rec is not None
@@ -165,7 +176,7 @@ class Watch(TorchFunctionMode):
         return out
 
 
-def _unpack(packed: tuple[torch.Tensor, int]) -> torch.Tensor:
+def _unpack(packed: list[Any]) -> torch.Tensor:
     """The saved tensor, as autograd's own unpacking checks it: under ``saved_tensors_hooks`` autograd
     leaves out its version check, so a tensor an in-place op changed after it was saved would give
     a backward, and gradients, that the real step refuses with this error."""
@@ -184,6 +195,19 @@ def trace_backward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
     flat = flatten_inputs(model, args, kwargs)
     check_trainable(model, flat.tensors)
     watch = Watch(model, flat.tensors)
+    try:
+        graph = _step(model, args, kwargs, loss, level, flat.tensors, watch)
+    finally:  # whatever happened, nothing the step saved outlives it
+        watch.fn_node.clear()
+        watch.release()
+    if any(n.phase == "recompute" for n in graph.nodes) and torch.utils.checkpoint._enable_checkpoint_early_stop is not False:
+        graph.notes.append(EARLY_STOP)
+    return graph
+
+
+def _step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], loss: Loss | None, level: str,
+          inputs: tuple[torch.Tensor, ...], watch: Watch) -> Graph:
+    """The forward recorded with ``watch`` on, then the backward added (:func:`trace_backward`)."""
     checkpoints = Checkpoints()
     box: list[torch.Tensor] = []
 
@@ -213,13 +237,9 @@ def trace_backward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
         raise LossError(NOTHING_TO_DIFFERENTIATE)
     graph.method += " (backward)"
     try:
-        add_backward(graph, model, flat.tensors, value, watch, checkpoints, output)
+        add_backward(graph, model, inputs, value, watch, checkpoints, output)
     except BackwardError as e:  # the forward graph, with what the backward got to and where it raised
         raise ModelError(str(e), graph=graph) from e.__cause__
-    finally:
-        watch.fn_node.clear()
-    if any(n.phase == "recompute" for n in graph.nodes) and torch.utils.checkpoint._enable_checkpoint_early_stop is not False:
-        graph.notes.append(EARLY_STOP)
     return graph
 
 
