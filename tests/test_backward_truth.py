@@ -144,6 +144,9 @@ def test_the_joint_graphs_saved_records_are_torchs_per_module_and_per_op() -> No
         assert conv_in.module == "c1" and "conv" in conv_in.target, (method, conv_in.name, conv_in.target)
         running = [s for s in g.saved if s.shape == (8,) and s.shares == "buffer"]
         assert len(running) == 2 and {s.module for s in running} == {"bn"}, method
+        if method == "export":  # what the step writes back into the buffers, by name
+            assert {o.target for o in g.outputs if o.target.startswith("bn.")} == {
+                "bn.running_mean (updated)", "bn.running_var (updated)", "bn.num_batches_tracked (updated)"}
 
 
 class TwoHeads(nn.Module):

@@ -191,6 +191,11 @@ def _output_name(desc: Any, names: list[str]) -> tuple[str, str]:
         target = _strip(of.target) if hasattr(of, "target") else (
             names[of.idx] if type(of).__name__ == "PlainAOTInput" and of.idx < len(names) else str(of))
         return f"grad of {target}", target
+    if kind == "InputMutationAOTOutput":  # the step writes it back in place (a batch norm's running statistics)
+        of = desc.mutated_input
+        target = _strip(of.target) if hasattr(of, "target") else (
+            names[of.idx] if type(of).__name__ == "PlainAOTInput" and of.idx < len(names) else str(of))
+        return f"{target} (updated)", ""
     return str(desc), ""
 
 
