@@ -17,8 +17,9 @@ class Saved:
 
     ``node`` is the forward op that saved it (the op autograd was recording when it was packed),
     ``module`` that op's module path. ``bytes`` is the extra memory the record costs: its storage's
-    size the first time that storage is saved, 0 for a parameter, a buffer, an input, or a view of a
-    storage already counted (``shares`` says which), so that the records' bytes add up to the
+    size the first time that storage is saved, 0 for a parameter, a buffer, an input, a view of a
+    storage already counted, or a tensor autograd no longer holds when the backward starts (``freed``:
+    saved in a branch whose result was dropped; ``shares`` says which), so that the records' bytes add up to the
     step's saved-activation memory. ``value`` is the node whose output was saved, when known;
     ``inferred`` marks a record fxviz worked out rather than saw, and ``reason`` says why the record
     may differ from what eager autograd saves, or why it differs from the joint graph's value (see
@@ -30,7 +31,7 @@ class Saved:
     dtype: str
     bytes: int
     value: str = ""
-    shares: str = ""  # why bytes is 0: "parameter", "buffer", "input" or "view" (of a counted storage)
+    shares: str = ""  # why bytes is 0: "parameter", "buffer", "input", "view" (of a counted storage) or "freed"
     inferred: bool = False
     reason: str = ""
 

@@ -182,8 +182,8 @@ def test_checkpoint_and_train_mode_batchnorm(build: str, method: str) -> None:
         assert saved == total and sum(1 for n in g.ops if n.phase == "backward") == fns
     elif build == "checkpoint":  # the joint graph of strict export, its checkpoint region recomputed
         assert saved == total and [n.module for n in g.nodes if n.phase == "recompute"] == ["a.lin", "a.lin", "a", "a"]  # t, addmm, tanh and its detach
-    else:  # inferred from the joint graph
-        assert abs(saved - total) <= total // 10
+    else:  # the joint graph's: the running statistics eager updates in place are buffers
+        assert saved == total
     assert {n.attrs["grad_of"] for n in g.outputs if n.phase == "backward"} == {n for n, _ in model.named_parameters()}
 
 

@@ -43,8 +43,15 @@ from fxviz.fallback.tensors import tensor_meta
 from fxviz.fallback.trace import trace_eager
 from fxviz.ir import Graph, Node, Ref, Saved
 from fxviz.torchbridge.checkpoint import Checkpoints
-from fxviz.torchbridge.normalize import flatten_inputs
-from fxviz.torchbridge.training import BackwardError, Loss, LossError, check_trainable, step_loss
+from fxviz.torchbridge.normalize import flatten_inputs, flatten_outputs
+from fxviz.torchbridge.training import (
+    NOTHING_TO_DIFFERENTIATE,
+    BackwardError,
+    Loss,
+    LossError,
+    check_trainable,
+    step_loss,
+)
 
 _plain = torch._C.DisableTorchFunction
 
@@ -57,10 +64,11 @@ class Watch(TorchFunctionMode):
         super().__init__()
         self.rec: Recorder | None = None
         self.fn_node: dict[Any, tuple[str, int]] = {}  # grad_fn -> (node name, output index)
-        self.saved: list[tuple[str, Any]] = []  # (saving node, record without its node)
+        self.saved: list[tuple[str, Any]] = []  # (saving node, record without its node): see held()
         self.pending: list[Any] = []
         self.counted: set[tuple[int, str]] = set()
         self.saved_values: set[tuple[str, int]] = set()  # forward values (node, output) something saved
+        self.holders: list[list[Any]] = []  # what pack gave autograd: [tensor, its version]
         self.state: dict[tuple[int, str], str] = {}
         for p in model.parameters():
             self.state[storage_key(p)] = "parameter"
@@ -85,9 +93,19 @@ class Watch(TorchFunctionMode):
         for t in packed:
             self._record(last, t)
 
-    def pack(self, t: torch.Tensor) -> torch.Tensor:
+    def pack(self, t: torch.Tensor) -> list[Any]:
         self.pending.append(t)
-        return t
+        holder = [t, t._version]  # autograd skips its version check under hooks: _unpack makes it
+        self.holders.append(holder)
+        return holder
+
+    def release(self) -> None:
+        """Let go of every saved tensor: a tensor saved by its own autograd node (an output) holds
+        that node, which holds the holder, which holds the tensor; a cycle through C++ that the
+        garbage collector never breaks, so what a dropped branch saved would outlive the capture."""
+        for holder in self.holders:
+            holder.clear()
+        self.holders.clear()
 
     def _producer(self, t: torch.Tensor) -> str:
         assert self.rec is not None
@@ -131,18 +149,43 @@ class Watch(TorchFunctionMode):
 
     def _record(self, saver: str, t: torch.Tensor) -> None:
         key = storage_key(t)
-        shares, nbytes = self.state.get(key, ""), 0
-        if not shares:
-            if key in self.counted:
-                shares = "view"
-            else:
-                self.counted.add(key)
-                nbytes = t.untyped_storage().nbytes()
+        nbytes = 0 if key in self.state else t.untyped_storage().nbytes()
         m = tensor_meta(t)
-        self.saved.append((saver, (m.shape, m.dtype, nbytes, self._producer(t), shares)))
+        self.saved.append((saver, (m.shape, m.dtype, key, nbytes, self._producer(t))))
+
+    def held(self, roots: list[Any]) -> list[tuple[str, tuple[Any, ...]]]:
+        """Each record as (saver, (shape, dtype, bytes, value, shares)), as autograd holds it when the
+        backward starts: one saved by an op none of whose autograd nodes the ``roots`` (the loss's and
+        the outputs' ``grad_fn``) reach was saved in a branch whose result was dropped; a real step frees
+        it then (fxviz's own hooks make a cycle that only the garbage collector would break), so it is
+        ``freed`` and costs nothing, and a later storage at its address is no view of it. Each storage
+        held is counted once."""
+        reached = _reachable(roots)
+        made = {at[0] for at in self.fn_node.values()}
+        live = {at[0] for f, at in self.fn_node.items() if f in reached}
+        out: list[tuple[str, tuple[Any, ...]]] = []
+        for saver, (shape, dtype, key, nbytes, value) in self.saved:
+            shares = self.state.get(key, "")
+            if not shares and saver in made and saver not in live:
+                shares, nbytes = "freed", 0
+            elif not shares and key in self.counted:
+                shares, nbytes = "view", 0
+            elif not shares:
+                self.counted.add(key)
+            out.append((saver, (shape, dtype, nbytes, value, shares)))
+        return out
 
 
-def _unpack(t: torch.Tensor) -> torch.Tensor:
+def _unpack(packed: list[Any]) -> torch.Tensor:
+    """The saved tensor, as autograd's own unpacking checks it: under ``saved_tensors_hooks`` autograd
+    leaves out its version check, so a tensor an in-place op changed after it was saved would give
+    a backward, and gradients, that the real step refuses with this error."""
+    t, version = packed
+    if t._version != version:
+        raise RuntimeError(f"one of the variables needed for gradient computation has been modified by an inplace "
+                           f"operation: [{t.type()} {list(t.shape)}] is at version {t._version}; expected version "
+                           f"{version} instead: the real step raises this too; make the in-place op that follows "
+                           f"the op saving it out-of-place (relu_ -> relu, x += y -> x = x + y)")
     return t
 
 
@@ -152,11 +195,27 @@ def trace_backward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
     flat = flatten_inputs(model, args, kwargs)
     check_trainable(model, flat.tensors)
     watch = Watch(model, flat.tensors)
+    try:
+        graph = _step(model, args, kwargs, loss, level, flat.tensors, watch)
+    finally:  # whatever happened, nothing the step saved outlives it
+        watch.fn_node.clear()
+        watch.release()
+    if any(n.phase == "recompute" for n in graph.nodes) and torch.utils.checkpoint._enable_checkpoint_early_stop is not False:
+        graph.notes.append(EARLY_STOP)
+    return graph
+
+
+def _step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], loss: Loss | None, level: str,
+          inputs: tuple[torch.Tensor, ...], watch: Watch) -> Graph:
+    """The forward recorded with ``watch`` on, then the backward added (:func:`trace_backward`)."""
     checkpoints = Checkpoints()
     box: list[torch.Tensor] = []
 
     def on_output(_m: nn.Module, _a: Any, out: Any) -> None:
         box.append(step_loss(out, loss))
+        output.append(out)  # held until the backward, as a training step holds it
+
+    output: list[Any] = []
 
     handle = model.register_forward_hook(on_output)
     try:
@@ -175,20 +234,36 @@ def trace_backward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
         raise LossError(f"{type(model).__name__} returned without calling its forward hooks: no loss to differentiate")
     value = box.pop()
     if value.grad_fn is None:
-        raise LossError("the loss does not depend on any parameter or input that requires grad: nothing to differentiate")
+        raise LossError(NOTHING_TO_DIFFERENTIATE)
     graph.method += " (backward)"
     try:
-        add_backward(graph, model, flat.tensors, value, watch, checkpoints)
+        add_backward(graph, model, inputs, value, watch, checkpoints, output)
     except BackwardError as e:  # the forward graph, with what the backward got to and where it raised
         raise ModelError(str(e), graph=graph) from e.__cause__
-    finally:
-        watch.fn_node.clear()
     return graph
+
+
+#: What the recompute nodes of the eager path are, where the model's own step would stop early.
+EARLY_STOP = ("torch.utils.checkpoint: each region is shown recomputed whole (early stop off); a real step with "
+              "checkpoint's default early stop ends a region's recomputation once it has every tensor the "
+              "backward needs, so it may run fewer of these recompute ops again")
 
 
 def _snake(name: str) -> str:
     name = re.sub(r"\d+$", "", name)
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower() or "backward"
+
+
+def _reachable(roots: list[Any]) -> set[Any]:
+    """Every autograd node reachable from ``roots`` through ``next_functions``."""
+    seen: set[Any] = set()
+    todo = [r for r in roots if r is not None]
+    while todo:
+        f = todo.pop()
+        if f not in seen:
+            seen.add(f)
+            todo += [g for g, _ in f.next_functions if g is not None]
+    return seen
 
 
 def _walk(root: Any) -> tuple[list[Any], dict[Any, list[tuple[Any, int]]]]:
@@ -220,9 +295,10 @@ def _walk(root: Any) -> tuple[list[Any], dict[Any, list[tuple[Any, int]]]]:
 
 
 def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...], loss: torch.Tensor, watch: Watch,
-                 checkpoints: Checkpoints | None = None) -> None:
+                 checkpoints: Checkpoints | None = None, outputs: Any = None) -> None:
     """Append the backward of ``loss`` to the forward ``graph`` (see the module's docstring); the
-    ``checkpoints`` the forward ran are regions around their forward, recompute and backward ops."""
+    ``checkpoints`` the forward ran are regions around their forward, recompute and backward ops;
+    what autograd holds for the model's ``outputs`` counts as saved (a step holds them too)."""
     checkpoints = checkpoints or Checkpoints()
     nodes = {n.name: n for n in graph.nodes}
     used = set(nodes)
@@ -243,9 +319,10 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
     for n in graph.nodes:
         if n.kind == "parameter" and n.target in frozen:
             n.attrs["frozen"] = True
+    outs = [v.grad_fn for _, v in flatten_outputs(outputs) if isinstance(v, torch.Tensor) and v.grad_fn is not None]
     saved_by: dict[str, list[Ref]] = {}
     first_op = next((n.name for n in graph.nodes if n.kind == "op"), graph.nodes[0].name if graph.nodes else "")
-    for saver, (shape, dtype, nbytes, value, shares) in watch.saved:
+    for saver, (shape, dtype, nbytes, value, shares) in watch.held([loss.grad_fn, *outs]):
         saver = saver if saver in nodes else first_op  # packed before any op was recorded
         node = nodes.get(saver)
         graph.saved.append(Saved(saver, node.module if node is not None else "", shape, dtype, nbytes, value, shares))

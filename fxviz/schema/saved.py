@@ -11,7 +11,7 @@ from fxviz.schema.values import Where, _array, _fail, _int, _item, _object, _opt
 #: The values a node's ``phase`` takes (``forward`` when absent).
 PHASES: tuple[str, ...] = ("forward", "backward", "recompute")
 #: Why a saved record costs no memory of its own.
-SHARES: tuple[str, ...] = ("", "parameter", "buffer", "input", "view")
+SHARES: tuple[str, ...] = ("", "parameter", "buffer", "input", "view", "freed")
 
 
 def phase(d: dict[str, Any], where: Where) -> str:

@@ -49,11 +49,28 @@ from fxviz.symbolic.checkpoint import (
 from fxviz.symbolic.convert import Converter, Placeholder
 from fxviz.symbolic.eager_saved import as_eager
 from fxviz.torchbridge.normalize import FlatInputs, flatten_inputs
-from fxviz.torchbridge.training import Loss, check_trainable, step_loss
+from fxviz.torchbridge.training import (
+    NOTHING_TO_DIFFERENTIATE,
+    Loss,
+    LossError,
+    check_trainable,
+    step_loss,
+    unread_outputs,
+)
 from fxviz.torchbridge.values import mark_tied, module_infos
 
 PREFIX = "model"
 CALLS = "fxviz_checkpoint_calls"  # the joint graph's meta: how many checkpoint calls the forward made
+UNREAD = "fxviz_unread_outputs"  # the joint graph's meta: the outputs requiring grad that the loss does not read
+
+
+class Unread:
+    """The paths of the model's outputs requiring grad that the loss does not read, as non-strict
+    export's trace sees them (``watch``: only then; strict export's Dynamo cannot read ``grad_fn``)."""
+
+    def __init__(self) -> None:
+        self.watch = False
+        self.paths: list[str] = []
 
 
 class LossModel(nn.Module):
@@ -65,10 +82,15 @@ class LossModel(nn.Module):
         self.model = model
         self._flat = flat
         self._loss = loss
+        self.unread = Unread()  # export puts the module's own attributes back after it traces
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
         args, kwargs = self._flat.rebuild(tensors)
-        return step_loss(self.model(*args, **kwargs), self._loss)
+        output = self.model(*args, **kwargs)
+        value = step_loss(output, self._loss)
+        if self.unread.watch and value.grad_fn is not None:  # non-strict export, its run that records autograd
+            self.unread.paths = unread_outputs(output, value)
+        return value
 
 
 def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: contextlib.ExitStack) -> torch.fx.GraphModule:
@@ -79,6 +101,7 @@ def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: c
     from torch._functorch.aot_autograd import aot_export_joint_with_descriptors
 
     wrapper = LossModel(model, flat, loss)
+    wrapper.unread.watch = True
     with checkpoint_calls() as calls:
         ep = torch.export.export(wrapper, flat.tensors, strict=False)
     custom = custom_functions(ep.graph)
@@ -86,10 +109,12 @@ def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: c
         raise CaptureError(
             f"export inlines the forward of the custom autograd.Function {', '.join(custom)} and differentiates its "
             "ops, not its own backward: the eager path (method='eager') runs the Function's backward")
+    wrapper.unread.watch = False
     if calls:
         ep = strict_program(wrapper, flat.tensors, calls)
     joint = aot_export_joint_with_descriptors(stack, ep.module(), flat.tensors, _record_nn_module_stack=True)
     joint.graph_module.meta[CALLS] = len(calls)
+    joint.graph_module.meta[UNREAD] = wrapper.unread.paths
     return joint.graph_module
 
 
@@ -166,6 +191,11 @@ def _output_name(desc: Any, names: list[str]) -> tuple[str, str]:
         target = _strip(of.target) if hasattr(of, "target") else (
             names[of.idx] if type(of).__name__ == "PlainAOTInput" and of.idx < len(names) else str(of))
         return f"grad of {target}", target
+    if kind == "InputMutationAOTOutput":  # the step writes it back in place (a batch norm's running statistics)
+        of = desc.mutated_input
+        target = _strip(of.target) if hasattr(of, "target") else (
+            names[of.idx] if type(of).__name__ == "PlainAOTInput" and of.idx < len(names) else str(of))
+        return f"{target} (updated)", ""
     return str(desc), ""
 
 
@@ -189,6 +219,8 @@ def graph_from_joint(gm: torch.fx.GraphModule, model: nn.Module, flat: FlatInput
         items.append((name, v, None))
         if of:
             grads[name] = of
+    if not grads:  # the loss reads no parameter or input that requires grad: the eager path's one line
+        raise LossError(NOTHING_TO_DIFFERENTIATE)
     conv.add_outputs(items)
     for node in conv.nodes:
         if node.kind == "output" and node.target in grads:
@@ -200,6 +232,12 @@ def graph_from_joint(gm: torch.fx.GraphModule, model: nn.Module, flat: FlatInput
             node.attrs["frozen"] = True
     graph = Graph(name=type(model).__name__, nodes=conv.nodes, method="export (joint)", modules=module_infos(model))
     graph.saved = inferred_saved(gm, conv)
+    unread = gm.meta.get(UNREAD) or []
+    if unread:
+        graph.notes.append(
+            f"the loss does not read {', '.join(unread[:3])}{' ...' if len(unread) > 3 else ''}: the joint graph keeps "
+            "only what the loss needs, so the ops that make only those are not in it, nor what eager autograd saves "
+            "for them while the output lives (method='eager' shows both)")
     with_recompute(gm, conv, graph)
     return graph
 
@@ -234,8 +272,23 @@ def _forward_by_seq(gm: torch.fx.GraphModule) -> dict[int, torch.fx.Node]:
     fwd_by_seq: dict[int, torch.fx.Node] = {}
     for n in gm.graph.nodes:
         if n.meta.get("partitioner_tag") == "is_forward" and n.op == "call_function" and "seq_nr" in n.meta:
-            fwd_by_seq[n.meta["seq_nr"]] = n  # the last op of that autograd node: the one it records
+            # the op that made that autograd node is the first tagged with its number: the ops after it
+            # that make none (a detach, an integer buffer's update) carry the number on
+            fwd_by_seq.setdefault(n.meta["seq_nr"], n)
     return fwd_by_seq
+
+
+def _written_back(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, torch.fx.Node]:
+    """Each value the step writes back into a buffer or an input (``InputMutationAOTOutput``: a batch
+    norm's running statistics) -> that placeholder: eager updates it in place, in the same storage."""
+    placeholders = {repr(n.meta.get("desc")): n for n in gm.graph.nodes if n.op == "placeholder"}
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    written: dict[torch.fx.Node, torch.fx.Node] = {}
+    for v, desc in zip(out.args[0], out.meta.get("desc") or (), strict=False):
+        target = placeholders.get(repr(getattr(desc, "mutated_input", None)))
+        if type(desc).__name__ == "InputMutationAOTOutput" and isinstance(v, torch.fx.Node) and target is not None:
+            written[_base(v)] = target
+    return written
 
 
 def _reads_again(gm: torch.fx.GraphModule, recomputed: frozenset[torch.fx.Node],
@@ -253,12 +306,14 @@ def _saved_pairs(gm: torch.fx.GraphModule, conv: Converter, recomputed: frozense
                  kept: frozenset[torch.fx.Node] = frozenset(), again: frozenset[tuple[torch.fx.Node, torch.fx.Node]] = frozenset(),
                  region: dict[torch.fx.Node, int] | None = None) -> list[tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node, str, int]]:
     """(saver, value, its base, shares, bytes) for each forward value the backward reads (see
-    :func:`inferred_saved`)."""
+    :func:`inferred_saved`), in the order the savers run: the first to save a storage pays for it,
+    as in eager."""
     fwd_by_seq = _forward_by_seq(gm)
+    written = _written_back(gm)
     region = region or {}
     placeholders = {n: conv.placeholders[n.name] for n in gm.graph.nodes if n.op == "placeholder"}
-    counted: set[torch.fx.Node] = set()
-    out: list[tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node, str, int]] = []
+    position = {n: i for i, n in enumerate(gm.graph.nodes)}
+    pairs: list[tuple[torch.fx.Node, torch.fx.Node]] = []
     seen_pairs: set[tuple[torch.fx.Node, torch.fx.Node]] = set()
     for n in gm.graph.nodes:
         if n.meta.get("partitioner_tag") != "is_forward" or n.op == "output" or n not in conv.refs:
@@ -273,16 +328,21 @@ def _saved_pairs(gm: torch.fx.GraphModule, conv: Converter, recomputed: frozense
             if (saver, n) in seen_pairs or saver not in conv.refs:
                 continue
             seen_pairs.add((saver, n))
-            base = _base(n)
-            shares, nbytes = "", 0
-            if base in placeholders:
-                shares = placeholders[base].kind if placeholders[base].kind in ("parameter", "buffer") else "input"
-            elif base in counted:
-                shares = "view"
-            else:
-                counted.add(base)
-                nbytes = _nbytes(base)
-            out.append((saver, n, base, shares, nbytes))
+            pairs.append((saver, n))
+    counted: set[torch.fx.Node] = set()
+    out: list[tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node, str, int]] = []
+    for saver, n in sorted(pairs, key=lambda p: (position[p[0]], position[p[1]])):
+        base = _base(n)
+        base = written.get(base, base)
+        shares, nbytes = "", 0
+        if base in placeholders:
+            shares = placeholders[base].kind if placeholders[base].kind in ("parameter", "buffer") else "input"
+        elif base in counted:
+            shares = "view"
+        else:
+            counted.add(base)
+            nbytes = _nbytes(base)
+        out.append((saver, n, base, shares, nbytes))
     return out
 
 

@@ -14,6 +14,10 @@ from fxviz.torchbridge.normalize import flatten_outputs
 
 Loss = Callable[[Any], torch.Tensor]
 
+NOTHING_TO_DIFFERENTIATE = ("the loss does not depend on any parameter or input that requires grad (a detached or "
+                            "no_grad output, or an integer loss): nothing to differentiate; give loss=fn a loss "
+                            "computed from the model's trainable outputs")
+
 
 class LossError(InputError):
     """The step has nothing to differentiate: no parameter requires grad, the output holds no
@@ -58,4 +62,21 @@ def step_loss(output: Any, loss: Loss | None) -> torch.Tensor:
     return value
 
 
-__all__ = ["BackwardError", "Loss", "LossError", "check_trainable", "step_loss"]
+def unread_outputs(output: Any, value: torch.Tensor) -> list[str]:
+    """The paths of the output's tensors that require grad but that the loss ``value`` does not read:
+    their autograd nodes are not reached from the loss's (``grad_fn.next_functions``)."""
+    leaves = [(p, v) for p, v in flatten_outputs(output) if isinstance(v, torch.Tensor) and v.grad_fn is not None]
+    if not leaves or value.grad_fn is None:
+        return []
+    reached: set[Any] = set()
+    todo: list[Any] = [value.grad_fn]
+    while todo:
+        f = todo.pop()
+        if f is None or f in reached:
+            continue
+        reached.add(f)
+        todo += [g for g, _ in f.next_functions]
+    return [p for p, v in leaves if v.grad_fn not in reached]
+
+
+__all__ = ["NOTHING_TO_DIFFERENTIATE", "BackwardError", "Loss", "LossError", "check_trainable", "step_loss", "unread_outputs"]
