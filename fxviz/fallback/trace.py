@@ -17,7 +17,6 @@ from torch import nn
 
 from fxviz.errors import ModelError, TargetError
 from fxviz.fallback.classify import LEVELS, Level
-from fxviz.fallback.comms import collectives_seen
 from fxviz.fallback.context import MODEL_CALLERS
 from fxviz.fallback.modes import module_hooks, recording
 from fxviz.fallback.recorder import Recorder, TracerFault
@@ -86,6 +85,18 @@ def trace_eager(
             # ``torch.cond`` compiles its branches through Dynamo even in eager mode; code it marks
             # while our modes are on would make a later export of the model fail
             codes.restore()
+
+
+def collectives_seen() -> AbstractContextManager[Any]:
+    """:func:`fxviz.fallback.comms.collectives_seen` where a process group is initialised; nothing
+    elsewhere, without importing it: DTensor's machinery, which it imports, adds hundreds of
+    loggers and objects that every later capture of the process walks (~3.7 M instructions a
+    capture of a 300-layer stack)."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return contextlib.nullcontext()
+    from fxviz.fallback.comms import collectives_seen as seen
+
+    return seen()
 
 
 def _trace(

@@ -18,10 +18,10 @@ from torch.utils import _pytree as pytree
 from fxviz.analyze.flops import CAPTURE_PASSES
 from fxviz.errors import ModelError
 from fxviz.fallback.classify import Action, kind_of
-from fxviz.fallback.comms import collectives_seen
 from fxviz.fallback.context import MODEL_CALLERS
 from fxviz.fallback.modes import module_hooks, recording
 from fxviz.fallback.recorder import Recorder, TracerFault
+from fxviz.fallback.trace import collectives_seen
 from fxviz.ir import Graph, Node
 from fxviz.passes import run_passes
 from fxviz.torchbridge.normalize import _describe, flatten_inputs, flatten_outputs
