@@ -158,3 +158,28 @@ def test_a_call_s_boundaries_are_one_list_each_made_when_first_read() -> None:
             assert r.node not in names and any(r in g.node(n).inputs for n in c.nodes)
         for r in c.outputs:
             assert r.node in names
+
+
+def test_a_capture_leaves_no_reference_cycles_for_the_collector() -> None:
+    """The call trees a run of passes shares are released when it ends (issue 18, point 9): they
+    are freed by reference counting when the capture returns, not left in cycles for the
+    collector's next pass (1,096 unreachable objects per GPT-2-shaped capture before: the trees'
+    calls and their lists)."""
+    import gc
+
+    from fxviz.calls import Call
+
+    model, args, kwargs = models.attention()  # calls inside calls
+    gc.collect()
+    gc.disable()
+    try:
+        g = fxviz.capture(model, args, kwargs, method="eager")
+        # everything the capture made and still alive is young (the collector has not run since)
+        left = [o for o in gc.get_objects(0) if type(o) is Call]
+    finally:
+        gc.enable()
+    assert left == []
+    # the passes ran, on a tree with calls inside calls: there were cycles to break
+    assert g.annotations["stats"]["modules"] and any(n.stack and len(n.stack) > 1 for n in g.ops)
+    tree = g.calls  # a tree derived again is whole: a released one was the passes' own
+    assert tree.root.children and all(c.parent is tree.root for c in tree.root.children)

@@ -161,15 +161,14 @@ def observer(rec: Any) -> Callable[..., Any]:
             out_sharded = None
             if isinstance(out, tensor):
                 outs: tuple[Any, ...] = (out,)
+                metas: tuple[Any, ...] | None
                 if type(out) is tensor and out.is_cpu:  # no torch.device made and hashed per op
-                    meta = cpu_metas_get((out.shape, out.dtype))
-                    if meta is None:
-                        meta = cpu_metas[out.shape, out.dtype] = tensor_meta(out)
+                    metas = cpu_metas_get((out.shape, out.dtype))  # one outputs tuple per shape, shared
+                    if metas is None:
+                        metas = cpu_metas[out.shape, out.dtype] = (tensor_meta(out),)
                 else:
                     meta = metas_get((out.shape, out.dtype, out.device))  # tensor_meta(), inlined
-                    if meta is None:
-                        meta = tensor_meta(out)
-                metas: tuple[Any, ...] = (meta,)
+                    metas = (meta if meta is not None else tensor_meta(out),)
                 has_tensor = True
                 if type(out) is not tensor and hasattr(out, "placements"):  # a DTensor: where it lives
                     attrs.update(placement_attrs(out, placements))

@@ -44,9 +44,11 @@ class TensorMap:
 
 #: (shape, dtype, device) -> the TensorMeta every tensor of that kind shares (read inline by the recorder)
 METAS: dict[tuple[Any, ...], TensorMeta] = {}
-#: (shape, dtype) -> the TensorMeta of a plain CPU tensor: the recorder's key for most ops, without
-#: the ``torch.device`` object that reading ``t.device`` makes (and hashes) each time
-CPU_METAS: dict[tuple[Any, ...], TensorMeta] = {}
+#: (shape, dtype) -> ``(TensorMeta,)``, the outputs of an op that returns one plain CPU tensor: the
+#: recorder's key for most ops, without the ``torch.device`` object that reading ``t.device`` makes
+#: (and hashes) each time; one tuple shared by every such node (immutable: a node given one more
+#: output gets a new tuple), not one more object per node for the collector to walk
+CPU_METAS: dict[tuple[Any, ...], tuple[TensorMeta]] = {}
 
 
 def tensor_meta(v: Any) -> TensorMeta:

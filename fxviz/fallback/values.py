@@ -31,6 +31,10 @@ _PLAIN = (type(None), bool, int, str)
 _PLAIN_TYPES = frozenset({int, bool, str, type(None)})
 #: tuples whose plain items are shown and kept as they are (``x.view(x.size())``'s ``torch.Size`` too)
 _TUPLES = frozenset({tuple, torch.Size})
+#: values replay rebuilds from their text, by type: ``(display, kind, text)`` per value met (a few
+#: dtypes and devices per model) in :data:`_ATOMS`
+_ATOM_TYPES = (torch.dtype, torch.device, torch.memory_format, torch.layout)
+_ATOMS: dict[Any, tuple[Any, str, str]] = {}
 
 
 def encode(v: Any, read: Callable[[torch.Tensor], Ref]) -> tuple[Any, Any]:
@@ -45,9 +49,13 @@ def encode(v: Any, read: Callable[[torch.Tensor], Ref]) -> tuple[Any, Any]:
     if isinstance(v, torch.Tensor):
         name = read(v).node
         return f"%{name}", {"tensor": name}
-    if type(v) in _TUPLES and all(type(x) in _PLAIN_TYPES for x in v):
-        items = list(v)  # shapes, dims, strides: the common case, on every op's path
-        return items, {"tuple": items}
+    if type(v) in _TUPLES:
+        for x in v:  # a loop, not all() over a generator: shapes, dims, strides, on every op's path
+            if type(x) not in _PLAIN_TYPES:
+                break
+        else:
+            items = list(v)
+            return items, {"tuple": items}
     if isinstance(v, (list, tuple)):
         pairs = [encode(x, read) for x in v]
         display = [d for d, _ in pairs]
@@ -60,6 +68,12 @@ def encode(v: Any, read: Callable[[torch.Tensor], Ref]) -> tuple[Any, Any]:
         return {k: d for k, (d, _) in pairs_d.items()}, {
             "dict": {k: d if e is None else e for k, (d, e) in pairs_d.items()}
         }
+    kind = type(v)
+    if kind in _ATOM_TYPES:  # a dtype, a device: worked out once per value (``torch.tensor(..., dtype=)``)
+        hit = _ATOMS.get(v)
+        if hit is None:
+            hit = _ATOMS[v] = (json_safe(v), kind.__name__, str(v).removeprefix("torch."))
+        return hit[0], {hit[1]: hit[2]}
     display = json_safe(v)
     if isinstance(v, slice):
         parts = [encode(p, read) for p in (v.start, v.stop, v.step)]
@@ -68,18 +82,26 @@ def encode(v: Any, read: Callable[[torch.Tensor], Ref]) -> tuple[Any, Any]:
         return display, {"ellipsis": True}
     if isinstance(v, complex):
         return display, {"complex": [v.real, v.imag]}
-    for kind in (torch.dtype, torch.device, torch.memory_format, torch.layout):
-        if isinstance(v, kind):
-            return display, {kind.__name__: str(v).removeprefix("torch.")}
+    for atom in _ATOM_TYPES:
+        if isinstance(v, atom):
+            return display, {atom.__name__: str(v).removeprefix("torch.")}
     return display, {"opaque": type(v).__name__}
 
 
 def has_opaque(exact: Any) -> bool:
     """True when an exact encoding holds a value replay cannot rebuild (a callable, a generator)."""
+    # loops, not any() over generators: this runs for most calls with a non-scalar argument
     if isinstance(exact, dict):
-        return "opaque" in exact or any(has_opaque(x) for x in exact.values() if isinstance(x, _NESTED))
-    if isinstance(exact, list):  # mostly plain items (a shape): only nested ones are looked into
-        return any(has_opaque(x) for x in exact if isinstance(x, _NESTED))
+        if "opaque" in exact:
+            return True
+        items: Any = exact.values()
+    elif isinstance(exact, list):  # mostly plain items (a shape): only nested ones are looked into
+        items = exact
+    else:
+        return False
+    for x in items:  # noqa: SIM110 - a loop: any() over a generator costs a frame per item
+        if isinstance(x, _NESTED) and has_opaque(x):
+            return True
     return False
 
 

@@ -20,7 +20,7 @@ from fxviz.passes.modules import annotate_module_paths
 from fxviz.passes.plumbing import mark_plumbing
 from fxviz.passes.shapes import propagate_shapes
 from fxviz.passes.stats import compute_stats
-from fxviz.passes.tree import KEEPS_TREE, sharing
+from fxviz.passes.tree import KEEPS_TREE, drop, sharing
 
 Pass = Callable[[Graph], Graph]
 
@@ -50,7 +50,7 @@ def run_passes(graph: Graph, names: Iterable[str]) -> Graph:
             except Exception as e:
                 raise PassError(f"pass {name!r} failed after {done} on graph {graph.name!r}: {e}") from e
             if name not in KEEPS_TREE:
-                trees.clear()
+                drop(trees)
             done.append(name)
     return graph
 

@@ -82,12 +82,22 @@ def nodes_by_name(graph: Graph) -> dict[str, Node]:
     return shared(graph).by_name
 
 
+def drop(cache: dict[int, Shared]) -> None:
+    """Empty a cache of :func:`sharing`, breaking the reference cycles of the call trees in it
+    (:meth:`fxviz.calls.CallTree.release`): no pass keeps a call past its run (they annotate
+    graphs with plain data), so reference counting frees them at once."""
+    for facts in cache.values():
+        facts.tree.release(facts._calls)
+    cache.clear()
+
+
 @contextmanager
 def sharing() -> Iterator[dict[int, Shared]]:
-    """Share call trees among the passes run inside; the caller empties the returned cache after
-    a pass that may change the tree. Inside another such block (a capture that annotates its graph
-    after its passes: the ``comm`` overlay), the enclosing block's cache is the one shared, so what
-    the passes built serves the work after them."""
+    """Share call trees among the passes run inside; the caller empties the returned cache
+    (:func:`drop`) after a pass that may change the tree. Inside another such block (a capture that
+    annotates its graph after its passes: the ``comm`` overlay), the enclosing block's cache is the
+    one shared, so what the passes built serves the work after them. The trees are released when
+    the outermost block ends (:func:`drop`): get none inside to keep."""
     if _shared:
         yield _shared[-1]
         return
@@ -97,6 +107,7 @@ def sharing() -> Iterator[dict[int, Shared]]:
         yield cache
     finally:
         _shared.pop()
+        drop(cache)
 
 
-__all__ = ["KEEPS_TREE", "Shared", "calls_of", "nodes_by_name", "shared", "sharing", "tree_of"]
+__all__ = ["KEEPS_TREE", "Shared", "calls_of", "drop", "nodes_by_name", "shared", "sharing", "tree_of"]
