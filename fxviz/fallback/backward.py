@@ -50,6 +50,7 @@ from fxviz.torchbridge.training import (
     Loss,
     LossError,
     check_trainable,
+    reachable,
     step_loss,
 )
 
@@ -160,7 +161,7 @@ class Watch(TorchFunctionMode):
         it then (fxviz's own hooks make a cycle that only the garbage collector would break), so it is
         ``freed`` and costs nothing, and a later storage at its address is no view of it. Each storage
         held is counted once."""
-        reached = _reachable(roots)
+        reached = reachable(roots)
         made = {at[0] for at in self.fn_node.values()}
         live = {at[0] for f, at in self.fn_node.items() if f in reached}
         out: list[tuple[str, tuple[Any, ...]]] = []
@@ -252,18 +253,6 @@ EARLY_STOP = ("torch.utils.checkpoint: each region is shown recomputed whole (ea
 def _snake(name: str) -> str:
     name = re.sub(r"\d+$", "", name)
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower() or "backward"
-
-
-def _reachable(roots: list[Any]) -> set[Any]:
-    """Every autograd node reachable from ``roots`` through ``next_functions``."""
-    seen: set[Any] = set()
-    todo = [r for r in roots if r is not None]
-    while todo:
-        f = todo.pop()
-        if f not in seen:
-            seen.add(f)
-            todo += [g for g, _ in f.next_functions if g is not None]
-    return seen
 
 
 def _walk(root: Any) -> tuple[list[Any], dict[Any, list[tuple[Any, int]]]]:

@@ -68,15 +68,21 @@ def unread_outputs(output: Any, value: torch.Tensor) -> list[str]:
     leaves = [(p, v) for p, v in flatten_outputs(output) if isinstance(v, torch.Tensor) and v.grad_fn is not None]
     if not leaves or value.grad_fn is None:
         return []
-    reached: set[Any] = set()
-    todo: list[Any] = [value.grad_fn]
-    while todo:
-        f = todo.pop()
-        if f is None or f in reached:
-            continue
-        reached.add(f)
-        todo += [g for g, _ in f.next_functions]
+    reached = reachable([value.grad_fn])
     return [p for p, v in leaves if v.grad_fn not in reached]
 
 
-__all__ = ["NOTHING_TO_DIFFERENTIATE", "BackwardError", "Loss", "LossError", "check_trainable", "step_loss", "unread_outputs"]
+def reachable(roots: list[Any]) -> set[Any]:
+    """Every autograd node reachable from ``roots`` (``None`` among them is skipped) through
+    ``next_functions``."""
+    seen: set[Any] = set()
+    todo = [r for r in roots if r is not None]
+    while todo:
+        f = todo.pop()
+        if f not in seen:
+            seen.add(f)
+            todo += [g for g, _ in f.next_functions if g is not None]
+    return seen
+
+
+__all__ = ["NOTHING_TO_DIFFERENTIATE", "BackwardError", "Loss", "LossError", "check_trainable", "reachable", "step_loss", "unread_outputs"]
