@@ -306,6 +306,23 @@ def test_cli_world_size_json(tmp_path) -> None:
     assert "comm" in r.output or "256" in r.output
 
 
+def test_cli_sharded_capture_ends_clean_and_a_factory_without_a_group_is_told_how(tmp_path) -> None:
+    """The row-parallel output is an unwaited functional collective: torch warns at exit about it
+    unless the capture waits it as the user's code would on reading it. A factory that needs a
+    process group but got none is told about --world-size, in one line."""
+    f = tmp_path / "tp.py"
+    f.write_text(FACTORY)
+    run = [sys.executable, "-m", "fxviz", "tree", f"{f}:build"]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    r = subprocess.run([*run, "--world-size", "8"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "all_reduce" in r.stdout and "unwaited" not in r.stderr and r.stderr.strip() == ""
+    r = subprocess.run(run, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert line.startswith("error: factory") and "pass --world-size N" in line
+
+
 def test_dtensor_outputs_carry_their_placement() -> None:
     g = fxviz.capture(mlp_factory, world_size=8)
     by_target = {n.target: n for n in g.nodes if n.kind == "op"}

@@ -93,6 +93,22 @@ def _failed(what: str, e: BaseException) -> str:
     return f"{what} raised {type(e).__name__}: {message}"
 
 
+def _needs_group(e: BaseException) -> str:
+    """The hint for a factory that failed inside torch.distributed with no process group set up
+    (``init_device_mesh`` or ``init_process_group`` outside a launcher): how to give it one."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or dist.is_initialized():
+        return ""
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__", "").startswith("torch.distributed"):
+            return ("; it needs a process group: pass --world-size N (world_size=N in Python) to run it "
+                    "under a fake one in this process, or launch it with torchrun")
+        tb = tb.tb_next
+    return ""
+
+
 def _load_module(spec: TargetSpec) -> Any:
     if spec.module:
         try:
@@ -150,7 +166,7 @@ def load_factory(spec: TargetSpec, *, input_shapes: Sequence[str] = (), dtype: s
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 - the factory is the user's code: report, never exit
-        hint = ": a factory returns a model, it does not exit" if isinstance(e, SystemExit) else ""
+        hint = ": a factory returns a model, it does not exit" if isinstance(e, SystemExit) else _needs_group(e)
         raise TargetError(_failed(f"factory {target!r}", e) + hint) from e
 
     args: tuple[Any, ...] = ()
