@@ -176,6 +176,21 @@ def test_json_round_trips_without_torch(training: Any, tmp_path: Path) -> None:
                     "stages": [s.name for s in cm.inside.graphs[0].pipeline.stages], "torch": False}
 
 
+def test_the_cli_says_nothing_on_stderr_that_the_user_did_not_cause(tmp_path: Path) -> None:
+    """torch.profiler (kineto) writes "USDT: ... profiler_start" to stderr around each profile: the
+    kernel times of --inside must not put torch's log lines on the user's terminal; a level the
+    user set is theirs."""
+    run = [sys.executable, "-m", "fxviz", "compile", "tests/inside_models.py:block", "--inside"]
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    proc = subprocess.run(run, capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "kernels:" in proc.stdout and proc.stderr == ""
+    proc = subprocess.run([sys.executable, "-c", "import os, fxviz.cli.base as b, sys; sys.argv = ['fxviz', '--help']\n"
+                           "try: b.main()\nexcept SystemExit: print(os.environ['KINETO_LOG_LEVEL'])"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO, env={**env, "KINETO_LOG_LEVEL": "2"})
+    assert proc.stdout.splitlines()[-1] == "2", proc.stdout + proc.stderr
+
+
 def test_a_saved_trace_shows_what_the_live_run_does(training: Any, tmp_path: Path) -> None:
     """TORCH_TRACE=DIR of the same training step in another process, read with --from-trace."""
     cm, _ = training

@@ -395,5 +395,9 @@ def cli() -> None:
 
 
 def main() -> None:
+    # torch.profiler's kineto writes "USDT: ... profiler_start" and "profiler_stop" to stderr around
+    # every profile (--inside's kernel times); 6 is above its highest level, so it says nothing.
+    # A level the user set is kept. Set before the first profile, which is when kineto reads it.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     cli(prog_name="fxviz")
 
