@@ -318,3 +318,73 @@ def test_nothing_a_dropped_branch_saved_outlives_the_capture() -> None:
     fxviz.capture(model, (x,), backward=True, method="eager")
     gc.collect()
     assert len(_PROBES) == 1 and _PROBES.pop()() is None
+
+
+class _Region(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1 = nn.Linear(16, 32)
+        self.l2 = nn.Linear(32, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(torch.tanh(self.l1(x)))
+
+
+class _CallsCheckpoint(nn.Module):
+    def __init__(self, reentrant: bool) -> None:
+        super().__init__()
+        self.b = _Region()
+        self.reentrant = reentrant
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(self.b, x, use_reentrant=self.reentrant)
+
+
+class CheckpointCaller(nn.Module):
+    """``a`` checkpoints its submodule ``b`` on a value another module (``pre``) made."""
+
+    def __init__(self, reentrant: bool = False) -> None:
+        super().__init__()
+        self.pre = nn.Linear(16, 16)
+        self.a = _CallsCheckpoint(reentrant)
+        self.post = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.post(self.a(self.pre(x)))
+
+
+@pytest.mark.parametrize(("reentrant", "method"), [(False, "eager"), (False, "export"), (True, "eager")])
+def test_what_a_checkpoint_saves_to_run_its_region_again_is_saved_in_the_module_that_called_it(
+        reentrant: bool, method: str) -> None:
+    """checkpoint packs its region's inputs while the module that calls it runs (before the region's
+    forward; after it, where reentrant): the eager path gave them to whatever op was recorded last
+    (``pre``'s linear, in another module), the export path to the region's first op (``a.b.l1``)."""
+    torch.manual_seed(0)
+    model, x = CheckpointCaller(reentrant), torch.randn(4, 16)
+    expected = torch_saved_by_module(model, (x,))
+    assert expected == {"a": 256, "post": 256}  # pre's output, kept by a's checkpoint; post's input
+    g = fxviz.capture(model, (x,), backward=True, method=method)
+    assert fxviz_saved_by_module(g) == expected
+    kept = [s for s in g.saved if s.bytes == 256 and s.module == "a"]
+    assert len(kept) == 1 and g.node(kept[0].node).module.startswith("a.b")  # saved by the region's first op
+
+
+def test_a_reentrant_checkpoint_steps_as_torchs_backward_does_and_says_what_it_leaves_unseen() -> None:
+    """A reentrant checkpoint refuses a backward given its inputs (``torch.autograd.grad``), which
+    fxviz ran: the capture said the backward raised "incompatible with .grad()", where the model's
+    own ``loss.backward()`` runs. The region's backward runs nested inside its own backward op: the
+    gradients made there are named, not dropped silently, and ``.grad`` is left as found."""
+    torch.manual_seed(0)
+    model, x = CheckpointCaller(reentrant=True), torch.randn(4, 16)
+    default_loss(model(x)).backward()  # torch's own step: every parameter gets its gradient
+    trained = {name for name, p in model.named_parameters() if p.grad is not None}
+    assert len(trained) == 8
+    model.zero_grad(set_to_none=True)
+    g = fxviz.capture(model, (x,), backward=True, method="eager")
+    shown = {o.attrs["grad_of"] for o in g.outputs if "grad_of" in o.attrs}
+    assert shown == {"pre.weight", "pre.bias", "post.weight", "post.bias"}
+    said = [n for n in g.notes if "reentrant" in n]
+    assert len(said) == 1 and f"{len(trained - shown)} parameters (a.b.l1.weight, a.b.l1.bias, a.b.l2.weight ...)" in said[0]
+    assert all(p.grad is None for p in model.parameters())

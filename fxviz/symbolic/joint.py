@@ -61,6 +61,7 @@ from fxviz.torchbridge.values import mark_tied, module_infos
 
 PREFIX = "model"
 CALLS = "fxviz_checkpoint_calls"  # the joint graph's meta: how many checkpoint calls the forward made
+CALLERS = "fxviz_checkpoint_callers"  # the joint graph's meta: the module path that made each checkpoint call
 UNREAD = "fxviz_unread_outputs"  # the joint graph's meta: the outputs requiring grad that the loss does not read
 
 
@@ -102,8 +103,9 @@ def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: c
 
     wrapper = LossModel(model, flat, loss)
     wrapper.unread.watch = True
-    with checkpoint_calls() as calls:
+    with checkpoint_calls(model) as seen:
         ep = torch.export.export(wrapper, flat.tensors, strict=False)
+    calls = seen.kinds
     custom = custom_functions(ep.graph)
     if custom:
         raise CaptureError(
@@ -114,6 +116,7 @@ def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: c
         ep = strict_program(wrapper, flat.tensors, calls)
     joint = aot_export_joint_with_descriptors(stack, ep.module(), flat.tensors, _record_nn_module_stack=True)
     joint.graph_module.meta[CALLS] = len(calls)
+    joint.graph_module.meta[CALLERS] = seen.callers
     joint.graph_module.meta[UNREAD] = wrapper.unread.paths
     return joint.graph_module
 
@@ -349,21 +352,26 @@ def _saved_pairs(gm: torch.fx.GraphModule, conv: Converter, recomputed: frozense
 def inferred_saved(gm: torch.fx.GraphModule, conv: Converter, recomputed: frozenset[torch.fx.Node] = frozenset(),
                    kept: frozenset[torch.fx.Node] = frozenset(),
                    again: frozenset[tuple[torch.fx.Node, torch.fx.Node]] = frozenset(),
-                   region: dict[torch.fx.Node, int] | None = None) -> list[Saved]:
+                   region: dict[torch.fx.Node, int] | None = None, callers: dict[int, str] | None = None) -> list[Saved]:
     """The forward values the backward reads, saved by the forward op of the reading op's
     ``seq_nr`` (else by the op that made the value), each storage counted once. With checkpoint
     regions: a ``recomputed`` op's value is not saved for the backward ops that read it ``again``
-    (recomputed), what the recomputation reads is (saved by the op recomputed), and so is every value
-    of an op a selective policy ``kept`` (saved by that op)."""
+    (recomputed), what the recomputation reads is (saved by the op recomputed; a value from outside
+    the region, its input, in the module that called checkpoint, ``callers`` by region, as torch packs
+    it; a parameter or buffer, which checkpoint reads again from the module, in the op's module), and so is every value of an op a selective policy ``kept`` (saved by that op)."""
     out: list[Saved] = []
+    region, callers = region or {}, callers or {}
     for saver, n, _base_node, shares, nbytes in _saved_pairs(gm, conv, recomputed, kept, again, region):
         val = n.meta.get("val")
         saver_node = conv.by_name[conv.refs[saver].node]
+        module = saver_node.module
+        if saver in recomputed and region.get(n) != region[saver] and shares not in ("parameter", "buffer"):
+            module = callers.get(region[saver], module)
         meta = saver_node.meta if not isinstance(val, torch.Tensor) else None
         shape = tuple(int(d) if isinstance(d, int) else str(d) for d in val.shape) if isinstance(val, torch.Tensor) else ()
         dtype = str(val.dtype).removeprefix("torch.") if isinstance(val, torch.Tensor) else (meta.dtype if meta else "")
         dtype, nbytes, inferred, reason = as_eager(n, dtype, nbytes)
-        out.append(Saved(saver_node.name, saver_node.module, shape, dtype, nbytes, conv.refs[n].node, shares,
+        out.append(Saved(saver_node.name, module, shape, dtype, nbytes, conv.refs[n].node, shares,
                          inferred=inferred, reason=reason))
     return out
 
@@ -404,7 +412,11 @@ def with_recompute(gm: torch.fx.GraphModule, conv: Converter, graph: Graph) -> N
                                  if n in conv.refs and isinstance(n.target, torch._ops.OpOverload)},
                                 would_save, rewire)
     one_region_per_call(graph.nodes)
-    graph.saved = inferred_saved(gm, conv, recomputed, kept, again, region)
+    callers = gm.meta.get(CALLERS) or []
+    all_regions = {r for r, _ in recompute_tags(gm).values()}
+    # regions are numbered in the order their first op runs: the calls' order where none is nested in another
+    by_region = dict(enumerate(callers)) if len(all_regions) == len(callers) else {}
+    graph.saved = inferred_saved(gm, conv, recomputed, kept, again, region, by_region)
     regions = len({region for region, _ in tags.values()})
     graph.notes.append(f"torch.utils.checkpoint: {regions} region(s) as strict export and AOT Autograd tagged them "
                        "(non-strict export traces through a checkpoint)")
