@@ -388,3 +388,60 @@ def test_a_reentrant_checkpoint_steps_as_torchs_backward_does_and_says_what_it_l
     said = [n for n in g.notes if "reentrant" in n]
     assert len(said) == 1 and f"{len(trained - shown)} parameters (a.b.l1.weight, a.b.l1.bias, a.b.l2.weight ...)" in said[0]
     assert all(p.grad is None for p in model.parameters())
+
+
+@pytest.mark.parametrize("loss", [lambda y: float(y.sum()), lambda y: y.sum().item(), lambda y: int(y.sum()),
+                                  lambda y: bool(y.sum() > 0)], ids=["float()", ".item()", "int()", "bool()"])
+@pytest.mark.parametrize("method", ["export", "eager", "auto"])
+def test_a_loss_that_returns_a_python_number_says_so_on_every_path(method: str, loss: Any) -> None:
+    """The export path runs the loss on traced values: ``float(y.sum())`` failed there with export's
+    "Could not guard on data-dependent expression zuf0", and ``.item()`` said the loss returned
+    ``SymFloat``, a type the user's code never makes. Every path names what the loss returns on
+    the real output."""
+    from fxviz.torchbridge.training import LossError
+
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(4, 4)), torch.randn(2, 4)
+    kind = type(loss(model(x))).__name__  # torch's own run of the step's forward and loss
+    assert kind in ("float", "int", "bool")
+    with pytest.raises(LossError, match=f"^loss returned {kind}, not a tensor: return a scalar tensor$"):
+        fxviz.capture(model, (x,), backward=True, method=method, loss=loss)
+
+
+def test_a_loss_that_branches_on_data_but_returns_a_tensor_is_exports_own_failure() -> None:
+    """Only a loss that returns no tensor is the loss's fault: one that export cannot trace
+    (branching on a value) fails the export path as before, and the eager path captures it."""
+    from fxviz.errors import CaptureError
+
+    model, x = nn.Sequential(nn.Linear(4, 4)), torch.randn(2, 4)
+
+    def loss(y: torch.Tensor) -> torch.Tensor:
+        return y.sum() if float(y.sum()) > 0 else -y.sum()
+
+    with pytest.raises(CaptureError, match="data-dependent"):
+        fxviz.capture(model, (x,), backward=True, method="export", loss=loss)
+    assert fxviz.capture(model, (x,), backward=True, method="auto", loss=loss).method.startswith("eager")
+
+
+def test_the_cli_says_a_loss_returns_a_float_on_the_export_path(tmp_path: Any) -> None:
+    import textwrap
+
+    from click.testing import CliRunner
+
+    from fxviz.cli import cli
+
+    p = tmp_path / "net.py"
+    p.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        def build():
+            return nn.Sequential(nn.Linear(4, 4)), (torch.randn(2, 4),)
+
+        def loss(y):
+            return float(y.sum())
+    """))
+    for method in ("export", "eager"):
+        res = CliRunner().invoke(cli, ["json", f"{p}:build", "--loss", f"{p}:loss", "-m", method])
+        assert res.exit_code != 0 and "Traceback" not in res.output, res.output
+        assert "loss returned float, not a tensor: return a scalar tensor" in res.output.strip().splitlines()[-1], res.output

@@ -54,6 +54,7 @@ from fxviz.torchbridge.training import (
     Loss,
     LossError,
     check_trainable,
+    returned,
     step_loss,
     unread_outputs,
 )
@@ -74,6 +75,14 @@ class Unread:
         self.paths: list[str] = []
 
 
+class Raised:
+    """Where the loss raised on the traced output: that output, its tensors as :class:`_Blank` (an
+    object of its own: export puts the module's attributes back after it traces)."""
+
+    def __init__(self) -> None:
+        self.output: Any = None
+
+
 class LossModel(nn.Module):
     """The model and its loss as one module whose forward takes the flat input tensors and returns
     the loss (``model`` is the prefix capture strips from module paths)."""
@@ -84,14 +93,53 @@ class LossModel(nn.Module):
         self._flat = flat
         self._loss = loss
         self.unread = Unread()  # export puts the module's own attributes back after it traces
+        self.raised = Raised()
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
         args, kwargs = self._flat.rebuild(tensors)
         output = self.model(*args, **kwargs)
-        value = step_loss(output, self._loss)
+        try:
+            value = step_loss(output, self._loss)
+        except LossError:
+            raise
+        except Exception:
+            if self._loss is not None:
+                self.raised.output = torch.utils._pytree.tree_map_only(torch.Tensor, _Blank.of, output)
+            raise
         if self.unread.watch and value.grad_fn is not None:  # non-strict export, its run that records autograd
             self.unread.paths = unread_outputs(output, value)
         return value
+
+
+class _Blank:
+    """A tensor of the traced output, by shape and dtype: made again, real, to run the loss on."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        self.shape, self.dtype = shape, dtype
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> _Blank:
+        return cls(tuple(int(d) for d in t.shape), t.dtype)
+
+    def real(self) -> torch.Tensor:
+        if self.dtype.is_floating_point or self.dtype.is_complex:
+            return torch.randn(self.shape, dtype=self.dtype, requires_grad=True)
+        return torch.zeros(self.shape, dtype=self.dtype)
+
+
+def loss_type_error(wrapper: LossModel) -> LossError | None:
+    """Where the loss raised on the traced output: the eager path's error if it returns no tensor.
+    A traced value is symbolic, so a loss that makes a Python number of it (``float(y.sum())``)
+    raises export's data-dependent error, not the type the user's loss returns: run the loss on real
+    tensors of the output's shapes to see it."""
+    if wrapper.raised.output is None or wrapper._loss is None:
+        return None
+    try:
+        value = wrapper._loss(torch.utils._pytree.tree_map_only(_Blank, _Blank.real, wrapper.raised.output))
+    except Exception:  # the loss raises on real tensors too: export's own error says where
+        return None
+    return None if isinstance(value, torch.Tensor) else LossError(
+        f"loss returned {returned(value)}, not a tensor: return a scalar tensor")
 
 
 def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: contextlib.ExitStack) -> torch.fx.GraphModule:
@@ -104,7 +152,13 @@ def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: c
     wrapper = LossModel(model, flat, loss)
     wrapper.unread.watch = True
     with checkpoint_calls(model) as seen:
-        ep = torch.export.export(wrapper, flat.tensors, strict=False)
+        try:
+            ep = torch.export.export(wrapper, flat.tensors, strict=False)
+        except Exception as e:
+            error = loss_type_error(wrapper)
+            if error is not None:
+                raise error from e
+            raise
     calls = seen.kinds
     custom = custom_functions(ep.graph)
     if custom:
