@@ -445,3 +445,33 @@ def test_the_cli_says_a_loss_returns_a_float_on_the_export_path(tmp_path: Any) -
         res = CliRunner().invoke(cli, ["json", f"{p}:build", "--loss", f"{p}:loss", "-m", method])
         assert res.exit_code != 0 and "Traceback" not in res.output, res.output
         assert "loss returned float, not a tensor: return a scalar tensor" in res.output.strip().splitlines()[-1], res.output
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_t5s_step_saves_on_both_paths_what_torch_packs(train: bool) -> None:
+    """T5 (transformers) on the export path: the feed-forward's idle dropout (eval) is a ``clone`` in
+    the traced program, so the ``wo`` input counted 1,792 bytes a second time where eager's dropout
+    returns its very input; and the encoder's mask, which transformers builds only when traced, was an
+    exact record of 7 bytes (8 at sequence 8) that torch never packs. Checked against torch's
+    ``saved_tensors_hooks`` of the same step: the eager path exactly; on the export path each exact
+    record is a storage torch packs, and what torch packs beyond them is a mask the traced program
+    builds otherwise (one per decoder layer in eager, one shared when traced), marked ``inferred``."""
+    from tests.backward_models import torch_saved
+    from tests.transformers_zoo import t5
+
+    model, args, kwargs = t5()
+    model.train(train)
+    torch.manual_seed(1)
+    packed, _ = torch_saved(model, args, kwargs)
+    torch.manual_seed(1)
+    eager = fxviz.capture(model, args, kwargs, backward=True, method="eager")
+    assert sorted((s.shape, s.dtype, s.bytes) for s in eager.saved if s.bytes) == sorted(packed)
+    g = fxviz.capture(model, args, kwargs, backward=True, method="export")
+    rest = list(packed)
+    for s in g.saved:
+        if s.bytes and not s.inferred:
+            rest.remove((s.shape, s.dtype, s.bytes))  # ValueError: a record torch never packed
+    inferred = Counter((s.shape, s.dtype) for s in g.saved if s.inferred)
+    assert rest and Counter((shape, dtype) for shape, dtype, _ in rest) <= inferred
+    masks = [s for s in g.saved if s.dtype == "bool"]
+    assert len(masks) == 4 and all(s.inferred and "from the shapes alone" in s.reason for s in masks)

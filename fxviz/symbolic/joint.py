@@ -305,11 +305,18 @@ def _is_view(n: torch.fx.Node) -> bool:
                 and not schema.returns[0].alias_info.is_write)
 
 
+def _is_idle_dropout(n: torch.fx.Node) -> bool:
+    """A dropout that drops nothing (eval mode, ``p=0``), which the traced program makes a ``clone``:
+    eager ``F.dropout`` returns its very input then, so the two share a storage."""
+    fn = n.meta.get("torch_fn")
+    return n.target is torch.ops.aten.clone.default and isinstance(fn, tuple) and "dropout" in str(fn[-1])
+
+
 def _base(n: torch.fx.Node) -> torch.fx.Node:
-    """The value whose storage ``n`` shares: through views, and through ``getitem`` of an op that returns
-    views (``split``'s pieces share one storage)."""
+    """The value whose storage ``n`` shares: through views, through ``getitem`` of an op that returns
+    views (``split``'s pieces share one storage), and through a dropout that drops nothing."""
     while n.op == "call_function" and n.args and isinstance(n.args[0], torch.fx.Node) and (
-            _is_view(n) or (n.target is operator.getitem and _is_view(n.args[0]))):
+            _is_view(n) or (n.target is operator.getitem and _is_view(n.args[0])) or _is_idle_dropout(n)):
         n = n.args[0]
     return n
 
