@@ -104,7 +104,8 @@ class LossModel(nn.Module):
             raise
         except Exception:
             if self._loss is not None:
-                self.raised.output = torch.utils._pytree.tree_map_only(torch.Tensor, _Blank.of, output)
+                with contextlib.suppress(Exception):  # a symbolic size: no real tensor to make, export's error stands
+                    self.raised.output = torch.utils._pytree.tree_map_only(torch.Tensor, _Blank.of, output)
             raise
         if self.unread.watch and value.grad_fn is not None:  # non-strict export, its run that records autograd
             self.unread.paths = unread_outputs(output, value)
