@@ -6,7 +6,9 @@ a :class:`Watch` sits inside its recording mode and sees each call the recorder 
 ``grad_fn`` of each output is mapped to the recorded node (a ``grad_fn`` set on a tensor after it
 was made, as a custom ``autograd.Function`` does, is mapped to the node that made the tensor when
 a later call reads it), and every tensor autograd packs (``saved_tensors_hooks``) while the call
-runs is saved by that node. A forward hook on the model computes the loss inside the recording, so
+runs is saved by that node; what a ``torch.utils.checkpoint`` call packs to run its region again
+(its inputs) is saved by the region's first op, in the module that called checkpoint (torch packs
+it while that module runs). A forward hook on the model computes the loss inside the recording, so
 the loss's ops are in the graph.
 
 Then the autograd graph is walked from the loss (``grad_fn.next_functions``): each autograd node
