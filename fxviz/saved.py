@@ -16,7 +16,9 @@ class Saved:
     """A tensor autograd keeps from the forward for the backward (a saved activation).
 
     ``node`` is the forward op that saved it (the op autograd was recording when it was packed),
-    ``module`` that op's module path. ``bytes`` is the extra memory the record costs: its storage's
+    ``module`` that op's module path; what ``torch.utils.checkpoint`` keeps to run a region again (its
+    inputs) is saved by the region's first op, in the module that called checkpoint, which runs when
+    torch packs it. ``bytes`` is the extra memory the record costs: its storage's
     size the first time that storage is saved, 0 for a parameter, a buffer, an input, a view of a
     storage already counted, or a tensor autograd no longer holds when the backward starts (``freed``:
     saved in a branch whose result was dropped; ``shares`` says which), so that the records' bytes add up to the

@@ -318,3 +318,160 @@ def test_nothing_a_dropped_branch_saved_outlives_the_capture() -> None:
     fxviz.capture(model, (x,), backward=True, method="eager")
     gc.collect()
     assert len(_PROBES) == 1 and _PROBES.pop()() is None
+
+
+class _Region(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1 = nn.Linear(16, 32)
+        self.l2 = nn.Linear(32, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(torch.tanh(self.l1(x)))
+
+
+class _CallsCheckpoint(nn.Module):
+    def __init__(self, reentrant: bool) -> None:
+        super().__init__()
+        self.b = _Region()
+        self.reentrant = reentrant
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(self.b, x, use_reentrant=self.reentrant)
+
+
+class CheckpointCaller(nn.Module):
+    """``a`` checkpoints its submodule ``b`` on a value another module (``pre``) made."""
+
+    def __init__(self, reentrant: bool = False) -> None:
+        super().__init__()
+        self.pre = nn.Linear(16, 16)
+        self.a = _CallsCheckpoint(reentrant)
+        self.post = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.post(self.a(self.pre(x)))
+
+
+@pytest.mark.parametrize(("reentrant", "method"), [(False, "eager"), (False, "export"), (True, "eager")])
+def test_what_a_checkpoint_saves_to_run_its_region_again_is_saved_in_the_module_that_called_it(
+        reentrant: bool, method: str) -> None:
+    """checkpoint packs its region's inputs while the module that calls it runs (before the region's
+    forward; after it, where reentrant): the eager path gave them to whatever op was recorded last
+    (``pre``'s linear, in another module), the export path to the region's first op (``a.b.l1``)."""
+    torch.manual_seed(0)
+    model, x = CheckpointCaller(reentrant), torch.randn(4, 16)
+    expected = torch_saved_by_module(model, (x,))
+    assert expected == {"a": 256, "post": 256}  # pre's output, kept by a's checkpoint; post's input
+    g = fxviz.capture(model, (x,), backward=True, method=method)
+    assert fxviz_saved_by_module(g) == expected
+    kept = [s for s in g.saved if s.bytes == 256 and s.module == "a"]
+    assert len(kept) == 1 and g.node(kept[0].node).module.startswith("a.b")  # saved by the region's first op
+
+
+def test_a_reentrant_checkpoint_steps_as_torchs_backward_does_and_says_what_it_leaves_unseen() -> None:
+    """A reentrant checkpoint refuses a backward given its inputs (``torch.autograd.grad``), which
+    fxviz ran: the capture said the backward raised "incompatible with .grad()", where the model's
+    own ``loss.backward()`` runs. The region's backward runs nested inside its own backward op: the
+    gradients made there are named, not dropped silently, and ``.grad`` is left as found."""
+    torch.manual_seed(0)
+    model, x = CheckpointCaller(reentrant=True), torch.randn(4, 16)
+    default_loss(model(x)).backward()  # torch's own step: every parameter gets its gradient
+    trained = {name for name, p in model.named_parameters() if p.grad is not None}
+    assert len(trained) == 8
+    model.zero_grad(set_to_none=True)
+    g = fxviz.capture(model, (x,), backward=True, method="eager")
+    shown = {o.attrs["grad_of"] for o in g.outputs if "grad_of" in o.attrs}
+    assert shown == {"pre.weight", "pre.bias", "post.weight", "post.bias"}
+    said = [n for n in g.notes if "reentrant" in n]
+    assert len(said) == 1 and f"{len(trained - shown)} parameters (a.b.l1.weight, a.b.l1.bias, a.b.l2.weight ...)" in said[0]
+    assert all(p.grad is None for p in model.parameters())
+
+
+@pytest.mark.parametrize("loss", [lambda y: float(y.sum()), lambda y: y.sum().item(), lambda y: int(y.sum()),
+                                  lambda y: bool(y.sum() > 0)], ids=["float()", ".item()", "int()", "bool()"])
+@pytest.mark.parametrize("method", ["export", "eager", "auto"])
+def test_a_loss_that_returns_a_python_number_says_so_on_every_path(method: str, loss: Any) -> None:
+    """The export path runs the loss on traced values: ``float(y.sum())`` failed there with export's
+    "Could not guard on data-dependent expression zuf0", and ``.item()`` said the loss returned
+    ``SymFloat``, a type the user's code never makes. Every path names what the loss returns on
+    the real output."""
+    from fxviz.torchbridge.training import LossError
+
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(4, 4)), torch.randn(2, 4)
+    kind = type(loss(model(x))).__name__  # torch's own run of the step's forward and loss
+    assert kind in ("float", "int", "bool")
+    with pytest.raises(LossError, match=f"^loss returned {kind}, not a tensor: return a scalar tensor$"):
+        fxviz.capture(model, (x,), backward=True, method=method, loss=loss)
+
+
+def test_a_loss_that_branches_on_data_but_returns_a_tensor_is_exports_own_failure() -> None:
+    """Only a loss that returns no tensor is the loss's fault: one that export cannot trace
+    (branching on a value) fails the export path as before, and the eager path captures it."""
+    from fxviz.errors import CaptureError
+
+    model, x = nn.Sequential(nn.Linear(4, 4)), torch.randn(2, 4)
+
+    def loss(y: torch.Tensor) -> torch.Tensor:
+        return y.sum() if float(y.sum()) > 0 else -y.sum()
+
+    with pytest.raises(CaptureError, match="data-dependent"):
+        fxviz.capture(model, (x,), backward=True, method="export", loss=loss)
+    assert fxviz.capture(model, (x,), backward=True, method="auto", loss=loss).method.startswith("eager")
+
+
+def test_the_cli_says_a_loss_returns_a_float_on_the_export_path(tmp_path: Any) -> None:
+    import textwrap
+
+    from click.testing import CliRunner
+
+    from fxviz.cli import cli
+
+    p = tmp_path / "net.py"
+    p.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        def build():
+            return nn.Sequential(nn.Linear(4, 4)), (torch.randn(2, 4),)
+
+        def loss(y):
+            return float(y.sum())
+    """))
+    for method in ("export", "eager"):
+        res = CliRunner().invoke(cli, ["json", f"{p}:build", "--loss", f"{p}:loss", "-m", method])
+        assert res.exit_code != 0 and "Traceback" not in res.output, res.output
+        assert "loss returned float, not a tensor: return a scalar tensor" in res.output.strip().splitlines()[-1], res.output
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_t5s_step_saves_on_both_paths_what_torch_packs(train: bool) -> None:
+    """T5 (transformers) on the export path: the feed-forward's idle dropout (eval) is a ``clone`` in
+    the traced program, so the ``wo`` input counted 1,792 bytes a second time where eager's dropout
+    returns its very input; and the encoder's mask, which transformers builds only when traced, was an
+    exact record of 7 bytes (8 at sequence 8) that torch never packs. Checked against torch's
+    ``saved_tensors_hooks`` of the same step: the eager path exactly; on the export path each exact
+    record is a storage torch packs, and what torch packs beyond them is a mask the traced program
+    builds otherwise (one per decoder layer in eager, one shared when traced), marked ``inferred``."""
+    from tests.backward_models import torch_saved
+    from tests.transformers_zoo import t5
+
+    model, args, kwargs = t5()
+    model.train(train)
+    torch.manual_seed(1)
+    packed, _ = torch_saved(model, args, kwargs)
+    torch.manual_seed(1)
+    eager = fxviz.capture(model, args, kwargs, backward=True, method="eager")
+    assert sorted((s.shape, s.dtype, s.bytes) for s in eager.saved if s.bytes) == sorted(packed)
+    g = fxviz.capture(model, args, kwargs, backward=True, method="export")
+    rest = list(packed)
+    for s in g.saved:
+        if s.bytes and not s.inferred:
+            rest.remove((s.shape, s.dtype, s.bytes))  # ValueError: a record torch never packed
+    inferred = Counter((s.shape, s.dtype) for s in g.saved if s.inferred)
+    assert rest and Counter((shape, dtype) for shape, dtype, _ in rest) <= inferred
+    masks = [s for s in g.saved if s.dtype == "bool"]
+    assert len(masks) == 4 and all(s.inferred and "from the shapes alone" in s.reason for s in masks)

@@ -6,7 +6,9 @@ a :class:`Watch` sits inside its recording mode and sees each call the recorder 
 ``grad_fn`` of each output is mapped to the recorded node (a ``grad_fn`` set on a tensor after it
 was made, as a custom ``autograd.Function`` does, is mapped to the node that made the tensor when
 a later call reads it), and every tensor autograd packs (``saved_tensors_hooks``) while the call
-runs is saved by that node. A forward hook on the model computes the loss inside the recording, so
+runs is saved by that node; what a ``torch.utils.checkpoint`` call packs to run its region again
+(its inputs) is saved by the region's first op, in the module that called checkpoint (torch packs
+it while that module runs). A forward hook on the model computes the loss inside the recording, so
 the loss's ops are in the graph.
 
 Then the autograd graph is walked from the loss (``grad_fn.next_functions``): each autograd node
@@ -65,8 +67,9 @@ class Watch(TorchFunctionMode):
         super().__init__()
         self.rec: Recorder | None = None
         self.fn_node: dict[Any, tuple[str, int]] = {}  # grad_fn -> (node name, output index)
-        self.saved: list[tuple[str, Any]] = []  # (saving node, record without its node): see held()
+        self.saved: list[tuple[str, Any, int | None]] = []  # (saving node, record, checkpoint call): see held()
         self.pending: list[Any] = []
+        self.inputs_of: list[tuple[int, list[torch.Tensor]]] = []  # checkpoint calls saving their inputs now
         self.counted: set[tuple[int, str]] = set()
         self.saved_values: set[tuple[str, int]] = set()  # forward values (node, output) something saved
         self.holders: list[list[Any]] = []  # what pack gave autograd: [tensor, its version]
@@ -90,12 +93,32 @@ class Watch(TorchFunctionMode):
         after its forward's ops ran): saved by the last op recorded."""
         assert self.rec is not None
         packed, self.pending = self.pending, []
-        last = next((n.name for n in reversed(self.rec.nodes) if n.kind == "op"), "")
         for t in packed:
-            self._record(last, t)
+            self._record(self._last(), t)
+
+    def _last(self) -> str:
+        assert self.rec is not None
+        return next((n.name for n in reversed(self.rec.nodes) if n.kind == "op"), "")
+
+    @contextlib.contextmanager
+    def saving_inputs(self, call: int) -> Iterator[None]:
+        """``torch.utils.checkpoint`` call ``call`` saving its region's inputs (what it keeps to run the
+        region again: before its forward runs, or after, where reentrant) while the module that called
+        checkpoint runs: each is the call's record (:meth:`held`), however many ops run meanwhile."""
+        with _plain():
+            if self.pending:
+                self._flush()
+        self.inputs_of.append((call, []))
+        try:
+            yield
+        finally:
+            _, packed = self.inputs_of.pop()
+            with _plain():
+                for t in packed:
+                    self._record(self._last(), t, call)
 
     def pack(self, t: torch.Tensor) -> list[Any]:
-        self.pending.append(t)
+        (self.inputs_of[-1][1] if self.inputs_of else self.pending).append(t)
         holder = [t, t._version]  # autograd skips its version check under hooks: _unpack makes it
         self.holders.append(holder)
         return holder
@@ -148,14 +171,15 @@ class Watch(TorchFunctionMode):
                 self._record(saver, t)
         return out
 
-    def _record(self, saver: str, t: torch.Tensor) -> None:
+    def _record(self, saver: str, t: torch.Tensor, call: int | None = None) -> None:
         key = storage_key(t)
         nbytes = 0 if key in self.state else t.untyped_storage().nbytes()
         m = tensor_meta(t)
-        self.saved.append((saver, (m.shape, m.dtype, key, nbytes, self._producer(t))))
+        self.saved.append((saver, (m.shape, m.dtype, key, nbytes, self._producer(t)), call))
 
-    def held(self, roots: list[Any]) -> list[tuple[str, tuple[Any, ...]]]:
-        """Each record as (saver, (shape, dtype, bytes, value, shares)), as autograd holds it when the
+    def held(self, roots: list[Any]) -> list[tuple[str, int | None, tuple[Any, ...]]]:
+        """Each record as (saver, the checkpoint call that saved it as its input or None, (shape, dtype,
+        bytes, value, shares)), as autograd holds it when the
         backward starts: one saved by an op none of whose autograd nodes the ``roots`` (the loss's and
         the outputs' ``grad_fn``) reach was saved in a branch whose result was dropped; a real step frees
         it then (fxviz's own hooks make a cycle that only the garbage collector would break), so it is
@@ -164,8 +188,8 @@ class Watch(TorchFunctionMode):
         reached = reachable(roots)
         made = {at[0] for at in self.fn_node.values()}
         live = {at[0] for f, at in self.fn_node.items() if f in reached}
-        out: list[tuple[str, tuple[Any, ...]]] = []
-        for saver, (shape, dtype, key, nbytes, value) in self.saved:
+        out: list[tuple[str, int | None, tuple[Any, ...]]] = []
+        for saver, (shape, dtype, key, nbytes, value), call in self.saved:
             shares = self.state.get(key, "")
             if not shares and saver in made and saver not in live:
                 shares, nbytes = "freed", 0
@@ -173,7 +197,7 @@ class Watch(TorchFunctionMode):
                 shares, nbytes = "view", 0
             elif not shares:
                 self.counted.add(key)
-            out.append((saver, (shape, dtype, nbytes, value, shares)))
+            out.append((saver, call, (shape, dtype, nbytes, value, shares)))
         return out
 
 
@@ -210,6 +234,7 @@ def _step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], loss:
           inputs: tuple[torch.Tensor, ...], watch: Watch) -> Graph:
     """The forward recorded with ``watch`` on, then the backward added (:func:`trace_backward`)."""
     checkpoints = Checkpoints()
+    checkpoints.saving = watch.saving_inputs
     box: list[torch.Tensor] = []
 
     def on_output(_m: nn.Module, _a: Any, out: Any) -> None:
@@ -311,10 +336,13 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
     outs = [v.grad_fn for _, v in flatten_outputs(outputs) if isinstance(v, torch.Tensor) and v.grad_fn is not None]
     saved_by: dict[str, list[Ref]] = {}
     first_op = next((n.name for n in graph.nodes if n.kind == "op"), graph.nodes[0].name if graph.nodes else "")
-    for saver, (shape, dtype, nbytes, value, shares) in watch.held([loss.grad_fn, *outs]):
+    for saver, call, (shape, dtype, nbytes, value, shares) in watch.held([loss.grad_fn, *outs]):
+        if call is not None:  # a checkpoint's input: the region's first op, in the module that called checkpoint
+            saver = checkpoints.firsts.get(call, saver)
         saver = saver if saver in nodes else first_op  # packed before any op was recorded
         node = nodes.get(saver)
-        graph.saved.append(Saved(saver, node.module if node is not None else "", shape, dtype, nbytes, value, shares))
+        module = checkpoints.callers[call] if call is not None else node.module if node is not None else ""
+        graph.saved.append(Saved(saver, module, shape, dtype, nbytes, value, shares))
         if value and value in nodes:
             saved_by.setdefault(saver, []).append(Ref(value))
 
@@ -346,6 +374,14 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
         _run_backward(graph, model, loss, bnode, leaves, watch, checkpoints)
     finally:  # a backward that raises: the regions of what it got to
         checkpoints.mark(graph.nodes)
+    if "reentrant" in checkpoints.kinds:
+        reached = {id(t) for t in leaves.values()}
+        inside = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in reached]
+        graph.notes.append(
+            "a reentrant torch.utils.checkpoint (use_reentrant=True) runs its region again and that region's backward "
+            "inside its own backward op (CheckpointFunctionBackward), a nested autograd call not shown op by op"
+            + (f": the gradients of {len(inside)} parameters ({', '.join(inside[:3])}{' ...' if len(inside) > 3 else ''}) "
+               "are made there" if inside else "") + "; use_reentrant=False shows them")
     for f, t in leaves.items():
         refs = tuple(Ref(bnode[c].name, i) for c, i in consumers.get(f, []) if c in bnode)
         of = names.get(id(t), "input")
@@ -376,7 +412,10 @@ def _run_backward(graph: Graph, model: nn.Module, loss: torch.Tensor, bnode: dic
         handles += [f.register_hook(post), f.register_prehook(pre)]
     recompute = Recompute(graph, model, running, set(bnode), set(watch.state) | watch.counted, watch.saved_values,
                           checkpoints)
-    accumulate = _reduces_grads(model)
+    # a reentrant checkpoint refuses a backward given its inputs (torch.autograd.grad), and its own
+    # backward accumulates into .grad: such a step runs as loss.backward() does, every .grad put back
+    reentrant = "reentrant" in checkpoints.kinds
+    accumulate = _reduces_grads(model) or reentrant
     hooked = [t for t in leaves.values() if getattr(t, "_post_accumulate_grad_hooks", None)]
     if hooked and not accumulate:
         graph.notes.append(f"{len(hooked)} parameters have post-accumulate-grad hooks, which this backward (no "
@@ -385,8 +424,8 @@ def _run_backward(graph: Graph, model: nn.Module, loss: torch.Tensor, bnode: dic
     kept = {id(t): (t, t.grad) for t in (*model.parameters(), *leaves.values())} if accumulate else {}
     try:
         with recompute:  # the engine itself: torch.autograd.grad would be a call the mode swallows
-            _engine_run_backward((loss,), (torch.ones_like(loss),), False, False, tuple(leaves.values()), True,
-                                 accumulate_grad=accumulate)
+            _engine_run_backward((loss,), (torch.ones_like(loss),), False, False,
+                                 () if reentrant else tuple(leaves.values()), True, accumulate_grad=accumulate)
         place(graph, recompute)
         for fwd, t, nbytes, shares in recompute.policy_saved:  # a selective policy's cache: saved memory too
             m = tensor_meta(t)

@@ -37,12 +37,13 @@ SAVE = frozenset({"PREFER_SAVE", "MUST_SAVE"})
 
 
 @contextlib.contextmanager
-def checkpoint_calls() -> Iterator[list[str]]:
-    """The ``torch.utils.checkpoint`` calls made while it is open (``"non-reentrant"`` /
-    ``"reentrant"``), as :class:`~fxviz.torchbridge.checkpoint.Checkpoints` sees them."""
+def checkpoint_calls(model: torch.nn.Module | None = None) -> Iterator[Checkpoints]:
+    """The ``torch.utils.checkpoint`` calls made while it is open (``kinds``: ``"non-reentrant"`` /
+    ``"reentrant"``; ``callers``: the path of the module of ``model`` that made each), as
+    :class:`~fxviz.torchbridge.checkpoint.Checkpoints` sees them."""
     seen = Checkpoints()
-    with seen.attach():
-        yield seen.kinds
+    with seen.attach(model=model):
+        yield seen
 
 
 @contextlib.contextmanager

@@ -16,7 +16,9 @@ its backward reads, which is what AOT Autograd's partition saves. Eager autograd
   eager may save nothing for it; with it, the key and value heads the traced program repeats for
   grouped-query attention (eager passes the unrepeated ones with ``enable_gqa=True``). Such records
   keep the joint graph's bytes, marked ``inferred`` with the reason: the residual the joint graph
-  cannot settle, since eager takes a branch the traced program did not.
+  cannot settle, since eager takes a branch the traced program did not. So are the ``bool`` masks it
+  builds from the shapes alone (T5's, read by ``where``): eager may build none, or one per layer
+  where the traced program shares one (a record of 0 bytes, a view, is marked too).
 """
 
 from __future__ import annotations
@@ -100,9 +102,31 @@ _GQA = ("the key or value heads the traced program repeats for its masked scaled
         "transformers passes no mask and the unrepeated heads with enable_gqa=True, and saves those")
 
 
+_SHAPES = ("a mask the traced program builds from the shapes alone: transformers builds its attention masks when "
+           "traced, where eager may build none (no padding) or one per layer, and saves what it builds")
+
+
+def _from_shapes(n: torch.fx.Node) -> bool:
+    """``n`` is a ``bool`` value that reads no input, parameter or buffer: made from ``arange`` and the
+    like, a mask the program builds from the shapes alone."""
+    val = n.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dtype != torch.bool:
+        return False
+    todo, seen = [n], {n}
+    while todo:
+        m = todo.pop()
+        if m.op == "placeholder":
+            return False
+        for a in m.all_input_nodes:
+            if a not in seen:
+                seen.add(a)
+                todo.append(a)
+    return True
+
+
 def as_eager(n: torch.fx.Node, dtype: str, nbytes: int) -> tuple[str, int, bool, str]:
-    """(dtype, bytes, inferred, reason) of the record of saved value ``n`` (its base's ``nbytes``), as
-    eager autograd keeps it (see the module's docstring)."""
+    """(dtype, bytes, inferred, reason) of the record of saved value ``n`` (its base's ``nbytes``, 0 for a
+    view of a storage counted before), as eager autograd keeps it (see the module's docstring)."""
     val = n.meta.get("val")
     if _is_dropout_mask(n) and isinstance(val, torch.Tensor) and nbytes:
         src = n.args[0].args[0].meta.get("val")  # type: ignore[union-attr]
@@ -116,6 +140,8 @@ def as_eager(n: torch.fx.Node, dtype: str, nbytes: int) -> tuple[str, int, bool,
         return dtype, nbytes, True, _MASK
     if nbytes and _is_repeated_kv(n):
         return dtype, nbytes, True, _GQA
+    if _from_shapes(n):  # a view too: eager may keep one such mask per layer where the traced program shares one
+        return dtype, nbytes, True, _SHAPES
     return dtype, nbytes, False, ""
 
 

@@ -54,6 +54,7 @@ from fxviz.torchbridge.training import (
     Loss,
     LossError,
     check_trainable,
+    returned,
     step_loss,
     unread_outputs,
 )
@@ -61,6 +62,7 @@ from fxviz.torchbridge.values import mark_tied, module_infos
 
 PREFIX = "model"
 CALLS = "fxviz_checkpoint_calls"  # the joint graph's meta: how many checkpoint calls the forward made
+CALLERS = "fxviz_checkpoint_callers"  # the joint graph's meta: the module path that made each checkpoint call
 UNREAD = "fxviz_unread_outputs"  # the joint graph's meta: the outputs requiring grad that the loss does not read
 
 
@@ -73,6 +75,14 @@ class Unread:
         self.paths: list[str] = []
 
 
+class Raised:
+    """Where the loss raised on the traced output: that output, its tensors as :class:`_Blank` (an
+    object of its own: export puts the module's attributes back after it traces)."""
+
+    def __init__(self) -> None:
+        self.output: Any = None
+
+
 class LossModel(nn.Module):
     """The model and its loss as one module whose forward takes the flat input tensors and returns
     the loss (``model`` is the prefix capture strips from module paths)."""
@@ -83,14 +93,54 @@ class LossModel(nn.Module):
         self._flat = flat
         self._loss = loss
         self.unread = Unread()  # export puts the module's own attributes back after it traces
+        self.raised = Raised()
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
         args, kwargs = self._flat.rebuild(tensors)
         output = self.model(*args, **kwargs)
-        value = step_loss(output, self._loss)
+        try:
+            value = step_loss(output, self._loss)
+        except LossError:
+            raise
+        except Exception:
+            if self._loss is not None:
+                with contextlib.suppress(Exception):  # a symbolic size: no real tensor to make, export's error stands
+                    self.raised.output = torch.utils._pytree.tree_map_only(torch.Tensor, _Blank.of, output)
+            raise
         if self.unread.watch and value.grad_fn is not None:  # non-strict export, its run that records autograd
             self.unread.paths = unread_outputs(output, value)
         return value
+
+
+class _Blank:
+    """A tensor of the traced output, by shape and dtype: made again, real, to run the loss on."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        self.shape, self.dtype = shape, dtype
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> _Blank:
+        return cls(tuple(int(d) for d in t.shape), t.dtype)
+
+    def real(self) -> torch.Tensor:
+        if self.dtype.is_floating_point or self.dtype.is_complex:
+            return torch.randn(self.shape, dtype=self.dtype, requires_grad=True)
+        return torch.zeros(self.shape, dtype=self.dtype)
+
+
+def loss_type_error(wrapper: LossModel) -> LossError | None:
+    """Where the loss raised on the traced output: the eager path's error if it returns no tensor.
+    A traced value is symbolic, so a loss that makes a Python number of it (``float(y.sum())``)
+    raises export's data-dependent error, not the type the user's loss returns: run the loss on real
+    tensors of the output's shapes to see it."""
+    if wrapper.raised.output is None or wrapper._loss is None:
+        return None
+    try:
+        value = wrapper._loss(torch.utils._pytree.tree_map_only(_Blank, _Blank.real, wrapper.raised.output))
+    except Exception:  # the loss raises on real tensors too: export's own error says where
+        return None
+    return None if isinstance(value, torch.Tensor) else LossError(
+        f"loss returned {returned(value)}, not a tensor: return a scalar tensor")
 
 
 def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: contextlib.ExitStack) -> torch.fx.GraphModule:
@@ -102,8 +152,15 @@ def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: c
 
     wrapper = LossModel(model, flat, loss)
     wrapper.unread.watch = True
-    with checkpoint_calls() as calls:
-        ep = torch.export.export(wrapper, flat.tensors, strict=False)
+    with checkpoint_calls(model) as seen:
+        try:
+            ep = torch.export.export(wrapper, flat.tensors, strict=False)
+        except Exception as e:
+            error = loss_type_error(wrapper)
+            if error is not None:
+                raise error from e
+            raise
+    calls = seen.kinds
     custom = custom_functions(ep.graph)
     if custom:
         raise CaptureError(
@@ -114,6 +171,7 @@ def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: c
         ep = strict_program(wrapper, flat.tensors, calls)
     joint = aot_export_joint_with_descriptors(stack, ep.module(), flat.tensors, _record_nn_module_stack=True)
     joint.graph_module.meta[CALLS] = len(calls)
+    joint.graph_module.meta[CALLERS] = seen.callers
     joint.graph_module.meta[UNREAD] = wrapper.unread.paths
     return joint.graph_module
 
@@ -248,11 +306,18 @@ def _is_view(n: torch.fx.Node) -> bool:
                 and not schema.returns[0].alias_info.is_write)
 
 
+def _is_idle_dropout(n: torch.fx.Node) -> bool:
+    """A dropout that drops nothing (eval mode, ``p=0``), which the traced program makes a ``clone``:
+    eager ``F.dropout`` returns its very input then, so the two share a storage."""
+    fn = n.meta.get("torch_fn")
+    return n.target is torch.ops.aten.clone.default and isinstance(fn, tuple) and "dropout" in str(fn[-1])
+
+
 def _base(n: torch.fx.Node) -> torch.fx.Node:
-    """The value whose storage ``n`` shares: through views, and through ``getitem`` of an op that returns
-    views (``split``'s pieces share one storage)."""
+    """The value whose storage ``n`` shares: through views, through ``getitem`` of an op that returns
+    views (``split``'s pieces share one storage), and through a dropout that drops nothing."""
     while n.op == "call_function" and n.args and isinstance(n.args[0], torch.fx.Node) and (
-            _is_view(n) or (n.target is operator.getitem and _is_view(n.args[0]))):
+            _is_view(n) or (n.target is operator.getitem and _is_view(n.args[0])) or _is_idle_dropout(n)):
         n = n.args[0]
     return n
 
@@ -349,21 +414,26 @@ def _saved_pairs(gm: torch.fx.GraphModule, conv: Converter, recomputed: frozense
 def inferred_saved(gm: torch.fx.GraphModule, conv: Converter, recomputed: frozenset[torch.fx.Node] = frozenset(),
                    kept: frozenset[torch.fx.Node] = frozenset(),
                    again: frozenset[tuple[torch.fx.Node, torch.fx.Node]] = frozenset(),
-                   region: dict[torch.fx.Node, int] | None = None) -> list[Saved]:
+                   region: dict[torch.fx.Node, int] | None = None, callers: dict[int, str] | None = None) -> list[Saved]:
     """The forward values the backward reads, saved by the forward op of the reading op's
     ``seq_nr`` (else by the op that made the value), each storage counted once. With checkpoint
     regions: a ``recomputed`` op's value is not saved for the backward ops that read it ``again``
-    (recomputed), what the recomputation reads is (saved by the op recomputed), and so is every value
-    of an op a selective policy ``kept`` (saved by that op)."""
+    (recomputed), what the recomputation reads is (saved by the op recomputed; a value from outside
+    the region, its input, in the module that called checkpoint, ``callers`` by region, as torch packs
+    it; a parameter or buffer, which checkpoint reads again from the module, in the op's module), and so is every value of an op a selective policy ``kept`` (saved by that op)."""
     out: list[Saved] = []
+    region, callers = region or {}, callers or {}
     for saver, n, _base_node, shares, nbytes in _saved_pairs(gm, conv, recomputed, kept, again, region):
         val = n.meta.get("val")
         saver_node = conv.by_name[conv.refs[saver].node]
+        module = saver_node.module
+        if saver in recomputed and region.get(n) != region[saver] and shares not in ("parameter", "buffer"):
+            module = callers.get(region[saver], module)
         meta = saver_node.meta if not isinstance(val, torch.Tensor) else None
         shape = tuple(int(d) if isinstance(d, int) else str(d) for d in val.shape) if isinstance(val, torch.Tensor) else ()
         dtype = str(val.dtype).removeprefix("torch.") if isinstance(val, torch.Tensor) else (meta.dtype if meta else "")
         dtype, nbytes, inferred, reason = as_eager(n, dtype, nbytes)
-        out.append(Saved(saver_node.name, saver_node.module, shape, dtype, nbytes, conv.refs[n].node, shares,
+        out.append(Saved(saver_node.name, module, shape, dtype, nbytes, conv.refs[n].node, shares,
                          inferred=inferred, reason=reason))
     return out
 
@@ -404,7 +474,11 @@ def with_recompute(gm: torch.fx.GraphModule, conv: Converter, graph: Graph) -> N
                                  if n in conv.refs and isinstance(n.target, torch._ops.OpOverload)},
                                 would_save, rewire)
     one_region_per_call(graph.nodes)
-    graph.saved = inferred_saved(gm, conv, recomputed, kept, again, region)
+    callers = gm.meta.get(CALLERS) or []
+    all_regions = {r for r, _ in recompute_tags(gm).values()}
+    # regions are numbered in the order their first op runs: the calls' order where none is nested in another
+    by_region = dict(enumerate(callers)) if len(all_regions) == len(callers) else {}
+    graph.saved = inferred_saved(gm, conv, recomputed, kept, again, region, by_region)
     regions = len({region for region, _ in tags.values()})
     graph.notes.append(f"torch.utils.checkpoint: {regions} region(s) as strict export and AOT Autograd tagged them "
                        "(non-strict export traces through a checkpoint)")

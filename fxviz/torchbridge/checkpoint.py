@@ -93,11 +93,19 @@ class Checkpoints:
 
     def __init__(self) -> None:
         self.kinds: list[str] = []  # per call: "non-reentrant" / "reentrant"
+        #: per call: the module that called checkpoint (its path), which runs while checkpoint saves the
+        #: region's inputs (what it keeps to run the region again): torch's module of those saved tensors
+        self.callers: list[str] = []
+        self.firsts: dict[int, str] = {}  # call -> the first op its forward recorded
+        #: entered around each call's saving of its inputs (the call's number): the eager path's watch
+        self.saving: Callable[[int], contextlib.AbstractContextManager[Any]] | None = None
+        self._paths: dict[int, str] = {}  # module -> path, for a run without a recorder (see _caller)
         self.members: dict[str, int] = {}  # forward op -> innermost call that recorded it
         self.spans: list[tuple[int, int, int]] = []  # (first, end) sequence numbers a call's forward made, call
         self._open: list[int] = []  # calls whose function runs now, innermost last (forward or recomputation)
         self._frames: list[tuple[int, int, int]] = []  # forward calls running: (call, nodes recorded, sequence nr)
         self._nodes: list[Node] | None = None
+        self._rec: Any = None
         self._stamp = False
         self._traced: list[tuple[Any, set[Any]] | None] = []  # per forward call running: FX graph traced, nodes before
 
@@ -106,14 +114,17 @@ class Checkpoints:
         return self._open[-1] if self._open else None
 
     @contextlib.contextmanager
-    def attach(self, rec: Any = None, *, stamp: bool = False) -> Iterator[None]:
+    def attach(self, rec: Any = None, *, stamp: bool = False, model: Any = None) -> Iterator[None]:
         """Watch the calls while ``rec`` (a recorder: its ``nodes``, appended as ops run) records; with
-        no ``rec``, only which calls ran (:attr:`kinds`). ``stamp``: while non-strict export traces,
+        no ``rec``, only which calls ran (:attr:`kinds`) and, with ``model``, the path of the module of
+        ``model`` that made each call (:attr:`callers`). ``stamp``: while non-strict export traces,
         each FX node a non-reentrant call's function makes gets ``meta[STAMP]`` (the call), which the
         exported program keeps (a reentrant call is export's ``no_grad`` region already)."""
         import torch.utils.checkpoint as cp
 
         self._nodes = rec.nodes if rec is not None else None
+        self._rec = rec
+        self._paths = {id(m): p for p, m in model.named_modules(remove_duplicate=False)} if model is not None else {}
         self._stamp = stamp
         generator, function = cp._checkpoint_without_reentrant_generator, cp.CheckpointFunction
         me = self
@@ -121,7 +132,8 @@ class Checkpoints:
         def non_reentrant(fn: Any, *args: Any, **kwargs: Any) -> Iterator[None]:
             call = me._new("non-reentrant")
             inner = generator(me._again(fn, call), *args, **kwargs)
-            next(inner)  # before the forward: checkpoint() runs the function itself after this
+            with me._saving(call):  # saves the inputs
+                next(inner)  # before the forward: checkpoint() runs the function itself after this
             me._enter(call, me._stamp)
             try:
                 yield
@@ -139,11 +151,12 @@ class Checkpoints:
             @staticmethod
             def apply(fn: Any, *args: Any) -> Any:
                 call = me._new("reentrant")
-                me._enter(call)
-                try:
-                    return function.apply(me._again(fn, call), *args)
-                finally:
-                    me._leave()
+                with me._saving(call):  # saves the inputs once its forward has run
+                    me._enter(call)
+                    try:
+                        return function.apply(me._again(fn, call), *args)
+                    finally:
+                        me._leave()
 
         cp._checkpoint_without_reentrant_generator = non_reentrant  # type: ignore[assignment]
         cp.CheckpointFunction = Reentrant  # type: ignore[assignment,misc]
@@ -152,11 +165,33 @@ class Checkpoints:
         finally:
             cp._checkpoint_without_reentrant_generator = generator
             cp.CheckpointFunction = function  # type: ignore[misc]
-            self._nodes = None
+            self._nodes = self._rec = None
 
     def _new(self, kind: str) -> int:
         self.kinds.append(kind)
+        self.callers.append(self._caller())
         return len(self.kinds) - 1
+
+    def _saving(self, call: int) -> contextlib.AbstractContextManager[Any]:
+        return self.saving(call) if self.saving is not None else contextlib.nullcontext()
+
+    def _caller(self) -> str:
+        """The path of the innermost module running now (checkpoint is being called): the recorder's
+        module stack, else the innermost Python frame of a method of a module of the model."""
+        if self._rec is not None:
+            stack = self._rec.module_stack.current
+            return str(stack[-1][0]) if stack else ""
+        if not self._paths:
+            return ""
+        import sys
+
+        frame: Any = sys._getframe(1)
+        while frame is not None:
+            path = self._paths.get(id(frame.f_locals.get("self")))
+            if path is not None:
+                return path
+            frame = frame.f_back
+        return ""
 
     def _again(self, fn: Callable[..., Any], call: int) -> Callable[..., Any]:
         """``fn`` as checkpoint runs it again in the backward: the call is :meth:`current` meanwhile."""
@@ -191,6 +226,7 @@ class Checkpoints:
         for n in (self._nodes or [])[start:]:
             if n.kind == "op":
                 self.members.setdefault(n.name, call)  # an inner call's ops are the inner call's
+                self.firsts.setdefault(call, n.name)
         bisect.insort(self.spans, (first, torch._C._autograd._get_sequence_nr(), call))
 
     def _call_of_seq(self, seq: int) -> int | None:

@@ -46,7 +46,7 @@ def step_loss(output: Any, loss: Loss | None) -> torch.Tensor:
     if loss is not None:
         value = loss(output)
         if not isinstance(value, torch.Tensor):
-            raise LossError(f"loss returned {type(value).__name__}, not a tensor: return a scalar tensor")
+            raise LossError(f"loss returned {returned(value)}, not a tensor: return a scalar tensor")
     else:
         leaves = [v for _, v in flatten_outputs(output) if isinstance(v, torch.Tensor)
                   and v.is_floating_point()]
@@ -60,6 +60,16 @@ def step_loss(output: Any, loss: Loss | None) -> torch.Tensor:
     if value.dim() != 0:
         raise LossError(f"the loss has shape {list(value.shape)}, not a scalar: reduce it (e.g. .mean()) in loss=fn")
     return value
+
+
+#: what a traced run's ``.item()`` gives (``SymFloat``): named as the user's own run gives it
+_PLAIN = {"SymFloat": "float", "SymInt": "int", "SymBool": "bool"}
+
+
+def returned(value: Any) -> str:
+    """The type of what a loss returned, as the user's code makes it (``float``, never export's ``SymFloat``)."""
+    name = type(value).__name__
+    return _PLAIN.get(name, name)
 
 
 def unread_outputs(output: Any, value: torch.Tensor) -> list[str]:
