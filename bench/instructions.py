@@ -2,7 +2,8 @@
 for the before/after of a change to the tracer, its passes or the snapshot, where process CPU time on
 a shared machine swings by more than the change.
 
-    python bench/instructions.py [--models stack,gpt2-narrow,resnet,gpt2] [--parts capture,tracer,forward,snapshot,passes]
+    python bench/instructions.py [--models stack,gpt2-narrow,resnet,gpt2] [--parts capture,tracer,forward,snapshot,passes,
+                                 export,capture-export,capture-export-novalidate]
                                  [--reps 2] [--stack-layers 300]
 
 Each part runs twice untimed (imports, first-call caches), then ``--reps`` times inside
@@ -12,7 +13,10 @@ count excludes starting Python and importing torch. Parts: ``capture`` is
 the plain forward under ``torch.no_grad()``, ``floor`` the forward under an empty
 ``TorchFunctionMode`` and empty global module hooks (what any tracer of this kind pays), ``snapshot`` taking and restoring the model's snapshot
 (:class:`fxviz.torchbridge.guard.Snapshot`), ``passes`` the capture's passes alone, rerun on one
-graph captured with ``passes=()``. Printed: instructions per call, and per recorded op
+graph captured with ``passes=()``. The export path (issue 18 point 10): ``export`` is bare
+``torch.export.export`` as fxviz's export method calls it (bench/capture.py's ``export``), ``capture-export`` ``fxviz.capture(model, args,
+method="export")`` and ``capture-export-novalidate`` the same with ``validate=False``; their ratios
+to ``export`` are printed. Printed: instructions per call, and per recorded op
 beyond the forward for the stack. Slow: about 50x a plain run per part (minutes each on GPT-2).
 """
 
@@ -61,10 +65,24 @@ def child(model_name: str, part: str, reps: int, layers: int) -> None:
         "snapshot": snapshot,
         "floor": floor_fn(model, args),
         "passes": passes_fn(model, args),
+        "export": bare_export(model, args),
+        "capture-export": lambda: fxviz.capture(model, args, method="export"),
+        "capture-export-novalidate": lambda: fxviz.capture(model, args, method="export", validate=False),
     }[part]
     for _ in range(2):
         fn()
     functools.reduce(lambda acc, _: fn(), range(reps), None)
+
+
+def bare_export(model: Any, args: tuple[Any, ...]) -> Callable[[], Any]:
+    """``torch.export.export`` as fxviz's export method calls it (on the model with its inputs and
+    outputs flattened: a GPT-2 returns a ``DynamicCache`` export cannot), as bench/capture.py does."""
+    import torch
+
+    from fxviz.torchbridge.normalize import NormalizedModel, flatten_inputs
+
+    flat = flatten_inputs(model, args, {})
+    return lambda: torch.export.export(NormalizedModel(model, flat, {}), flat.tensors)
 
 
 def passes_fn(model: Any, args: tuple[Any, ...]) -> Callable[[], Any]:
@@ -110,6 +128,9 @@ def main() -> int:
             line += "; per op beyond the forward: " + ", ".join(
                 f"{part} {(n - got['forward']) / ops / 1e3:.0f} k" for part, n in got.items()
                 if part in ("capture", "tracer", "floor"))
+        if "export" in got:  # issue 18 point 10: the export path against bare torch.export
+            line += "; x bare export: " + ", ".join(
+                f"{part} {n / got['export']:.3f}x" for part, n in got.items() if part.startswith("capture-export"))
         print(f"{model_name}: instructions per call: {line}", flush=True)
     return 0
 
