@@ -23,6 +23,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from fxviz.fallback.classify import Action, Kind, Level, kind_of, kinds
 from fxviz.fallback.context import ModuleStack, Names, Sources
+from fxviz.fallback.fsdp import FsdpParams, shard_attrs, unsharded_source
 from fxviz.fallback.observe import PLAIN_TENSORS, TracerFault, claim, observer
 from fxviz.fallback.tensors import METAS, ModelState, Versions, tensor_meta, version
 from fxviz.fallback.values import encode, has_opaque
@@ -71,6 +72,7 @@ class Recorder:
         self._values = self.versions.values  # every op reads and writes it: one lookup less
         self._sharded: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Ref] = {}  # DTensor shards
         self._by_path: dict[str, nn.Module] | None = None  # module path -> module, made on first need
+        self._fsdp: FsdpParams | None = None  # FSDP2's parameters, looked for on first need
         self.state = ModelState(self.modules, snapshot_buffers=snapshot_buffers)
         self.failed: Node | None = None
         self.failed_stack: tuple[ModuleCall, ...] = ()
@@ -136,21 +138,25 @@ class Recorder:
         else:
             kind, name = self.state.read(t)
             if not name:
-                kind, name = self._swapped_in(t)
-            if not name:
-                self.replay_blockers.append("reads a tensor the model does not own (a global or a closure)")
+                return self._fsdp_node(t) or self._swapped_in_node(t)
+        return self._add_state_node(t, kind, name)
+
+    def _add_state_node(
+        self, t: torch.Tensor, kind: NodeKind, name: str, *, node_name: str = "",
+        inputs: tuple[Ref, ...] = (), attrs: dict[str, Any] | None = None,
+    ) -> Ref:
         owner = name.rpartition(".")[0]
         meta = METAS.get((t.shape, t.dtype, t.device))  # tensor_meta(), inlined: once per parameter
         names = self.names  # Names.unique(), inlined for a name not taken yet
-        base = name or "constant"
+        base = node_name or name or "constant"
         if base in names._next or base in names._taken:
             base = names.unique(base)
         else:
             names._next[base] = 1
             names._taken.add(base)
         node = Node(
-            base, kind, name, (), ((owner, 0),) if owner else (),
-            (meta if meta is not None else tensor_meta(t),),
+            base, kind, name, inputs, ((owner, 0),) if owner else (),
+            (meta if meta is not None else tensor_meta(t),), attrs=attrs if attrs is not None else {},
         )
         self.nodes.append(node)
         ref = Ref(node.name)
@@ -160,6 +166,28 @@ class Recorder:
             v = 0
         self._values._d[id(t)] = (_weakref(t), [ref, v])  # TensorMap.__setitem__, inlined
         return ref
+
+    def _swapped_in_node(self, t: torch.Tensor) -> Ref:
+        kind, name = self._swapped_in(t)
+        if not name:
+            self.replay_blockers.append("reads a tensor the model does not own (a global or a closure)")
+        return self._add_state_node(t, kind, name)
+
+    def _fsdp_node(self, t: torch.Tensor) -> Ref | None:
+        """FSDP2's shard of a parameter (``fsdp::all_gather_copy_in`` reads it), or its unsharded
+        parameter, which reads the gathered bytes it is a view of (:mod:`fxviz.fallback.fsdp`)."""
+        if self._fsdp is None:
+            if "torch.distributed.fsdp" not in sys.modules:  # no FSDP2 unit exists
+                return None
+            self._fsdp = FsdpParams(self.modules)
+        found = self._fsdp.find(t)
+        if found is None:
+            return None
+        role, p, name = found
+        if role == "shard":
+            return self._add_state_node(t, "parameter", name, node_name=f"{name}.shard", attrs=shard_attrs(p, name))
+        src = unsharded_source(p, self.nodes, lambda x: self.versions.lookup(x, version(x)))
+        return self._add_state_node(t, "parameter", name, inputs=(src,) if src is not None else ())
 
     def _swapped_in(self, t: torch.Tensor) -> tuple[NodeKind, str]:
         """A parameter or buffer a running module holds now but did not when the capture began
