@@ -155,3 +155,16 @@ def test_the_tree_names_the_parameter_each_copy_out_view_becomes() -> None:
             for path, params in units(model) for p in params]
     assert named == want and "= attn.weight" in text
     assert "as_strided  → [48, 16]  = attn.weight" in text
+
+
+def test_a_training_step_names_each_gradient_by_its_fsdp_parameter() -> None:
+    """The backward accumulates into FSDP2's unsharded parameters, which ``named_parameters`` no
+    longer lists after the forward (the shards are swapped back in): each gradient still says
+    whose it is, with the unsharded shape FSDP2 reduce-scatters."""
+    g, model = captured(backward=True)
+    grads = {n.attrs["grad_of"]: n for n in g.nodes if n.kind == "output" and "grad_of" in n.attrs}
+    params = [p for _, ps in units(model) for p in ps]
+    assert sorted(grads) == sorted(p._param_fqn for p in params)
+    for p in params:
+        made = [g.meta_of(r) for r in grads[p._param_fqn].inputs]
+        assert all(m is not None and tuple(m.shape) == tuple(p._orig_size) for m in made)
