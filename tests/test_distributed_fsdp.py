@@ -168,3 +168,30 @@ def test_a_training_step_names_each_gradient_by_its_fsdp_parameter() -> None:
     for p in params:
         made = [g.meta_of(r) for r in grads[p._param_fqn].inputs]
         assert all(m is not None and tuple(m.shape) == tuple(p._orig_size) for m in made)
+
+
+def test_each_gradient_reduce_scatter_reads_its_units_gradients_in_its_unit() -> None:
+    """FSDP2 reduce-scatters each unit's unsharded gradients once per step: the node reads them
+    (the values the step's gradient outputs read) and sits in the unit, after they are made.
+    ``CommDebugMode`` on the same step: one reduce-scatter per unit, every unit's count and the
+    model's totals equal (it names the unit's last leaf to begin its backward, not the unit)."""
+    from tests.test_distributed_backward import counts as step_counts
+    from tests.test_distributed_backward import oracle as step_oracle
+
+    g, model = captured(backward=True)
+    want = step_oracle(gpt_factory, 8)
+    grads = {n.attrs["grad_of"]: n for n in g.nodes if n.kind == "output" and "grad_of" in n.attrs}
+    scatters = [r for r in collectives(g) if r["kind"] == "reduce_scatter"]
+    assert want[""]["backward"]["reduce_scatter"] == len(scatters) == len(units(model)) == 3
+    order = {n.name: i for i, n in enumerate(g.nodes)}
+    for path, params in units(model):
+        assert want[path]["backward"]["reduce_scatter"] == (1 if path else 3)  # the model: all three
+        (r,) = [r for r in scatters if r["grads_of"] == [p._param_fqn for p in params]]
+        node = g.node(r["node"])
+        assert (node.phase, node.module, r["module"]) == ("backward", path, path)
+        made = [ref for p in params for ref in grads[p._param_fqn].inputs]
+        assert list(node.inputs) == made and all(order[ref.node] < order[node.name] for ref in made)
+        padded = sum(p._sharded_param_data.numel() for p in params) * 8  # the unit's gradients, padded, in
+        assert r["bytes"] == padded * 4
+    paths = [path for path, _ in units(model)]  # the model and the units: both tools' counts, equal
+    assert {p: step_counts(g)[p] for p in paths} == {p: want[p] for p in paths}

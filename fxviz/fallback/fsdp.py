@@ -13,6 +13,7 @@ unsharded parameter, named as the module holds it, reads the value it is a view 
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -79,6 +80,18 @@ def unsharded_names(model: nn.Module) -> dict[int, str]:
     return {id(e[0]): found._names[id(e[2])] for e in found._by_id.values() if e[1] == "unsharded"}
 
 
+def reduced_grads(names: dict[int, str]) -> list[str]:
+    """Inside FSDP2's ``foreach_reduce`` (a unit's gradient reduce-scatter being dispatched): the
+    names of the parameters whose gradients it reduces, in FSDP2's order; ``names`` maps the sharded
+    parameters the capture began with to theirs. Empty anywhere else."""
+    f: Any = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name == "foreach_reduce" and "fsdp_params" in f.f_locals:
+            return [names.get(id(p.sharded_param)) or str(p._param_fqn) for p in f.f_locals["fsdp_params"]]
+        f = f.f_back
+    return []
+
+
 def _tensors(p: Any) -> dict[str, torch.Tensor | None]:
     return {"shard": getattr(p, "_sharded_param_data", None), "unsharded": getattr(p, "_unsharded_param", None)}
 
@@ -114,4 +127,4 @@ def unsharded_source(p: Any, nodes: list[Node], lookup: Any) -> Ref | None:
     return ref
 
 
-__all__ = ["FsdpParams", "shard_attrs", "unsharded_names", "unsharded_source"]
+__all__ = ["FsdpParams", "reduced_grads", "shard_attrs", "unsharded_names", "unsharded_source"]
