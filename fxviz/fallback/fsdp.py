@@ -121,7 +121,7 @@ def unsharded_source(p: Any, nodes: list[Node], lookup: Any) -> Ref | None:
     for n in reversed(nodes):  # made after the copy-out, in the unit's pre-forward
         if n.name == ref.node:
             break
-        if n.inputs[:1] == (ref,) and n.target.rpartition(".")[2].startswith("as_strided") \
+        if n.inputs[:1] == (ref,) and "as_strided" in n.target.split(".") \
                 and len(n.outputs) == 1 and tuple(n.outputs[0].shape) == shape:
             return Ref(n.name)
     return ref
