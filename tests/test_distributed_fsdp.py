@@ -203,3 +203,46 @@ def test_each_gradient_reduce_scatter_reads_its_units_gradients_in_its_unit() ->
         assert r["bytes"] == padded * 4
     paths = [path for path, _ in units(model)]  # the model and the units: both tools' counts, equal
     assert {p: step_counts(g)[p] for p in paths} == {p: want[p] for p in paths}
+
+
+def fsdp_tp_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """FSDP2 over tensor parallel on a 2-D mesh (dp x tp): the unsharded parameters are DTensors."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from tests.test_distributed import MLP
+
+    mesh = init_device_mesh("cpu", (2, dist.get_world_size() // 2), mesh_dim_names=("dp", "tp"))
+    torch.manual_seed(0)
+    m = nn.Sequential(MLP(), MLP())
+    for block in m:
+        parallelize_module(block, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
+        fully_shard(block, mesh=mesh["dp"])
+    fully_shard(m, mesh=mesh["dp"])
+    return m, (torch.randn(4, 16),)
+
+
+def test_fsdp_over_tensor_parallel_linears_read_the_unsharded_dtensor_parameters_by_name() -> None:
+    made: list[nn.Module] = []
+
+    def factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+        m, args = fsdp_tp_factory()
+        made.append(m)
+        return m, args
+
+    g = fxviz.capture(factory, world_size=8)
+    assert counts(g) == oracle(fsdp_tp_factory, 8)  # CommDebugMode: each unit's gather, each block's all-reduce
+    linears = [n for n in g.nodes if n.target == "torch.nn.functional.linear"]
+    assert [inputs(g, n.name)[1:] for n in linears] == [
+        [f"{u}.{m}.weight", f"{u}.{m}.bias"] for u in ("0", "1") for m in ("up", "down")]
+    for _, params in units(made[0]):
+        for p in params:
+            node = g.node(p._param_fqn)
+            unsharded = p.unsharded_param
+            assert node.kind == "parameter" and tuple(node.outputs[0].shape) == tuple(unsharded.shape)
+            assert node.attrs["placements"] == ", ".join(str(q) for q in unsharded.placements)
+            # made from the copy-out of its unit's all-gather: as_strided, then DTensor's detach
+            chain = [node]
+            while chain[-1].inputs and not chain[-1].target.startswith("fsdp::split_with_sizes_copy"):
+                chain.append(producer(g, chain[-1]))
+            assert chain[-1].target == "fsdp::split_with_sizes_copy" and chain[-1].module == node.module.split(".")[0]

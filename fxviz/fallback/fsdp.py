@@ -8,19 +8,24 @@ swaps in ``_unsharded_param``, a view of those bytes. The graph says so: the sha
 node named ``<name>.shard`` (target the parameter's name; ``shard_of`` the unsharded parameter it
 is gathered into, which alone counts among the model's parameters; :func:`shard_attrs`), and the
 unsharded parameter, named as the module holds it, reads the value it is a view of: the
-``as_strided`` FSDP2 made it from (a unit's first forward) or the copy-out's output.
+``as_strided`` FSDP2 made it from (a unit's first forward) or the copy-out's output; over tensor
+parallel, the DTensor FSDP2 wrapped that view in (:func:`name_unsharded`). In a training step the
+gradient outputs are named by these parameters and each unit's reduce-scatter reads them
+(:func:`unsharded_names`, :func:`reduced_grads`).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
+from fxviz.fallback.tensors import tensor_meta
 from fxviz.ir import Node, Ref
-from fxviz.torchbridge.distributed import format_placement
+from fxviz.torchbridge.distributed import format_placement, placement_attrs
 
 
 class FsdpParams:
@@ -47,6 +52,11 @@ class FsdpParams:
         if e is None or e[0] is not t:
             return None
         return e[1], e[2], self._names[id(e[2])]
+
+    def unsharded_dtensors(self) -> list[tuple[torch.Tensor, str]]:
+        """The unsharded parameters that are DTensors (FSDP2 over tensor parallel), with names."""
+        return [(e[0], self._names[id(e[2])]) for e in self._by_id.values()
+                if e[1] == "unsharded" and type(e[0]) not in (torch.Tensor, nn.Parameter)]
 
     def _stale(self) -> bool:
         return any(self._by_id.get(id(t), (None,))[0] is not t
@@ -92,6 +102,38 @@ def reduced_grads(names: dict[int, str]) -> list[str]:
     return []
 
 
+def name_unsharded(params: list[tuple[torch.Tensor, str]], nodes: list[Node], values: Any,
+                   unique: Callable[[str], str]) -> None:
+    """FSDP2 over tensor parallel: an unsharded parameter is a DTensor that FSDP2 made with ops the
+    tracer recorded (its view of the gathered bytes, detached), so ops read it as that op's value.
+    Each gets its parameter node, by name, reading that value, and its readers read the parameter.
+    ``values`` is the recorder's tensor -> ``[ref, version]`` map, ``unique`` its node namer."""
+    if not params:
+        return
+    swap: dict[Ref, Ref] = {}
+    after: dict[str, Node] = {}
+    named = {n.name for n in nodes if n.kind == "parameter"}  # read before it was recorded
+    for t, name in params:
+        e = values.get(t)
+        if e is None or e[0] in swap or e[0].node in named:
+            continue
+        owner = name.rpartition(".")[0]
+        node = Node(unique(name), "parameter", name, (e[0],), ((owner, 0),) if owner else (),
+                    (tensor_meta(t),), attrs=placement_attrs(t))
+        swap[e[0]], after[e[0].node] = Ref(node.name), node
+        e[0] = Ref(node.name)
+    if not swap:
+        return
+    out: list[Node] = []
+    for n in nodes:
+        if any(r in swap for r in n.inputs):
+            n.inputs = tuple(swap.get(r, r) for r in n.inputs)
+        out.append(n)
+        if n.name in after:
+            out.append(after[n.name])
+    nodes[:] = out
+
+
 def _tensors(p: Any) -> dict[str, torch.Tensor | None]:
     return {"shard": getattr(p, "_sharded_param_data", None), "unsharded": getattr(p, "_unsharded_param", None)}
 
@@ -127,4 +169,4 @@ def unsharded_source(p: Any, nodes: list[Node], lookup: Any) -> Ref | None:
     return ref
 
 
-__all__ = ["FsdpParams", "reduced_grads", "shard_attrs", "unsharded_names", "unsharded_source"]
+__all__ = ["FsdpParams", "name_unsharded", "reduced_grads", "shard_attrs", "unsharded_names", "unsharded_source"]

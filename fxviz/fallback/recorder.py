@@ -23,11 +23,12 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from fxviz.fallback.classify import Action, Kind, Level, kind_of, kinds
 from fxviz.fallback.context import ModuleStack, Names, Sources
-from fxviz.fallback.fsdp import FsdpParams, shard_attrs, unsharded_source
+from fxviz.fallback.fsdp import FsdpParams, name_unsharded, shard_attrs, unsharded_source
 from fxviz.fallback.observe import PLAIN_TENSORS, TracerFault, claim, observer
 from fxviz.fallback.tensors import METAS, ModelState, Versions, tensor_meta, version
 from fxviz.fallback.values import encode, has_opaque
 from fxviz.ir import ModuleCall, Node, NodeKind, Ref, SourceLoc
+from fxviz.torchbridge.distributed import placement_attrs
 from fxviz.torchbridge.guard import named_modules
 
 _SKIP = Action.SKIP
@@ -109,6 +110,15 @@ class Recorder:
         return ref if ref is not None else self._state_node(t)
 
     def _sharded_value(self, t: torch.Tensor) -> Ref | None:
+        """The value a DTensor (or a shard of one) read for the first time is: FSDP2's unsharded
+        DTensor parameter (2-D, FSDP over tensor parallel) by name, else :meth:`_local_value`."""
+        if self._fsdp is not None:
+            ref = self._fsdp_node(t)
+            if ref is not None:
+                return ref
+        return self._local_value(t)
+
+    def _local_value(self, t: torch.Tensor) -> Ref | None:
         """A DTensor and its local shard are one value to the graph: DTensor's ``from_local`` and
         ``to_local`` run as autograd Functions the torch-function mode does not see, so the DTensor
         (or shard) the next op reads was never an op's output. The DTensor wraps a recorded shard
@@ -186,8 +196,12 @@ class Recorder:
         role, p, name = found
         if role == "shard":
             return self._add_state_node(t, "parameter", name, node_name=f"{name}.shard", attrs=shard_attrs(p, name))
-        src = unsharded_source(p, self.nodes, lambda x: self.versions.lookup(x, version(x)))
-        return self._add_state_node(t, "parameter", name, inputs=(src,) if src is not None else ())
+        if type(t) in _PLAIN_TENSORS:
+            src = unsharded_source(p, self.nodes, lambda x: self.versions.lookup(x, version(x)))
+            return self._add_state_node(t, "parameter", name, inputs=(src,) if src is not None else ())
+        src = self._local_value(t)  # a DTensor around FSDP2's view of the gathered shard
+        return self._add_state_node(t, "parameter", name, inputs=(src,) if src is not None else (),
+                                    attrs=placement_attrs(t))
 
     def _swapped_in(self, t: torch.Tensor) -> tuple[NodeKind, str]:
         """A parameter or buffer a running module holds now but did not when the capture began
@@ -212,6 +226,8 @@ class Recorder:
         """The forward returned: bind its last in-place writes (ATen level) before outputs are read."""
         self.versions.finish_pending()
         self.flush_elsewhere()
+        if self._fsdp is not None:
+            name_unsharded(self._fsdp.unsharded_dtensors(), self.nodes, self._values, self.names.unique)
 
     def close(self) -> None:
         """The trace is over: drop the module stack, whose callback into the recorder is a
