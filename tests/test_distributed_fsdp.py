@@ -246,3 +246,33 @@ def test_fsdp_over_tensor_parallel_linears_read_the_unsharded_dtensor_parameters
             while chain[-1].inputs and not chain[-1].target.startswith("fsdp::split_with_sizes_copy"):
                 chain.append(producer(g, chain[-1]))
             assert chain[-1].target == "fsdp::split_with_sizes_copy" and chain[-1].module == node.module.split(".")[0]
+
+
+def _stepped(factory: Any) -> Any:
+    def made() -> tuple[nn.Module, tuple[torch.Tensor]]:
+        m, args = factory()
+        m(*args).sum().backward()  # a training step before the capture: FSDP2's buffers exist
+        stepped.append(m)
+        return m, args
+
+    stepped: list[nn.Module] = []
+    made.models = stepped  # type: ignore[attr-defined]
+    return made
+
+
+@pytest.mark.parametrize("factory", [gpt_factory, fsdp_tp_factory], ids=["fsdp", "fsdp+tp"])
+def test_after_a_step_the_parameters_read_the_copy_out_into_fsdps_own_buffers(factory: Any) -> None:
+    """A model that already ran a step: FSDP2 copies the gathered bytes into the buffers it made
+    then (``all_gather_outputs``), constants by name here, and swaps in the same unsharded
+    parameters, views of them: each parameter reads the copy-out's write of its buffer."""
+    made = _stepped(factory)
+    g = fxviz.capture(made, world_size=8)
+    assert not [n.name for n in g.nodes if n.kind == "constant" and "all_gather_output_of" not in n.attrs]
+    for path, params in units(made.models[0]):
+        copy = next(n for n in g.nodes if n.target == "fsdp::split_with_sizes_copy" and n.module == path)
+        for p in params:
+            buffer = g.node(f"{p._param_fqn}.all_gather_output")
+            assert buffer.kind == "constant" and buffer.attrs["all_gather_output_of"] == p._param_fqn
+            assert tuple(buffer.outputs[0].shape) == tuple(p.all_gather_outputs[0].shape)
+            (src,) = g.node(p._param_fqn).inputs  # the parameter: its value is the copy-out's write
+            assert src.node == copy.name and tuple(copy.outputs[src.index].shape) == tuple(p.all_gather_outputs[0].shape)

@@ -41,8 +41,9 @@ class FsdpParams:
         self._names: dict[int, str] = {}  # id(FSDPParam) -> its parameter's name
 
     def find(self, t: torch.Tensor) -> tuple[str, Any, str] | None:
-        """``(role, fsdp_param, name)`` for a shard's data (role ``shard``) or an unsharded
-        parameter (``unsharded``) of the model's FSDP2 units; None for any other tensor."""
+        """``(role, fsdp_param, name)`` for a shard's data (role ``shard``), an unsharded
+        parameter (``unsharded``) or the buffer the gathered bytes are copied out into
+        (``gathered``) of the model's FSDP2 units; None for any other tensor."""
         if self._params is None:
             self._build()
         e = self._by_id.get(id(t))
@@ -135,7 +136,9 @@ def name_unsharded(params: list[tuple[torch.Tensor, str]], nodes: list[Node], va
 
 
 def _tensors(p: Any) -> dict[str, torch.Tensor | None]:
-    return {"shard": getattr(p, "_sharded_param_data", None), "unsharded": getattr(p, "_unsharded_param", None)}
+    outs: list[Any] = getattr(p, "all_gather_outputs", None) or []
+    return {"shard": getattr(p, "_sharded_param_data", None), "unsharded": getattr(p, "_unsharded_param", None),
+            "gathered": outs[0] if len(outs) == 1 else None}
 
 
 def shard_attrs(p: Any, name: str) -> dict[str, Any]:

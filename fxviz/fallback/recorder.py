@@ -153,9 +153,10 @@ class Recorder:
 
     def _add_state_node(
         self, t: torch.Tensor, kind: NodeKind, name: str, *, node_name: str = "",
-        inputs: tuple[Ref, ...] = (), attrs: dict[str, Any] | None = None,
+        inputs: tuple[Ref, ...] = (), attrs: dict[str, Any] | None = None, owner: str | None = None,
     ) -> Ref:
-        owner = name.rpartition(".")[0]
+        if owner is None:
+            owner = name.rpartition(".")[0]
         meta = METAS.get((t.shape, t.dtype, t.device))  # tensor_meta(), inlined: once per parameter
         names = self.names  # Names.unique(), inlined for a name not taken yet
         base = node_name or name or "constant"
@@ -196,12 +197,14 @@ class Recorder:
         role, p, name = found
         if role == "shard":
             return self._add_state_node(t, "parameter", name, node_name=f"{name}.shard", attrs=shard_attrs(p, name))
-        if type(t) in _PLAIN_TENSORS:
-            src = unsharded_source(p, self.nodes, lambda x: self.versions.lookup(x, version(x)))
-            return self._add_state_node(t, "parameter", name, inputs=(src,) if src is not None else ())
-        src = self._local_value(t)  # a DTensor around FSDP2's view of the gathered shard
+        if role == "gathered":  # the buffer FSDP2 copies the gathered bytes out into: made before a later step
+            return self._add_state_node(t, "constant", f"{name}.all_gather_output", owner=name.rpartition(".")[0],
+                                        attrs={"all_gather_output_of": name})
+        # a DTensor (FSDP2 over tensor parallel) wraps a view the tracer may have recorded
+        src = None if type(t) in _PLAIN_TENSORS else self._local_value(t)
+        src = src or unsharded_source(p, self.nodes, lambda x: self.versions.lookup(x, version(x)))
         return self._add_state_node(t, "parameter", name, inputs=(src,) if src is not None else (),
-                                    attrs=placement_attrs(t))
+                                    attrs=None if type(t) in _PLAIN_TENSORS else placement_attrs(t))
 
     def _swapped_in(self, t: torch.Tensor) -> tuple[NodeKind, str]:
         """A parameter or buffer a running module holds now but did not when the capture began
