@@ -140,26 +140,31 @@ class Recorder:
             if key is not None:
                 self._sharded[key] = ref
 
-    def _state_node(self, t: torch.Tensor) -> Ref:
-        kind: NodeKind
-        e = self.state._names.get(id(t))
-        if e is not None and e[0] is t and e[1] == "parameter":  # ModelState.read, inlined for a parameter
-            kind, name = "parameter", e[2]
-        else:
-            kind, name = self.state.read(t)
-            if not name:
-                return self._fsdp_node(t) or self._swapped_in_node(t)
-        return self._add_state_node(t, kind, name)
-
-    def _add_state_node(
-        self, t: torch.Tensor, kind: NodeKind, name: str, *, node_name: str = "",
+    def _state_node(
+        self, t: torch.Tensor, kind: NodeKind | None = None, name: str = "", *, base: str = "",
         inputs: tuple[Ref, ...] = (), attrs: dict[str, Any] | None = None, owner: str | None = None,
     ) -> Ref:
+        """The node of a tensor read for the first time that no op made: what the model calls it
+        (``kind`` and ``name`` given: FSDP2's, :meth:`_fsdp_node`, with the node's name ``base``,
+        its ``inputs`` and ``attrs``, and the module ``owner`` when the name does not say it)."""
+        if kind is None:
+            e = self.state._names.get(id(t))
+            if e is not None and e[0] is t and e[1] == "parameter":  # ModelState.read, inlined for a parameter
+                kind, name = "parameter", e[2]
+            else:
+                kind, name = self.state.read(t)
+                if not name:
+                    ref = self._fsdp_node(t)
+                    if ref is not None:
+                        return ref
+                    kind, name = self._swapped_in(t)
+                if not name:
+                    self.replay_blockers.append("reads a tensor the model does not own (a global or a closure)")
         if owner is None:
             owner = name.rpartition(".")[0]
         meta = METAS.get((t.shape, t.dtype, t.device))  # tensor_meta(), inlined: once per parameter
         names = self.names  # Names.unique(), inlined for a name not taken yet
-        base = node_name or name or "constant"
+        base = base or name or "constant"
         if base in names._next or base in names._taken:
             base = names.unique(base)
         else:
@@ -178,12 +183,6 @@ class Recorder:
         self._values._d[id(t)] = (_weakref(t), [ref, v])  # TensorMap.__setitem__, inlined
         return ref
 
-    def _swapped_in_node(self, t: torch.Tensor) -> Ref:
-        kind, name = self._swapped_in(t)
-        if not name:
-            self.replay_blockers.append("reads a tensor the model does not own (a global or a closure)")
-        return self._add_state_node(t, kind, name)
-
     def _fsdp_node(self, t: torch.Tensor) -> Ref | None:
         """FSDP2's shard of a parameter (``fsdp::all_gather_copy_in`` reads it), or its unsharded
         parameter, which reads the gathered bytes it is a view of (:mod:`fxviz.fallback.fsdp`)."""
@@ -196,15 +195,15 @@ class Recorder:
             return None
         role, p, name = found
         if role == "shard":
-            return self._add_state_node(t, "parameter", name, node_name=f"{name}.shard", attrs=shard_attrs(p, name))
+            return self._state_node(t, "parameter", name, base=f"{name}.shard", attrs=shard_attrs(p, name))
         if role == "gathered":  # the buffer FSDP2 copies the gathered bytes out into: made before a later step
-            return self._add_state_node(t, "constant", f"{name}.all_gather_output", owner=name.rpartition(".")[0],
-                                        attrs={"all_gather_output_of": name})
+            return self._state_node(t, "constant", f"{name}.all_gather_output", owner=name.rpartition(".")[0],
+                                    attrs={"all_gather_output_of": name})
         # a DTensor (FSDP2 over tensor parallel) wraps a view the tracer may have recorded
         src = None if type(t) in _PLAIN_TENSORS else self._local_value(t)
         src = src or unsharded_source(p, self.nodes, lambda x: self.versions.lookup(x, version(x)))
-        return self._add_state_node(t, "parameter", name, inputs=(src,) if src is not None else (),
-                                    attrs=None if type(t) in _PLAIN_TENSORS else placement_attrs(t))
+        return self._state_node(t, "parameter", name, inputs=(src,) if src is not None else (),
+                                attrs=None if type(t) in _PLAIN_TENSORS else placement_attrs(t))
 
     def _swapped_in(self, t: torch.Tensor) -> tuple[NodeKind, str]:
         """A parameter or buffer a running module holds now but did not when the capture began
