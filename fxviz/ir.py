@@ -341,7 +341,7 @@ class Graph:
     def __repr__(self) -> str:
         ops = sum(1 for n in self.nodes if n.kind == "op")
         params = sum((n.meta.numel or 0) for n in self.nodes if n.kind == "parameter" and n.meta is not None
-                     and "tied_to" not in n.attrs)
+                     and "tied_to" not in n.attrs and "shard_of" not in n.attrs)
         extra = ", partial" if self.partial else ""
         return f"<fxviz.Graph {self.name or 'model'!r} by {self.method or '?'}: {ops} ops, {params:,} params{extra}>"
 

@@ -39,6 +39,7 @@ from torch.autograd.graph import _engine_run_backward
 from torch.overrides import TorchFunctionMode
 
 from fxviz.errors import ModelError
+from fxviz.fallback.fsdp import unsharded_names
 from fxviz.fallback.recompute import Recompute, place, storage_key
 from fxviz.fallback.recorder import Recorder
 from fxviz.fallback.tensors import tensor_meta
@@ -327,6 +328,7 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
     names: dict[int, str] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         names.setdefault(id(p), name)
+    names.update(unsharded_names(model))  # FSDP2's: the gradients go to its unsharded parameters
     for n, t in zip([n for n in graph.nodes if n.kind == "input"], inputs, strict=False):
         names.setdefault(id(t), n.target)
     frozen = {name for name, p in model.named_parameters() if not p.requires_grad}

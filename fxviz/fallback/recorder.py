@@ -23,10 +23,12 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from fxviz.fallback.classify import Action, Kind, Level, kind_of, kinds
 from fxviz.fallback.context import ModuleStack, Names, Sources
+from fxviz.fallback.fsdp import FsdpParams, name_unsharded, shard_attrs, unsharded_source
 from fxviz.fallback.observe import PLAIN_TENSORS, TracerFault, claim, observer
 from fxviz.fallback.tensors import METAS, ModelState, Versions, tensor_meta, version
 from fxviz.fallback.values import encode, has_opaque
 from fxviz.ir import ModuleCall, Node, NodeKind, Ref, SourceLoc
+from fxviz.torchbridge.distributed import placement_attrs
 from fxviz.torchbridge.guard import named_modules
 
 _SKIP = Action.SKIP
@@ -71,6 +73,7 @@ class Recorder:
         self._values = self.versions.values  # every op reads and writes it: one lookup less
         self._sharded: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Ref] = {}  # DTensor shards
         self._by_path: dict[str, nn.Module] | None = None  # module path -> module, made on first need
+        self._fsdp: FsdpParams | None = None  # FSDP2's parameters, looked for on first need
         self.state = ModelState(self.modules, snapshot_buffers=snapshot_buffers)
         self.failed: Node | None = None
         self.failed_stack: tuple[ModuleCall, ...] = ()
@@ -107,6 +110,15 @@ class Recorder:
         return ref if ref is not None else self._state_node(t)
 
     def _sharded_value(self, t: torch.Tensor) -> Ref | None:
+        """The value a DTensor (or a shard of one) read for the first time is: FSDP2's unsharded
+        DTensor parameter (2-D, FSDP over tensor parallel) by name, else :meth:`_local_value`."""
+        if self._fsdp is not None:
+            ref = self._fsdp_node(t)
+            if ref is not None:
+                return ref
+        return self._local_value(t)
+
+    def _local_value(self, t: torch.Tensor) -> Ref | None:
         """A DTensor and its local shard are one value to the graph: DTensor's ``from_local`` and
         ``to_local`` run as autograd Functions the torch-function mode does not see, so the DTensor
         (or shard) the next op reads was never an op's output. The DTensor wraps a recorded shard
@@ -128,29 +140,39 @@ class Recorder:
             if key is not None:
                 self._sharded[key] = ref
 
-    def _state_node(self, t: torch.Tensor) -> Ref:
-        kind: NodeKind
-        e = self.state._names.get(id(t))
-        if e is not None and e[0] is t and e[1] == "parameter":  # ModelState.read, inlined for a parameter
-            kind, name = "parameter", e[2]
-        else:
-            kind, name = self.state.read(t)
-            if not name:
-                kind, name = self._swapped_in(t)
-            if not name:
-                self.replay_blockers.append("reads a tensor the model does not own (a global or a closure)")
-        owner = name.rpartition(".")[0]
+    def _state_node(
+        self, t: torch.Tensor, kind: NodeKind | None = None, name: str = "", *, base: str = "",
+        inputs: tuple[Ref, ...] = (), attrs: dict[str, Any] | None = None, owner: str | None = None,
+    ) -> Ref:
+        """The node of a tensor read for the first time that no op made: what the model calls it
+        (``kind`` and ``name`` given: FSDP2's, :meth:`_fsdp_node`, with the node's name ``base``,
+        its ``inputs`` and ``attrs``, and the module ``owner`` when the name does not say it)."""
+        if kind is None:
+            e = self.state._names.get(id(t))
+            if e is not None and e[0] is t and e[1] == "parameter":  # ModelState.read, inlined for a parameter
+                kind, name = "parameter", e[2]
+            else:
+                kind, name = self.state.read(t)
+                if not name:
+                    ref = self._fsdp_node(t)
+                    if ref is not None:
+                        return ref
+                    kind, name = self._swapped_in(t)
+                if not name:
+                    self.replay_blockers.append("reads a tensor the model does not own (a global or a closure)")
+        if owner is None:
+            owner = name.rpartition(".")[0]
         meta = METAS.get((t.shape, t.dtype, t.device))  # tensor_meta(), inlined: once per parameter
         names = self.names  # Names.unique(), inlined for a name not taken yet
-        base = name or "constant"
+        base = base or name or "constant"
         if base in names._next or base in names._taken:
             base = names.unique(base)
         else:
             names._next[base] = 1
             names._taken.add(base)
         node = Node(
-            base, kind, name, (), ((owner, 0),) if owner else (),
-            (meta if meta is not None else tensor_meta(t),),
+            base, kind, name, inputs, ((owner, 0),) if owner else (),
+            (meta if meta is not None else tensor_meta(t),), attrs=attrs if attrs is not None else {},
         )
         self.nodes.append(node)
         ref = Ref(node.name)
@@ -160,6 +182,28 @@ class Recorder:
             v = 0
         self._values._d[id(t)] = (_weakref(t), [ref, v])  # TensorMap.__setitem__, inlined
         return ref
+
+    def _fsdp_node(self, t: torch.Tensor) -> Ref | None:
+        """FSDP2's shard of a parameter (``fsdp::all_gather_copy_in`` reads it), or its unsharded
+        parameter, which reads the gathered bytes it is a view of (:mod:`fxviz.fallback.fsdp`)."""
+        if self._fsdp is None:
+            if "torch.distributed.fsdp" not in sys.modules:  # no FSDP2 unit exists
+                return None
+            self._fsdp = FsdpParams(self.modules)
+        found = self._fsdp.find(t)
+        if found is None:
+            return None
+        role, p, name = found
+        if role == "shard":
+            return self._state_node(t, "parameter", name, base=f"{name}.shard", attrs=shard_attrs(p, name))
+        if role == "gathered":  # the buffer FSDP2 copies the gathered bytes out into: made before a later step
+            return self._state_node(t, "constant", f"{name}.all_gather_output", owner=name.rpartition(".")[0],
+                                    attrs={"all_gather_output_of": name})
+        # a DTensor (FSDP2 over tensor parallel) wraps a view the tracer may have recorded
+        src = None if type(t) in _PLAIN_TENSORS else self._local_value(t)
+        src = src or unsharded_source(p, self.nodes, lambda x: self.versions.lookup(x, version(x)))
+        return self._state_node(t, "parameter", name, inputs=(src,) if src is not None else (),
+                                attrs=None if type(t) in _PLAIN_TENSORS else placement_attrs(t))
 
     def _swapped_in(self, t: torch.Tensor) -> tuple[NodeKind, str]:
         """A parameter or buffer a running module holds now but did not when the capture began
@@ -184,6 +228,8 @@ class Recorder:
         """The forward returned: bind its last in-place writes (ATen level) before outputs are read."""
         self.versions.finish_pending()
         self.flush_elsewhere()
+        if self._fsdp is not None:
+            name_unsharded(self._fsdp.unsharded_dtensors(), self.nodes, self._values, self.names.unique)
 
     def close(self) -> None:
         """The trace is over: drop the module stack, whose callback into the recorder is a

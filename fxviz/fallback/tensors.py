@@ -138,13 +138,16 @@ class Versions:
             if deferred:
                 self.pending.append((t, node, k))
                 continue
-            base = _base(t)
-            self.writes[base] = (node, version(t))
-            e = self.values.get(base) if base is not t else None
-            if e is not None and e[1] == version(base) and e[0].node != node.name:
-                # a write through a view that moved no version counter (FSDP2 keeps them across
-                # its copies): the base would read as unwritten, so it comes from ``node`` now
-                e[0] = Ref(node.name, add_output(node, base, e[0]))
+            self.writes[_base(t)] = (node, version(t))
+            self._through_view(t, node)
+
+    def _through_view(self, t: torch.Tensor, node: Node) -> None:
+        """A write through a view that moved no version counter (FSDP2 keeps them across its
+        copies): the base would read as unwritten, so it comes from ``node`` now."""
+        base = _base(t)
+        e = self.values.get(base) if base is not t else None
+        if e is not None and e[1] == version(base) and e[0].node != node.name:
+            e[0] = Ref(node.name, add_output(node, base, e[0]))
 
     def finish_pending(self) -> None:
         """ATen level: the autograd layer bumps a written tensor's version after the dispatch mode
@@ -153,6 +156,7 @@ class Versions:
             v = version(t)
             self.values[t] = [Ref(node.name, k), v]
             self.writes[_base(t)] = (node, v)
+            self._through_view(t, node)
         self.pending.clear()
 
 

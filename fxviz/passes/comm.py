@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from fxviz.ir import Graph, Node
+from fxviz.ir import Graph, Node, Ref
 from fxviz.passes.overlays import set_overlay
 from fxviz.passes.tree import tree_of
 
@@ -78,8 +78,10 @@ def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> bool:
     all-gather) belongs to that op, one run after the last op (the engine's final callbacks:
     FSDP2's reduce-scatter for a block whose inputs need no gradient) to the last op run, one in a
     hook on a parameter's gradient (``grad_of``: a hand-written data-parallel all-reduce) to the
-    parameter's module, after the op that made the gradient. The node reads nothing
-    (``attrs["during"]`` names the op) and sits right after that op. Returns whether it added any."""
+    parameter's module, after the op that made the gradient. The node sits right after that op
+    (``attrs["during"]`` names it) and reads nothing, but for FSDP2's reduce-scatter (``grads_of``):
+    it reads the gradients of its unit's parameters, and is in that unit (the module holding them;
+    ``CommDebugMode`` names the last module whose backward began). Returns whether it added any."""
     ops = [n for n in graph.nodes if n.kind == "op" and n.phase == "backward" and "seq_nr" in n.attrs]
     by_key = {(n.target, n.attrs["seq_nr"]): n for n in ops}
     if not ops:
@@ -89,6 +91,7 @@ def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> bool:
     params = {n.target: n for n in graph.nodes if n.kind == "parameter"}
     grads = {str(n.attrs["grad_of"]): n for n in graph.nodes if n.kind == "output" and "grad_of" in n.attrs}
     after: dict[str, list[Node]] = {}
+    pos = {n.name: i for i, n in enumerate(graph.nodes)} if any(r.get("grads_of") for r in records) else {}
     for r in records:
         if r.get("phase") != "backward":
             continue
@@ -105,15 +108,38 @@ def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> bool:
         while name in used:
             name, i = f"{_base(str(r.get('op', '')))}_bw_{i}", i + 1
         used.add(name)
-        node = Node(name, "op", target=str(r.get("op", "")), stack=owner.stack, phase="backward",
+        stack, reads = owner.stack, _grads_read(r, grads, during, pos) if pos else ()
+        if reads:  # FSDP2's reduce-scatter: in its unit, the module holding the parameters it reduces
+            unit = _common_path([str(g).rpartition(".")[0] for g in r["grads_of"]])
+            stack = tuple(c for c in during.stack if not c[0] or unit == c[0] or unit.startswith(c[0] + "."))
+        node = Node(name, "op", target=str(r.get("op", "")), inputs=reads, stack=stack, phase="backward",
                     attrs={"during": during.name, "collective": r.get("kind", ""), "bytes": int(r.get("bytes", 0))})
         after.setdefault(during.name, []).append(node)
-        r["module"], r["node"] = owner.module, name
+        r["module"], r["node"] = node.module, name
         if not r.get("source"):
             r["source"] = _forward_line(during, nodes)
     if after:
         graph.nodes[:] = [m for n in graph.nodes for m in (n, *after.get(n.name, ()))]
     return bool(after)
+
+
+def _grads_read(r: dict[str, Any], grads: dict[str, Node], during: Node, pos: dict[str, int]) -> tuple[Ref, ...]:
+    """What a backward collective that reduces parameters' gradients (``grads_of``: FSDP2's
+    reduce-scatter of a unit's) reads: the values the graph's gradient outputs of those parameters
+    read, made before it runs (``pos``: each node's place in the graph)."""
+    at = pos[during.name]
+    return tuple(ref for g in r.get("grads_of", ()) if g in grads for ref in grads[g].inputs if pos[ref.node] <= at)
+
+
+def _common_path(paths: list[str]) -> str:
+    """The innermost module path that holds all of ``paths`` (``""``: the model)."""
+    parts = [p.split(".") if p else [] for p in paths]
+    common: list[str] = []
+    for names in zip(*parts, strict=False):
+        if len(set(names)) != 1:
+            break
+        common.append(names[0])
+    return ".".join(common)
 
 
 def write_comm(graph: Graph, records: Sequence[dict[str, Any]]) -> None:

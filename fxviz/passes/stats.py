@@ -33,7 +33,7 @@ def compute_stats(graph: Graph) -> Graph:
         if kind == "op":
             target = n.target
             targets[target] = targets.get(target, 0) + 1
-        elif kind == "parameter" and "tied_to" not in n.attrs:
+        elif kind == "parameter" and "tied_to" not in n.attrs and "shard_of" not in n.attrs:  # FSDP2: counted unsharded
             path = n.stack[-1][0] if n.stack else ""
             if n.outputs:
                 m = n.outputs[0]

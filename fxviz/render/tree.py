@@ -42,6 +42,7 @@ from fxviz.render.treelabel import fold_plumbing as _fold_plumbing
 from fxviz.render.treelabel import shape_pieces as _shape_pieces
 from fxviz.render.treelabel import shown as _c
 from fxviz.render.view import (
+    KIND_COLORS,
     captured_by,
     counted,
     format_count,
@@ -74,6 +75,8 @@ class _Ctx:
     overlay: dict[str, Any] | None
     unseen: dict[str, str]  # Call.id -> why a module call's ops are not in the graph
     base: list[str] = field(default_factory=list)  # paths of the calls being drawn, innermost last
+    #: op -> the parameters whose value it makes (FSDP2's unsharded parameters, views of its all-gather)
+    becomes: dict[str, list[str]] = field(default_factory=dict)
 
     def avail(self, nesting: int) -> int | None:
         """Columns left for a label ``nesting`` levels below the root."""
@@ -120,6 +123,9 @@ def to_tree(graph: Graph, *, depth: int | None = None, unfold: bool = False,
               if n.kind == "call" and isinstance(n.attrs.get("unseen"), str)}
     ctx = _Ctx(graph, depth, unfold, calls, stats, folds, dtypes[0] if dtypes else "", max(1, max_levels), width,
                {} if plumbing else plumbing_of(graph), spec, unseen)
+    for n in graph.nodes:
+        if n.inputs and n.kind == "parameter":
+            ctx.becomes.setdefault(n.inputs[0].node, []).append(n.target)
 
     tree = Tree(_header(graph, ctx).render(width), guide_style="dim")
     if depth == 0:
@@ -395,8 +401,16 @@ def _op_line(node: Node, ctx: _Ctx) -> _Label:
         m = metas[0]
         if m.is_tensor and ctx.main_dtype and m.dtype != ctx.main_dtype and _dtype_changed(node, ctx):
             t.add(f" {_c(m.dtype)}", "yellow")
+    _becomes(t, node.name, ctx)
     _mark(t, node)
     return t
+
+
+def _becomes(t: _Label, name: str, ctx: _Ctx) -> None:
+    """``= attn.weight``: the parameters an op's value is (an FSDP2 unit's unsharded parameters)."""
+    params = ctx.becomes.get(name)
+    if params:
+        t.add(f"  = {_c(', '.join(_relative(p, ctx) for p in params))}", KIND_COLORS["parameter"], brk=True)
 
 
 def _dtype_changed(node: Node, ctx: _Ctx) -> bool:
@@ -435,6 +449,8 @@ def _chain(t: _Label, steps: list[Step], ctx: _Ctx) -> _Label:
     last = ctx.graph.node(step_nodes(steps[-1])[-1]) if steps else None
     if last is not None and last.meta is not None:
         t.add(f"  → {meta_text(last.meta)}", _SHAPE, brk=True)
+    if last is not None:
+        _becomes(t, last.name, ctx)
     return t
 
 
