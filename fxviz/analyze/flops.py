@@ -152,11 +152,6 @@ def node_flops(graph: Graph, node: Node, shape_of: dict[int, Shape | None] | Non
     return int(flops) if flops is not None else None
 
 
-def _meta(outputs: tuple[Any, ...], index: int) -> Any:
-    """Output ``index`` of ``outputs``, or ``None`` (as :meth:`Graph.meta_of`)."""
-    return outputs[index] if index < len(outputs) else None
-
-
 def count_flops(graph: Graph) -> Graph:
     """Write the overlay ``flops`` (see the module docstring)."""
     nodes = {}
@@ -178,7 +173,8 @@ def count_flops(graph: Graph) -> Graph:
             continue
         if by_name is None:
             by_name = nodes_by_name(graph)
-        metas = [_meta(by_name[r.node].outputs, r.index) for r in n.inputs]
+        # output ``index`` of each producer, or None (as Graph.meta_of)
+        metas = [outs[i] if (i := r.index) < len(outs := by_name[r.node].outputs) else None for r in n.inputs]
         key = (target, *map(id, metas), *map(id, n.outputs), n.attrs.get("transposed"))
         if key in memo:
             f = memo[key]

@@ -61,18 +61,19 @@ def named_modules(model: nn.Module, *, remove_duplicate: bool = True) -> list[tu
     """``model.named_modules()`` as a list, in the same order, without recursion: torch's is a
     chain of nested generators, so each module of a chain ``d`` levels deep passes through ``d``
     of them (the square of the depth: 3,200 modules nested 1,600 deep took 3 s per walk). Within
-    :func:`walks_shared`, one walk serves the snapshot, the checks and the tracer."""
+    :func:`walks_shared`, one walk serves the snapshot, the checks and the tracer, and each of its
+    two lists is made once: the same list is returned to every caller (read it, never change it)."""
     cached = _WALKS.get(id(model))
-    if cached is not None and cached[0] is model:
-        walk = cached[1]
-    else:
-        walk = _walk(model)
+    if cached is None or cached[0] is not model:
+        cached = [model, _walk(model), None]
         if _SHARING:
-            _WALKS[id(model)] = (model, walk)
+            _WALKS[id(model)] = cached
     if not remove_duplicate:
-        return list(walk)
-    seen: set[int] = set()
-    return [(p, m) for p, m in walk if id(m) not in seen and not seen.add(id(m))]  # type: ignore[func-returns-value]
+        return cached[1] if _SHARING else list(cached[1])
+    if cached[2] is None:  # kept in the cache entry only while sharing (an entry apart otherwise)
+        seen: set[int] = set()
+        cached[2] = [(p, m) for p, m in cached[1] if id(m) not in seen and not seen.add(id(m))]  # type: ignore[func-returns-value]
+    return cached[2]
 
 
 def _walk(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -91,7 +92,8 @@ def modules_of(model: nn.Module) -> list[nn.Module]:
     return list(map(_second, named_modules(model)))
 
 
-_WALKS: dict[int, tuple[nn.Module, list[tuple[str, nn.Module]]]] = {}
+#: model id -> [the model, its walk, the walk without repeated modules (once asked for)]
+_WALKS: dict[int, list[Any]] = {}
 _SHARING = False
 
 
