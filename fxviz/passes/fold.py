@@ -169,7 +169,10 @@ class _Members:
     def of(self, path: str) -> set[str]:
         found = self.by_path.get(path)
         if found is None:
-            found = self.by_path[path] = {name for c in self.tree.by_path.get(path, ()) for name in c.nodes}
+            calls = self.tree.by_path.get(path, ())
+            # a module called once (most): its call's names, in C
+            found = self.by_path[path] = (set(calls[0].nodes) if len(calls) == 1
+                                          else {name for c in calls for name in c.nodes})
         return found
 
 
