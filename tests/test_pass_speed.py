@@ -189,13 +189,13 @@ def test_passes_read_stacks_by_value_not_by_sharing(
 
 
 def test_a_capture_walks_the_modules_once_and_lists_them_once_per_kind(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fxviz.torchbridge import guard
+    from fxviz.torchbridge import walk as walk_mod
 
     shared = nn.Linear(8, 8)  # met twice: the two lists differ
     model = nn.Sequential(shared, nn.ReLU(), shared, nn.Sequential(nn.Linear(8, 8), nn.Identity())).eval()
     walks: list[int] = []
     lists: Counter[tuple[int, bool]] = Counter()  # (id of the list handed out, remove_duplicate)
-    walk, named = guard._walk, guard.named_modules
+    walk, named = walk_mod._walk, walk_mod.named_modules
 
     def counting_walk(m: nn.Module) -> Any:
         walks.append(id(m))
@@ -209,7 +209,7 @@ def test_a_capture_walks_the_modules_once_and_lists_them_once_per_kind(monkeypat
             assert [(p, id(x)) for p, x in out] == [(p, id(x)) for p, x in torch_own]
         return out
 
-    monkeypatch.setattr(guard, "_walk", counting_walk)
+    monkeypatch.setattr(walk_mod, "_walk", counting_walk)
     for mod in [m for k, m in __import__("sys").modules.items() if k.startswith("fxviz") and m is not None]:
         if getattr(mod, "named_modules", None) is named:
             monkeypatch.setattr(mod, "named_modules", counting_named)
