@@ -175,6 +175,19 @@ class Call:
             yield c
             todo.extend(reversed(c.children))
 
+    def listed(self) -> list[Call]:
+        """:meth:`walk` as a list, built without a generator (a reader that lists every call: half
+        the cost)."""
+        out: list[Call] = []
+        todo = [self]
+        while todo:
+            c = todo.pop()
+            out.append(c)
+            children = c.children
+            if children:
+                todo.extend(reversed(children))
+        return out
+
     def __repr__(self) -> str:
         return f"Call({self.id or '<root>'}, {len(self.nodes)} ops)"
 
@@ -291,7 +304,7 @@ class CallTree:
         next young-generation pass. The tree is unusable afterwards: only for the owner of a tree
         no one else holds (:func:`fxviz.passes.tree.sharing`, when a run of passes ends).
         ``calls``: the tree's calls (``list(self.walk())``), when the owner has them."""
-        for c in self.walk() if calls is None else calls:
+        for c in self.root.listed() if calls is None else calls:
             c.parent = None
             c._pending = None
             if self.regions:
@@ -344,8 +357,11 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
         # an id ends in "#<index>" or in "#<index>@<n>": the two kinds cannot meet
         cid = f"{path}#{index}"
         n = ids[cid] = ids.get(cid, 0) + 1
-        c = Call(stack[:d], parent, id=cid if n == 1 else f"{cid}@{n}", region=place, _pending=pending)
-        by_stack[c.stack] = c
+        s = stack[:d]
+        # positional: keywords into a Python __init__ of thirteen parameters cost a fifth more
+        c = Call(s, parent, None, None, None, None, None, cid if n == 1 else f"{cid}@{n}", place, None, None, None,
+                 pending)
+        by_stack[s] = c
         same = by_path.get(path)
         if same is None:
             by_path[path] = [c]

@@ -269,3 +269,29 @@ def test_model_explorer_node_data_carries_every_overlay(tmp_path: Path) -> None:
     # a node data file reads back as an fxviz overlay with the same values
     _, spec, _ = read_overlay((tmp_path / "g.nodedata.params.json").read_text(), g, where="g.nodedata.params.json")
     assert spec["nodes"] == overlays(g)["params"]["nodes"]
+
+
+@pytest.mark.parametrize(("bad", "kind"), [
+    (2**63, "number"), (-(2**63), "number"), (True, "number"), (float("inf"), "number"), ("hot", "number"),
+    (1.5, "category"), (["mask"], "category"),
+])
+def test_one_bad_value_among_many_good_ones_is_refused_naming_it(bad: Any, kind: str) -> None:
+    # set_overlay checks a whole table at once where every entry is plain (ints, floats or text):
+    # a single entry that is not must still be found and named
+    good: Any = 1.0 if isinstance(bad, int) and not isinstance(bad, bool) else 7
+    good = "mask" if kind == "category" else good
+    nodes = {f"n{i}": good for i in range(200)}
+    nodes["the_bad_one"] = bad
+    with pytest.raises(GraphFormatError, match="the_bad_one"):
+        set_overlay(stack_graph(), "x", label="x", kind=kind, nodes=nodes)
+    with pytest.raises(GraphFormatError, match="the_bad_one"):
+        set_overlay(stack_graph(), "x", label="x", kind=kind, modules=nodes)
+
+
+def test_plain_tables_keep_their_values_order_and_drop_only_nulls() -> None:
+    ints = {f"n{i}": (i * 7919) % 1000 for i in range(300)}
+    spec = set_overlay(stack_graph(), "x", label="x", kind="number", nodes=ints, modules={"a": 2**63 - 1, "b": -(2**63 - 1)})
+    assert list(spec["nodes"].items()) == list(ints.items()) and spec["nodes"] is not ints
+    assert spec["modules"] == {"a": 2**63 - 1, "b": -(2**63 - 1)}
+    spec = set_overlay(stack_graph(), "x", label="x", kind="category", nodes={"b": "mask", "a": None, "c": "shape"})
+    assert list(spec["nodes"].items()) == [("b", "mask"), ("c", "shape")]

@@ -186,3 +186,37 @@ def test_passes_read_stacks_by_value_not_by_sharing(
     if factory is _tiny_gpt2:  # its two blocks fold: the signatures compared are not empty
         assert [r["label"] for r in fast.annotations["fold"]] == ["h.0-1"]
     assert fast.to_json() == slow.to_json()
+
+
+def test_a_capture_walks_the_modules_once_and_lists_them_once_per_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fxviz.torchbridge import walk as walk_mod
+
+    shared = nn.Linear(8, 8)  # met twice: the two lists differ
+    model = nn.Sequential(shared, nn.ReLU(), shared, nn.Sequential(nn.Linear(8, 8), nn.Identity())).eval()
+    walks: list[int] = []
+    lists: Counter[tuple[int, bool]] = Counter()  # (id of the list handed out, remove_duplicate)
+    walk, named = walk_mod._walk, walk_mod.named_modules
+
+    def counting_walk(m: nn.Module) -> Any:
+        walks.append(id(m))
+        return walk(m)
+
+    def counting_named(m: nn.Module, *, remove_duplicate: bool = True) -> Any:
+        out = named(m, remove_duplicate=remove_duplicate)
+        if m is model:
+            lists[(id(out), remove_duplicate)] += 1
+            torch_own = list(model.named_modules(remove_duplicate=remove_duplicate))
+            assert [(p, id(x)) for p, x in out] == [(p, id(x)) for p, x in torch_own]
+        return out
+
+    monkeypatch.setattr(walk_mod, "_walk", counting_walk)
+    for mod in [m for k, m in __import__("sys").modules.items() if k.startswith("fxviz") and m is not None]:
+        if getattr(mod, "named_modules", None) is named:
+            monkeypatch.setattr(mod, "named_modules", counting_named)
+    fxviz.capture(model, (torch.randn(2, 8),), method="eager")
+    assert walks.count(id(model)) == 1
+    # every caller of a kind got the one list made for the capture
+    assert lists and len({key[1] for key in lists}) == len(lists), lists
+    # outside a capture, each call hands out a list of its own (the caller may change it)
+    assert named(model) is not named(model)
+    assert named(model, remove_duplicate=False) is not named(model, remove_duplicate=False)

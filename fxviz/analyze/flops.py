@@ -19,17 +19,17 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from itertools import repeat
 from typing import Any
 
 import torch
 from torch.utils import flop_counter
 
+from fxviz.calls import Call
 from fxviz.ir import Graph, Node
 from fxviz.ops import op_name
 from fxviz.passes import DEFAULT, PASSES
 from fxviz.passes.overlays import set_overlay
-from fxviz.passes.tree import calls_of, nodes_by_name
+from fxviz.passes.tree import Shared, shared
 
 aten = torch.ops.aten
 Shape = tuple[int, ...]
@@ -152,11 +152,6 @@ def node_flops(graph: Graph, node: Node, shape_of: dict[int, Shape | None] | Non
     return int(flops) if flops is not None else None
 
 
-def _meta(outputs: tuple[Any, ...], index: int) -> Any:
-    """Output ``index`` of ``outputs``, or ``None`` (as :meth:`Graph.meta_of`)."""
-    return outputs[index] if index < len(outputs) else None
-
-
 def count_flops(graph: Graph) -> Graph:
     """Write the overlay ``flops`` (see the module docstring)."""
     nodes = {}
@@ -166,6 +161,7 @@ def count_flops(graph: Graph) -> Graph:
     # per target and input/output metadata objects (a capture shares one per shape)
     counted: dict[str, bool] = {}
     memo: dict[tuple[Any, ...], int | None] = {}
+    facts: Shared | None = None
     by_name: dict[str, Node] | None = None  # Graph.meta_of, without its two Python calls per input
     for n in graph.nodes:
         if n.kind != "op":
@@ -177,8 +173,10 @@ def count_flops(graph: Graph) -> Graph:
         if not has:
             continue
         if by_name is None:
-            by_name = nodes_by_name(graph)
-        metas = [_meta(by_name[r.node].outputs, r.index) for r in n.inputs]
+            facts = shared(graph)
+            by_name = facts.by_name
+        # output ``index`` of each producer, or None (as Graph.meta_of)
+        metas = [outs[i] if (i := r.index) < len(outs := by_name[r.node].outputs) else None for r in n.inputs]
         key = (target, *map(id, metas), *map(id, n.outputs), n.attrs.get("transposed"))
         if key in memo:
             f = memo[key]
@@ -187,19 +185,22 @@ def count_flops(graph: Graph) -> Graph:
         if f:
             nodes[n.name] = f
     modules = {}
-    if nodes:
-        # a call's ``nodes`` are its own ``ops`` and its child calls' ``nodes``: each op is added
-        # once, children before parents, where summing every call's ``nodes`` cost the nodes times
-        # the nesting depth
-        calls = calls_of(graph)  # parents first
-        totals: dict[int, int] = {}
+    if nodes and facts is not None:
+        # each counted op is added to its call, then each call's total to its parent's, children
+        # before parents: linear in the ops and calls (summing every call's ``nodes`` cost the nodes
+        # times the nesting depth; summing every call's ``ops``, a lookup per op of every call).
+        # The tree is the one that gave the nodes by name (outside a run of passes, each
+        # shared() builds one)
+        calls, node_call = facts.calls, facts.tree.node_call  # calls: parents first
+        totals: dict[Call, int] = {}  # a call hashes by identity
+        for name, f in nodes.items():
+            c = node_call[name]
+            totals[c] = totals.get(c, 0) + f
         for c in reversed(calls):
-            total = totals[id(c)] = totals.get(id(c), 0) + sum(map(nodes.get, c.ops, repeat(0)))
-            if c.parent is not None and total:
-                totals[id(c.parent)] = totals.get(id(c.parent), 0) + total
-        for c in calls:
-            if c.stack and totals[id(c)]:
-                modules[c.id] = totals[id(c)]
+            total = totals.get(c)
+            if total and c.parent is not None:
+                totals[c.parent] = totals.get(c.parent, 0) + total
+        modules = {c.id: total for c in calls if c.stack and (total := totals.get(c))}
     set_overlay(graph, "flops", label="FLOPs", kind="number", unit="FLOP", scale="log", reduce="sum",
                 nodes=nodes, modules=modules,
                 description="forward FLOPs from torch.utils.flop_counter's formulas at the captured shapes "

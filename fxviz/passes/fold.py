@@ -51,6 +51,8 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[Token, ..
     """Module path -> the structure of everything inside it, for the ``candidates`` only (the
     rest can never fold, and hashing every level of every node is the pass's whole cost)."""
     tokens: dict[str, list[Token]] = {}
+    if not candidates:  # no module has a sibling of its class: nothing to read
+        return {}
     # per-object caches, keyed by id: the tracer shares one TensorMeta per shape and one stack
     # tuple per module call, and hashing those values on every node costs more than the work saved
     shape_text: dict[int, str] = {}
@@ -72,11 +74,13 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[Token, ..
         elif kind == "input" or kind == "output":
             continue
         else:  # state belongs to its owner and to every module around it
-            module = n.stack[-1][0] if n.stack else ""
+            stack = n.stack
+            module = stack[-1][0] if stack else ""
             levels = state_levels.get(module)
             if levels is None:
+                # _relative(), inlined
                 levels = state_levels[module] = [
-                    (tokens.setdefault(p, []), _relative(module, p), p)
+                    (tokens.setdefault(p, []), module[len(p) + 1:] if p != module else "", p)
                     for p in _candidate_prefixes(module, candidates, around)
                 ]
         if not levels:
@@ -118,8 +122,8 @@ def _op_levels(
         if path in candidates:
             if d == last:  # the ops' own module: nothing below it
                 levels.append((tokens.setdefault(path, []), "", ()))
-            else:
-                levels.append((tokens.setdefault(path, []), _relative(module, path),
+            else:  # _relative(), inlined
+                levels.append((tokens.setdefault(path, []), module[len(path) + 1 :] if path != module else "",
                                tuple(map(_call_index, stack[d + 1 :]))))
     return levels
 
@@ -165,7 +169,10 @@ class _Members:
     def of(self, path: str) -> set[str]:
         found = self.by_path.get(path)
         if found is None:
-            found = self.by_path[path] = {name for c in self.tree.by_path.get(path, ()) for name in c.nodes}
+            calls = self.tree.by_path.get(path, ())
+            # a module called once (most): its call's names, in C
+            found = self.by_path[path] = (set(calls[0].nodes) if len(calls) == 1
+                                          else {name for c in calls for name in c.nodes})
         return found
 
 
@@ -187,7 +194,11 @@ def fold_repeats(graph: Graph) -> Graph:
     tree = tree_of(graph)
     root = build_scopes(graph.nodes, graph.modules, graph.name, tree, own_nodes=False, calls=calls_of(graph))
     parents = [scope for scope in root.walk() if len(scope.children) > 1]  # where a run may be
-    sigs = _signatures(graph, _candidates(parents))
+    candidates = _candidates(parents)
+    if not candidates:  # every sibling of another class: no run (most small models)
+        graph.annotations["fold"] = []
+        return graph
+    sigs = _signatures(graph, candidates)
     members = _Members(graph, tree)
     runs: list[dict[str, Any]] = []
 

@@ -40,7 +40,7 @@ def annotate_module_paths(graph: Graph) -> Graph:
         paths.update(map(_path_of, stack))
     known = set(graph.modules)
     missing = set()
-    for path in paths:
+    for path in paths - known:  # (a capture's are all known: none left to look at)
         while path and path not in known:
             known.add(path)
             missing.add(path)

@@ -25,8 +25,10 @@ Model Explorer's per-node data JSON, as it is.
 from __future__ import annotations
 
 import json
+import operator
 import re
 from collections.abc import Callable, Iterable, Mapping
+from itertools import repeat
 from typing import Any
 
 from fxviz.calls import CallTree
@@ -72,11 +74,22 @@ def set_overlay(
         spec["description"] = description
     if reduce is not None:
         spec["reduce"] = reduce
-    spec["nodes"] = {k: v for k, v in (nodes or {}).items() if v is not None}
-    spec["modules"] = {k: v for k, v in (modules or {}).items() if v is not None}
+    # a copy without the missing values (in C when there are none: a capture's overlays hold a
+    # value per op and per call)
+    spec["nodes"] = _present(nodes)
+    spec["modules"] = _present(modules)
     check_overlay(name, spec, "overlay")
     graph.annotations.setdefault("overlays", {})[name] = spec
     return spec
+
+
+def _present(values: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``values`` without its ``None`` entries, as a new dict."""
+    if not values:
+        return {}
+    if not any(map(operator.is_, values.values(), repeat(None))):
+        return dict(values)
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def stored(graph: Graph) -> dict[str, dict[str, Any]]:

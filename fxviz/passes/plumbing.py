@@ -205,7 +205,10 @@ def classify_plumbing(graph: Graph) -> dict[str, str]:
         scalar_only = bool(n.outputs) and not dtypes
         if not (scalar_only or family in _MOVERS or short in _MORE_MOVERS or short in METADATA_ONLY):
             continue
-        reads = [r.node for r in n.inputs]
+        inputs = n.inputs
+        if inputs and short not in METADATA_ONLY and (first := inputs[0].node) not in free and first not in user_int:
+            continue  # read from the computation: neither rule below can take it (most ops)
+        reads = [r.node for r in inputs]
         if short in METADATA_ONLY or all(r in free for r in reads):
             free.add(n.name)
             candidates[n.name] = "free"

@@ -58,17 +58,20 @@ def compute_stats(graph: Graph) -> Graph:
     totals: dict[str, list[int]] = {"": [0, 0]}
     for k, counter in enumerate((own_params, own_ops)):
         for path, count in counter.items():
-            new = []
-            p = path
-            while p not in totals:
-                new.append(p)
-                p = p.rpartition(".")[0]
-            for q in reversed(new):
-                totals[q] = [0, 0]
-            totals[path][k] += count
-    for path in reversed(totals):
+            t = totals.get(path)
+            if t is None:
+                new = []
+                p = path
+                while p not in totals:
+                    new.append(p)
+                    p = p.rpartition(".")[0]
+                for q in reversed(new):
+                    totals[q] = [0, 0]
+                t = totals[path]
+            t[k] += count
+    for path, t in reversed(totals.items()):
         if path:
-            t, parent = totals[path], totals[path.rpartition(".")[0]]
+            parent = totals[path.rpartition(".")[0]]
             parent[0] += t[0]
             parent[1] += t[1]
     mods = {p: {"params": t[0], "ops": t[1]} for p, t in totals.items()}

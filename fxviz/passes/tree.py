@@ -39,7 +39,7 @@ class Shared:
     @property
     def calls(self) -> list[Call]:
         if self._calls is None:
-            self._calls = list(self.tree.walk())
+            self._calls = self.tree.root.listed()
         return self._calls
 
     @property

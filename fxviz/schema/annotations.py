@@ -135,7 +135,10 @@ def check_overlay(name: Any, spec: Any, where: str) -> dict[str, Any]:
 
 def _overlay_values(values: Any, at: str, number: bool) -> None:
     """Node name or call id -> a finite number (``number``) or a category string, or null."""
-    for key, v in _object(values, lambda: at).items():
+    d = _object(values, lambda: at)
+    if _plain(d, number):
+        return
+    for key, v in d.items():
         if type(key) is str and key.isascii() and (  # the common cases first, without a closure
                 v is None or (type(v) is str and not number and v.isascii())
                 or (number and type(v) is int and abs(v) <= MAX_INT) or (number and type(v) is float and math.isfinite(v))):
@@ -152,6 +155,27 @@ def _overlay_values(values: Any, at: str, number: bool) -> None:
             _fail(where_v(), "a number or null", v)
         else:
             _number(v, where_v)
+
+
+_INT, _FLOAT, _STR = frozenset({int}), frozenset({float}), frozenset({str})
+
+
+def _plain(d: dict[Any, Any], number: bool) -> bool:
+    """Whether every entry of ``d`` passes :func:`_overlay_values`' first test, checked in C (an
+    overlay of a capture holds a value per op and per call: the loop was most of writing one):
+    ASCII text keys, and values that are all ints within range, all finite floats or (a category)
+    all ASCII text. Anything else is checked entry by entry."""
+    if not d:
+        return True
+    if set(map(type, d)) != _STR or not all(map(str.isascii, d)):
+        return False
+    values = d.values()
+    kinds = set(map(type, values))
+    if not number:
+        return kinds == _STR and all(map(str.isascii, values))
+    if kinds == _INT:
+        return max(values) <= MAX_INT and min(values) >= -MAX_INT
+    return kinds == _FLOAT and all(map(math.isfinite, values))
 
 
 def _overlays(v: Any, where: str) -> None:

@@ -32,11 +32,10 @@ stays valid), and only where a value differs.
 
 from __future__ import annotations
 
-import contextlib
 import operator
 import sys
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from itertools import chain, compress, filterfalse
 from typing import Any
 
@@ -45,9 +44,11 @@ from torch import nn
 from torch.nn.modules import module as nn_module
 
 from fxviz.torchbridge.distributed import data_alias
+from fxviz.torchbridge.walk import modules_of, named_modules, walks_shared
 
 _first, _second = operator.itemgetter(0), operator.itemgetter(1)
-_PLAIN_TENSORS = frozenset((torch.Tensor, nn.Parameter, nn.Buffer))
+_PLAIN_TENSORS, _PARAMETER = frozenset((torch.Tensor, nn.Parameter, nn.Buffer)), frozenset((nn.Parameter,))
+_is_meta = operator.attrgetter("is_meta")
 _NOT_CONTAINERS = (torch.Tensor, nn.Module)
 _SCALARS = frozenset({int, float, bool, str, bytes, type(None), complex})
 #: Containers walked into at most (a forward's Python caches; a guard against pathological models).
@@ -55,59 +56,6 @@ _MAX_CONTAINERS = 200_000
 _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
                  "_global_backward_pre_hooks", "_global_forward_hooks_always_called",
                  "_global_forward_hooks_with_kwargs")
-
-
-def named_modules(model: nn.Module, *, remove_duplicate: bool = True) -> list[tuple[str, nn.Module]]:
-    """``model.named_modules()`` as a list, in the same order, without recursion: torch's is a
-    chain of nested generators, so each module of a chain ``d`` levels deep passes through ``d``
-    of them (the square of the depth: 3,200 modules nested 1,600 deep took 3 s per walk). Within
-    :func:`walks_shared`, one walk serves the snapshot, the checks and the tracer."""
-    cached = _WALKS.get(id(model))
-    if cached is not None and cached[0] is model:
-        walk = cached[1]
-    else:
-        walk = _walk(model)
-        if _SHARING:
-            _WALKS[id(model)] = (model, walk)
-    if not remove_duplicate:
-        return list(walk)
-    seen: set[int] = set()
-    return [(p, m) for p, m in walk if id(m) not in seen and not seen.add(id(m))]  # type: ignore[func-returns-value]
-
-
-def _walk(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    out: list[tuple[str, nn.Module]] = []
-    todo: list[tuple[str, nn.Module]] = [("", model)]
-    while todo:
-        path, m = todo.pop()
-        out.append((path, m))
-        todo.extend(reversed([(f"{path}.{name}" if path else name, c)
-                              for name, c in m._modules.items() if c is not None]))
-    return out
-
-
-def modules_of(model: nn.Module) -> list[nn.Module]:
-    """Every module once, in ``model.modules()`` order."""
-    return list(map(_second, named_modules(model)))
-
-
-_WALKS: dict[int, tuple[nn.Module, list[tuple[str, nn.Module]]]] = {}
-_SHARING = False
-
-
-@contextlib.contextmanager
-def walks_shared() -> Iterator[None]:
-    """Walk each model's modules once for the block (a capture: the structure it walks is put back
-    after every attempt), instead of once for each part that needs it."""
-    global _SHARING
-    outer = _SHARING
-    _SHARING = True
-    try:
-        yield
-    finally:
-        _SHARING = outer
-        if not outer:
-            _WALKS.clear()
 
 
 def _real(t: torch.Tensor) -> bool:
@@ -185,10 +133,14 @@ class _Tensors:
         unique = {id(t): (t, copy) for t, copy in tensors}  # a tensor listed twice: the later entry
         self.tensors = ts = [t for t, _ in unique.values()]
         # parameters are leaves with storage; tensor attributes and inputs may be neither
-        self.leaves = [t for t in ts if type(t) is nn.Parameter or t.is_leaf]
-        real = list(map(_real, ts))
-        self.real = list(compress(ts, real))
-        self.other = list(compress(ts, map(operator.not_, real)))  # meta, fake: no storage to compare
+        kinds = set(map(type, ts))  # what follows in C where every tensor is plain (most models)
+        self.leaves = list(ts) if kinds <= _PARAMETER else [t for t in ts if type(t) is nn.Parameter or t.is_leaf]
+        if kinds <= _PLAIN_TENSORS and not any(map(_is_meta, ts)):  # _real() of each, in C
+            self.real, self.other = list(ts), []
+        else:
+            real = list(map(_real, ts))
+            self.real = list(compress(ts, real))
+            self.other = list(compress(ts, map(operator.not_, real)))  # meta, fake: no storage to compare
         with torch.no_grad():
             self.aliases = list(map(data_alias if self.other else _data_of, ts))
             self.values = [(t, t.detach().clone()) for t, copy in unique.values() if copy and _real(t)]
