@@ -138,13 +138,13 @@ class Versions:
             if deferred:
                 self.pending.append((t, node, k))
                 continue
-            self.writes[_base(t)] = (node, version(t))
-            self._through_view(t, node)
+            base = _base(t)
+            self.writes[base] = (node, version(t))
+            self._through_view(t, base, node)
 
-    def _through_view(self, t: torch.Tensor, node: Node) -> None:
-        """A write through a view that moved no version counter (FSDP2 keeps them across its
-        copies): the base would read as unwritten, so it comes from ``node`` now."""
-        base = _base(t)
+    def _through_view(self, t: torch.Tensor, base: torch.Tensor, node: Node) -> None:
+        """A write to ``t``, a view of ``base``, that moved no version counter (FSDP2 keeps them
+        across its copies): the base would read as unwritten, so it comes from ``node`` now."""
         e = self.values.get(base) if base is not t else None
         if e is not None and e[1] == version(base) and e[0].node != node.name:
             e[0] = Ref(node.name, add_output(node, base, e[0]))
@@ -155,8 +155,9 @@ class Versions:
         for t, node, k in self.pending:
             v = version(t)
             self.values[t] = [Ref(node.name, k), v]
-            self.writes[_base(t)] = (node, v)
-            self._through_view(t, node)
+            base = _base(t)
+            self.writes[base] = (node, v)
+            self._through_view(t, base, node)
         self.pending.clear()
 
 
