@@ -32,7 +32,7 @@ PASSES = {"force_disable_caches": True, "bucket_all_gathers_fx": "all", "reorder
                                                       "reorder_communication_preserving_peak_memory"]}
 
 
-def _model() -> tuple[Any, tuple[Any, ...]]:
+def _model(device: str = "cpu") -> tuple[Any, tuple[Any, ...]]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
 
@@ -41,25 +41,26 @@ def _model() -> tuple[Any, tuple[Any, ...]]:
 
         def __init__(self, mesh: Any) -> None:
             super().__init__()
-            self.w = torch.nn.Parameter(torch.randn(16, 16))
-            self.a = torch.nn.Parameter(distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)]))
-            self.b = torch.nn.Parameter(distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)]))
+            self.w = torch.nn.Parameter(torch.randn(16, 16, device=device))
+            self.a = torch.nn.Parameter(distribute_tensor(torch.randn(8, 16, device=device), mesh, [Shard(0)]))
+            self.b = torch.nn.Parameter(distribute_tensor(torch.randn(8, 16, device=device), mesh, [Shard(0)]))
 
         def forward(self, x: Any) -> Any:
             h = torch.sin(torch.relu(x @ self.w.t())) * 2
             return h @ self.a.full_tensor().t() + h @ self.b.full_tensor().t()
 
     torch.manual_seed(0)
-    mesh = init_device_mesh("cpu", (2,))
-    return Gathered(mesh), (torch.randn(4, 16),)
+    mesh = init_device_mesh(device, (2,))
+    return Gathered(mesh), (torch.randn(4, 16, device=device),)
 
 
-@pytest.fixture(scope="module")
-def run() -> tuple[Any, dict[str, list[Any]]]:
+def compiled(device: str = "cpu") -> tuple[Any, dict[str, list[Any]]]:
+    """The model compiled with the passes on, and torch's records of that compile by artifact name
+    (tests/test_cuda_sharded.py runs this module's checks on the GPU)."""
     import torch._inductor.config as inductor_config
 
     with fake_world(2), structured_trace() as events, inductor_config.patch(PASSES):
-        model, args = _model()
+        model, args = _model(device)
         cm = fxviz.compile_map(model, args, backend="inductor", inside=True)
     recorded: dict[str, list[Any]] = {}
     for meta, payload in events:
@@ -68,6 +69,11 @@ def run() -> tuple[Any, dict[str, list[Any]]]:
         if name:
             recorded.setdefault(name, []).append(payload)
     return cm, recorded
+
+
+@pytest.fixture(scope="module")
+def run() -> tuple[Any, dict[str, list[Any]]]:
+    return compiled()
 
 
 def test_the_bucket_torch_formed_is_the_post_grad_stage_change(run) -> None:

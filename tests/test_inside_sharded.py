@@ -22,17 +22,23 @@ from fxviz.torchbridge.tracelog import structured_trace  # noqa: E402
 from tests import test_distributed as td  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def run() -> tuple[Any, dict[str, Any], str]:
+def compiled(factory: Any = td.mlp_factory) -> tuple[Any, dict[str, Any], str]:
+    """The factory's model compiled in a fake group of 2, torch's provenance mapping and Dynamo's
+    graph of the same compile (tests/test_cuda_sharded.py runs these checks on the GPU)."""
     import torch._inductor.config as inductor_config
 
     with fake_world(2), structured_trace() as events, inductor_config.patch({"force_disable_caches": True}):
-        model, args = td.mlp_factory()
+        model, args = factory()
         cm = fxviz.compile_map(model, args, backend="inductor", inside=True)
     maps = [json.loads(p) for meta, p in events
             if meta.get("artifact", {}).get("name") == "inductor_provenance_tracking_node_mappings"]
     dynamo = next(p for meta, p in events if "dynamo_output_graph" in meta)
     return cm, maps[0], dynamo
+
+
+@pytest.fixture(scope="module")
+def run() -> tuple[Any, dict[str, Any], str]:
+    return compiled()
 
 
 def test_collectives_of_a_compiled_tensor_parallel_mlp(run) -> None:
