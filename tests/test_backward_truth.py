@@ -4,6 +4,7 @@ module's op saved what), the joint graph's own descriptors. Each test is a discr
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from typing import Any
 
@@ -192,15 +193,20 @@ class _Block(nn.Module):
 
 
 class Checkpointed(nn.Module):
-    def __init__(self) -> None:
+    """Two blocks, each checkpointed (``early_stop`` passed to each call when set); ``ckpt=False``: the
+    same step without checkpoint."""
+
+    def __init__(self, early_stop: bool | None = None, ckpt: bool = True) -> None:
         super().__init__()
         self.blocks = nn.ModuleList([_Block() for _ in range(2)])
+        self.early_stop, self.ckpt = early_stop, ckpt
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from torch.utils.checkpoint import checkpoint
 
+        extra = {} if self.early_stop is None else {"early_stop": self.early_stop}
         for b in self.blocks:
-            x = checkpoint(b, x, use_reentrant=False)
+            x = checkpoint(b, x, use_reentrant=False, **extra) if self.ckpt else b(x)
         return x
 
 
@@ -222,32 +228,50 @@ def _recomputed_by_torch(model: nn.Module, x: torch.Tensor) -> Counter[str]:
     return ops
 
 
-def test_the_eager_recomputation_says_it_is_the_whole_region_where_torch_stops_early() -> None:
-    """fxviz runs the step with checkpoint's early stop off, so every op of a region is a recompute
-    node; with torch's default (early stop) the real backward runs l1's addmm and tanh again, not
-    l2's addmm: the graph said nothing of it."""
+def _shown(g: fxviz.Graph) -> Counter[str]:
+    return Counter(a for n in g.nodes if n.phase == "recompute" for a in n.attrs["aten"] if a in ("aten.addmm", "aten.tanh"))
+
+
+def _checkpoint_saved(g: fxviz.Graph) -> dict[str, int]:
+    from fxviz.passes.overlays import overlays
+
+    return {k.rsplit("#", 1)[0]: v for k, v in overlays(g)["checkpoint_saved"]["modules"].items() if v}
+
+
+def test_the_eager_recomputation_is_torchs_own_early_stop_or_not_and_what_checkpoint_saved_is_the_same() -> None:
+    """fxviz ran the step with checkpoint's early stop off, so every op of a region was a recompute node
+    (with a note saying so) where torch's default step runs l1's addmm and tanh again, not l2's addmm.
+    Each step now runs as the user's does: early stop off (globally, as here) shows every op again, as
+    torch's step runs it; what checkpointing saved (the forward ops' ``would_save``) is the same both ways
+    and is what the step without checkpoint keeps more (``saved_tensors_hooks``)."""
     torch.manual_seed(0)
     model, x = Checkpointed(), torch.randn(4, 16)
+    plain = Checkpointed(ckpt=False)
+    plain.load_state_dict(model.state_dict())
     assert _recomputed_by_torch(model, x) == {"aten.addmm": 2, "aten.tanh": 2}  # early stop: l2 not again
+    g = fxviz.capture(model, (x,), backward=True, method="eager")
     with torch.utils.checkpoint.set_checkpoint_early_stop(False):
         assert _recomputed_by_torch(model, x) == {"aten.addmm": 4, "aten.tanh": 2}
-    g = fxviz.capture(model, (x,), backward=True, method="eager")
-    assert Counter(a for n in g.nodes if n.phase == "recompute" for a in n.attrs["aten"]
-                   if a in ("aten.addmm", "aten.tanh")) == {"aten.addmm": 4, "aten.tanh": 2}
-    assert [n for n in g.notes if "recomputed whole (early stop off)" in n]
-    with torch.utils.checkpoint.set_checkpoint_early_stop(False):  # as the model's step runs: nothing to say
-        assert not [n for n in fxviz.capture(model, (x,), backward=True, method="eager").notes if "early stop" in n]
+        whole = fxviz.capture(model, (x,), backward=True, method="eager")
+    assert _shown(g) == {"aten.addmm": 2, "aten.tanh": 2} and _shown(whole) == {"aten.addmm": 4, "aten.tanh": 2}
+    assert [n.attrs.get("stopped") for n in g.nodes if n.phase == "recompute"] == [None, None, True] * 2
+    assert not [n for n in whole.nodes if n.attrs.get("stopped")]
+    assert not [n for n in [*g.notes, *whole.notes] if "early stop" in n]
+    without = sum(torch_saved_by_module(plain, (x,)).values()) - sum(torch_saved_by_module(model, (x,)).values())
+    assert _checkpoint_saved(g) == _checkpoint_saved(whole) == {"blocks.0": 512, "blocks.1": 512}
+    assert sum(n.attrs.get("would_save", 0) for n in g.nodes) == without == 1024  # each tanh's output
 
 
-@pytest.mark.xfail(strict=True, reason="the eager path recomputes whole regions (early stop off) to see every op and "
-                   "what it would save; showing only the ops torch's default early stop runs again needs the "
-                   "recomputation run as the model's step runs it and would_save worked out without the rest")
-def test_the_recompute_nodes_are_the_ops_torchs_default_step_runs_again() -> None:
+@pytest.mark.parametrize("how", ["default", "off globally", "off per call"])
+def test_the_recompute_nodes_are_the_ops_torchs_default_step_runs_again(how: str) -> None:
+    """The recompute nodes are what torch's own backward of the same step runs again, however the
+    user's step sets early stop (``set_checkpoint_early_stop``, ``checkpoint(..., early_stop=)``)."""
     torch.manual_seed(0)
-    model, x = Checkpointed(), torch.randn(4, 16)
-    g = fxviz.capture(model, (x,), backward=True, method="eager")
-    shown = Counter(a for n in g.nodes if n.phase == "recompute" for a in n.attrs["aten"] if a in ("aten.addmm", "aten.tanh"))
-    assert shown == _recomputed_by_torch(model, x)
+    model, x = Checkpointed(early_stop=False if how == "off per call" else None), torch.randn(4, 16)
+    with torch.utils.checkpoint.set_checkpoint_early_stop(False) if how == "off globally" else contextlib.nullcontext():
+        g = fxviz.capture(model, (x,), backward=True, method="eager")
+        torchs = _recomputed_by_torch(model, x)
+    assert _shown(g) == torchs == ({"aten.addmm": 2, "aten.tanh": 2} if how == "default" else {"aten.addmm": 4, "aten.tanh": 2})
 
 
 class DroppedBranch(nn.Module):

@@ -59,14 +59,14 @@ def saved_own_overlay(graph: Graph, tree: CallTree) -> dict[str, Any]:
 
 
 def checkpoint_saved_overlay(graph: Graph, tree: CallTree) -> dict[str, Any]:
-    """Bytes activation checkpointing saved: per recompute op what its forward op would have kept
-    for the backward without checkpoint (``attrs["would_save"]``), per module call with its submodules."""
-    nodes = {n.name: int(n.attrs.get("would_save", 0)) for n in graph.nodes if n.phase == "recompute"}
-    fwd = {n.attrs["recomputes"]: b for n in graph.nodes if n.phase == "recompute" for b in [nodes[n.name]]}
-    modules = {c.id: sum(fwd.get(x, 0) for x in c.nodes) for c in tree.walk() if c.stack} if nodes else {}
+    """Bytes activation checkpointing saved: per forward op of a checkpoint region what it would have
+    kept for the backward without checkpoint (``attrs["would_save"]``: every op of the region, whether
+    the backward runs it again or its early stop skips it), per module call with its submodules."""
+    nodes = {n.name: int(n.attrs["would_save"]) for n in graph.nodes if n.phase == "forward" and "would_save" in n.attrs}
+    modules = {c.id: sum(nodes.get(x, 0) for x in c.nodes) for c in tree.walk() if c.stack} if nodes else {}
     return {"label": "checkpoint saved", "kind": "number", "unit": "B", "scale": "log", "reduce": "sum",
-            "description": "bytes torch.utils.checkpoint saved: what the recomputed ops would have kept for the "
-                           "backward without it (per recompute op, per module with its submodules)",
+            "description": "bytes torch.utils.checkpoint saved: what the checkpointed forward ops would have kept "
+                           "for the backward without it (per op, per module with its submodules)",
             "nodes": nodes, "modules": modules}
 
 

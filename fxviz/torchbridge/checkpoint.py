@@ -99,6 +99,9 @@ class Checkpoints:
         self.firsts: dict[int, str] = {}  # call -> the first op its forward recorded
         #: entered around each call's saving of its inputs (the call's number): the eager path's watch
         self.saving: Callable[[int], contextlib.AbstractContextManager[Any]] | None = None
+        #: entered around each non-reentrant call's forward, inside checkpoint's own saved-tensor hooks
+        #: (which keep a placeholder for what the region's ops save): the eager path's watch
+        self.inside: Callable[[int], contextlib.AbstractContextManager[Any]] | None = None
         self._paths: dict[int, str] = {}  # module -> path, for a run without a recorder (see _caller)
         self.members: dict[str, int] = {}  # forward op -> innermost call that recorded it
         self.spans: list[tuple[int, int, int]] = []  # (first, end) sequence numbers a call's forward made, call
@@ -136,7 +139,8 @@ class Checkpoints:
                 next(inner)  # before the forward: checkpoint() runs the function itself after this
             me._enter(call, me._stamp)
             try:
-                yield
+                with me.inside(call) if me.inside is not None else contextlib.nullcontext():
+                    yield
             except BaseException as e:
                 me._leave()
                 try:
