@@ -393,6 +393,12 @@ def test_what_a_checkpoint_saves_to_run_its_region_again_is_saved_in_the_module_
     assert fxviz_saved_by_module(g) == expected
     kept = [s for s in g.saved if s.bytes == 256 and s.module == "a"]
     assert len(kept) == 1 and g.node(kept[0].node).module.startswith("a.b")  # saved by the region's first op
+    # the overlay of bytes saved in each module itself says the same: a's, not a.b.l1's (its op's)
+    from fxviz.passes.overlays import overlays
+
+    ov = overlays(g)
+    assert {k.rsplit("#", 1)[0]: v for k, v in ov["saved_own"]["modules"].items() if v} == expected
+    assert ov["saved"]["modules"]["a#0"] == 256 and ov["saved"]["modules"]["a.b#0"] == 0
 
 
 def test_a_reentrant_checkpoint_steps_as_torchs_backward_does_and_says_what_it_leaves_unseen() -> None:
