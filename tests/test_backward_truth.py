@@ -274,6 +274,48 @@ def test_the_recompute_nodes_are_the_ops_torchs_default_step_runs_again(how: str
     assert _shown(g) == torchs == ({"aten.addmm": 2, "aten.tanh": 2} if how == "default" else {"aten.addmm": 4, "aten.tanh": 2})
 
 
+class _Nested(nn.Module):
+    """A checkpoint around two checkpointed blocks (``ckpt=False``: none)."""
+
+    def __init__(self, ckpt: bool) -> None:
+        super().__init__()
+        self.a, self.b, self.ckpt = _Block(), _Block(), ckpt
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        def f(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+            return checkpoint(m, x, use_reentrant=False) if self.ckpt else m(x)
+
+        return torch.relu(f(self.b, f(self.a, x)))
+
+
+class _Outer(nn.Module):
+    def __init__(self, ckpt: bool) -> None:
+        super().__init__()
+        self.inner, self.head, self.ckpt = _Nested(ckpt), nn.Linear(16, 4), ckpt
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        return self.head(checkpoint(self.inner, x, use_reentrant=False) if self.ckpt else self.inner(x))
+
+
+@pytest.mark.parametrize("early_stop", [True, False])
+def test_what_nested_checkpoints_saved_is_counted_once(early_stop: bool) -> None:
+    """An inner checkpoint's ops were recomputed twice (in the outer region's recomputation and in their
+    own), and each time counted as what checkpointing saved: 2,560 B where the step without checkpoint
+    keeps 1,280 B more (``saved_tensors_hooks``)."""
+    torch.manual_seed(0)
+    model, plain, x = _Outer(True), _Outer(False), torch.randn(4, 16)
+    plain.load_state_dict(model.state_dict())
+    with torch.utils.checkpoint.set_checkpoint_early_stop(early_stop):
+        g = fxviz.capture(model, (x,), backward=True, method="eager")
+    without = sum(torch_saved_by_module(plain, (x,)).values()) - sum(torch_saved_by_module(model, (x,)).values())
+    assert sum(n.attrs.get("would_save", 0) for n in g.nodes) == without == 1280
+    assert sum(s.bytes for s in g.saved) == sum(torch_saved_by_module(model, (x,)).values())
+
+
 class DroppedBranch(nn.Module):
     """A branch computed and dropped (a debug probe, an unused auxiliary head): autograd frees what it
     saved as soon as its result goes."""
