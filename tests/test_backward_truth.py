@@ -302,15 +302,24 @@ class _Outer(nn.Module):
 
 
 @pytest.mark.parametrize("early_stop", [True, False])
-def test_what_nested_checkpoints_saved_is_counted_once(early_stop: bool) -> None:
-    """An inner checkpoint's ops were recomputed twice (in the outer region's recomputation and in their
-    own), and each time counted as what checkpointing saved: 2,560 B where the step without checkpoint
-    keeps 1,280 B more (``saved_tensors_hooks``)."""
+def test_nested_checkpoints_rerun_as_torchs_step_does_and_what_they_saved_is_counted_once(early_stop: bool) -> None:
+    """torch runs an inner checkpoint's ops again twice: in the outer region's recomputation (as a
+    forward) and in their own; fxviz showed the second only. And it counted what checkpointing saved
+    once per recomputation: 2,560 B where the step without checkpoint keeps 1,280 B more
+    (``saved_tensors_hooks``)."""
+    from tests.test_backward_recompute import _backward_aten
+
     torch.manual_seed(0)
     model, plain, x = _Outer(True), _Outer(False), torch.randn(4, 16)
     plain.load_state_dict(model.state_dict())
     with torch.utils.checkpoint.set_checkpoint_early_stop(early_stop):
         g = fxviz.capture(model, (x,), backward=True, method="eager")
+        again = Counter(_backward_aten(model, x)) - Counter(_backward_aten(plain, x))
+    del again["aten.detach"]
+    assert sum((Counter(n.attrs["aten"]) for n in g.nodes if n.phase == "recompute"), Counter()) == again
+    assert again["aten.tanh"] == 4  # each block's tanh twice
+    twice = [n for n in g.nodes if n.phase == "recompute" and n.name.endswith("(recompute 2)")]
+    assert {g.node(n.attrs["recomputes"]).module for n in twice} >= {"inner.a", "inner.b"}
     without = sum(torch_saved_by_module(plain, (x,)).values()) - sum(torch_saved_by_module(model, (x,)).values())
     assert sum(n.attrs.get("would_save", 0) for n in g.nodes) == without == 1280
     assert sum(s.bytes for s in g.saved) == sum(torch_saved_by_module(model, (x,)).values())

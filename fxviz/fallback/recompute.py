@@ -6,10 +6,13 @@ is Python code and does. So while the real backward runs (:func:`~fxviz.fallback
 Python backward runs (its grad_fn's pre/post hook window) is that backward's own code and is left
 out; every other one is a recomputation. Each is matched to the forward op it repeats: the same
 innermost module call (global module hooks say which module runs), the same target, the same
-checkpoint call (the one whose function runs again: :class:`~fxviz.torchbridge.checkpoint.Checkpoints`),
-the next one not yet matched there. It becomes a node of phase ``recompute`` in that op's module,
+checkpoint call (the one whose function runs again: :class:`~fxviz.torchbridge.checkpoint.Checkpoints`,
+or a call nested in it, whose function an outer call's recomputation runs as a forward), the next one
+this recomputation has not matched yet. It becomes a node of phase ``recompute`` in that op's module,
 ``attrs["recomputes"]`` naming the forward op, reading the recomputed values of the forward op's
-inputs where those were recomputed too.
+inputs where those were recomputed too. An inner checkpoint's ops run again twice, as in torch's
+step: in the outer region's recomputation and in their own (``<op> (recompute 2)``, which its
+backward ops read).
 
 The step runs with checkpoint's early stop as the user's step has it (on by default: torch ends a
 region's recomputation inside the pack of the last tensor its forward saved, ``_StopRecomputationError``;
@@ -90,6 +93,8 @@ class Recompute(TorchFunctionMode):
         for n in graph.nodes:
             if n.kind == "op" and n.phase == "forward":
                 self.todo.setdefault((n.attrs.get("checkpoint"), n.module, n.target), []).append(n)
+        self.cursor: dict[tuple[int | None, int | None, str, str], int] = {}  # (run, call, module, target) -> next op
+        self.again: Counter[str] = Counter()  # forward op -> times repeated
         self.value_of: dict[int, tuple[Ref, Ref]] = {}  # id(recomputed tensor) -> (forward value, recomputed)
         self.keep: list[torch.Tensor] = []  # recomputed tensors stay alive: their ids stay theirs
         self.nodes: list[tuple[Node, Node]] = []  # (recompute node, backward node running it)
@@ -137,14 +142,27 @@ class Recompute(TorchFunctionMode):
         kind = classify(func, "function")
         if kind.action is Action.SKIP:
             return
-        todo = self.todo.get((self.checkpoints.current(), self.modules[-1] if self.modules else "", kind.target))
-        if todo:
+        fwd = self._forward_op(self.modules[-1] if self.modules else "", kind.target)
+        if fwd is not None:
             ran = [op for op in ran if op != "aten.detach"]  # the checkpoint's own, as it saves
             cached = Counter(op for op in asked.ops if op != "aten.detach") - Counter(ran)  # a selective checkpoint policy kept these
-            node = self._add(todo.pop(0), args, kwargs or {}, out)
+            node = self._add(fwd, args, kwargs or {}, out)
             node.attrs["aten"] = ran
             if cached:
                 node.attrs["policy_saved"] = sorted(cached.elements())
+
+    def _forward_op(self, module: str, target: str) -> Node | None:
+        """The forward op a call of ``target`` in ``module`` repeats: of the call recomputed now, else of a
+        call nested in it (its function runs as a forward again), the next one this recomputation has
+        not repeated yet."""
+        call, run = self.checkpoints.current(), self.checkpoints.run()
+        for c in (call, *(self.checkpoints.nested(call) if call is not None else ())):
+            ops = self.todo.get((c, module, target))
+            at = self.cursor.get((run, c, module, target), 0)
+            if ops and at < len(ops):
+                self.cursor[(run, c, module, target)] = at + 1
+                return ops[at]
+        return None
 
     def _add(self, fwd: Node, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Node:
         outs = [o for o in (out if isinstance(out, tuple | list) else (out,)) if isinstance(o, torch.Tensor)]
@@ -152,7 +170,9 @@ class Recompute(TorchFunctionMode):
         reads = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
         again = dict(self.value_of[id(a)] for a in reads if id(a) in self.value_of)  # forward ref -> recomputed
         inputs = tuple(again.get(r, r) for r in fwd.inputs)
-        node = Node(f"{fwd.name} (recompute)", "op", target=fwd.target, inputs=inputs, stack=fwd.stack,
+        self.again[fwd.name] += 1
+        times = self.again[fwd.name]
+        node = Node(f"{fwd.name} (recompute{f' {times}' if times > 1 else ''})", "op", target=fwd.target, inputs=inputs, stack=fwd.stack,
                     outputs=tuple(tensor_meta(o) for o in outs) or fwd.outputs,
                     attrs={"recomputes": fwd.name, **stopped,
                            **({"checkpoint": fwd.attrs["checkpoint"]} if "checkpoint" in fwd.attrs else {})},

@@ -93,6 +93,9 @@ class Checkpoints:
 
     def __init__(self) -> None:
         self.kinds: list[str] = []  # per call: "non-reentrant" / "reentrant"
+        self.parents: list[int | None] = []  # per call: the call whose function made it (nested), if any
+        self.runs = 0  # recomputations started (each call of a function checkpoint runs again)
+        self._runs: list[int] = []  # the recomputations running now, innermost last
         #: per call: the module that called checkpoint (its path), which runs while checkpoint saves the
         #: region's inputs (what it keeps to run the region again): torch's module of those saved tensors
         self.callers: list[str] = []
@@ -115,6 +118,20 @@ class Checkpoints:
     def current(self) -> int | None:
         """The innermost call whose function runs now (in the backward: the one recomputed)."""
         return self._open[-1] if self._open else None
+
+    def run(self) -> int | None:
+        """The recomputation running now (a number per run: an inner call's ops run again in each
+        recomputation of a call around it, and in their own), if any."""
+        return self._runs[-1] if self._runs else None
+
+    def nested(self, call: int) -> list[int]:
+        """The calls made inside ``call``'s function, any depth, in the order they were made: an outer
+        call's recomputation runs their functions as forwards again."""
+        out: list[int] = []
+        for c, parent in enumerate(self.parents):
+            if parent is not None and (parent == call or parent in out):
+                out.append(c)
+        return out
 
     @contextlib.contextmanager
     def attach(self, rec: Any = None, *, stamp: bool = False, model: Any = None) -> Iterator[None]:
@@ -173,6 +190,7 @@ class Checkpoints:
 
     def _new(self, kind: str) -> int:
         self.kinds.append(kind)
+        self.parents.append(self.current())
         self.callers.append(self._caller())
         return len(self.kinds) - 1
 
@@ -202,10 +220,13 @@ class Checkpoints:
 
         def again(*args: Any, **kwargs: Any) -> Any:
             self._open.append(call)
+            self.runs += 1
+            self._runs.append(self.runs)
             try:
                 return fn(*args, **kwargs)
             finally:
                 self._open.pop()
+                self._runs.pop()
 
         return again
 
