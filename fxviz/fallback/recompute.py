@@ -45,6 +45,7 @@ them: the watch sees the cache fill in the forward (each entry by the forward op
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import Any
 
@@ -156,7 +157,7 @@ class Recompute(TorchFunctionMode):
         call nested in it (its function runs as a forward again), the next one this recomputation has
         not repeated yet."""
         call, run = self.checkpoints.current(), self.checkpoints.run()
-        for c in (call, *(self.checkpoints.nested(call) if call is not None else ())):
+        for c in itertools.chain((call,), self.checkpoints.nested(call) if call is not None else ()):
             ops = self.todo.get((c, module, target))
             at = self.cursor.get((run, c, module, target), 0)
             if ops and at < len(ops):

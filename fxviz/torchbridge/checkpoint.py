@@ -124,14 +124,14 @@ class Checkpoints:
         recomputation of a call around it, and in their own), if any."""
         return self._runs[-1] if self._runs else None
 
-    def nested(self, call: int) -> list[int]:
+    def nested(self, call: int) -> Iterator[int]:
         """The calls made inside ``call``'s function, any depth, in the order they were made: an outer
         call's recomputation runs their functions as forwards again."""
-        out: list[int] = []
+        inside = {call}
         for c, parent in enumerate(self.parents):
-            if parent is not None and (parent == call or parent in out):
-                out.append(c)
-        return out
+            if parent in inside:
+                inside.add(c)
+                yield c
 
     @contextlib.contextmanager
     def attach(self, rec: Any = None, *, stamp: bool = False, model: Any = None) -> Iterator[None]:
