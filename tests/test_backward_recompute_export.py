@@ -69,10 +69,10 @@ def _models(name: str) -> tuple[nn.Module, nn.Module, torch.Tensor]:
     return model, plain, x
 
 
-def _again(model: nn.Module, plain: nn.Module, x: torch.Tensor) -> Counter[str]:
+def _again(model: nn.Module, plain: nn.Module, x: torch.Tensor, early_stop: bool = False) -> Counter[str]:
     """torch's record: the ATen ops the checkpointed model's backward runs beyond the plain one's
-    (checkpoint's own detaches aside)."""
-    with torch.utils.checkpoint.set_checkpoint_early_stop(False):
+    (checkpoint's own detaches aside); the whole region by default, as the export path shows it."""
+    with torch.utils.checkpoint.set_checkpoint_early_stop(early_stop):
         again = Counter(_backward_aten(model, x)) - Counter(_backward_aten(plain, x))
     del again["aten.detach"]
     return again
@@ -122,12 +122,16 @@ def test_export_shows_the_recomputation_eager_shows(name: str) -> None:
     with kept(model, (x,)):
         gx = fxviz.capture(model, (x,), backward=True, method="export")
     ge = fxviz.capture(model, (x,), backward=True, method="eager")
+    with torch.utils.checkpoint.set_checkpoint_early_stop(False):
+        whole = fxviz.capture(model, (x,), backward=True, method="eager")
     assert gx.method == "export (joint)" and any("torch.utils.checkpoint: 1 region" in n for n in gx.notes)
-    # the ops that run again, per module: torch's real backward, the eager path and the export path agree
+    # the ops that run again, per module: torch's real backward with the region recomputed whole, the
+    # eager path run so and the export path agree; the eager path's default step stops early, as torch's
     again = _again(model, plain, x)
     ops = _recomputed(gx)
     assert sum(ops.values(), Counter()) == again
-    assert ops == _recomputed(ge)
+    assert ops == _recomputed(whole)
+    assert sum(_recomputed(ge).values(), Counter()) == _again(model, plain, x, early_stop=True) != again
     # each recompute node is a forward op torch tagged PREFER_RECOMPUTE, in that op's module
     tags = _joint_tags(model, x)
     assert {p for _, _, p in tags} == {"prefer_recompute"}
@@ -147,8 +151,8 @@ def test_export_shows_the_recomputation_eager_shows(name: str) -> None:
     # what the plain step keeps more, per module as the eager path says
     with_ckpt, without = torch_step(model, (x,))[0], torch_step(plain, (x,))[0]
     assert sum(s.bytes for s in gx.saved) == sum(s.bytes for s in ge.saved) == with_ckpt
-    assert sum(n.attrs["would_save"] for n in rec) == without - with_ckpt > 0
-    assert sum(n.attrs["would_save"] for n in ge.nodes if n.phase == "recompute") == without - with_ckpt
+    assert sum(by_name[n.attrs["recomputes"]].attrs["would_save"] for n in rec) == without - with_ckpt > 0
+    assert sum(n.attrs.get("would_save", 0) for n in ge.nodes if n.phase == "forward") == without - with_ckpt
     assert overlays(gx)["checkpoint_saved"]["modules"] == overlays(ge)["checkpoint_saved"]["modules"]
     # and the plain step's records are torch's too (split's q, k, v share one storage)
     gp = fxviz.capture(plain, (x,), backward=True, method="export")
@@ -274,7 +278,7 @@ def test_a_region_keeps_its_input_made_by_another_region() -> None:
     assert {n.attrs["checkpoint"] for n in rec.values()} == {0, 1}
     second = [n for n in rec.values() if n.module == "b.lin" and n.attrs["aten"] == ["aten.addmm"]]
     assert [r.node for r in second[0].inputs if r.node in rec] == ["t_1 (recompute)"]  # not a's recomputed tanh
-    assert sum(n.attrs["would_save"] for n in rec.values()) == without - with_ckpt
+    assert sum(n.attrs.get("would_save", 0) for n in gx.nodes if n.phase == "forward") == without - with_ckpt
     _check_order(gx)
 
 

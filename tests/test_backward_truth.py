@@ -4,6 +4,7 @@ module's op saved what), the joint graph's own descriptors. Each test is a discr
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from typing import Any
 
@@ -192,15 +193,20 @@ class _Block(nn.Module):
 
 
 class Checkpointed(nn.Module):
-    def __init__(self) -> None:
+    """Two blocks, each checkpointed (``early_stop`` passed to each call when set); ``ckpt=False``: the
+    same step without checkpoint."""
+
+    def __init__(self, early_stop: bool | None = None, ckpt: bool = True) -> None:
         super().__init__()
         self.blocks = nn.ModuleList([_Block() for _ in range(2)])
+        self.early_stop, self.ckpt = early_stop, ckpt
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from torch.utils.checkpoint import checkpoint
 
+        extra = {} if self.early_stop is None else {"early_stop": self.early_stop}
         for b in self.blocks:
-            x = checkpoint(b, x, use_reentrant=False)
+            x = checkpoint(b, x, use_reentrant=False, **extra) if self.ckpt else b(x)
         return x
 
 
@@ -222,32 +228,101 @@ def _recomputed_by_torch(model: nn.Module, x: torch.Tensor) -> Counter[str]:
     return ops
 
 
-def test_the_eager_recomputation_says_it_is_the_whole_region_where_torch_stops_early() -> None:
-    """fxviz runs the step with checkpoint's early stop off, so every op of a region is a recompute
-    node; with torch's default (early stop) the real backward runs l1's addmm and tanh again, not
-    l2's addmm: the graph said nothing of it."""
+def _shown(g: fxviz.Graph) -> Counter[str]:
+    return Counter(a for n in g.nodes if n.phase == "recompute" for a in n.attrs["aten"] if a in ("aten.addmm", "aten.tanh"))
+
+
+def _checkpoint_saved(g: fxviz.Graph) -> dict[str, int]:
+    from fxviz.passes.overlays import overlays
+
+    return {k.rsplit("#", 1)[0]: v for k, v in overlays(g)["checkpoint_saved"]["modules"].items() if v}
+
+
+def test_the_eager_recomputation_is_torchs_own_early_stop_or_not_and_what_checkpoint_saved_is_the_same() -> None:
+    """fxviz ran the step with checkpoint's early stop off, so every op of a region was a recompute node
+    (with a note saying so) where torch's default step runs l1's addmm and tanh again, not l2's addmm.
+    Each step now runs as the user's does: early stop off (globally, as here) shows every op again, as
+    torch's step runs it; what checkpointing saved (the forward ops' ``would_save``) is the same both ways
+    and is what the step without checkpoint keeps more (``saved_tensors_hooks``)."""
     torch.manual_seed(0)
     model, x = Checkpointed(), torch.randn(4, 16)
+    plain = Checkpointed(ckpt=False)
+    plain.load_state_dict(model.state_dict())
     assert _recomputed_by_torch(model, x) == {"aten.addmm": 2, "aten.tanh": 2}  # early stop: l2 not again
+    g = fxviz.capture(model, (x,), backward=True, method="eager")
     with torch.utils.checkpoint.set_checkpoint_early_stop(False):
         assert _recomputed_by_torch(model, x) == {"aten.addmm": 4, "aten.tanh": 2}
-    g = fxviz.capture(model, (x,), backward=True, method="eager")
-    assert Counter(a for n in g.nodes if n.phase == "recompute" for a in n.attrs["aten"]
-                   if a in ("aten.addmm", "aten.tanh")) == {"aten.addmm": 4, "aten.tanh": 2}
-    assert [n for n in g.notes if "recomputed whole (early stop off)" in n]
-    with torch.utils.checkpoint.set_checkpoint_early_stop(False):  # as the model's step runs: nothing to say
-        assert not [n for n in fxviz.capture(model, (x,), backward=True, method="eager").notes if "early stop" in n]
+        whole = fxviz.capture(model, (x,), backward=True, method="eager")
+    assert _shown(g) == {"aten.addmm": 2, "aten.tanh": 2} and _shown(whole) == {"aten.addmm": 4, "aten.tanh": 2}
+    assert [n.attrs.get("stopped") for n in g.nodes if n.phase == "recompute"] == [None, None, True] * 2
+    assert not [n for n in whole.nodes if n.attrs.get("stopped")]
+    assert not [n for n in [*g.notes, *whole.notes] if "early stop" in n]
+    without = sum(torch_saved_by_module(plain, (x,)).values()) - sum(torch_saved_by_module(model, (x,)).values())
+    assert _checkpoint_saved(g) == _checkpoint_saved(whole) == {"blocks.0": 512, "blocks.1": 512}
+    assert sum(n.attrs.get("would_save", 0) for n in g.nodes) == without == 1024  # each tanh's output
 
 
-@pytest.mark.xfail(strict=True, reason="the eager path recomputes whole regions (early stop off) to see every op and "
-                   "what it would save; showing only the ops torch's default early stop runs again needs the "
-                   "recomputation run as the model's step runs it and would_save worked out without the rest")
-def test_the_recompute_nodes_are_the_ops_torchs_default_step_runs_again() -> None:
+@pytest.mark.parametrize("how", ["default", "off globally", "off per call"])
+def test_the_recompute_nodes_are_the_ops_torchs_default_step_runs_again(how: str) -> None:
+    """The recompute nodes are what torch's own backward of the same step runs again, however the
+    user's step sets early stop (``set_checkpoint_early_stop``, ``checkpoint(..., early_stop=)``)."""
     torch.manual_seed(0)
-    model, x = Checkpointed(), torch.randn(4, 16)
-    g = fxviz.capture(model, (x,), backward=True, method="eager")
-    shown = Counter(a for n in g.nodes if n.phase == "recompute" for a in n.attrs["aten"] if a in ("aten.addmm", "aten.tanh"))
-    assert shown == _recomputed_by_torch(model, x)
+    model, x = Checkpointed(early_stop=False if how == "off per call" else None), torch.randn(4, 16)
+    with torch.utils.checkpoint.set_checkpoint_early_stop(False) if how == "off globally" else contextlib.nullcontext():
+        g = fxviz.capture(model, (x,), backward=True, method="eager")
+        torchs = _recomputed_by_torch(model, x)
+    assert _shown(g) == torchs == ({"aten.addmm": 2, "aten.tanh": 2} if how == "default" else {"aten.addmm": 4, "aten.tanh": 2})
+
+
+class _Nested(nn.Module):
+    """A checkpoint around two checkpointed blocks (``ckpt=False``: none)."""
+
+    def __init__(self, ckpt: bool) -> None:
+        super().__init__()
+        self.a, self.b, self.ckpt = _Block(), _Block(), ckpt
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        def f(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+            return checkpoint(m, x, use_reentrant=False) if self.ckpt else m(x)
+
+        return torch.relu(f(self.b, f(self.a, x)))
+
+
+class _Outer(nn.Module):
+    def __init__(self, ckpt: bool) -> None:
+        super().__init__()
+        self.inner, self.head, self.ckpt = _Nested(ckpt), nn.Linear(16, 4), ckpt
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        return self.head(checkpoint(self.inner, x, use_reentrant=False) if self.ckpt else self.inner(x))
+
+
+@pytest.mark.parametrize("early_stop", [True, False])
+def test_nested_checkpoints_rerun_as_torchs_step_does_and_what_they_saved_is_counted_once(early_stop: bool) -> None:
+    """torch runs an inner checkpoint's ops again twice: in the outer region's recomputation (as a
+    forward) and in their own; fxviz showed the second only. And it counted what checkpointing saved
+    once per recomputation: 2,560 B where the step without checkpoint keeps 1,280 B more
+    (``saved_tensors_hooks``)."""
+    from tests.test_backward_recompute import _backward_aten
+
+    torch.manual_seed(0)
+    model, plain, x = _Outer(True), _Outer(False), torch.randn(4, 16)
+    plain.load_state_dict(model.state_dict())
+    with torch.utils.checkpoint.set_checkpoint_early_stop(early_stop):
+        g = fxviz.capture(model, (x,), backward=True, method="eager")
+        again = Counter(_backward_aten(model, x)) - Counter(_backward_aten(plain, x))
+    del again["aten.detach"]
+    assert sum((Counter(n.attrs["aten"]) for n in g.nodes if n.phase == "recompute"), Counter()) == again
+    assert again["aten.tanh"] == 4  # each block's tanh twice
+    twice = [n for n in g.nodes if n.phase == "recompute" and n.name.endswith("(recompute 2)")]
+    assert {g.node(n.attrs["recomputes"]).module for n in twice} >= {"inner.a", "inner.b"}
+    without = sum(torch_saved_by_module(plain, (x,)).values()) - sum(torch_saved_by_module(model, (x,)).values())
+    assert sum(n.attrs.get("would_save", 0) for n in g.nodes) == without == 1280
+    assert sum(s.bytes for s in g.saved) == sum(torch_saved_by_module(model, (x,)).values())
 
 
 class DroppedBranch(nn.Module):
@@ -369,6 +444,12 @@ def test_what_a_checkpoint_saves_to_run_its_region_again_is_saved_in_the_module_
     assert fxviz_saved_by_module(g) == expected
     kept = [s for s in g.saved if s.bytes == 256 and s.module == "a"]
     assert len(kept) == 1 and g.node(kept[0].node).module.startswith("a.b")  # saved by the region's first op
+    # the overlay of bytes saved in each module itself says the same: a's, not a.b.l1's (its op's)
+    from fxviz.passes.overlays import overlays
+
+    ov = overlays(g)
+    assert {k.rsplit("#", 1)[0]: v for k, v in ov["saved_own"]["modules"].items() if v} == expected
+    assert ov["saved"]["modules"]["a#0"] == 256 and ov["saved"]["modules"]["a.b#0"] == 0
 
 
 def test_a_reentrant_checkpoint_steps_as_torchs_backward_does_and_says_what_it_leaves_unseen() -> None:

@@ -40,7 +40,7 @@ from torch.overrides import TorchFunctionMode
 
 from fxviz.errors import ModelError
 from fxviz.fallback.fsdp import unsharded_names
-from fxviz.fallback.recompute import Recompute, place, storage_key
+from fxviz.fallback.recompute import Recompute, cache_filled, place, policy_saved, storage_key, would_save
 from fxviz.fallback.recorder import Recorder
 from fxviz.fallback.tensors import tensor_meta
 from fxviz.fallback.trace import trace_eager
@@ -70,6 +70,13 @@ class Watch(TorchFunctionMode):
         self.fn_node: dict[Any, tuple[str, int]] = {}  # grad_fn -> (node name, output index)
         self.saved: list[tuple[str, Any, int | None]] = []  # (saving node, record, checkpoint call): see held()
         self.pending: list[Any] = []
+        self.region_pending: list[Any] = []  # packed inside a checkpoint's region: checkpoint keeps a placeholder
+        #: (op, tensor) per tensor an op of a checkpoint's region packed: what it would save without checkpoint
+        self.unsaved: list[tuple[str, torch.Tensor]] = []
+        self.caches: list[dict[Any, dict[int, Any]]] = []  # the caches of the selective checkpoints running now
+        self.cache_seen: set[tuple[int, Any, int]] = set()
+        #: (op, tensor) per value a selective checkpoint's policy cached in the forward (memory the step holds)
+        self.cached: list[tuple[str, torch.Tensor]] = []
         self.inputs_of: list[tuple[int, list[torch.Tensor]]] = []  # checkpoint calls saving their inputs now
         self.counted: set[tuple[int, str]] = set()
         self.saved_values: set[tuple[str, int]] = set()  # forward values (node, output) something saved
@@ -96,6 +103,40 @@ class Watch(TorchFunctionMode):
         packed, self.pending = self.pending, []
         for t in packed:
             self._record(self._last(), t)
+        unsaved, self.region_pending = self.region_pending, []
+        self.unsaved += [(self._last(), t) for t in unsaved]
+
+    @contextlib.contextmanager
+    def inside(self, _call: int) -> Iterator[None]:
+        """A non-reentrant checkpoint's forward runs: checkpoint's own saved-tensor hooks (the innermost)
+        keep a placeholder for each tensor its region's ops save; wrapped, they also hand each tensor
+        here, with the op that packed it (:attr:`unsaved`): what that op would keep without checkpoint."""
+        top = torch._C._autograd._top_saved_tensors_default_hooks(False)
+        if top is None:
+            yield
+            return
+        pack, unpack = top
+
+        def wrapped(t: torch.Tensor) -> Any:
+            self.region_pending.append(t)
+            return pack(t)
+
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        caching = [m for m in _get_current_dispatch_mode_stack()
+                   if isinstance(m, torch.utils.checkpoint._CachingTorchDispatchMode)]
+        if caching:  # a selective checkpoint: its forward caches what the policy saves (storage[op key][index])
+            self.caches.append(caching[-1].storage)
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(wrapped, unpack):
+                yield
+        finally:
+            if caching:
+                self.caches.pop()
+        with _plain():
+            if self.region_pending:
+                self._flush()
+
 
     def _last(self) -> str:
         assert self.rec is not None
@@ -131,6 +172,8 @@ class Watch(TorchFunctionMode):
         for holder in self.holders:
             holder.clear()
         self.holders.clear()
+        self.unsaved.clear()
+        self.cached.clear()
 
     def _producer(self, t: torch.Tensor) -> str:
         assert self.rec is not None
@@ -152,13 +195,14 @@ class Watch(TorchFunctionMode):
                     e = rec.versions.values.get(a)
                     if e is not None:
                         self.fn_node[gf] = (e[0].node, e[0].index)
-            if self.pending:
+            if self.pending or self.region_pending:
                 self._flush()
         before = len(rec.nodes)
         try:
             out = func(*args, **(kwargs or {}))
         finally:
             packed, self.pending = self.pending, []
+            unsaved, self.region_pending = self.region_pending, []
         with _plain():
             node = rec.nodes[-1] if len(rec.nodes) > before and rec.nodes[-1].kind == "op" else None
             if node is not None:
@@ -170,6 +214,9 @@ class Watch(TorchFunctionMode):
             saver = node.name if node is not None else (rec.nodes[-1].name if rec.nodes else "")
             for t in packed:
                 self._record(saver, t)
+            self.unsaved += [(saver, t) for t in unsaved]
+            if self.caches:  # the entries the running selective checkpoints' caches gained: cached by this op
+                self.cached += [(saver, t) for t in cache_filled(self.caches, self.cache_seen)]
         return out
 
     def _record(self, saver: str, t: torch.Tensor, call: int | None = None) -> None:
@@ -226,8 +273,6 @@ def trace_backward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
     finally:  # whatever happened, nothing the step saved outlives it
         watch.fn_node.clear()
         watch.release()
-    if any(n.phase == "recompute" for n in graph.nodes) and torch.utils.checkpoint._enable_checkpoint_early_stop is not False:
-        graph.notes.append(EARLY_STOP)
     return graph
 
 
@@ -235,7 +280,7 @@ def _step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], loss:
           inputs: tuple[torch.Tensor, ...], watch: Watch) -> Graph:
     """The forward recorded with ``watch`` on, then the backward added (:func:`trace_backward`)."""
     checkpoints = Checkpoints()
-    checkpoints.saving = watch.saving_inputs
+    checkpoints.saving, checkpoints.inside = watch.saving_inputs, watch.inside
     box: list[torch.Tensor] = []
 
     def on_output(_m: nn.Module, _a: Any, out: Any) -> None:
@@ -245,12 +290,8 @@ def _step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], loss:
     output: list[Any] = []
 
     handle = model.register_forward_hook(on_output)
-    try:
-        # a checkpoint recomputes its whole region (no early stop): every op it repeats, and what
-        # each would have saved, is seen (fxviz.fallback.recompute)
-        with torch.utils.checkpoint.set_checkpoint_early_stop(False):
-            graph = trace_eager(model, args, kwargs, level=level, grad=True, watch=watch.attach,
-                                checkpoints=checkpoints)
+    try:  # checkpoint's early stop as the user's step has it: the backward reruns what torch's does
+        graph = trace_eager(model, args, kwargs, level=level, grad=True, watch=watch.attach, checkpoints=checkpoints)
     except ModelError as e:
         if isinstance(e.__cause__, LossError):
             raise e.__cause__ from None
@@ -268,12 +309,6 @@ def _step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], loss:
     except BackwardError as e:  # the forward graph, with what the backward got to and where it raised
         raise ModelError(str(e), graph=graph) from e.__cause__
     return graph
-
-
-#: What the recompute nodes of the eager path are, where the model's own step would stop early.
-EARLY_STOP = ("torch.utils.checkpoint: each region is shown recomputed whole (early stop off); a real step with "
-              "checkpoint's default early stop ends a region's recomputation once it has every tensor the "
-              "backward needs, so it may run fewer of these recompute ops again")
 
 
 def _snake(name: str) -> str:
@@ -372,9 +407,13 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
                     attrs=attrs, phase="backward")
         bnode[f] = node
         graph.nodes.append(node)
+    counted = set(watch.state) | watch.counted  # storages the step keeps: none of them is what checkpoint saved
+    graph.saved += policy_saved(graph, watch.cached, watch.state, counted)  # saved memory too
     try:
         _run_backward(graph, model, loss, bnode, leaves, watch, checkpoints)
     finally:  # a backward that raises: the regions of what it got to
+        calls = {n for n, c in checkpoints.members.items() if checkpoints.kinds[c] == "non-reentrant"}
+        would_save(graph, watch.unsaved, counted, calls)
         checkpoints.mark(graph.nodes)
     if "reentrant" in checkpoints.kinds:
         reached = {id(t) for t in leaves.values()}
@@ -412,8 +451,7 @@ def _run_backward(graph: Graph, model: nn.Module, loss: torch.Tensor, bnode: dic
             running.append((f, node))
 
         handles += [f.register_hook(post), f.register_prehook(pre)]
-    recompute = Recompute(graph, model, running, set(bnode), set(watch.state) | watch.counted, watch.saved_values,
-                          checkpoints)
+    recompute = Recompute(graph, model, running, checkpoints)
     # a reentrant checkpoint refuses a backward given its inputs (torch.autograd.grad), and its own
     # backward accumulates into .grad: such a step runs as loss.backward() does, every .grad put back
     reentrant = "reentrant" in checkpoints.kinds
@@ -429,9 +467,6 @@ def _run_backward(graph: Graph, model: nn.Module, loss: torch.Tensor, bnode: dic
             _engine_run_backward((loss,), (torch.ones_like(loss),), False, False,
                                  () if reentrant else tuple(leaves.values()), True, accumulate_grad=accumulate)
         place(graph, recompute)
-        for fwd, t, nbytes, shares in recompute.policy_saved:  # a selective policy's cache: saved memory too
-            m = tensor_meta(t)
-            graph.saved.append(Saved(fwd, graph.node(fwd).module, m.shape, m.dtype, nbytes, fwd, shares))
     except Exception as e:
         message = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         where = running[-1][1] if running else None

@@ -6,41 +6,63 @@ is Python code and does. So while the real backward runs (:func:`~fxviz.fallback
 Python backward runs (its grad_fn's pre/post hook window) is that backward's own code and is left
 out; every other one is a recomputation. Each is matched to the forward op it repeats: the same
 innermost module call (global module hooks say which module runs), the same target, the same
-checkpoint call (the one whose function runs again: :class:`~fxviz.torchbridge.checkpoint.Checkpoints`),
-the next one not yet matched there. It becomes a node of phase ``recompute`` in that op's module,
+checkpoint call (the one whose function runs again: :class:`~fxviz.torchbridge.checkpoint.Checkpoints`,
+or a call nested in it, whose function an outer call's recomputation runs as a forward), the next one
+this recomputation has not matched yet. It becomes a node of phase ``recompute`` in that op's module,
 ``attrs["recomputes"]`` naming the forward op, reading the recomputed values of the forward op's
-inputs where those were recomputed too. ``attrs["would_save"]`` is what the op would keep for the
-backward without checkpointing: the tensors its autograd nodes saved in the recomputation (each
-forward value once, none that the step saves anyway, no parameter, buffer or input), so that
-the ``checkpoint_saved`` overlay (:mod:`fxviz.passes.training`) says per module what
-checkpointing saved. The forward runs with the checkpoint's early stop off, so the whole region is
-recomputed and every op's outputs are seen.
+inputs where those were recomputed too. An inner checkpoint's ops run again twice, as in torch's
+step: in the outer region's recomputation and in their own (``<op> (recompute 2)``, which its
+backward ops read).
+
+The step runs with checkpoint's early stop as the user's step has it (on by default: torch ends a
+region's recomputation inside the pack of the last tensor its forward saved, ``_StopRecomputationError``;
+``set_checkpoint_early_stop(False)`` or ``checkpoint(..., early_stop=False)``: the whole region), so the
+recompute nodes are the ops torch's own backward runs again, no more. The op in whose save it stops
+is one too, ``attrs["stopped"]``, its ``aten`` what of it ran before the stop (autograd packs an op's
+inputs before its kernel runs: a linear stopped at its addmm's input ran only ``aten.t``); its result
+is dropped.
+
+What checkpointing saved is not read from the recomputation, which under early stop never runs the
+rest of a region: it is read in the forward, where every op of the region runs and hands checkpoint
+each tensor it would keep (checkpoint's pack hook stores a placeholder instead). The eager path's
+watch wraps that hook (:meth:`~fxviz.fallback.backward.Watch.inside`), and :func:`would_save` puts on
+each forward op of a non-reentrant region ``attrs["would_save"]``: the bytes of what it would keep for
+the backward without checkpointing (each storage once, none that the step saves anyway or that a
+selective policy caches, no parameter, buffer or input). It is the forward op's, not a recompute
+node's, because it is true of every op of the region, rerun or not: the ``checkpoint_saved``
+overlay (:mod:`fxviz.passes.training`) says per module what checkpointing saved, whatever the
+early stop skipped, and no node claims an op ran that did not.
 
 ``attrs["aten"]`` lists the ATen ops that really ran again: a dispatch mode under the whole
 backward sees what runs below a selective checkpoint's caching mode, one around each call what was
 asked for; the difference, ``attrs["policy_saved"]``, is what the policy kept (a call of which
-nothing ran is no recompute node). What those kept ops return is the policy's cache, memory the step
-holds as it holds saved tensors: :attr:`Recompute.policy_saved` lists each (the forward op that made
-it, its bytes counted once), and :func:`~fxviz.fallback.backward.add_backward` adds them to
-``graph.saved``; they count before the recomputation's own saves, so ``would_save`` leaves them out.
+nothing ran is no recompute node). What those kept ops returned in the forward is the policy's
+cache, memory the step holds as it holds saved tensors, whether or not the recomputation gets to
+them: the watch sees the cache fill in the forward (each entry by the forward op that made it), and
+:func:`~fxviz.fallback.backward.add_backward` adds them to ``graph.saved``, counted before
+``would_save``, which leaves them out.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fxviz.fallback.classify import Action, classify
 from fxviz.fallback.tensors import tensor_meta
-from fxviz.ir import Graph, Node, Ref
+from fxviz.ir import Graph, Node, Ref, Saved
 from fxviz.torchbridge.checkpoint import Checkpoints
 
 _plain = torch._C.DisableTorchFunction
+_Stop = torch.utils.checkpoint._StopRecomputationError  # raised where checkpoint's early stop ends a recomputation
+_STOPPED = object()  # the result of the call that raised it
 _CUSTOM = torch.autograd.function.BackwardCFunction
 
 
@@ -49,24 +71,20 @@ class _Aten(TorchDispatchMode):
     checkpoint's caching mode (entered later, by the recomputation) and sees the ops that really
     run; around one recomputed call it is above it and sees every op asked for."""
 
-    def __init__(self, outputs: bool = False) -> None:
+    def __init__(self) -> None:
         super().__init__()
         self.ops: list[str] = []
-        self.outputs: list[Any] | None = [] if outputs else None  # what each op returned, if asked
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         self.ops.append(str(func.overloadpacket))
-        out = func(*args, **(kwargs or {}))
-        if self.outputs is not None:
-            self.outputs.append(out)
-        return out
+        return func(*args, **(kwargs or {}))
 
 
 class Recompute(TorchFunctionMode):
     """Records the torch-level calls of the backward that repeat forward ops (module docstring)."""
 
-    def __init__(self, graph: Graph, model: nn.Module, running: list[tuple[Any, Node]], forward_fns: set[Any],
-                 counted: set[Any], saved_values: set[tuple[str, int]], checkpoints: Checkpoints | None = None) -> None:
+    def __init__(self, graph: Graph, model: nn.Module, running: list[tuple[Any, Node]],
+                 checkpoints: Checkpoints | None = None) -> None:
         super().__init__()
         self.graph, self.running = graph, running
         self.checkpoints = checkpoints or Checkpoints()
@@ -76,15 +94,11 @@ class Recompute(TorchFunctionMode):
         for n in graph.nodes:
             if n.kind == "op" and n.phase == "forward":
                 self.todo.setdefault((n.attrs.get("checkpoint"), n.module, n.target), []).append(n)
+        self.cursor: dict[tuple[int | None, int | None, str, str], int] = {}  # (run, call, module, target) -> next op
+        self.again: Counter[str] = Counter()  # forward op -> times repeated
         self.value_of: dict[int, tuple[Ref, Ref]] = {}  # id(recomputed tensor) -> (forward value, recomputed)
-        self.alias: dict[Any, Any] = {}  # storage of a recomputed value -> the forward value it repeats
-        self.counted = counted  # storage keys already counted (parameters, buffers, inputs, saved values)
-        self.counted |= {("value", *v) for v in saved_values}  # forward values the step saves anyway
-        self.forward_fns = forward_fns  # the forward's autograd nodes: not the recomputation's
         self.keep: list[torch.Tensor] = []  # recomputed tensors stay alive: their ids stay theirs
-        self.seen_fns: set[Any] = set()
         self.nodes: list[tuple[Node, Node]] = []  # (recompute node, backward node running it)
-        self.policy_saved: list[tuple[str, torch.Tensor, int, str]] = []  # (forward op, value, bytes, shares)
         self.handles: list[Any] = []
         self.ran = _Aten()
 
@@ -111,8 +125,13 @@ class Recompute(TorchFunctionMode):
         if not self.running:  # outside any backward node
             return func(*args, **(kwargs or {}))
         first = len(self.ran.ops)
-        with _Aten(outputs=True) as asked:
-            out = func(*args, **(kwargs or {}))
+        try:
+            with _Aten() as asked:
+                out = func(*args, **(kwargs or {}))
+        except _Stop:  # its save gave checkpoint the last tensor it needed: it ran, its result is dropped
+            with _plain():
+                self._see(func, args, kwargs, _STOPPED, asked, self.ran.ops[first:])
+            raise
         with _plain():
             self._see(func, args, kwargs, out, asked, self.ran.ops[first:])
         return out
@@ -124,73 +143,46 @@ class Recompute(TorchFunctionMode):
         kind = classify(func, "function")
         if kind.action is Action.SKIP:
             return
-        todo = self.todo.get((self.checkpoints.current(), self.modules[-1] if self.modules else "", kind.target))
-        if todo:
+        fwd = self._forward_op(self.modules[-1] if self.modules else "", kind.target)
+        if fwd is not None:
             ran = [op for op in ran if op != "aten.detach"]  # the checkpoint's own, as it saves
             cached = Counter(op for op in asked.ops if op != "aten.detach") - Counter(ran)  # a selective checkpoint policy kept these
-            self._policy_saved(todo[0].name, cached, asked)  # before the recomputation's own saves are counted
-            node = self._add(todo.pop(0), args, kwargs or {}, out)
+            node = self._add(fwd, args, kwargs or {}, out)
             node.attrs["aten"] = ran
             if cached:
                 node.attrs["policy_saved"] = sorted(cached.elements())
 
+    def _forward_op(self, module: str, target: str) -> Node | None:
+        """The forward op a call of ``target`` in ``module`` repeats: of the call recomputed now, else of a
+        call nested in it (its function runs as a forward again), the next one this recomputation has
+        not repeated yet."""
+        call, run = self.checkpoints.current(), self.checkpoints.run()
+        for c in itertools.chain((call,), self.checkpoints.nested(call) if call is not None else ()):
+            ops = self.todo.get((c, module, target))
+            at = self.cursor.get((run, c, module, target), 0)
+            if ops and at < len(ops):
+                self.cursor[(run, c, module, target)] = at + 1
+                return ops[at]
+        return None
+
     def _add(self, fwd: Node, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Node:
         outs = [o for o in (out if isinstance(out, tuple | list) else (out,)) if isinstance(o, torch.Tensor)]
+        stopped = {"stopped": True} if out is _STOPPED else {}
         reads = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
         again = dict(self.value_of[id(a)] for a in reads if id(a) in self.value_of)  # forward ref -> recomputed
         inputs = tuple(again.get(r, r) for r in fwd.inputs)
-        node = Node(f"{fwd.name} (recompute)", "op", target=fwd.target, inputs=inputs, stack=fwd.stack,
+        self.again[fwd.name] += 1
+        times = self.again[fwd.name]
+        node = Node(f"{fwd.name} (recompute{f' {times}' if times > 1 else ''})", "op", target=fwd.target, inputs=inputs, stack=fwd.stack,
                     outputs=tuple(tensor_meta(o) for o in outs) or fwd.outputs,
-                    attrs={"recomputes": fwd.name, "would_save": self._would_save(outs),
+                    attrs={"recomputes": fwd.name, **stopped,
                            **({"checkpoint": fwd.attrs["checkpoint"]} if "checkpoint" in fwd.attrs else {})},
                     phase="recompute")
         for i, o in enumerate(outs):
             self.value_of[id(o)] = (Ref(fwd.name, i), Ref(node.name, i))
-            self.alias.setdefault(storage_key(o), ("value", fwd.name, i))
         self.keep += outs
         self.nodes.append((node, self.running[-1][1]))
         return node
-
-    def _policy_saved(self, fwd: str, cached: Counter[str], asked: _Aten) -> None:
-        """The values a selective policy cached in the forward (what the ops it kept return here):
-        saved by forward op ``fwd``, each storage once."""
-        left = Counter(cached)
-        for op, got in zip(asked.ops, asked.outputs or [], strict=False):
-            if left[op] <= 0:
-                continue
-            left[op] -= 1
-            for t in (got if isinstance(got, tuple | list) else (got,)):
-                if isinstance(t, torch.Tensor):
-                    nbytes = self._count(storage_key(t), t)
-                    self.policy_saved.append((fwd, t, nbytes, "" if nbytes else "view"))
-
-    def _would_save(self, outs: list[torch.Tensor]) -> int:
-        """Bytes the autograd nodes this call made saved (the recomputation saves them as the
-        forward would have): each storage once, none counted already."""
-        total, todo = 0, [o.grad_fn for o in outs if o.grad_fn is not None]  # autograd nodes
-        while todo:
-            f = todo.pop()
-            if f is None or f in self.seen_fns or f in self.forward_fns or type(f).__name__ == "AccumulateGrad":
-                continue
-            self.seen_fns.add(f)
-            for attr in dir(f):
-                if attr.startswith("_saved_"):
-                    try:
-                        v = getattr(f, attr)
-                    except Exception:
-                        continue
-                    for t in (v if isinstance(v, tuple | list) else (v,)):
-                        if isinstance(t, torch.Tensor):
-                            total += self._count(storage_key(t), t)
-            todo += [g for g, _ in f.next_functions if g is not None]
-        return total
-
-    def _count(self, key: Any, t: torch.Tensor) -> int:
-        keys = {key, self.alias.get(key, key)}  # the storage, and the forward value it repeats
-        if keys & self.counted:
-            return 0
-        self.counted |= keys
-        return int(t.untyped_storage().nbytes())
 
 
 def storage_key(t: torch.Tensor) -> tuple[int, str]:
@@ -200,6 +192,56 @@ def storage_key(t: torch.Tensor) -> tuple[int, str]:
         return (t.untyped_storage()._cdata, "storage")
     except Exception:  # a tensor without storage (a subclass): counted by identity
         return (id(t), "object")
+
+
+def would_save(graph: Graph, unsaved: list[tuple[str, torch.Tensor]], counted: set[Any], calls: set[str]) -> None:
+    """``attrs["would_save"]`` on each forward op recorded in a non-reentrant checkpoint call (``calls``): the
+    bytes of what its region's ops packed in the forward (``unsaved``: (op, tensor)), which checkpoint did
+    not keep, less the storages ``counted`` (parameters, buffers, inputs, what the step saves, what a
+    selective policy caches); each storage once, for the first op that packed it."""
+    nodes = {n.name: n for n in graph.nodes if n.phase == "forward" and n.kind == "op"}
+    for name in calls:
+        if name in nodes:
+            nodes[name].attrs["would_save"] = 0
+    for op, t in unsaved:
+        key = storage_key(t)
+        if op not in nodes or key in counted:
+            continue
+        counted.add(key)
+        n = nodes[op]
+        n.attrs["would_save"] = n.attrs.get("would_save", 0) + int(t.untyped_storage().nbytes())
+
+
+def cache_filled(caches: list[dict[Any, dict[int, Any]]], seen: set[tuple[int, Any, int]]) -> list[torch.Tensor]:
+    """The tensors of the entries selective checkpoints' ``caches`` (``storage[op key][index]`` of
+    torch's caching mode, each value wrapped) gained since ``seen``, which it updates."""
+    out = []
+    for cache in caches:
+        for key, entries in cache.items():
+            for i, entry in entries.items():
+                if (id(cache), key, i) not in seen:
+                    seen.add((id(cache), key, i))
+                    out += [t for leaf in torch.utils._pytree.tree_leaves(entry)
+                            if isinstance(t := getattr(leaf, "val", None), torch.Tensor)]
+    return out
+
+
+def policy_saved(graph: Graph, cached: list[tuple[str, torch.Tensor]], state: dict[Any, str],
+                 counted: set[Any]) -> list[Saved]:
+    """The records of what selective checkpoints' policies cached in the forward (``cached``: (op,
+    value)): saved by that op, each storage once (``counted``, which it updates; ``state``: what a
+    parameter, buffer or input costs nothing as)."""
+    nodes = {n.name: n for n in graph.nodes}
+    first = next((n.name for n in graph.nodes if n.kind == "op"), "")
+    out = []
+    for op, t in cached:
+        key, m = storage_key(t), tensor_meta(t)
+        shares = state.get(key, "view" if key in counted else "")
+        counted.add(key)
+        saver = op if op in nodes else first
+        out.append(Saved(saver, nodes[saver].module if saver in nodes else "", m.shape, m.dtype,
+                         0 if shares else int(t.untyped_storage().nbytes()), saver, shares))
+    return out
 
 
 def place(graph: Graph, rec: Recompute) -> None:
@@ -226,4 +268,4 @@ def place(graph: Graph, rec: Recompute) -> None:
     graph.nodes = nodes  # type: ignore[assignment]
 
 
-__all__ = ["Recompute", "place", "storage_key"]
+__all__ = ["Recompute", "cache_filled", "place", "policy_saved", "storage_key", "would_save"]

@@ -5,14 +5,16 @@ like the other built-in overlays (:mod:`fxviz.passes.overlays`). No torch.
   are all of one phase shows it.
 * ``saved``: bytes of saved activations (``Graph.saved``) per forward op that saved them, and per
   module call the total over the ops inside it, any depth; ``saved_own``: per module call the
-  bytes its own ops saved (not its submodules'). Both add up to the records' bytes exactly.
+  bytes saved in it, not in its submodules (by its own ops, and what a ``torch.utils.checkpoint`` call
+  it makes keeps to run its region again: torch packs those while the caller runs, ``Saved.module``).
+  Both add up to the records' bytes exactly.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fxviz.calls import CallTree
+from fxviz.calls import Call, CallTree
 from fxviz.ir import Graph
 
 _PHASE_COLORS = {"forward": "#4e79a7", "backward": "#e15759", "recompute": "#f28e2b"}
@@ -39,10 +41,29 @@ def saved_bytes(graph: Graph) -> dict[str, int]:
     return out
 
 
+def _own_call(tree: CallTree, node: str, module: str) -> Call:
+    """The call a record is the own saving of: of its op's calls, inner to outer, the one of the record's
+    module (``Saved.module``: a checkpoint's inputs are its caller's, saved by the region's first op),
+    else the op's own call."""
+    own = tree.of(node)
+    call: Call | None = own
+    while call is not None and call.path != module:
+        call = call.parent
+    return call if call is not None else own
+
+
 def saved_overlay(graph: Graph, tree: CallTree) -> dict[str, Any]:
-    """Saved-activation bytes per op, and per module call with its submodules."""
+    """Saved-activation bytes per op, and per module call with its submodules (the records saved in it,
+    :func:`saved_own_overlay`, and in the calls inside it)."""
     nodes = saved_bytes(graph)
-    modules = {c.id: sum(nodes.get(x, 0) for x in c.nodes) for c in tree.walk() if c.stack} if nodes else {}
+    modules: dict[str, int] = {}
+    if nodes:
+        modules = {c.id: 0 for c in tree.walk() if c.stack}
+        for s in graph.saved:
+            c: Call | None = _own_call(tree, s.node, s.module)
+            while c is not None and c.stack:
+                modules[c.id] += s.bytes
+                c = c.parent
     return {"label": "saved bytes", "kind": "number", "unit": "B", "scale": "log", "reduce": "sum",
             "description": "bytes autograd keeps for the backward (each storage once; parameters, inputs and "
                            "views of counted storage cost 0): per op that saved them, per module with its submodules",
@@ -50,23 +71,32 @@ def saved_overlay(graph: Graph, tree: CallTree) -> dict[str, Any]:
 
 
 def saved_own_overlay(graph: Graph, tree: CallTree) -> dict[str, Any]:
-    """Saved-activation bytes per module call, its own ops only."""
+    """Saved-activation bytes per module call, its own ops only: a record counts in the call of its
+    module (:attr:`Saved.module`, as the summary and the panel say), which is its op's own call but
+    for what a checkpoint keeps to run its region again (its caller's)."""
     nodes = saved_bytes(graph)
-    modules = {c.id: sum(nodes.get(x, 0) for x in c.ops) for c in tree.walk() if c.stack} if nodes else {}
+    modules: dict[str, int] = {}
+    if nodes:
+        modules = {c.id: 0 for c in tree.walk() if c.stack}
+        for s in graph.saved:
+            c = _own_call(tree, s.node, s.module)
+            if c.stack:
+                modules[c.id] += s.bytes
     return {"label": "saved bytes (own ops)", "kind": "number", "unit": "B", "scale": "log",
-            "description": "bytes autograd keeps for the backward, saved by a module's own ops (not its submodules')",
+            "description": "bytes autograd keeps for the backward, saved in a module itself (not its submodules): by "
+                           "its own ops, and the inputs a torch.utils.checkpoint it calls keeps to run its region again",
             "nodes": nodes, "modules": modules}
 
 
 def checkpoint_saved_overlay(graph: Graph, tree: CallTree) -> dict[str, Any]:
-    """Bytes activation checkpointing saved: per recompute op what its forward op would have kept
-    for the backward without checkpoint (``attrs["would_save"]``), per module call with its submodules."""
-    nodes = {n.name: int(n.attrs.get("would_save", 0)) for n in graph.nodes if n.phase == "recompute"}
-    fwd = {n.attrs["recomputes"]: b for n in graph.nodes if n.phase == "recompute" for b in [nodes[n.name]]}
-    modules = {c.id: sum(fwd.get(x, 0) for x in c.nodes) for c in tree.walk() if c.stack} if nodes else {}
+    """Bytes activation checkpointing saved: per forward op of a checkpoint region what it would have
+    kept for the backward without checkpoint (``attrs["would_save"]``: every op of the region, whether
+    the backward runs it again or its early stop skips it), per module call with its submodules."""
+    nodes = {n.name: int(n.attrs["would_save"]) for n in graph.nodes if n.phase == "forward" and "would_save" in n.attrs}
+    modules = {c.id: sum(nodes.get(x, 0) for x in c.nodes) for c in tree.walk() if c.stack} if nodes else {}
     return {"label": "checkpoint saved", "kind": "number", "unit": "B", "scale": "log", "reduce": "sum",
-            "description": "bytes torch.utils.checkpoint saved: what the recomputed ops would have kept for the "
-                           "backward without it (per recompute op, per module with its submodules)",
+            "description": "bytes torch.utils.checkpoint saved: what the checkpointed forward ops would have kept "
+                           "for the backward without it (per op, per module with its submodules)",
             "nodes": nodes, "modules": modules}
 
 

@@ -8,9 +8,11 @@ again strictly (:func:`strict_program`): Dynamo turns each call into the higher-
 op of the region with ``node.meta["recompute"]`` (a ``CheckpointPolicy``: ``PREFER_RECOMPUTE`` for a
 plain checkpoint, a selective policy's answer otherwise) and ``node.meta["ac_graph_id"]`` (the
 region). Those tags are what this module reads (:func:`recompute_tags`); it does not run or imitate
-the partitioner. A region is recomputed whole, as the eager path shows it (early stop off): every op
-tagged ``*_RECOMPUTE`` is a node of phase ``recompute`` in its op's module, the backward ops read
-its recomputation (where the backward op's forward op is in the same region: an op outside it, or a
+the partitioner. A region is shown recomputed whole, as torch tagged it (the eager path runs the
+user's step and shows what its backward really runs again, early stop included:
+:mod:`fxviz.fallback.recompute`): every op tagged ``*_RECOMPUTE`` is a node of phase ``recompute`` in
+its op's module, each forward op of a region says in ``attrs["would_save"]`` what it would keep
+without checkpoint, the backward ops read its recomputation (where the backward op's forward op is in the same region: an op outside it, or a
 later region, keeps the value as it is), and the values ops tagged ``*_SAVE`` produce are kept by
 the policy (:func:`add_recompute`; the saved records themselves are
 :func:`fxviz.symbolic.joint.inferred_saved`'s). If strict export cannot trace the model, or a call is
@@ -115,9 +117,9 @@ def recompute_tags(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, tuple[int, s
 def add_recompute(nodes: list[Node], tags: dict[str, tuple[int, str]], would_save: dict[str, int],
                   rewire: set[tuple[str, str]]) -> list[Node]:
     """``nodes`` (the joint graph's IR) with the checkpoint regions of ``tags`` (IR op name ->
-    (region, policy)): the forward ops marked ``attrs["checkpoint"]`` (region) and ``policy``; one node
-    of phase ``recompute`` per op tagged ``*_RECOMPUTE`` (``attrs["recomputes"]``, ``aten``, and
-    ``would_save`` from ``would_save``), reading the recomputation of inputs recomputed too; a backward
+    (region, policy)): the forward ops marked ``attrs["checkpoint"]`` (region), ``policy`` and ``would_save``
+    (from ``would_save``: what it would keep without checkpoint); one node of phase ``recompute`` per op
+    tagged ``*_RECOMPUTE`` (``attrs["recomputes"]``, ``aten``), reading the recomputation of inputs recomputed too; a backward
     op reads the recomputation instead of the forward value where ``rewire`` holds (backward op, forward
     op): what an op of the region saved. Each region's recompute nodes come right before the first
     backward node that reads one of them."""
@@ -127,6 +129,7 @@ def add_recompute(nodes: list[Node], tags: dict[str, tuple[int, str]], would_sav
     for name, (region, policy) in tags.items():
         fwd = by_name[name]
         fwd.attrs["checkpoint"], fwd.attrs["policy"] = region, policy.lower()
+        fwd.attrs["would_save"] = would_save.get(name, 0)  # the forward op's, as on the eager path
         if policy not in RECOMPUTE:
             continue
         inputs = tuple(Ref(again[r.node].name, r.index) if r.node in again and again[r.node].attrs["checkpoint"] == region
@@ -134,7 +137,6 @@ def add_recompute(nodes: list[Node], tags: dict[str, tuple[int, str]], would_sav
         again[name] = Node(f"{name} (recompute)", "op", target=fwd.target, inputs=inputs, stack=fwd.stack,
                            outputs=fwd.outputs, source=fwd.source, phase="recompute",
                            attrs={"recomputes": name, "checkpoint": region, "aten": [_packet(fwd.target)],
-                                  "would_save": would_save.get(name, 0),
                                   **({"region": fwd.attrs["region"]} if "region" in fwd.attrs else {})})
         region_of[again[name].name] = region
     if not again:

@@ -440,7 +440,7 @@ def inferred_saved(gm: torch.fx.GraphModule, conv: Converter, recomputed: frozen
 
 def with_recompute(gm: torch.fx.GraphModule, conv: Converter, graph: Graph) -> None:
     """The checkpoint regions torch tagged in the joint graph on ``graph``: its recompute nodes
-    (:func:`~fxviz.symbolic.checkpoint.add_recompute`) and saved records. A recompute node's
+    (:func:`~fxviz.symbolic.checkpoint.add_recompute`) and saved records. A recomputed forward op's
     ``would_save`` is what the step without checkpoint would save for it (the records of the
     recomputed op, else of the op that made the recomputed value, whose storage the checkpointed step
     does not keep)."""

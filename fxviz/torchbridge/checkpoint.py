@@ -93,12 +93,18 @@ class Checkpoints:
 
     def __init__(self) -> None:
         self.kinds: list[str] = []  # per call: "non-reentrant" / "reentrant"
+        self.parents: list[int | None] = []  # per call: the call whose function made it (nested), if any
+        self.runs = 0  # recomputations started (each call of a function checkpoint runs again)
+        self._runs: list[int] = []  # the recomputations running now, innermost last
         #: per call: the module that called checkpoint (its path), which runs while checkpoint saves the
         #: region's inputs (what it keeps to run the region again): torch's module of those saved tensors
         self.callers: list[str] = []
         self.firsts: dict[int, str] = {}  # call -> the first op its forward recorded
         #: entered around each call's saving of its inputs (the call's number): the eager path's watch
         self.saving: Callable[[int], contextlib.AbstractContextManager[Any]] | None = None
+        #: entered around each non-reentrant call's forward, inside checkpoint's own saved-tensor hooks
+        #: (which keep a placeholder for what the region's ops save): the eager path's watch
+        self.inside: Callable[[int], contextlib.AbstractContextManager[Any]] | None = None
         self._paths: dict[int, str] = {}  # module -> path, for a run without a recorder (see _caller)
         self.members: dict[str, int] = {}  # forward op -> innermost call that recorded it
         self.spans: list[tuple[int, int, int]] = []  # (first, end) sequence numbers a call's forward made, call
@@ -112,6 +118,20 @@ class Checkpoints:
     def current(self) -> int | None:
         """The innermost call whose function runs now (in the backward: the one recomputed)."""
         return self._open[-1] if self._open else None
+
+    def run(self) -> int | None:
+        """The recomputation running now (a number per run: an inner call's ops run again in each
+        recomputation of a call around it, and in their own), if any."""
+        return self._runs[-1] if self._runs else None
+
+    def nested(self, call: int) -> Iterator[int]:
+        """The calls made inside ``call``'s function, any depth, in the order they were made: an outer
+        call's recomputation runs their functions as forwards again."""
+        inside = {call}
+        for c, parent in enumerate(self.parents):
+            if parent in inside:
+                inside.add(c)
+                yield c
 
     @contextlib.contextmanager
     def attach(self, rec: Any = None, *, stamp: bool = False, model: Any = None) -> Iterator[None]:
@@ -136,7 +156,8 @@ class Checkpoints:
                 next(inner)  # before the forward: checkpoint() runs the function itself after this
             me._enter(call, me._stamp)
             try:
-                yield
+                with me.inside(call) if me.inside is not None else contextlib.nullcontext():
+                    yield
             except BaseException as e:
                 me._leave()
                 try:
@@ -169,6 +190,7 @@ class Checkpoints:
 
     def _new(self, kind: str) -> int:
         self.kinds.append(kind)
+        self.parents.append(self.current())
         self.callers.append(self._caller())
         return len(self.kinds) - 1
 
@@ -198,10 +220,13 @@ class Checkpoints:
 
         def again(*args: Any, **kwargs: Any) -> Any:
             self._open.append(call)
+            self.runs += 1
+            self._runs.append(self.runs)
             try:
                 return fn(*args, **kwargs)
             finally:
                 self._open.pop()
+                self._runs.pop()
 
         return again
 
