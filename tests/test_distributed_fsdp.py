@@ -382,3 +382,37 @@ def test_the_llama_70b_shape_sharded_on_meta_by_fsdp2_captures_without_weights()
         assert r["kind"] == "all_gather" and r["bytes"] == sum(p._sharded_param_data.numel() * 4 for p in params)
     assert sum(r["bytes"] for r in recs) == 1_380_995_072
     assert all(p.is_meta for p in model.parameters()) and not dist.is_initialized()
+
+
+def test_a_backward_all_gather_reads_the_shards_of_the_unit_it_gathers_and_the_ops_read_the_same_parameters() -> None:
+    """With ``reshard_after_forward`` (every unit but the root) FSDP2 frees a unit's unsharded
+    parameters after its forward and gathers them again in the backward. Each such all-gather says
+    which unit's parameters it gathers (``gathers_of``, in FSDP2's order) and reads their shards,
+    as the forward's does; the backward ops read the very parameter nodes the forward read, not a
+    new value. Checked against the model's own units (which reshard) and ``CommDebugMode`` on the
+    same step (per module: it names the unit whose backward ran the gather, FSDP2 prefetching)."""
+    from tests.test_distributed_backward import counts as step_counts
+    from tests.test_distributed_backward import oracle as step_oracle
+
+    g, model = captured(backward=True)
+    resharded = [(path, params) for path, params in units(model)
+                 if model.get_submodule(path)._get_fsdp_state()._fsdp_param_group.post_forward_mesh_info is not None]
+    assert [path for path, _ in resharded] == ["h.0", "h.1"]  # the root keeps its parameters
+    gathers = [r for r in collectives(g) if r["phase"] == "backward" and r["kind"] == "all_gather"]
+    assert [r["gathers_of"] for r in gathers] == [[p._param_fqn for p in ps] for _, ps in reversed(resharded)]
+    for r, (_, params) in zip(gathers, reversed(resharded), strict=True):
+        node = g.node(r["node"])
+        assert node.attrs["gathers_of"] == r["gathers_of"]
+        assert inputs(g, node.name) == [f"{p._param_fqn}.shard" for p in params]
+        assert all(g.node(f"{p._param_fqn}.shard").attrs["shard_of"] == p._param_fqn for p in params)
+        assert r["bytes"] == sum(p._sharded_param_data.numel() * 4 for p in params)  # as the forward's
+    want = step_oracle(gpt_factory, 8)
+    assert {p: step_counts(g).get(p, {}).get("backward", {}).get("all_gather", 0) for p in want} \
+        == {p: want[p]["backward"].get("all_gather", 0) for p in want}
+    # the backward reads each weight it needs as the parameter node the forward read: one node a name
+    names = [p._param_fqn for _, ps in resharded for p in ps]
+    params = [n.name for n in g.nodes if n.kind == "parameter" and "shard_of" not in n.attrs]
+    assert len(params) == len(set(params)) and set(names) <= set(params)
+    read_back = {r.node for n in g.nodes if n.phase == "backward" and n.kind == "op" for r in n.inputs}
+    assert {f"h.{i}.{m}.weight" for i in (0, 1) for m in ("attn", "proj", "fc", "out")} <= read_back
+    assert not [n.name for n in g.nodes if n.phase == "backward" and n.kind == "parameter"]

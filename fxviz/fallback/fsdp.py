@@ -99,9 +99,20 @@ def reduced_grads(names: dict[int, str]) -> list[str]:
     """Inside FSDP2's ``foreach_reduce`` (a unit's gradient reduce-scatter being dispatched): the
     names of the parameters whose gradients it reduces, in FSDP2's order; ``names`` maps the sharded
     parameters the capture began with to theirs. Empty anywhere else."""
-    f: Any = sys._getframe(1)
+    return _in_frame("foreach_reduce", names)
+
+
+def gathered_params(names: dict[int, str]) -> list[str]:
+    """Inside FSDP2's ``foreach_all_gather`` (a unit's all-gather being dispatched, as its
+    pre-backward hook re-gathers what ``reshard_after_forward`` freed): the names of the parameters
+    it gathers, in FSDP2's order (``names`` as for :func:`reduced_grads`). Empty anywhere else."""
+    return _in_frame("foreach_all_gather", names)
+
+
+def _in_frame(function: str, names: dict[int, str]) -> list[str]:
+    f: Any = sys._getframe(2)
     while f is not None:
-        if f.f_code.co_name == "foreach_reduce" and "fsdp_params" in f.f_locals:
+        if f.f_code.co_name == function and "fsdp_params" in f.f_locals:
             return [names.get(id(p.sharded_param)) or str(p._param_fqn) for p in f.f_locals["fsdp_params"]]
         f = f.f_back
     return []
@@ -246,4 +257,4 @@ def unsharded_source(p: Any, nodes: list[Node], lookup: Any) -> Ref | None:
     return ref
 
 
-__all__ = ["FsdpParams", "fake_shards", "meta_shards", "name_unsharded", "reduced_grads", "shard_attrs", "unsharded_names", "unsharded_source"]
+__all__ = ["FsdpParams", "fake_shards", "gathered_params", "meta_shards", "name_unsharded", "reduced_grads", "shard_attrs", "unsharded_names", "unsharded_source"]
