@@ -17,7 +17,7 @@ from torch.export import Dim
 
 from fxviz.analyze.flops import CAPTURE_PASSES  # the default passes and flops (registers the pass)
 from fxviz.errors import CaptureError, CollectiveTimeout, InputError, ModelError, TargetError
-from fxviz.fallback.trace import trace_eager, uses_meta
+from fxviz.fallback.trace import meta_sharded, trace_eager, uses_meta
 from fxviz.graphdiff import Diff, diff
 from fxviz.ir import Attempt, Graph
 from fxviz.passes import run_passes
@@ -43,7 +43,7 @@ def _eager(level: str) -> Capturer:
 
     def run(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], _ds: Any, validate: bool) -> Graph:
         fake = uses_meta(model, args, kwargs)
-        if fake and validate:
+        if fake and validate and not meta_sharded(model):
             tensors = flatten_inputs(model, args, kwargs).tensors
             fake = not tensors or not real_inputs(tensors)
         return trace_eager(model, args, kwargs, level=level, fake=fake)

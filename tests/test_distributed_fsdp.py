@@ -276,3 +276,143 @@ def test_after_a_step_the_parameters_read_the_copy_out_into_fsdps_own_buffers(fa
             assert tuple(buffer.outputs[0].shape) == tuple(p.all_gather_outputs[0].shape)
             (src,) = g.node(p._param_fqn).inputs  # the parameter: its value is the copy-out's write
             assert src.node == copy.name and tuple(copy.outputs[src.index].shape) == tuple(p.all_gather_outputs[0].shape)
+
+
+def meta_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """The GPT of :func:`gpt_factory` built on ``meta`` and sharded there: a model too big to load."""
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("dp",))
+    with torch.device("meta"):
+        m = GPT()
+    for block in m.h:
+        fully_shard(block, mesh=mesh)
+    fully_shard(m, mesh=mesh)
+    return m, (torch.randint(0, 40, (2, 8)),)
+
+
+def _fsdp_state(model: nn.Module) -> list[Any]:
+    """What the capture must leave as it was: each parameter by identity and device, and FSDP2's
+    own state of each unit (not initialised, its shards the meta ones, no gathered buffers)."""
+    out: list[Any] = [(n, p, p.device.type) for n, p in model.named_parameters()]
+    for path, params in units(model):
+        state = model.get_submodule(path)._get_fsdp_state()
+        group = state._fsdp_param_group
+        out.append((path, state._is_root, group._reset_sharded_params, len(state._state_ctx.all_states),
+                    len(group._module_to_pre_save_state_dict_hook_handle)))
+        out += [(p.sharded_param, p._sharded_param_data, p._sharded_param_data.device.type,
+                 hasattr(p, "_unsharded_param"), list(p.all_gather_outputs)) for p in params]
+    return out
+
+
+def _fqn(model: nn.Module, p: Any) -> str:
+    """An ``FSDPParam``'s name in ``model`` (its ``_param_fqn`` is set by FSDP2's lazy init only)."""
+    path = next(path for path, m in model.named_modules() if m is p._module_info.module)
+    return f"{path}.{p._module_info.param_name}" if path else p._module_info.param_name
+
+
+def test_a_model_sharded_on_meta_captures_on_fake_shards_and_is_left_as_it_was() -> None:
+    """FSDP2's lazy init refuses parameters on ``meta``; the capture runs the step on fake CPU
+    shards instead (no memory) and gives the graph of the materialised model: each unit's
+    all-gather reads its shards by name, with the shapes of the model's own ``FSDPParam`` objects,
+    each op reads its unsharded parameter by name, and the collectives per module equal
+    ``CommDebugMode``'s on the same model. The model is left on meta, FSDP2 uninitialised."""
+    made: list[tuple[nn.Module, list[Any]]] = []
+
+    def factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+        m, args = meta_factory()
+        made.append((m, _fsdp_state(m)))
+        return m, args
+
+    g = fxviz.capture(factory, world_size=8)
+    model, before = made[0]
+    fqn = _fqn
+    assert g.error is None and "fake" in g.method
+    gathers = {r["module"]: g.node(r["node"]) for r in collectives(g)}
+    assert list(gathers) == [path for path, _ in units(model)] == ["", "h.0", "h.1"]
+    for path, params in units(model):
+        copy_in = producer(g, gathers[path], 0)
+        shards = [producer(g, copy_in, k) for k in range(len(params))]
+        assert [n.name for n in shards] == [f"{fqn(model, p)}.shard" for p in params]
+        for n, p in zip(shards, params, strict=True):
+            assert n.kind == "parameter" and n.attrs["shard_of"] == fqn(model, p)
+            assert n.attrs["shard_shape"] == list(p.sharded_param._local_tensor.shape)
+            assert tuple(n.outputs[0].shape) == tuple(p._sharded_param_data.shape)  # padded, flat
+            full = g.node(fqn(model, p))  # the unsharded parameter, read by the unit's ops
+            assert full.kind == "parameter" and tuple(full.outputs[0].shape) == tuple(p._orig_size)
+        record = next(r for r in collectives(g) if r["module"] == path)
+        assert record["bytes"] == sum(p._sharded_param_data.numel() * 4 for p in params)
+    reads = {r.node for n in g.nodes if n.kind == "op" for r in n.inputs}
+    assert {fqn(model, p) for _, ps in units(model) for p in ps} <= reads
+    assert sum(n.outputs[0].numel for n in g.nodes if n.kind == "parameter" and "shard_of" not in n.attrs) \
+        == sum(p._orig_size.numel() for _, ps in units(model) for p in ps)
+    assert counts(g) == oracle(gpt_factory, 8)  # CommDebugMode on the same model, materialised
+    after = _fsdp_state(model)
+    assert len(after) == len(before)
+    for a, b in zip(after, before, strict=True):  # by identity: the very same tensors and state
+        assert all(x is y or x == y for x, y in zip(a, b, strict=True)), (a, b)
+
+
+def test_the_llama_70b_shape_sharded_on_meta_by_fsdp2_captures_without_weights() -> None:
+    """Two layers of the 70B shape (hidden 8192, MLP 28672, vocab 128256) on meta, FSDP2 over 8
+    ranks, each layer a unit: one all-gather per unit, each sending the unit's padded shards as the
+    model's ``FSDPParam`` objects hold them (1.38 GB per rank in all), without their memory."""
+    from tests.test_distributed import _bench
+
+    bench = _bench()
+    made: list[nn.Module] = []
+
+    def factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("dp",))
+        with torch.device("meta"):
+            m = bench.Decoder(**{**bench.L70B, "layers": 2})
+        for layer in m.layers:
+            fully_shard(layer, mesh=mesh)
+        made.append(fully_shard(m, mesh=mesh))
+        return m, (torch.zeros(1, 128, dtype=torch.long),)
+
+    g = fxviz.capture(factory, world_size=8)
+    model = made[0]
+    recs = collectives(g)
+    assert g.error is None and [r["module"] for r in recs] == [path for path, _ in units(model)] \
+        == ["", "layers.0", "layers.1"]
+    for r, (_, params) in zip(recs, units(model), strict=True):
+        assert r["kind"] == "all_gather" and r["bytes"] == sum(p._sharded_param_data.numel() * 4 for p in params)
+    assert sum(r["bytes"] for r in recs) == 1_380_995_072
+    assert all(p.is_meta for p in model.parameters()) and not dist.is_initialized()
+
+
+def test_a_backward_all_gather_reads_the_shards_of_the_unit_it_gathers_and_the_ops_read_the_same_parameters() -> None:
+    """With ``reshard_after_forward`` (every unit but the root) FSDP2 frees a unit's unsharded
+    parameters after its forward and gathers them again in the backward. Each such all-gather says
+    which unit's parameters it gathers (``gathers_of``, in FSDP2's order) and reads their shards,
+    as the forward's does; the backward ops read the very parameter nodes the forward read, not a
+    new value. Checked against the model's own units (which reshard) and ``CommDebugMode`` on the
+    same step (per module: it names the unit whose backward ran the gather, FSDP2 prefetching)."""
+    from tests.test_distributed_backward import counts as step_counts
+    from tests.test_distributed_backward import oracle as step_oracle
+
+    g, model = captured(backward=True)
+    resharded = [(path, params) for path, params in units(model)
+                 if model.get_submodule(path)._get_fsdp_state()._fsdp_param_group.post_forward_mesh_info is not None]
+    assert [path for path, _ in resharded] == ["h.0", "h.1"]  # the root keeps its parameters
+    gathers = [r for r in collectives(g) if r["phase"] == "backward" and r["kind"] == "all_gather"]
+    assert [r["gathers_of"] for r in gathers] == [[p._param_fqn for p in ps] for _, ps in reversed(resharded)]
+    for r, (_, params) in zip(gathers, reversed(resharded), strict=True):
+        node = g.node(r["node"])
+        assert node.attrs["gathers_of"] == r["gathers_of"]
+        assert inputs(g, node.name) == [f"{p._param_fqn}.shard" for p in params]
+        assert all(g.node(f"{p._param_fqn}.shard").attrs["shard_of"] == p._param_fqn for p in params)
+        assert r["bytes"] == sum(p._sharded_param_data.numel() * 4 for p in params)  # as the forward's
+    want = step_oracle(gpt_factory, 8)
+    assert {p: step_counts(g).get(p, {}).get("backward", {}).get("all_gather", 0) for p in want} \
+        == {p: want[p]["backward"].get("all_gather", 0) for p in want}
+    # the backward reads each weight it needs as the parameter node the forward read: one node a name
+    names = [p._param_fqn for _, ps in resharded for p in ps]
+    params = [n.name for n in g.nodes if n.kind == "parameter" and "shard_of" not in n.attrs]
+    assert len(params) == len(set(params)) and set(names) <= set(params)
+    read_back = {r.node for n in g.nodes if n.phase == "backward" and n.kind == "op" for r in n.inputs}
+    assert {f"h.{i}.{m}.weight" for i in (0, 1) for m in ("attn", "proj", "fc", "out")} <= read_back
+    assert not [n.name for n in g.nodes if n.phase == "backward" and n.kind == "parameter"]

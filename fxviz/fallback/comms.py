@@ -27,7 +27,7 @@ from torch.distributed.tensor.debug._comm_mode import NATIVE_TO_PY_MAPPING, c10d
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fxviz.fallback.classify import Action, kind_of
-from fxviz.fallback.fsdp import reduced_grads
+from fxviz.fallback.fsdp import gathered_params, reduced_grads
 from fxviz.fallback.modes import ACTIVE, AROUND, around_recordings
 from fxviz.torchbridge.source import _is_fxviz, is_user_file
 
@@ -392,6 +392,10 @@ class CommRecorder(TorchDispatchMode):
             grads = reduced_grads(self.params)  # FSDP2's: the gradients of a unit's parameters
             if grads:
                 record["grads_of"] = grads
+        elif backward and record["kind"] == "all_gather":
+            gathered = gathered_params(self.params)  # FSDP2's re-gather of a unit's parameters
+            if gathered:
+                record["gathers_of"] = gathered
         if node is not None:  # the autograd node running (or about to, in its hooks): placed by the comm pass
             record["autograd_node"] = [type(node).__name__, node._sequence_nr()]
             var = getattr(node, "variable", None)  # AccumulateGrad: a gradient hook on a parameter

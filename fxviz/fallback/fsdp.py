@@ -16,8 +16,9 @@ gradient outputs are named by these parameters and each unit's reduce-scatter re
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -55,7 +56,10 @@ class FsdpParams:
         return e[1], e[2], self._names[id(e[2])]
 
     def unsharded_dtensors(self) -> list[tuple[torch.Tensor, str]]:
-        """The unsharded parameters that are DTensors (FSDP2 over tensor parallel), with names."""
+        """The unsharded parameters that are not plain tensors, with names: DTensors (FSDP2 over
+        tensor parallel) or fake tensors (a model sharded on meta, :func:`fake_shards`)."""
+        if self._params is None or self._stale():
+            self._build()
         return [(e[0], self._names[id(e[2])]) for e in self._by_id.values()
                 if e[1] == "unsharded" and type(e[0]) not in (torch.Tensor, nn.Parameter)]
 
@@ -95,9 +99,20 @@ def reduced_grads(names: dict[int, str]) -> list[str]:
     """Inside FSDP2's ``foreach_reduce`` (a unit's gradient reduce-scatter being dispatched): the
     names of the parameters whose gradients it reduces, in FSDP2's order; ``names`` maps the sharded
     parameters the capture began with to theirs. Empty anywhere else."""
-    f: Any = sys._getframe(1)
+    return _in_frame("foreach_reduce", names)
+
+
+def gathered_params(names: dict[int, str]) -> list[str]:
+    """Inside FSDP2's ``foreach_all_gather`` (a unit's all-gather being dispatched, as its
+    pre-backward hook re-gathers what ``reshard_after_forward`` freed): the names of the parameters
+    it gathers, in FSDP2's order (``names`` as for :func:`reduced_grads`). Empty anywhere else."""
+    return _in_frame("foreach_all_gather", names)
+
+
+def _in_frame(function: str, names: dict[int, str]) -> list[str]:
+    f: Any = sys._getframe(2)
     while f is not None:
-        if f.f_code.co_name == "foreach_reduce" and "fsdp_params" in f.f_locals:
+        if f.f_code.co_name == function and "fsdp_params" in f.f_locals:
             return [names.get(id(p.sharded_param)) or str(p._param_fqn) for p in f.f_locals["fsdp_params"]]
         f = f.f_back
     return []
@@ -133,6 +148,76 @@ def name_unsharded(params: list[tuple[torch.Tensor, str]], nodes: list[Node], va
         if n.name in after:
             out.append(after[n.name])
     nodes[:] = out
+
+
+def meta_shards(named: list[tuple[str, nn.Module]]) -> list[Any]:
+    """The FSDP2 states of a model built on ``meta`` and sharded there (its ``FSDPParam`` objects'
+    sharded parameters on ``meta``): FSDP2's lazy init refuses to run them; empty otherwise."""
+    states: dict[int, Any] = {}
+    for _, m in named:
+        get = getattr(m, "_get_fsdp_state", None)
+        state = get() if callable(get) else None
+        if state is not None:
+            states.setdefault(id(state), state)
+    params = [p for s in states.values() for g in s._fsdp_param_groups for p in g.fsdp_params]
+    return list(states.values()) if any(p.sharded_param.device.type == "meta" for p in params) else []
+
+
+@contextlib.contextmanager
+def fake_shards(named: list[tuple[str, nn.Module]], states: list[Any]) -> Iterator[None]:
+    """Inside a ``FakeTensorMode``: each FSDP2 parameter of ``states`` that lies on ``meta`` swapped
+    for a fake CPU one of the same shard (no memory: what ``to_empty`` would make, fake), so FSDP2's
+    lazy init, all-gathers and copy-outs run as on a materialised model. Afterwards the model's
+    parameters and FSDP2's state are put back as they were: the same ``meta`` parameters, FSDP2 not
+    initialised, no fake tensor left in the model (the user may still ``to_empty`` and train it)."""
+    from torch.distributed.tensor import DTensor
+
+    groups = [g for s in states for g in s._fsdp_param_groups]
+    params = [p for g in groups for p in g.fsdp_params]
+    owners = [*states, *{id(s._state_ctx): s._state_ctx for s in states}.values(),
+              *{id(s._comm_ctx): s._comm_ctx for s in states}.values(), *groups, *params]
+    saved = [(o, _copy_vars(o)) for o in owners]
+    hooks = [(g, {k: dict(getattr(g, k)) for k in _HOOK_TABLES if isinstance(getattr(g, k, None), dict)})
+             for g in groups]
+    slots = [(m, dict(m._parameters)) for _, m in named]
+    try:
+        with torch.no_grad():
+            for p in params:
+                old = p.sharded_param
+                if old.device.type != "meta":
+                    continue
+                local = old._local_tensor
+                fake = torch.empty_strided(local.shape, local.stride(), dtype=local.dtype, device="cpu")
+                new = nn.Parameter(DTensor(fake, old._spec, requires_grad=old.requires_grad),
+                                   requires_grad=old.requires_grad)
+                info = p._module_info
+                for m, name in ((info.module, info.param_name),
+                                *zip(info.shared_modules, info.shared_param_names, strict=True)):
+                    m._parameters[name] = new
+                p.reset_sharded_param()
+            for g in groups:  # done, as FSDP2's lazy init would (it would make the shards again)
+                g._reset_sharded_params = True
+        yield
+    finally:
+        for g, tables in hooks:  # the state-dict hooks FSDP2's lazy init registered on the modules
+            for k, before in tables.items():
+                for module, handle in getattr(g, k).items():
+                    if module not in before:
+                        handle.remove()
+        for o, d in saved:
+            o.__dict__.clear()
+            o.__dict__.update(d)
+        for m, d in slots:
+            m._parameters.clear()
+            m._parameters.update(d)
+
+
+_HOOK_TABLES = ("_module_to_pre_save_state_dict_hook_handle", "_module_to_pre_load_state_dict_hook_handle")
+
+
+def _copy_vars(o: Any) -> dict[str, Any]:
+    """``vars(o)``, its lists, dicts and sets copied (FSDP2 appends to them in place)."""
+    return {k: (type(v)(v) if type(v) in (list, dict, set) else v) for k, v in vars(o).items()}
 
 
 def _tensors(p: Any) -> dict[str, torch.Tensor | None]:
@@ -172,4 +257,4 @@ def unsharded_source(p: Any, nodes: list[Node], lookup: Any) -> Ref | None:
     return ref
 
 
-__all__ = ["FsdpParams", "name_unsharded", "reduced_grads", "shard_attrs", "unsharded_names", "unsharded_source"]
+__all__ = ["FsdpParams", "fake_shards", "gathered_params", "meta_shards", "name_unsharded", "reduced_grads", "shard_attrs", "unsharded_names", "unsharded_source"]

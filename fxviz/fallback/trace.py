@@ -114,13 +114,15 @@ def _trace(
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-        on_meta = any(p.is_meta for _, m in named for p in m._parameters.values() if p is not None)
+        shards = _meta_shards(named)
+        # an FSDP2 model sharded on meta runs on fake CPU shards (fsdp.fake_shards), so on the CPU
+        on_meta = not shards and any(p.is_meta for _, m in named for p in m._parameters.values() if p is not None)
         tensors = tuple(
             fake_mode.from_tensor(t.to("meta") if on_meta else t) for t in flat.tensors
         )
         args, kwargs = flat.rebuild(tensors)
     else:
-        tensors = flat.tensors
+        tensors, shards = flat.tensors, []
     for name, t in zip(flat.names, tensors, strict=True):
         rec.add_input(name, t)
 
@@ -130,7 +132,8 @@ def _trace(
     # memory the plain forward under no_grad does not spend either)
     grad_mode: Any = contextlib.nullcontext() if grad else torch.no_grad()
     try:
-        with fake_mode, module_hooks(rec), gc_paused(), forget_failed_compiles(), collectives_seen():
+        with fake_mode, _fake_shards(named, shards), module_hooks(rec), gc_paused(), forget_failed_compiles(), \
+                collectives_seen():
             try:
                 with (grad_mode, recording(rec), checkpoints.attach(rec) if checkpoints is not None else contextlib.nullcontext(),
                       watch(rec) if watch is not None else contextlib.nullcontext()):
@@ -162,6 +165,28 @@ def _trace(
         checkpoints.mark(graph.nodes)
     graph.annotations["replay"] = _replay_verdict(rec)
     return graph
+
+
+def meta_sharded(model: nn.Module) -> bool:
+    """True for an FSDP2 model sharded on ``meta``: it captures on fake CPU shards, with the CPU
+    inputs its factory made (:func:`fxviz.fallback.fsdp.fake_shards`)."""
+    return bool(_meta_shards(list(model.named_modules(remove_duplicate=False))))
+
+
+def _meta_shards(named: list[tuple[str, nn.Module]]) -> list[Any]:
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return []
+    from fxviz.fallback.fsdp import meta_shards
+
+    return meta_shards(named)
+
+
+def _fake_shards(named: list[tuple[str, nn.Module]], states: list[Any]) -> AbstractContextManager[Any]:
+    if not states:
+        return contextlib.nullcontext()
+    from fxviz.fallback.fsdp import fake_shards
+
+    return fake_shards(named, states)
 
 
 def _beyond_the_tracer(exc: BaseException) -> bool:
@@ -222,4 +247,4 @@ def _model_error(graph: Graph, rec: Recorder, exc: Exception) -> ModelError:
 
 MODEL_CALLERS.add(trace_eager.__code__)  # an op's line is one inside the model's call
 
-__all__ = ["trace_eager", "uses_meta"]
+__all__ = ["meta_sharded", "trace_eager", "uses_meta"]

@@ -81,7 +81,11 @@ def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> bool:
     parameter's module, after the op that made the gradient. The node sits right after that op
     (``attrs["during"]`` names it) and reads nothing, but for FSDP2's reduce-scatter (``grads_of``):
     it reads the gradients of its unit's parameters, and is in that unit (the module holding them;
-    ``CommDebugMode`` names the last module whose backward began). Returns whether it added any."""
+    ``CommDebugMode`` names the last module whose backward began), and for FSDP2's re-gather of a
+    unit that resharded after its forward (``gathers_of``): it reads the shards of the parameters
+    it gathers, which ``attrs["gathers_of"]`` names; the backward ops read those same parameter
+    nodes. It stays in the module whose backward ran it, as ``CommDebugMode`` counts it (FSDP2
+    prefetches the next unit's). Returns whether it added any."""
     ops = [n for n in graph.nodes if n.kind == "op" and n.phase == "backward" and "seq_nr" in n.attrs]
     by_key = {(n.target, n.attrs["seq_nr"]): n for n in ops}
     if not ops:
@@ -90,6 +94,10 @@ def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> bool:
     used = set(nodes)
     params = {n.target: n for n in graph.nodes if n.kind == "parameter"}
     grads = {str(n.attrs["grad_of"]): n for n in graph.nodes if n.kind == "output" and "grad_of" in n.attrs}
+    shards: dict[str, Node] = {}  # FSDP2's shard of each parameter, by the parameter's name (its first)
+    for n in graph.nodes:
+        if n.kind == "parameter" and "shard_of" in n.attrs:
+            shards.setdefault(str(n.attrs["shard_of"]), n)
     after: dict[str, list[Node]] = {}
     pos = {n.name: i for i, n in enumerate(graph.nodes)} if any(r.get("grads_of") for r in records) else {}
     for r in records:
@@ -109,11 +117,14 @@ def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> bool:
             name, i = f"{_base(str(r.get('op', '')))}_bw_{i}", i + 1
         used.add(name)
         stack, reads = owner.stack, _grads_read(r, grads, during, pos) if pos else ()
-        if reads:  # FSDP2's reduce-scatter: in its unit, the module holding the parameters it reduces
+        attrs = {"during": during.name, "collective": r.get("kind", ""), "bytes": int(r.get("bytes", 0))}
+        if r.get("gathers_of"):  # FSDP2's re-gather: it reads the unit's shards, as its forward all-gather
+            reads = tuple(Ref(shards[g].name) for g in r["gathers_of"] if g in shards)
+            attrs["gathers_of"] = list(r["gathers_of"])
+        if reads and r.get("grads_of"):  # FSDP2's reduce-scatter: in its unit, the module holding the parameters it reduces
             unit = _common_path([str(g).rpartition(".")[0] for g in r["grads_of"]])
             stack = tuple(c for c in during.stack if not c[0] or unit == c[0] or unit.startswith(c[0] + "."))
-        node = Node(name, "op", target=str(r.get("op", "")), inputs=reads, stack=stack, phase="backward",
-                    attrs={"during": during.name, "collective": r.get("kind", ""), "bytes": int(r.get("bytes", 0))})
+        node = Node(name, "op", target=str(r.get("op", "")), inputs=reads, stack=stack, phase="backward", attrs=attrs)
         after.setdefault(during.name, []).append(node)
         r["module"], r["node"] = node.module, name
         if not r.get("source"):
