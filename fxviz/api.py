@@ -30,7 +30,7 @@ from fxviz.torchbridge.guard import walks_shared
 from fxviz.torchbridge.lazy import initialised
 from fxviz.torchbridge.normalize import flatten_inputs
 from fxviz.torchbridge.run import capture_session, failed_attempt, gc_paused, interrupts_kept, normalize_args
-from fxviz.torchbridge.values import module_infos
+from fxviz.torchbridge.values import add_unread_state, module_infos
 from fxviz.training import FATAL, training_methods
 
 Capturer = Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any, bool], Graph]
@@ -307,6 +307,8 @@ def capture(
                     run_passes(e.graph, passes)
                 raise
             graph.notes = notes + graph.notes + ([] if backward else fast_path_notes(model, args, kwargs))
+            if not backward:  # every method lists the model's whole state, as export does
+                add_unread_state(graph, model)
             return run_passes(graph, passes)
 
 

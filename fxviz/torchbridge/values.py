@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fxviz.ir import ModuleInfo, Node, Ref, TensorMeta
+from fxviz.ir import Graph, ModuleInfo, Node, NodeKind, Ref, TensorMeta
 from fxviz.torchbridge.guard import named_modules
 
 
@@ -172,3 +172,30 @@ def output_node(name: str, path: str, ref: Ref | None, const: str | None) -> Nod
     leaf reads ``ref``; any other leaf has no input and shows its ``repr`` as ``attrs["value"]``."""
     attrs: dict[str, Any] = {} if const is None else {"value": const}
     return Node(name, "output", target=path, inputs=(ref,) if ref is not None else (), attrs=attrs)
+
+
+def add_unread_state(graph: Graph, model: nn.Module) -> None:
+    """Give every parameter and buffer of ``model`` that the captured run never read a node (kind
+    ``parameter``/``buffer``, in its owning module, no users), as export's graph lists all of them:
+    without them a model's parameter count depended on the method (fx, export-strict and the eager
+    tracer list only what the run reads: Dinov2's ``mask_token``, read only with
+    ``bool_masked_pos``, was missing from the header's and its module's count)."""
+    have = {n.target for n in graph.nodes if n.kind in ("parameter", "buffer")}
+    names = {n.name for n in graph.nodes}
+    seen: set[int] = set()
+    new: list[Node] = []
+    for path, m in named_modules(model):
+        tables: tuple[tuple[NodeKind, dict[str, Any]], ...] = (("parameter", m._parameters), ("buffer", m._buffers))
+        for kind, table in tables:
+            for key, t in table.items():
+                if t is None or id(t) in seen:
+                    continue
+                seen.add(id(t))  # a tied tensor is named by its first owner, as named_parameters does
+                name = f"{path}.{key}" if path else key
+                if name in have or name in names or not isinstance(t, torch.Tensor):
+                    continue
+                meta = meta_from_value(t)
+                new.append(Node(name, kind, name, stack=((path, 0),) if path else (),
+                                outputs=(meta,) if meta is not None else ()))
+    if new:
+        graph.nodes[:0] = new
