@@ -3,7 +3,7 @@ for the before/after of a change to the tracer, its passes or the snapshot, wher
 a shared machine swings by more than the change.
 
     python bench/instructions.py [--models stack,gpt2-narrow,resnet,gpt2] [--parts capture,tracer,forward,snapshot,passes,
-                                 export,capture-export,capture-export-novalidate]
+                                 export,capture-export,capture-export-novalidate,compile,compile-map]
                                  [--reps 2] [--stack-layers 300]
 
 Each part runs twice untimed (imports, first-call caches), then ``--reps`` times inside
@@ -16,7 +16,11 @@ the plain forward under ``torch.no_grad()``, ``floor`` the forward under an empt
 graph captured with ``passes=()``. The export path (issue 18 point 10): ``export`` is bare
 ``torch.export.export`` as fxviz's export method calls it (bench/capture.py's ``export``), ``capture-export`` ``fxviz.capture(model, args,
 method="export")`` and ``capture-export-novalidate`` the same with ``validate=False``; their ratios
-to ``export`` are printed. Printed: instructions per call, and per recorded op
+to ``export`` are printed. The compile map (point 11): ``compile`` is a bare first call of
+``torch.compile(model, backend="aot_eager")`` under ``torch.no_grad()`` between two
+``torch._dynamo.reset()`` (bench/compile.py's ``bare``), ``compile-map``
+``fxviz.compile_map(model, args, backend="aot_eager")``; the ratio is printed (Dynamo's own work
+moves by 10-20% between runs in CPU time, instructions do not). Printed: instructions per call, and per recorded op
 beyond the forward for the stack. Slow: about 50x a plain run per part (minutes each on GPT-2).
 """
 
@@ -68,6 +72,8 @@ def child(model_name: str, part: str, reps: int, layers: int) -> None:
         "export": bare_export(model, args),
         "capture-export": lambda: fxviz.capture(model, args, method="export"),
         "capture-export-novalidate": lambda: fxviz.capture(model, args, method="export", validate=False),
+        "compile": bare_compile(model, args),
+        "compile-map": lambda: fxviz.compile_map(model, args, backend="aot_eager"),
     }[part]
     for _ in range(2):
         fn()
@@ -83,6 +89,21 @@ def bare_export(model: Any, args: tuple[Any, ...]) -> Callable[[], Any]:
 
     flat = flatten_inputs(model, args, {})
     return lambda: torch.export.export(NormalizedModel(model, flat, {}), flat.tensors)
+
+
+def bare_compile(model: Any, args: tuple[Any, ...]) -> Callable[[], Any]:
+    """A first call of ``torch.compile`` with Dynamo's caches cold, as bench/compile.py's ``bare``."""
+    import torch
+    import torch._dynamo as dynamo
+
+    def run() -> Any:
+        dynamo.reset()
+        with torch.no_grad():
+            out = torch.compile(model, backend="aot_eager")(*args)
+        dynamo.reset()
+        return out
+
+    return run
 
 
 def passes_fn(model: Any, args: tuple[Any, ...]) -> Callable[[], Any]:
@@ -131,6 +152,8 @@ def main() -> int:
         if "export" in got:  # issue 18 point 10: the export path against bare torch.export
             line += "; x bare export: " + ", ".join(
                 f"{part} {n / got['export']:.3f}x" for part, n in got.items() if part.startswith("capture-export"))
+        if "compile" in got and "compile-map" in got:  # issue 18 point 11
+            line += f"; compile-map x bare compile: {got['compile-map'] / got['compile']:.3f}x"
         print(f"{model_name}: instructions per call: {line}", flush=True)
     return 0
 
