@@ -150,6 +150,16 @@ def name_unsharded(params: list[tuple[torch.Tensor, str]], nodes: list[Node], va
     nodes[:] = out
 
 
+def param_groups(state: Any) -> list[Any]:
+    """An FSDP2 state's parameter groups: ``_fsdp_param_groups`` where torch keeps several (2.13),
+    its one ``_fsdp_param_group`` before (2.11)."""
+    groups = getattr(state, "_fsdp_param_groups", None)
+    if groups is not None:
+        return list(groups)
+    group = getattr(state, "_fsdp_param_group", None)
+    return [] if group is None else [group]
+
+
 def meta_shards(named: list[tuple[str, nn.Module]]) -> list[Any]:
     """The FSDP2 states of a model built on ``meta`` and sharded there (its ``FSDPParam`` objects'
     sharded parameters on ``meta``): FSDP2's lazy init refuses to run them; empty otherwise."""
@@ -159,20 +169,20 @@ def meta_shards(named: list[tuple[str, nn.Module]]) -> list[Any]:
         state = get() if callable(get) else None
         if state is not None:
             states.setdefault(id(state), state)
-    params = [p for s in states.values() for g in s._fsdp_param_groups for p in g.fsdp_params]
+    params = [p for s in states.values() for g in param_groups(s) for p in g.fsdp_params]
     return list(states.values()) if any(p.sharded_param.device.type == "meta" for p in params) else []
 
 
 @contextlib.contextmanager
 def fake_shards(named: list[tuple[str, nn.Module]], states: list[Any]) -> Iterator[None]:
     """Inside a ``FakeTensorMode``: each FSDP2 parameter of ``states`` that lies on ``meta`` swapped
-    for a fake CPU one of the same shard (no memory: what ``to_empty`` would make, fake), so FSDP2's
+    for a fake one of the same shard on its mesh's device (no memory: what ``to_empty`` would make, fake), so FSDP2's
     lazy init, all-gathers and copy-outs run as on a materialised model. Afterwards the model's
     parameters and FSDP2's state are put back as they were: the same ``meta`` parameters, FSDP2 not
     initialised, no fake tensor left in the model (the user may still ``to_empty`` and train it)."""
     from torch.distributed.tensor import DTensor
 
-    groups = [g for s in states for g in s._fsdp_param_groups]
+    groups = [g for s in states for g in param_groups(s)]
     params = [p for g in groups for p in g.fsdp_params]
     owners = [*states, *{id(s._state_ctx): s._state_ctx for s in states}.values(),
               *{id(s._comm_ctx): s._comm_ctx for s in states}.values(), *groups, *params]
@@ -187,7 +197,9 @@ def fake_shards(named: list[tuple[str, nn.Module]], states: list[Any]) -> Iterat
                 if old.device.type != "meta":
                     continue
                 local = old._local_tensor
-                fake = torch.empty_strided(local.shape, local.stride(), dtype=local.dtype, device="cpu")
+                # on the mesh's device: FSDP2 gathers there (a CUDA mesh's copy-in is on the GPU)
+                fake = torch.empty_strided(local.shape, local.stride(), dtype=local.dtype,
+                                           device=old.device_mesh.device_type)
                 new = nn.Parameter(DTensor(fake, old._spec, requires_grad=old.requires_grad),
                                    requires_grad=old.requires_grad)
                 info = p._module_info

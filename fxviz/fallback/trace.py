@@ -115,7 +115,7 @@ def _trace(
 
         fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         shards = _meta_shards(named)
-        # an FSDP2 model sharded on meta runs on fake CPU shards (fsdp.fake_shards), so on the CPU
+        # an FSDP2 model sharded on meta runs on fake shards on its mesh's device (fsdp.fake_shards)
         on_meta = not shards and any(p.is_meta for _, m in named for p in m._parameters.values() if p is not None)
         tensors = tuple(
             fake_mode.from_tensor(t.to("meta") if on_meta else t) for t in flat.tensors
@@ -168,8 +168,8 @@ def _trace(
 
 
 def meta_sharded(model: nn.Module) -> bool:
-    """True for an FSDP2 model sharded on ``meta``: it captures on fake CPU shards, with the CPU
-    inputs its factory made (:func:`fxviz.fallback.fsdp.fake_shards`)."""
+    """True for an FSDP2 model sharded on ``meta``: it captures on fake shards on its mesh's
+    device, with the inputs its factory made (:func:`fxviz.fallback.fsdp.fake_shards`)."""
     return bool(_meta_shards(list(model.named_modules(remove_duplicate=False))))
 
 
