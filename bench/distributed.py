@@ -24,10 +24,16 @@
 ``--instructions`` instead counts instructions (valgrind's callgrind, as ``bench/instructions.py``:
 a figure a loaded machine does not move) per call of each part of part 1: the unsharded capture
 and forward, the sharded capture, its floor (recording no collectives) and the sharded forward;
-with the four of them, the same decomposition. Counted so, the sharded capture at hidden 256 is
-1.37x the unsharded one (82.1 -> 77.1 M per capture this stop; fxviz 1.22x per op): the unsharded
-forward's BLAS does many flops per instruction, DTensor's Python little work per instruction, so
-instructions understate torch's share of the CPU time, which is what the target is stated in.
+with the four of them, the same decomposition. Counted so (this stop), the sharded capture at hidden
+256 is 1.34x the unsharded one (72.3 M against 54.0 M), while process CPU time says 2.2x. The gap
+is torch's forward, not fxviz and not threads: the two forwards alone run the same instructions
+(29.8 M sharded, 29.4 M unsharded) but the sharded one takes 2.8x the CPU (22.5 ms against 7.9
+ms), 1.3 G instructions/s against 3.7 (likely cause, not measured per function: the sharded one
+does an eighth of the matmul flops and DTensor's Python dispatch in their place). fxviz's added work
+runs at the same rate on both (1.85 and 1.71 G/s). Process CPU is this thread's CPU (the last line
+of part 1 says how much other threads took: none), with no system time, page faults or
+collections to speak of; warm or interleaved, the ratio is the same. So instructions weigh
+DTensor's dispatch as BLAS and understate torch's share of the CPU time the target is stated in.
 """
 
 from __future__ import annotations
@@ -186,10 +192,17 @@ def old_capture(model: nn.Module, args: tuple[torch.Tensor], recorder: type = Co
         comms.CommRecorder = light  # type: ignore[misc]
 
 
+#: [process CPU, this thread's CPU] summed over every :func:`cpu` call: what other threads took
+OTHER_THREADS = [0.0, 0.0]
+
+
 def cpu(fn: object) -> float:
-    t = time.process_time()
+    t, th = time.process_time(), time.thread_time()
     fn()  # type: ignore[operator]
-    return time.process_time() - t
+    dt = time.process_time() - t
+    OTHER_THREADS[0] += dt
+    OTHER_THREADS[1] += time.thread_time() - th
+    return dt
 
 
 #: the parts ``--instructions`` counts, by name (each runs inside the fake group)
@@ -329,6 +342,9 @@ def small_decoder(hidden: int, reps: int) -> None:
           f"ratio {statistics.median(floor) / b:.2f}x")
     print(f"  CommDebugMode alone on the sharded forward: {c * 1e3:.0f} ms CPU; "
           f"counts {mode.get_total_counts()} collectives; fxviz: {len(collectives(g))} with bytes, module, node")
+    total, own = OTHER_THREADS
+    print(f"  process CPU {total * 1e3:.0f} ms over all runs, of which other threads {max(0.0, total - own) * 1e3:.1f} ms "
+          "(process_time counts every thread: the fake group starts none that works)")
 
 
 def main() -> None:
