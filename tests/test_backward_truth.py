@@ -274,6 +274,23 @@ def test_the_recompute_nodes_are_the_ops_torchs_default_step_runs_again(how: str
     assert _shown(g) == torchs == ({"aten.addmm": 2, "aten.tanh": 2} if how == "default" else {"aten.addmm": 4, "aten.tanh": 2})
 
 
+@pytest.mark.parametrize("how", ["default", "off per call"])
+def test_the_tree_marks_each_recomputed_op_and_where_torchs_early_stop_ended(how: str) -> None:
+    """The terminal tree says which ops the backward ran again (``↻``) and, under torch's default,
+    the op whose save ended each recomputation: one per checkpoint call, none with early stop off."""
+    from fxviz.render.tree import tree_text
+
+    torch.manual_seed(0)
+    model, x = Checkpointed(early_stop=False if how == "off per call" else None), torch.randn(4, 16)
+    g = fxviz.capture(model, (x,), backward=True, method="eager")
+    text = tree_text(g, width=300, unfold=True)
+    recomputed = [n for n in g.nodes if n.phase == "recompute"]
+    stopped = [n for n in recomputed if n.attrs.get("stopped")]
+    assert len(stopped) == (2 if how == "default" else 0)
+    assert text.count("↻") == len(recomputed) > 0, text
+    assert text.count("early stop here") == len(stopped), text
+
+
 class _Nested(nn.Module):
     """A checkpoint around two checkpointed blocks (``ckpt=False``: none)."""
 

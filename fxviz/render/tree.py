@@ -35,7 +35,7 @@ from fxviz.passes.plumbing import plumbing_of, plumbing_summary
 from fxviz.passes.structure import Block, Op, Parallel, Step, step_nodes, structure
 from fxviz.render.overlays import format_value
 from fxviz.render.panels import panel_tables
-from fxviz.render.treelabel import MAX_LEVELS, VALUE_STYLE, levels_for, meta_text
+from fxviz.render.treelabel import MAX_LEVELS, VALUE_STYLE, levels_for, meta_text, recompute_mark
 from fxviz.render.treelabel import Label as _Label
 from fxviz.render.treelabel import Plumbing as _Plumbing
 from fxviz.render.treelabel import fold_plumbing as _fold_plumbing
@@ -422,6 +422,7 @@ def _dtype_changed(node: Node, ctx: _Ctx) -> bool:
 
 
 def _mark(t: _Label, node: Node) -> None:
+    t.add(*recompute_mark(node, long=True), brk=True)
     if node.attrs.get("data_dependent"):
         t.add("  ⚠ data-dependent", "bold yellow", brk=True)
     if node.error:
@@ -446,6 +447,7 @@ def _chain(t: _Label, steps: list[Step], ctx: _Ctx) -> _Label:
             assert isinstance(s, Op)
             node = ctx.graph.node(s.node)
             t.add(_c(node_label(node)), node_color(node))
+            t.add(*recompute_mark(node, long=False))
     last = ctx.graph.node(step_nodes(steps[-1])[-1]) if steps else None
     if last is not None and last.meta is not None:
         t.add(f"  → {meta_text(last.meta)}", _SHAPE, brk=True)

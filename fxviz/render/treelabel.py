@@ -11,7 +11,7 @@ from rich.cells import cell_len
 from rich.text import Text
 
 from fxviz.calls import Call
-from fxviz.ir import TensorMeta
+from fxviz.ir import Node, TensorMeta
 from fxviz.passes.structure import Block, Op, Parallel, Step
 from fxviz.render.view import bounded
 from fxviz.text import clean
@@ -77,6 +77,21 @@ class Label:
                 gap = max(2, (avail or 0) - cell_len(value))
             t.append(" " * gap + value, VALUE_STYLE)
         return t
+
+
+#: The colour of the recompute phase (the ``phase`` overlay's).
+RECOMPUTE_STYLE = "#f28e2b"
+
+
+def recompute_mark(node: Node, long: bool) -> tuple[str, str]:
+    """The mark of an op ``torch.utils.checkpoint`` ran again in the backward (phase
+    ``recompute``), beside its name: `` ↻`` in a chain of ops, spelled out on its own line, where
+    ``attrs["stopped"]`` says torch's early stop ended the recomputation during this op's save."""
+    if node.phase != "recompute":
+        return "", ""
+    if not long:
+        return " ↻", RECOMPUTE_STYLE
+    return ("  ↻ recomputed, early stop here" if node.attrs.get("stopped") else "  ↻ recomputed"), RECOMPUTE_STYLE
 
 
 def shape_pieces(label: Label, metas: Sequence[TensorMeta | None], style: str, limit: int = 2,
