@@ -479,3 +479,18 @@ def test_a_training_step_of_a_model_sharded_on_meta_runs_on_fake_shards_and_is_l
         assert all(x is y or x == y for x, y in zip(a, b, strict=True)), (a, b)
     assert all(p.grad is None for p in model.parameters()) and not dist.is_initialized()
 
+
+@pytest.mark.parametrize(("method", "backward"), [("eager", False), ("eager-aten", False), ("eager", True)])
+def test_a_model_sharded_on_meta_runs_the_ops_the_model_built_for_real_runs(method: str, backward: bool) -> None:
+    """FSDP2 makes each unsharded parameter with ``nn.Parameter``: on a real tensor that runs no op,
+    on the fake one of a capture on meta it runs ``detach`` and ``requires_grad_``, fxviz's fake
+    run's, not the model's. The graph of the model sharded on meta holds the ops, in order, that
+    the graph of the model built for real holds, each in the same module, with the same names."""
+    meta = fxviz.capture(meta_factory, world_size=8, method=method, backward=backward)
+    real = fxviz.capture(gpt_factory, world_size=8, method=method, backward=backward)
+    assert "fake" in meta.method and "fake" not in real.method
+    ops = [[(n.name, n.target, n.module, n.phase) for n in g.nodes if n.kind == "op"] for g in (meta, real)]
+    assert ops[0] == ops[1] and len(ops[1]) > 100
+    assert not [n for n in meta.nodes if n.target in ("Tensor.detach", "Tensor.requires_grad_", "aten.detach.default")]
+    params = [[(n.name, [r.node for r in n.inputs]) for n in g.nodes if n.kind == "parameter"] for g in (meta, real)]
+    assert params[0] == params[1]  # each parameter reads the as_strided of its unit's copy-out on both
