@@ -409,12 +409,10 @@ def test_a_backward_all_gather_reads_the_shards_of_the_unit_it_gathers_and_the_o
     want = step_oracle(gpt_factory, 8)
     assert {p: step_counts(g).get(p, {}).get("backward", {}).get("all_gather", 0) for p in want} \
         == {p: want[p]["backward"].get("all_gather", 0) for p in want}
-    # the backward reads each weight it needs as the parameter node the forward read: one node a name
+    # one parameter node a name: the backward makes none (it reads the re-gathers': see below)
     names = [p._param_fqn for _, ps in resharded for p in ps]
     params = [n.name for n in g.nodes if n.kind == "parameter" and "shard_of" not in n.attrs]
     assert len(params) == len(set(params)) and set(names) <= set(params)
-    read_back = {r.node for n in g.nodes if n.phase == "backward" and n.kind == "op" for r in n.inputs}
-    assert {f"h.{i}.{m}.weight" for i in (0, 1) for m in ("attn", "proj", "fc", "out")} <= read_back
     assert not [n.name for n in g.nodes if n.phase == "backward" and n.kind == "parameter"]
 
 
@@ -478,6 +476,7 @@ def test_a_training_step_of_a_model_sharded_on_meta_runs_on_fake_shards_and_is_l
     for a, b in zip(after, before, strict=True):  # by identity: the very same tensors and state
         assert all(x is y or x == y for x, y in zip(a, b, strict=True)), (a, b)
     assert all(p.grad is None for p in model.parameters()) and not dist.is_initialized()
+
 
 
 @pytest.mark.parametrize(("method", "backward"), [("eager", False), ("eager-aten", False), ("eager", True)])
