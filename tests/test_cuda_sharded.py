@@ -122,3 +122,30 @@ def test_an_fsdp2_model_sharded_on_meta_for_a_cuda_mesh_captures_as_the_material
         record = next(r for r in collectives(g) if r["module"] == path)
         assert record["bytes"] == sum(p._sharded_param_data.numel() * 4 for p in params)
     assert all(p.is_meta for p in made[0].parameters())  # left as it was: nothing materialised
+
+
+def test_a_training_step_of_an_fsdp2_model_sharded_on_meta_for_a_cuda_mesh_equals_the_gpu_step() -> None:
+    """``backward=True`` on the meta model of a CUDA mesh: forward and backward on fake CUDA shards;
+    collectives per unit (both phases) equal ``CommDebugMode`` on the same model on the GPU, the
+    reduce-scatters' bytes the real GPU step's, and the re-gathered parameters are read as there."""
+    made: list[Any] = []
+
+    def factory() -> tuple[Any, tuple[Any, ...]]:
+        m, args = fsdp_meta_cuda()
+        made.append(m)
+        return m, args
+
+    g = fxviz.capture(factory, world_size=8, backward=True)
+    assert g.error is None and g.method == "eager (fake) (backward)"
+    want = tb.oracle(fsdp_gpt_cuda, 8)
+    paths = ["", "h.0", "h.1"]
+    assert {p: tb.counts(g)[p] for p in paths} == {p: want[p] for p in paths}
+    scatters = [r["bytes"] for r in collectives(g) if r["kind"] == "reduce_scatter"]
+    assert scatters == tf._scattered(fsdp_gpt_cuda, 8)
+    devices = {m.device for n in g.nodes if n.kind == "op" for m in n.outputs if m.is_tensor}
+    assert devices == {"cuda"}, devices
+    _, read = tb._read_again(fsdp_gpt_cuda, 8)
+    fed = {p for n in g.nodes for r in n.inputs if "gathers_of" in g.node(r.node).attrs
+           for p in [g.node(r.node).attrs["gathers_of"][r.index]] if n.phase == "backward"}
+    assert fed == set(read)
+    assert all(p.is_meta for p in made[0].parameters())  # left as it was: nothing materialised

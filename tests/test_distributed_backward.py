@@ -17,8 +17,10 @@ parallel) and every module with submodules elsewhere, with the totals per kind a
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
+import pytest
 import torch
 import torch.distributed as dist
 from click.testing import CliRunner
@@ -33,6 +35,7 @@ from fxviz.ir import Graph
 from fxviz.passes.comm import collectives
 from fxviz.passes.overlays import overlays
 from tests.test_distributed import FACTORY, MLP, fsdp_factory, sp_factory
+from tests.test_distributed_fsdp import gpt_factory, meta_factory, units
 
 Counts = dict[str, dict[str, dict[str, int]]]  # module -> phase -> kind -> count
 
@@ -217,3 +220,61 @@ def test_cli_backward_world_size(tmp_path: Any) -> None:
     assert [(c["phase"], c["kind"], c["module"], c["bytes"]) for c in collectives(g)] == [
         ("forward", "all_reduce", "down", 256), ("backward", "all_reduce", "up", 256)]
     assert not dist.is_initialized()
+
+
+def _read_again(factory: Any, world_size: int) -> tuple[dict[str, int], Counter[str]]:
+    """Torch's own record of the real step: each parameter's unsharded storage after the forward
+    (bytes: 0 where FSDP2 resharded and freed it), and how many autograd nodes of the backward
+    unpack a saved tensor on each freed one (``saved_tensors_hooks``: the node running at unpack),
+    by the parameter's name."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        model, args = factory()
+        unpacked: dict[Any, list[torch.Tensor]] = {}
+
+        def unpack(t: torch.Tensor) -> torch.Tensor:
+            unpacked.setdefault(torch._C._current_autograd_node(), []).append(t)
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, unpack):
+            loss = model(*args).sum()
+        params = [p for _, ps in units(model) for p in ps]
+        after = {p._param_fqn: p._unsharded_param.untyped_storage().nbytes() for p in params}
+        freed = {p._unsharded_param.untyped_storage()._cdata: p._param_fqn for p in params if not after[p._param_fqn]}
+        loss.backward()
+        read = Counter(name for ts in unpacked.values()
+                       for name in {freed[t.untyped_storage()._cdata] for t in ts if t.untyped_storage()._cdata in freed})
+        return after, read
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("factory", [gpt_factory, meta_factory], ids=["real", "meta"])
+def test_the_backward_reads_a_resharded_parameter_from_its_re_gather(factory: Any) -> None:
+    """FSDP2 frees a resharding unit's unsharded parameters after its forward (their storage is
+    0 bytes then: torch's record) and its backward re-gather fills them again, so what each
+    backward op reads of them is the re-gather's: the re-gather node gives the parameters it
+    gathers (its outputs, the unsharded shapes, in ``gathers_of``'s order) and the backward ops read
+    them there, not from the forward's parameter nodes. Which parameters the backward reads so and
+    by how many autograd nodes equals the real step's ``saved_tensors_hooks`` record (unpacks of a
+    freed storage); the root unit, never freed, is read from the forward's nodes."""
+    g = fxviz.capture(factory, world_size=8, backward=True)
+    after, read = _read_again(gpt_factory, 8)
+    freed = {name for name, nbytes in after.items() if not nbytes}
+    assert freed == {name for name in after if name.startswith("h.")}  # the root unit keeps its parameters
+    gathers = [g.node(r["node"]) for r in collectives(g) if r.get("gathers_of")]
+    fed: Counter[str] = Counter()
+    for node in gathers:
+        assert [tuple(m.shape) for m in node.outputs] == [tuple(g.node(p).outputs[0].shape) for p in node.attrs["gathers_of"]]
+        for n in g.nodes:
+            fed.update({node.attrs["gathers_of"][r.index] for r in n.inputs if r.node == node.name})
+            assert not {r.node for r in n.inputs if r.node == node.name} or (n.phase, n.kind) == ("backward", "op")
+    assert sorted(p for node in gathers for p in node.attrs["gathers_of"]) == sorted(freed)
+    assert fed == read and set(read) < freed  # the ops read the weights and the norms' parameters; no bias of a linear
+    stale = {r.node for n in g.nodes if n.phase == "backward" and n.kind == "op" for r in n.inputs} & freed
+    assert not stale  # nothing of the backward reads a freed parameter's forward value
+    kept = {r.node for n in g.nodes if n.phase == "backward" and n.kind == "op" for r in n.inputs}
+    assert {"ln_f.weight", "ln_f.bias"} <= kept  # the root's, read where the forward made them
+    assert not g.annotations["shapes"]["missing"]

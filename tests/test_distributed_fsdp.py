@@ -409,10 +409,87 @@ def test_a_backward_all_gather_reads_the_shards_of_the_unit_it_gathers_and_the_o
     want = step_oracle(gpt_factory, 8)
     assert {p: step_counts(g).get(p, {}).get("backward", {}).get("all_gather", 0) for p in want} \
         == {p: want[p]["backward"].get("all_gather", 0) for p in want}
-    # the backward reads each weight it needs as the parameter node the forward read: one node a name
+    # one parameter node a name: the backward makes none (it reads the re-gathers': see below)
     names = [p._param_fqn for _, ps in resharded for p in ps]
     params = [n.name for n in g.nodes if n.kind == "parameter" and "shard_of" not in n.attrs]
     assert len(params) == len(set(params)) and set(names) <= set(params)
-    read_back = {r.node for n in g.nodes if n.phase == "backward" and n.kind == "op" for r in n.inputs}
-    assert {f"h.{i}.{m}.weight" for i in (0, 1) for m in ("attn", "proj", "fc", "out")} <= read_back
     assert not [n.name for n in g.nodes if n.phase == "backward" and n.kind == "parameter"]
+
+
+def _scattered(factory: Any, world_size: int) -> list[int]:
+    """Torch's own record of the real step (a dispatch mode over the model built for real, its
+    loss the output's sum, as fxviz's): the bytes each gradient reduce-scatter reads, in order."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[int] = []
+
+    class Scatters(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if "reduce_scatter" in func.__name__:  # (output, input, ...): what each rank sends
+                seen.append(args[1].numel() * args[1].element_size())
+            return func(*args, **(kwargs or {}))
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        model, args = factory()
+        with Scatters():
+            model(*args).sum().backward()
+        return seen
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_training_step_of_a_model_sharded_on_meta_runs_on_fake_shards_and_is_left_as_it_was() -> None:
+    """``backward=True`` on the model of :func:`meta_factory`: the whole step, forward and backward,
+    runs on the fake shards its forward runs on, so the graph holds the backward's re-gathers and
+    gradient reduce-scatters per FSDP unit. Collectives per module (count and kind, both phases)
+    equal ``CommDebugMode``'s on the same model built for real, every reduce-scatter's bytes equal
+    what the real step's reduce-scatters read, and the model is left on meta, FSDP2 uninitialised."""
+    from tests.test_distributed_backward import counts as step_counts
+    from tests.test_distributed_backward import oracle as step_oracle
+
+    made: list[tuple[nn.Module, list[Any]]] = []
+
+    def factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+        m, args = meta_factory()
+        made.append((m, _fsdp_state(m)))
+        return m, args
+
+    g = fxviz.capture(factory, world_size=8, backward=True)
+    model, before = made[0]
+    assert g.error is None and g.method == "eager (fake) (backward)"
+    want = step_oracle(gpt_factory, 8)
+    paths = [path for path, _ in units(model)]  # the model and the units (leaves: see that module's docstring)
+    assert paths == ["", "h.0", "h.1"]
+    assert {p: step_counts(g)[p] for p in paths} == {p: want[p] for p in paths}
+    assert want[""]["backward"] == {"all_gather": 2, "reduce_scatter": 3}
+    scatters = [r for r in collectives(g) if r["kind"] == "reduce_scatter"]
+    assert [r["bytes"] for r in scatters] == _scattered(gpt_factory, 8)
+    for r, (path, params) in zip(scatters, reversed(units(model)), strict=True):  # the last unit's first
+        assert r["module"] == path and r["grads_of"] == [_fqn(model, p) for p in params]
+        assert r["bytes"] == sum(p._sharded_param_data.numel() for p in params) * 8 * 4
+    grads = {n.attrs["grad_of"] for n in g.nodes if n.kind == "output" and "grad_of" in n.attrs}
+    assert grads == {_fqn(model, p) for _, ps in units(model) for p in ps}
+    after = _fsdp_state(model)
+    assert len(after) == len(before)
+    for a, b in zip(after, before, strict=True):  # by identity: the very same tensors and state
+        assert all(x is y or x == y for x, y in zip(a, b, strict=True)), (a, b)
+    assert all(p.grad is None for p in model.parameters()) and not dist.is_initialized()
+
+
+
+@pytest.mark.parametrize(("method", "backward"), [("eager", False), ("eager-aten", False), ("eager", True)])
+def test_a_model_sharded_on_meta_runs_the_ops_the_model_built_for_real_runs(method: str, backward: bool) -> None:
+    """FSDP2 makes each unsharded parameter with ``nn.Parameter``: on a real tensor that runs no op,
+    on the fake one of a capture on meta it runs ``detach`` and ``requires_grad_``, fxviz's fake
+    run's, not the model's. The graph of the model sharded on meta holds the ops, in order, that
+    the graph of the model built for real holds, each in the same module, with the same names."""
+    meta = fxviz.capture(meta_factory, world_size=8, method=method, backward=backward)
+    real = fxviz.capture(gpt_factory, world_size=8, method=method, backward=backward)
+    assert "fake" in meta.method and "fake" not in real.method
+    ops = [[(n.name, n.target, n.module, n.phase) for n in g.nodes if n.kind == "op"] for g in (meta, real)]
+    assert ops[0] == ops[1] and len(ops[1]) > 100
+    assert not [n for n in meta.nodes if n.target in ("Tensor.detach", "Tensor.requires_grad_", "aten.detach.default")]
+    params = [[(n.name, [r.node for r in n.inputs]) for n in g.nodes if n.kind == "parameter"] for g in (meta, real)]
+    assert params[0] == params[1]  # each parameter reads the as_strided of its unit's copy-out on both

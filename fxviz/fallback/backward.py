@@ -43,7 +43,7 @@ from fxviz.fallback.fsdp import unsharded_names
 from fxviz.fallback.recompute import Recompute, cache_filled, place, policy_saved, storage_key, would_save
 from fxviz.fallback.recorder import Recorder
 from fxviz.fallback.tensors import tensor_meta
-from fxviz.fallback.trace import trace_eager
+from fxviz.fallback.trace import FakeRun, meta_sharded, trace_eager
 from fxviz.ir import Graph, Node, Ref, Saved
 from fxviz.torchbridge.checkpoint import Checkpoints
 from fxviz.torchbridge.normalize import flatten_inputs, flatten_outputs
@@ -267,18 +267,24 @@ def trace_backward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
     """The graph of one training step by the eager tracer (see the module's docstring)."""
     flat = flatten_inputs(model, args, kwargs)
     check_trainable(model, flat.tensors)
-    watch = Watch(model, flat.tensors)
-    try:
-        graph = _step(model, args, kwargs, loss, level, flat.tensors, watch)
-    finally:  # whatever happened, nothing the step saved outlives it
-        watch.fn_node.clear()
-        watch.release()
+    # an FSDP2 model sharded on meta: the whole step, forward and backward, on the fake shards its
+    # forward alone runs on (the backward's re-gathers and reduce-scatters read them too)
+    fake = FakeRun(model, args, kwargs) if meta_sharded(model) else None
+    with fake if fake is not None else contextlib.nullcontext():
+        args, kwargs, inputs = (fake.args, fake.kwargs, fake.tensors) if fake else (args, kwargs, flat.tensors)
+        watch = Watch(model, inputs)
+        try:
+            graph = _step(model, args, kwargs, loss, level, inputs, watch, fake)
+        finally:  # whatever happened, nothing the step saved outlives it
+            watch.fn_node.clear()
+            watch.release()
     return graph
 
 
 def _step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], loss: Loss | None, level: str,
-          inputs: tuple[torch.Tensor, ...], watch: Watch) -> Graph:
-    """The forward recorded with ``watch`` on, then the backward added (:func:`trace_backward`)."""
+          inputs: tuple[torch.Tensor, ...], watch: Watch, fake: FakeRun | None = None) -> Graph:
+    """The forward recorded with ``watch`` on (on ``fake``, entered, when given), then the backward
+    added (:func:`trace_backward`)."""
     checkpoints = Checkpoints()
     checkpoints.saving, checkpoints.inside = watch.saving_inputs, watch.inside
     box: list[torch.Tensor] = []
@@ -291,7 +297,8 @@ def _step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], loss:
 
     handle = model.register_forward_hook(on_output)
     try:  # checkpoint's early stop as the user's step has it: the backward reruns what torch's does
-        graph = trace_eager(model, args, kwargs, level=level, grad=True, watch=watch.attach, checkpoints=checkpoints)
+        graph = trace_eager(model, args, kwargs, level=level, fake=fake or False, grad=True, watch=watch.attach,
+                            checkpoints=checkpoints)
     except ModelError as e:
         if isinstance(e.__cause__, LossError):
             raise e.__cause__ from None

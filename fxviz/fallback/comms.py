@@ -29,7 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from fxviz.fallback.classify import Action, kind_of
 from fxviz.fallback.fsdp import gathered_params, reduced_grads
 from fxviz.fallback.modes import ACTIVE, AROUND, around_recordings
-from fxviz.torchbridge.source import _is_fxviz, is_user_file
+from fxviz.torchbridge.source import is_fxviz_file, is_user_file
 
 #: the op packets counted as collectives: exactly ``CommDebugMode``'s (its registry and torch's c10d ops)
 COLLECTIVES = frozenset({*NATIVE_TO_PY_MAPPING, *NATIVE_TO_PY_MAPPING.values(), *c10d_collective_ops,
@@ -141,7 +141,7 @@ def _user_line() -> str:
     for fr in reversed(traceback.extract_stack()[:-3]):
         if is_user_file(fr.filename):
             return f"{fr.filename}:{fr.lineno}"
-        if _is_fxviz(fr.filename):
+        if is_fxviz_file(fr.filename):
             return ""
     return ""
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
 
 from fxviz.fallback.tensors import tensor_meta
 from fxviz.ir import Node, Ref
@@ -56,12 +57,14 @@ class FsdpParams:
         return e[1], e[2], self._names[id(e[2])]
 
     def unsharded_dtensors(self) -> list[tuple[torch.Tensor, str]]:
-        """The unsharded parameters that are not plain tensors, with names: DTensors (FSDP2 over
-        tensor parallel) or fake tensors (a model sharded on meta, :func:`fake_shards`)."""
+        """The unsharded parameters that are DTensors (FSDP2 over tensor parallel), with names. A
+        plain one, real or fake (a model sharded on meta, :func:`fake_shards`), is made with no
+        op the graph holds (``nn.Parameter``'s calls on a fake tensor are not recorded:
+        :func:`~fxviz.fallback.observe.made_by_parameter`): its first read names it."""
         if self._params is None or self._stale():
             self._build()
         return [(e[0], self._names[id(e[2])]) for e in self._by_id.values()
-                if e[1] == "unsharded" and type(e[0]) not in (torch.Tensor, nn.Parameter)]
+                if e[1] == "unsharded" and type(e[0]) not in (torch.Tensor, nn.Parameter, FakeTensor)]
 
     def _stale(self) -> bool:
         return any(self._by_id.get(id(t), (None,))[0] is not t
@@ -177,7 +180,9 @@ def meta_shards(named: list[tuple[str, nn.Module]]) -> list[Any]:
 def fake_shards(named: list[tuple[str, nn.Module]], states: list[Any]) -> Iterator[None]:
     """Inside a ``FakeTensorMode``: each FSDP2 parameter of ``states`` that lies on ``meta`` swapped
     for a fake one of the same shard on its mesh's device (no memory: what ``to_empty`` would make, fake), so FSDP2's
-    lazy init, all-gathers and copy-outs run as on a materialised model. Afterwards the model's
+    lazy init, all-gathers and copy-outs run as on a materialised model, and in a training step its
+    backward's re-gathers and gradient reduce-scatters (entered around the whole step: see
+    :class:`~fxviz.fallback.trace.FakeRun`). Afterwards the model's
     parameters and FSDP2's state are put back as they were: the same ``meta`` parameters, FSDP2 not
     initialised, no fake tensor left in the model (the user may still ``to_empty`` and train it)."""
     from torch.distributed.tensor import DTensor

@@ -20,6 +20,7 @@ from weakref import ref as _weakref
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
 
 from fxviz.fallback.classify import Action, classify, written_tensors
 from fxviz.fallback.context import MODEL_CALLERS
@@ -27,7 +28,7 @@ from fxviz.fallback.tensors import CPU_METAS, METAS, tensor_meta, version
 from fxviz.ir import Node, Ref
 from fxviz.ops import DROPOUTS, RANDOM
 from fxviz.torchbridge.distributed import placement_attrs
-from fxviz.torchbridge.source import is_user_file
+from fxviz.torchbridge.source import is_fxviz_file, is_user_file
 
 # Bound once: ``Action.SKIP`` is an attribute lookup on the enum class, ~150 ns on Python 3.11; a
 # module global compared with ``is`` costs ~30 ns.
@@ -79,6 +80,7 @@ def observer(rec: Any) -> Callable[..., Any]:
     getframe = sys._getframe
     placements: dict[Any, Any] = {}  # placement_attrs' cache, for this recording only (it holds meshes)
     inner = rec.inner_collectives  # collectives the running call dispatched (a sharded capture's)
+    fake = rec.fake  # a run on fake tensors: nn.Parameter's own calls on them are not the model's
 
     def observe(
         mode: Any, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
@@ -92,6 +94,8 @@ def observer(rec: Any) -> Callable[..., Any]:
             if kind is None:
                 kind = kinds[func] = classify(func, level)
             skip = kind.action is _SKIP
+            if fake and func in PARAMETER_CALLS and not skip:
+                skip = rec.parameters_own(args)
             if not skip:
                 # the arguments: tensors become inputs (the common case, read here without a call),
                 # plain scalars attrs; anything else from there on is the recorder's (collect_rest)
@@ -243,6 +247,28 @@ def observer(rec: Any) -> Callable[..., Any]:
     return observe
 
 
+#: What ``nn.Parameter(t)`` calls on a tensor of a subclass (``t.detach().requires_grad_()``), at
+#: either level; on a plain tensor it calls ``Tensor._make_subclass``, which no mode sees.
+PARAMETER_CALLS = frozenset({torch.Tensor.detach, torch.Tensor.requires_grad_, torch.ops.aten.detach.default})
+_PARAMETER_NEW = nn.Parameter.__new__.__code__
+
+
+def made_by_parameter(args: tuple[Any, ...]) -> bool:
+    """Whether a :data:`PARAMETER_CALLS` call on ``args`` is ``nn.Parameter``'s own on a fake
+    tensor: where the real run makes the parameter of a plain tensor (FSDP2's unsharded parameter,
+    made in the step on a model sharded on ``meta``: :func:`fxviz.fallback.fsdp.fake_shards`),
+    which runs no op; a fake tensor, a subclass, takes ``Parameter``'s other way, through these
+    calls. The run on fake tensors is fxviz's, so they are not recorded: the graph holds the ops
+    the real run holds. Decided by the first frame above fxviz's own (the function-level mode's:
+    ATen ops ask :meth:`~fxviz.fallback.recorder.Recorder.parameters_own`)."""
+    if not args or type(args[0]) is not FakeTensor:
+        return False
+    f: Any = sys._getframe(2)
+    while f is not None and is_fxviz_file(f.f_code.co_filename):
+        f = f.f_back
+    return f is not None and f.f_code is _PARAMETER_NEW
+
+
 def schema_writes(
     written: list[torch.Tensor] | None, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
     seen: list[tuple[torch.Tensor, int]],
@@ -284,4 +310,4 @@ def _dropout_active(attrs: dict[str, Any]) -> bool:
     return bool(training) and p != 0
 
 
-__all__ = ["PLAIN_TENSORS", "TracerFault", "observer"]
+__all__ = ["PARAMETER_CALLS", "PLAIN_TENSORS", "TracerFault", "made_by_parameter", "observer"]

@@ -24,7 +24,14 @@ from torch._subclasses.fake_tensor import FakeTensor
 from fxviz.fallback.classify import Action, Kind, Level, kind_of, kinds
 from fxviz.fallback.context import ModuleStack, Names, Sources
 from fxviz.fallback.fsdp import FsdpParams, name_unsharded, shard_attrs, unsharded_source
-from fxviz.fallback.observe import PLAIN_TENSORS, TracerFault, claim, observer
+from fxviz.fallback.observe import (
+    PARAMETER_CALLS,
+    PLAIN_TENSORS,
+    TracerFault,
+    claim,
+    made_by_parameter,
+    observer,
+)
 from fxviz.fallback.tensors import METAS, ModelState, Versions, tensor_meta, version
 from fxviz.fallback.values import encode, has_opaque
 from fxviz.ir import ModuleCall, Node, NodeKind, Ref, SourceLoc
@@ -50,10 +57,12 @@ class Recorder:
 
     def __init__(
         self, model: nn.Module, level: Level, *, snapshot_buffers: bool,
-        named: list[tuple[str, nn.Module]] | None = None,
+        named: list[tuple[str, nn.Module]] | None = None, fake: bool = False,
     ) -> None:
         self.level = level
         self.aten = level == "aten"
+        self.fake = fake  #: the run is on fake tensors (:meth:`parameters_own`)
+        self._in_parameter = False  # ATen level: nn.Parameter's own call on a fake tensor runs
         self.nodes: list[Node] = []
         named = named if named is not None else named_modules(model, remove_duplicate=False)
         first: dict[int, tuple[str, nn.Module]] = {}
@@ -332,9 +341,16 @@ class Recorder:
         try:
             if kind_of(func, "function").name == "backward":
                 self.state.before_backward()
-            call = self.call_of(func)
+            own = self.fake and func in PARAMETER_CALLS and made_by_parameter(args)
+            call = None if own else self.call_of(func)
         except Exception as e:
             raise TracerFault(f"tracer failed before {func!r}") from e
+        if own:
+            self._in_parameter = True
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self._in_parameter = False
         if call is None:
             return func(*args, **kwargs)
         outer, self.call = self.call, call
@@ -342,6 +358,12 @@ class Recorder:
             return func(*args, **kwargs)
         finally:
             self.call = outer
+
+    def parameters_own(self, args: tuple[Any, ...]) -> bool:
+        """Whether a :data:`~fxviz.fallback.observe.PARAMETER_CALLS` call is ``nn.Parameter``'s own
+        on a fake tensor, not the model's (:func:`~fxviz.fallback.observe.made_by_parameter`): at
+        ATen level, whether it runs inside such a call, which the function-level mode saw."""
+        return self._in_parameter if self.aten else made_by_parameter(args)
 
     def call_of(self, func: Any) -> list[str] | None:
         """``[call id, target]`` of a torch-function call about to run, the key its ATen ops are

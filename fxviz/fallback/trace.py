@@ -52,7 +52,7 @@ def trace_eager(
     kwargs: dict[str, Any] | None = None,
     *,
     level: str = "function",
-    fake: bool = False,
+    fake: bool | FakeRun = False,
     grad: bool = False,
     watch: Callable[[Recorder], AbstractContextManager[Any]] | None = None,
     checkpoints: Checkpoints | None = None,
@@ -61,7 +61,8 @@ def trace_eager(
 
     ``level="function"`` records torch-function calls (``torch.nn.functional.linear``,
     ``Tensor.view``), ``level="aten"`` ATen ops (``aten.addmm.default``). ``fake=True`` runs under
-    ``FakeTensorMode``: no real memory or compute, so a model built on ``meta`` traces too. The
+    ``FakeTensorMode``: no real memory or compute, so a model built on ``meta`` traces too (a
+:class:`FakeRun` the caller entered: ``args``/``kwargs`` are its, as around a training step). The
     forward runs under ``torch.no_grad()`` unless ``grad=True`` (for a forward that itself takes
     gradients): recording needs no autograd graph, and building one costs time and memory.
     ``watch(recorder)`` is entered inside the recording (:mod:`fxviz.fallback.backward`'s).
@@ -99,30 +100,54 @@ def collectives_seen() -> AbstractContextManager[Any]:
     return seen()
 
 
+class FakeRun:
+    """The fake tensors a capture runs on: a ``FakeTensorMode`` (no real memory or compute), the
+    inputs as its fake tensors (``args``, ``kwargs``; on ``meta`` where the model is) and, for an
+    FSDP2 model sharded on ``meta``, its shards swapped for fake ones on the mesh's device while it
+    is entered (:func:`fxviz.fallback.fsdp.fake_shards`). Entered once around what must run on them:
+    a forward (:func:`trace_eager` makes its own) or a whole training step, forward and backward
+    (:func:`fxviz.fallback.backward.trace_backward`); the model is put back on leaving."""
+
+    def __init__(self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 named: list[tuple[str, nn.Module]] | None = None) -> None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        self.named = named if named is not None else named_modules(model, remove_duplicate=False)
+        self.mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self.shards = _meta_shards(self.named)
+        on_meta = not self.shards and any(p.is_meta for _, m in self.named for p in m._parameters.values()
+                                          if p is not None)
+        flat = flatten_inputs(model, args, kwargs)
+        self.tensors = tuple(self.mode.from_tensor(t.to("meta") if on_meta else t) for t in flat.tensors)
+        self.args, self.kwargs = flat.rebuild(self.tensors)
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> FakeRun:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self.mode)
+            stack.enter_context(_fake_shards(self.named, self.shards))
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        return self._stack.__exit__(*exc)
+
+
 def _trace(
-    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None, level: str, fake: bool, grad: bool,
-    watch: Callable[[Recorder], AbstractContextManager[Any]] | None = None,
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None, level: str, fake: bool | FakeRun,
+    grad: bool, watch: Callable[[Recorder], AbstractContextManager[Any]] | None = None,
     checkpoints: Checkpoints | None = None,
 ) -> Graph:
     lvl: Level = "aten" if level == "aten" else "function"
     kwargs = dict(kwargs or {})
     named = named_modules(model, remove_duplicate=False)
-    rec = Recorder(model, lvl, snapshot_buffers=not fake, named=named)
+    rec = Recorder(model, lvl, snapshot_buffers=not fake, named=named, fake=bool(fake))
     flat = flatten_inputs(model, args, kwargs)
-    fake_mode: Any = contextlib.nullcontext()
-    if fake:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-        shards = _meta_shards(named)
-        # an FSDP2 model sharded on meta runs on fake shards on its mesh's device (fsdp.fake_shards)
-        on_meta = not shards and any(p.is_meta for _, m in named for p in m._parameters.values() if p is not None)
-        tensors = tuple(
-            fake_mode.from_tensor(t.to("meta") if on_meta else t) for t in flat.tensors
-        )
-        args, kwargs = flat.rebuild(tensors)
-    else:
-        tensors, shards = flat.tensors, []
+    run: AbstractContextManager[Any] = contextlib.nullcontext()  # the caller's FakeRun, or none
+    if fake is True:
+        run = fake = FakeRun(model, args, kwargs, named)
+        args, kwargs = fake.args, fake.kwargs
+    tensors = fake.tensors if isinstance(fake, FakeRun) else flat.tensors
     for name, t in zip(flat.names, tensors, strict=True):
         rec.add_input(name, t)
 
@@ -132,8 +157,7 @@ def _trace(
     # memory the plain forward under no_grad does not spend either)
     grad_mode: Any = contextlib.nullcontext() if grad else torch.no_grad()
     try:
-        with fake_mode, _fake_shards(named, shards), module_hooks(rec), gc_paused(), forget_failed_compiles(), \
-                collectives_seen():
+        with run, module_hooks(rec), gc_paused(), forget_failed_compiles(), collectives_seen():
             try:
                 with (grad_mode, recording(rec), checkpoints.attach(rec) if checkpoints is not None else contextlib.nullcontext(),
                       watch(rec) if watch is not None else contextlib.nullcontext()):
@@ -247,4 +271,4 @@ def _model_error(graph: Graph, rec: Recorder, exc: Exception) -> ModelError:
 
 MODEL_CALLERS.add(trace_eager.__code__)  # an op's line is one inside the model's call
 
-__all__ = ["meta_sharded", "trace_eager", "uses_meta"]
+__all__ = ["FakeRun", "meta_sharded", "trace_eager", "uses_meta"]

@@ -83,9 +83,10 @@ def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> bool:
     it reads the gradients of its unit's parameters, and is in that unit (the module holding them;
     ``CommDebugMode`` names the last module whose backward began), and for FSDP2's re-gather of a
     unit that resharded after its forward (``gathers_of``): it reads the shards of the parameters
-    it gathers, which ``attrs["gathers_of"]`` names; the backward ops read those same parameter
-    nodes. It stays in the module whose backward ran it, as ``CommDebugMode`` counts it (FSDP2
-    prefetches the next unit's). Returns whether it added any."""
+    it gathers, which ``attrs["gathers_of"]`` names, and gives those parameters again, and the
+    backward ops after it read them there (:func:`_read_regathered`). It stays in the module whose
+    backward ran it, as ``CommDebugMode`` counts it (FSDP2 prefetches the next unit's). Returns
+    whether it added any."""
     ops = [n for n in graph.nodes if n.kind == "op" and n.phase == "backward" and "seq_nr" in n.attrs]
     by_key = {(n.target, n.attrs["seq_nr"]): n for n in ops}
     if not ops:
@@ -93,6 +94,7 @@ def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> bool:
     nodes = {n.name: n for n in graph.nodes}
     used = set(nodes)
     params = {n.target: n for n in graph.nodes if n.kind == "parameter"}
+    unsharded = {n.target: n for n in graph.nodes if n.kind == "parameter" and "shard_of" not in n.attrs}
     grads = {str(n.attrs["grad_of"]): n for n in graph.nodes if n.kind == "output" and "grad_of" in n.attrs}
     shards: dict[str, Node] = {}  # FSDP2's shard of each parameter, by the parameter's name (its first)
     for n in graph.nodes:
@@ -118,20 +120,43 @@ def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> bool:
         used.add(name)
         stack, reads = owner.stack, _grads_read(r, grads, during, pos) if pos else ()
         attrs = {"during": during.name, "collective": r.get("kind", ""), "bytes": int(r.get("bytes", 0))}
+        regathered: tuple[Any, ...] = ()
         if r.get("gathers_of"):  # FSDP2's re-gather: it reads the unit's shards, as its forward all-gather
             reads = tuple(Ref(shards[g].name) for g in r["gathers_of"] if g in shards)
             attrs["gathers_of"] = list(r["gathers_of"])
+            if all(g in unsharded and unsharded[g].outputs for g in r["gathers_of"]):
+                regathered = tuple(unsharded[g].outputs[0] for g in r["gathers_of"])
         if reads and r.get("grads_of"):  # FSDP2's reduce-scatter: in its unit, the module holding the parameters it reduces
             unit = _common_path([str(g).rpartition(".")[0] for g in r["grads_of"]])
             stack = tuple(c for c in during.stack if not c[0] or unit == c[0] or unit.startswith(c[0] + "."))
-        node = Node(name, "op", target=str(r.get("op", "")), inputs=reads, stack=stack, phase="backward", attrs=attrs)
+        node = Node(name, "op", target=str(r.get("op", "")), inputs=reads, stack=stack, outputs=regathered,
+                    phase="backward", attrs=attrs)
         after.setdefault(during.name, []).append(node)
         r["module"], r["node"] = node.module, name
         if not r.get("source"):
             r["source"] = _forward_line(during, nodes)
     if after:
         graph.nodes[:] = [m for n in graph.nodes for m in (n, *after.get(n.name, ()))]
+        _read_regathered(graph, unsharded)
     return bool(after)
+
+
+def _read_regathered(graph: Graph, params: dict[str, Node]) -> None:
+    """FSDP2's re-gather of a unit that resharded after its forward gives the unit's unsharded
+    parameters again (its outputs, in ``gathers_of``'s order: the collective and the copy-out of the
+    gathered bytes into the parameters, which the backward records as one): the forward freed
+    their storage, so every op of the backward that reads one of them after the re-gather reads
+    what the re-gather wrote, not the forward's value, and reads it there. ``params``: the
+    unsharded parameter nodes by name."""
+    now: dict[str, Ref] = {}  # parameter node -> the re-gather output that holds its value now
+    for n in graph.nodes:
+        if n.phase == "forward":
+            continue
+        if now and n.kind == "op":
+            n.inputs = tuple(now.get(r.node, r) if r.index == 0 else r for r in n.inputs)
+        gathered = n.attrs.get("gathers_of") if n.kind == "op" and n.outputs else None
+        for k, g in enumerate(gathered or ()):
+            now[params[g].name] = Ref(n.name, k)
 
 
 def _grads_read(r: dict[str, Any], grads: dict[str, Node], during: Node, pos: dict[str, int]) -> tuple[Ref, ...]:

@@ -25,9 +25,10 @@ _WRAPPER_FILES = frozenset({os.path.abspath(typing_extensions.__file__)})
 FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n(?P<code>[^\n]*)')
 
 
-def _is_fxviz(path: str) -> bool:
-    """fxviz's own code: a stack quoted outermost first holds, before it, only fxviz's callers (the
-    CLI, click, a test runner), never the model's frames."""
+def is_fxviz_file(path: str) -> bool:
+    """fxviz's own code (its modes, recorder and hooks; not its built-in examples): a stack quoted
+    outermost first holds, before it, only fxviz's callers (the CLI, click, a test runner), never
+    the model's frames."""
     return path.startswith(_FXVIZ_PKG) and path != _FXVIZ_EXAMPLES
 
 
@@ -49,7 +50,7 @@ def source_from_trace(stack_trace: str | None) -> SourceLoc | None:
     for m in FRAME_RE.finditer(stack_trace):
         if is_user_file(m["file"]):
             best = m
-        elif _is_fxviz(m["file"]):  # what came before called fxviz: not the model's line
+        elif is_fxviz_file(m["file"]):  # what came before called fxviz: not the model's line
             best = None
     if best is None:
         return None
@@ -63,12 +64,12 @@ def error_location(exc: BaseException) -> SourceLoc | None:
     for m in FRAME_RE.finditer(str(exc)):
         if is_user_file(m["file"]):
             best = SourceLoc(m["file"], int(m["line"]), m["func"], m["code"].strip())
-        elif _is_fxviz(m["file"]):  # fx quotes the whole stack at trace time: its callers first
+        elif is_fxviz_file(m["file"]):  # fx quotes the whole stack at trace time: its callers first
             best = None
     if best is not None:
         return best
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        if frame.filename and _is_fxviz(frame.filename):
+        if frame.filename and is_fxviz_file(frame.filename):
             break  # what is above fxviz called it
         if frame.filename and is_user_file(frame.filename) and frame.lineno is not None:
             return SourceLoc(frame.filename, frame.lineno, frame.name, (frame.line or "").strip())
