@@ -89,3 +89,59 @@ def test_library_files() -> None:
     assert library_of(json.__file__) == "json/__init__.py"
     assert library_of(torch.nn.functional.__file__) == "torch/nn/functional.py"
     assert library_of(HERE) == ""
+
+
+def _torchs_passes(model: torch.nn.Module, x: torch.Tensor) -> tuple[dict[int, int], int]:
+    """Torch's own record of a first call: each graph's compile reason (``GraphCompileReason``,
+    what ``explain``'s ``break_reasons`` are) and how often the graph ran. A graph whose reason's
+    stack is one frame deep ended at a break in its own function: each run is one pass through
+    that break. -> {line in compile_models.py: passes}, and explain's ``graph_break_count``."""
+    ran: list[tuple[object, list[int]]] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> object:
+        runs = [0]
+        ran.append((gm.compile_subgraph_reason, runs))
+
+        def run(*args: object) -> object:
+            runs[0] += 1
+            return gm.forward(*args)
+        return run
+
+    dynamo.reset()
+    try:
+        with torch.no_grad():  # as the map runs it
+            torch.compile(model, backend=backend)(x)
+            dynamo.reset()
+            explained = dynamo.explain(model)(x).graph_break_count
+    finally:
+        dynamo.reset()
+    passes: dict[int, int] = {}
+    for why, runs in ran:
+        stack = why.user_stack or []
+        if why.graph_break and len(stack) == 1 and stack[0].filename == HERE:
+            passes[stack[0].lineno] = passes.get(stack[0].lineno, 0) + runs[0]
+    return passes, explained
+
+
+def test_a_break_counts_each_pass_even_where_dynamo_ran_the_rest_of_the_function_eagerly() -> None:
+    # OLMoE's eager experts: a nonzero break, then a loop with a break that makes Dynamo run the
+    # rest of the function eagerly. Two layers pass the nonzero break twice; the old map counted
+    # it once (the resume function never compiled, nonzero reads no value into Python) and counted
+    # the skipped resume function by the branch inside its loop (8 evaluations, routing-dependent)
+    for seed in (0, 1):
+        model, (x,) = cm.tiny_moe(seed)
+        cmap = compile_map(model, (x,), backend="eager")
+        truth, explained = _torchs_passes(model, x)
+        assert truth == {cm.LINES["moe-hit"]: 2}, truth
+        by_place = {(b.category, b.where.func, b.where.line): b.count for b in cmap.breaks}  # type: ignore[union-attr]
+        assert by_place == {
+            ("skip", "forward", cm.LINES["moe-layers"]): 1,  # the layers' loop ran eagerly once
+            ("shape", "forward", cm.LINES["moe-hit"]): truth[cm.LINES["moe-hit"]],
+            # the resume function ran eagerly once per pass through the break it resumes after
+            ("skip", f"torch_dynamo_resume_in_forward_at_{cm.LINES['moe-hit']}", cm.LINES["moe-branch"]):
+                truth[cm.LINES["moe-hit"]],
+        }, by_place
+        # explain's graph_break_count is its graphs less one, another count: JSON gives both
+        summary = json.loads(cmap.to_json())["summary"]
+        assert summary["explain_graph_break_count"] == cmap.explain_break_count == explained
+        assert summary["breaks"] == cmap.break_count == 5
