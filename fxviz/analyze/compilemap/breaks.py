@@ -94,13 +94,14 @@ def _frames(stack: Sequence[tuple[str, int, str, str]]) -> list[Frame]:
 
 def place(frames: Sequence[Frame], cat: str) -> tuple[int, int | None]:
     """Which frame is the break's place and which its library detail: the innermost frame of the
-    user's code (the outermost for a skipped function: the function Dynamo ran eagerly), and,
-    when the innermost frame is library code, the innermost library frame that is not Dynamo's own
-    substitute (``torch/_dynamo/polyfills``)."""
+    user's code (the outermost for a skipped function: the function Dynamo ran eagerly, the first
+    frame where the stack holds no user code), and, when the innermost frame is library code, the
+    innermost library frame that is not Dynamo's own substitute (``torch/_dynamo/polyfills``)."""
     if not frames:
         return -1, None
     user = [i for i, f in enumerate(frames) if not f.library]
-    at = (user[0] if cat == "skip" else user[-1]) if user else len(frames) - 1
+    outer, innermost = (user[0], user[-1]) if user else (0, len(frames) - 1)
+    at = outer if cat == "skip" else innermost
     if not frames[-1].library or at == len(frames) - 1:
         return at, None
     inner = [i for i in range(len(frames) - 1, at, -1) if frames[i].library]
