@@ -282,3 +282,66 @@ def two_forwards() -> tuple[nn.Module, list[tuple[torch.Tensor]]]:
 def wide_batches() -> list[tuple[torch.Tensor]]:
     """Input sets for ``batch_branch``: batch 3 (same side of the branch), 6 (the other side)."""
     return [(x(3),), (x(6),)]
+
+
+class Act(nn.Module):
+    """An expert's activation: a frame of its own once its caller runs eagerly."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(x)
+
+
+class Experts(nn.Module):
+    """OLMoE's eager experts (transformers' ``OlmoeExperts``): the experts the router hit come from
+    ``nonzero`` (a break: its output's shape depends on the data), then a loop over them with a
+    branch on a tensor's value (a break inside a loop: Dynamo runs the rest of the function
+    eagerly). How often each line runs depends on the routing."""
+
+    def __init__(self, n: int = 4, d: int = 8) -> None:
+        super().__init__()
+        self.n = n
+        self.w = nn.Parameter(torch.randn(n, d, d) * 0.3)
+        self.act = Act()
+
+    def forward(self, x: torch.Tensor, index: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros_like(x)
+        mask = nn.functional.one_hot(index, self.n + 1).permute(2, 1, 0)
+        hit = mask.sum(dim=(-1, -2)).gt(0).nonzero()  # BREAK:moe-hit
+        for e in hit:
+            e = e[0]
+            if e == self.n:  # BREAK:moe-branch
+                continue
+            k, token = torch.where(mask[e])
+            h = self.act(x[token] @ self.w[e]) * weights[token, k, None]
+            out.index_add_(0, token, h)
+        return out
+
+
+class MoeLayer(nn.Module):
+    def __init__(self, d: int = 8, n: int = 4, top: int = 2) -> None:
+        super().__init__()
+        self.router = nn.Linear(d, n, bias=False)
+        self.experts = Experts(n, d)
+        self.top = top
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights, index = torch.topk(self.router(x).softmax(-1), self.top, dim=-1)
+        return x + self.experts(x, index, weights)
+
+
+class TinyMoe(nn.Module):
+    """Two OLMoE-shaped layers called in a loop."""
+
+    def __init__(self, layers: int = 2) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(MoeLayer() for _ in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)  # LINE:moe-layers
+        return x
+
+
+def tiny_moe(seed: int = 0, tokens: int = 6) -> tuple[nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(seed)
+    return TinyMoe().eval(), (torch.randn(tokens, 8),)

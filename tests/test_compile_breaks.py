@@ -4,12 +4,16 @@ the library line as detail; categories come from torch's registry of break types
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import logging
+import re
 from pathlib import Path
 
 import compile_models as cm
 import torch
 import torch._dynamo as dynamo
+from torch._logging._internal import trace_log
 
 from fxviz.analyze.compilemap import CompileMap, compile_map
 from fxviz.analyze.compilemap.breaks import BY_ID, category, library_of, registry
@@ -89,3 +93,104 @@ def test_library_files() -> None:
     assert library_of(json.__file__) == "json/__init__.py"
     assert library_of(torch.nn.functional.__file__) == "torch/nn/functional.py"
     assert library_of(HERE) == ""
+
+
+def _torchs_passes(model: torch.nn.Module, x: torch.Tensor) -> tuple[dict[int, int], int]:
+    """Torch's own record of a first call: each graph's compile reason (``GraphCompileReason``,
+    what ``explain``'s ``break_reasons`` are) and how often the graph ran. A graph whose reason's
+    stack is one frame deep ended at a break in its own function: each run is one pass through
+    that break. -> {line in compile_models.py: passes}, and explain's ``graph_break_count``."""
+    ran: list[tuple[object, list[int]]] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> object:
+        runs = [0]
+        ran.append((gm.compile_subgraph_reason, runs))
+
+        def run(*args: object) -> object:
+            runs[0] += 1
+            return gm.forward(*args)
+        return run
+
+    dynamo.reset()
+    try:
+        with torch.no_grad():  # as the map runs it
+            torch.compile(model, backend=backend)(x)
+            dynamo.reset()
+            explained = dynamo.explain(model)(x).graph_break_count
+    finally:
+        dynamo.reset()
+    passes: dict[int, int] = {}
+    for why, runs in ran:
+        stack = why.user_stack or []
+        if why.graph_break and len(stack) == 1 and stack[0].filename == HERE:
+            passes[stack[0].lineno] = passes.get(stack[0].lineno, 0) + runs[0]
+    return passes, explained
+
+
+def test_a_break_counts_each_pass_even_where_dynamo_ran_the_rest_of_the_function_eagerly() -> None:
+    # OLMoE's eager experts: a nonzero break, then a loop with a break that makes Dynamo run the
+    # rest of the function eagerly. Two layers pass the nonzero break twice; the old map counted
+    # it once (the resume function never compiled, nonzero reads no value into Python) and counted
+    # the skipped resume function by the branch inside its loop (8 evaluations, routing-dependent)
+    for seed in (0, 1):
+        model, (x,) = cm.tiny_moe(seed)
+        cmap = compile_map(model, (x,), backend="eager")
+        truth, explained = _torchs_passes(model, x)
+        assert truth == {cm.LINES["moe-hit"]: 2}, truth
+        by_place = {(b.category, b.where.func, b.where.line): b.count for b in cmap.breaks}  # type: ignore[union-attr]
+        assert by_place == {
+            ("skip", "forward", cm.LINES["moe-layers"]): 1,  # the layers' loop ran eagerly once
+            ("shape", "forward", cm.LINES["moe-hit"]): truth[cm.LINES["moe-hit"]],
+            # the resume function ran eagerly once per pass through the break it resumes after
+            ("skip", f"torch_dynamo_resume_in_forward_at_{cm.LINES['moe-hit']}", cm.LINES["moe-branch"]):
+                truth[cm.LINES["moe-hit"]],
+        }, by_place
+        # explain's graph_break_count is its graphs less one, another count: JSON gives both
+        summary = json.loads(cmap.to_json())["summary"]
+        assert summary["explain_graph_break_count"] == cmap.explain_break_count == explained
+        assert summary["breaks"] == cmap.break_count == 5
+
+
+class _BreakReasons(logging.Handler):
+    """torch's structured trace records of each graph break (``dynamo_graph_break_reason``: the
+    user's stack and the exception, whose context names the frame a skip ran eagerly)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.payloads: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        artifact = (getattr(record, "metadata", None) or {}).get("artifact") or {}
+        if artifact.get("name") == "dynamo_graph_break_reason":
+            self.payloads.append(str(getattr(record, "payload", "")))
+
+
+def test_a_skipped_function_in_library_code_is_placed_at_that_function(tmp_path: Path) -> None:
+    # the tiny OLMoE as installed library code (transformers' OLMoE is): no frame of the stack is
+    # the user's. torch's record of each skip names the frame it ran eagerly ("frame skipped:
+    # forward (…/tinymoe_lib.py line N)"); the old map placed the layers' loop's skip at the
+    # innermost frame, the experts' nonzero line
+    lib = tmp_path / "site-packages" / "tinymoe_lib.py"
+    lib.parent.mkdir()
+    lib.write_text(Path(cm.__file__).read_text())
+    spec = importlib.util.spec_from_file_location("tinymoe_lib", lib)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    model, (x,) = mod.tiny_moe(0)
+    reasons = _BreakReasons()
+    trace_log.addHandler(reasons)
+    try:
+        cmap = compile_map(model, (x,), backend="eager")
+    finally:
+        trace_log.removeHandler(reasons)
+    skipped = {(f, file, int(line)) for p in reasons.payloads
+               for f, file, line in re.findall(r"frame skipped: (\S+) \((.+?) line (\d+)\)", p)}
+    assert {(f, file) for f, file, _ in skipped} == {
+        ("forward", str(lib)), (f"torch_dynamo_resume_in_forward_at_{cm.LINES['moe-hit']}", str(lib))}
+    skips = [b for b in cmap.breaks if b.category == "skip"]
+    assert {(b.where.func, b.where.file) for b in skips} == {(f, file) for f, file, _ in skipped}  # type: ignore[union-attr]
+    (loop,) = [b for b in skips if b.where.func == "forward"]  # type: ignore[union-attr]
+    first = next(line for f, _, line in skipped if f == "forward")
+    assert first < loop.where.line == cm.LINES["moe-layers"] and loop.where.library  # type: ignore[union-attr]
+    assert loop.library is not None and loop.library.line == cm.LINES["moe-hit"]  # the break inside it, as detail

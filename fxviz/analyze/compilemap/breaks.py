@@ -21,12 +21,14 @@ from pathlib import Path
 
 from fxviz.analyze.compilemap.frames import library_of
 from fxviz.analyze.compilemap.overlay import EAGER
-from fxviz.analyze.compilemap.record import BreakRecord
+from fxviz.analyze.compilemap.record import BreakRecord, Recording
 from fxviz.analyze.compilemap.result import BreakGroup, Frame
 from fxviz.calls import CallTree
 from fxviz.ir import Graph
 
 _LINK = re.compile(r"please visit: (https://\S+)")
+#: The function Dynamo resumes in after a break at ``line`` of ``func``: ``torch_dynamo_resume_in_forward_at_27``.
+RESUME = re.compile(r"torch_dynamo_resume_in_(.+)_at_(\d+)")
 _CALLED = re.compile(r"(?:builtin operator|builtin|function|method|call) `([^`]+)`")
 
 #: Break type ids of torch's registry -> fxviz category. A type not listed is ``other``.
@@ -92,13 +94,14 @@ def _frames(stack: Sequence[tuple[str, int, str, str]]) -> list[Frame]:
 
 def place(frames: Sequence[Frame], cat: str) -> tuple[int, int | None]:
     """Which frame is the break's place and which its library detail: the innermost frame of the
-    user's code (the outermost for a skipped function: the function Dynamo ran eagerly), and,
-    when the innermost frame is library code, the innermost library frame that is not Dynamo's own
-    substitute (``torch/_dynamo/polyfills``)."""
+    user's code (the outermost for a skipped function: the function Dynamo ran eagerly, the first
+    frame where the stack holds no user code), and, when the innermost frame is library code, the
+    innermost library frame that is not Dynamo's own substitute (``torch/_dynamo/polyfills``)."""
     if not frames:
         return -1, None
     user = [i for i, f in enumerate(frames) if not f.library]
-    at = (user[0] if cat == "skip" else user[-1]) if user else len(frames) - 1
+    outer, innermost = (user[0], user[-1]) if user else (0, len(frames) - 1)
+    at = outer if cat == "skip" else innermost
     if not frames[-1].library or at == len(frames) - 1:
         return at, None
     inner = [i for i in range(len(frames) - 1, at, -1) if frames[i].library]
@@ -107,15 +110,28 @@ def place(frames: Sequence[Frame], cat: str) -> tuple[int, int | None]:
 
 
 def group_breaks(breaks: Sequence[BreakRecord], graph: Graph, tree: CallTree, assigned: dict[str, str],
-                 resumed: dict[tuple[str, int], int] | None = None, *, logged: bool = False) -> list[BreakGroup]:
+                 resumed: dict[tuple[str, int], int] | None = None, *, logged: bool = False,
+                 ended: dict[tuple[str, int], int] | None = None) -> list[BreakGroup]:
     """One group per cause (break type) and user line, in order of first occurrence. ``count`` is
-    how many times the first input set's forward passed the break: the data-dependent ops at the
-    line that ran eagerly, or the runs of the function Dynamo resumed after it
-    (``resumed[(func, line)]``), at least 1 (Dynamo traces a block's code once however often it
-    runs, so its own log counts once). With ``logged`` (the backward under compiled autograd, which
-    the eager graph does not hold), ``count`` is how often Dynamo logged the break, as torch's
-    ``counters["graph_break"]`` counts it (a hook breaks once in each frame Dynamo inlined it from)."""
-    resumed = resumed or {}
+    how many times the first input set's forward passed the break. Each of these is a pass, and
+    the count is the most any of them shows (at least 1: Dynamo traces a block's code once however
+    often it runs, so its own log counts once):
+
+    - the data-dependent ops at the line that ran eagerly;
+    - the runs of the function Dynamo resumed after it (``resumed[(func, line)]``);
+    - the runs of the graphs Dynamo ended at it (``ended[(file, line)]``, by their compile reason:
+      a break under inlined calls ends one graph in each calling frame, so the most of any one
+      frame's graphs), which counts a break whose resume function Dynamo ran eagerly.
+
+    A ``skip`` (a frame Dynamo gave up on and ran eagerly) counts the runs of that frame, not the
+    passes through the break inside it, which broke no graph when it ran: a skipped resume
+    function ran once for each pass through the break it resumes after; another skipped function
+    counts 1 (how often it ran eagerly is not recorded).
+
+    With ``logged`` (the backward under compiled autograd, which the eager graph does not hold),
+    ``count`` is how often Dynamo logged the break, as torch's ``counters["graph_break"]`` counts
+    it (a hook breaks once in each frame Dynamo inlined it from)."""
+    resumed, ended = resumed or {}, ended or {}
     at_line: dict[tuple[str, int], list[str]] = {}
     for n in graph.ops:
         if n.source is not None:
@@ -137,11 +153,38 @@ def group_breaks(breaks: Sequence[BreakRecord], graph: Graph, tree: CallTree, as
         link = _LINK.search(b.reason)
         detail = b.reason.split("\n  Developer debug context", 1)[0].strip()
         passes = sum(1 for n in eager_names if n in data_dependent)
-        count = 1 if logged else max(passes, resumed.get((where.func, where.line), 0) if where else 0, 1)
+        shown = (passes, resumed.get((where.func, where.line), 0), ended.get((where.file, where.line), 0)) \
+            if where is not None and cat != "skip" else ()
+        count = 1 if logged else max((*shown, 1))
         groups[key] = BreakGroup(cat, _short_reason(b.gb_type, b.reason), detail, frames, count, node,
                                  tree.of(node).id if node is not None else None, b.input_set,
                                  link.group(1) if link else "", at, lib, registry().get(b.gb_type, ""))
-    return list(groups.values())
+    out = list(groups.values())
+    if not logged:  # a skipped resume function ran once for each pass through the break before it
+        passed = {(b.where.file, b.where.line): b.count for b in out if b.category != "skip" and b.where is not None}
+        for g in out:
+            m = RESUME.fullmatch(g.where.func) if g.category == "skip" and g.where is not None else None
+            if m is not None and g.where is not None:
+                g.count = passed.get((g.where.file, int(m.group(2))), g.count)
+    return out
+
+
+def ended_at(rec: Recording) -> dict[tuple[str, int], int]:
+    """(file, line) of a break's place -> how often the first input set ran a graph Dynamo ended
+    at it (by the graph's compile reason). A break under inlined calls ends a graph in each calling
+    frame, each run once per pass: the most of any one depth of frames."""
+    by_depth: dict[tuple[str, int, int], int] = {}
+    for g, k in rec.runs:
+        stack = rec.graphs[g].ended
+        if k == 0 and rec.forward(g) and stack:
+            frames = _frames(stack)
+            where = frames[place(frames, "")[0]]
+            key = (where.file, where.line, len(frames))
+            by_depth[key] = by_depth.get(key, 0) + 1
+    out: dict[tuple[str, int], int] = {}
+    for (file, line, _), n in by_depth.items():
+        out[(file, line)] = max(out.get((file, line), 0), n)
+    return out
 
 
 def _short_reason(gb_type: str, reason: str) -> str:
@@ -150,4 +193,4 @@ def _short_reason(gb_type: str, reason: str) -> str:
     return f"{gb_type} ({name})" if name and name not in gb_type else gb_type
 
 
-__all__ = ["BY_ID", "category", "group_breaks", "library_of", "place", "registry"]
+__all__ = ["BY_ID", "RESUME", "category", "ended_at", "group_breaks", "library_of", "place", "registry"]

@@ -73,6 +73,10 @@ class GraphRecord:
     symbols: list[Symbol] = field(default_factory=list)
     shape_guards: list[ShapeGuard] = field(default_factory=list)
     phase: str = "forward"  # "backward": compiled from a compiled autograd graph
+    # where the graph ended at a graph break: the user's stack of Dynamo's compile reason
+    # (``GraphCompileReason.user_stack``, what ``explain``'s ``break_reasons`` hold), the frame
+    # the graph was traced from first; empty where the graph ran to its function's end
+    ended: list[tuple[str, int, str, str]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -220,10 +224,11 @@ class Recorder:
         ctx = torch._guards.TracingContext.try_get()
         self.pending.append((g, getattr(getattr(ctx, "fake_mode", None), "shape_env", None), gm))
         why = getattr(gm, "compile_subgraph_reason", None)
-        if not self.from_log and why is not None and getattr(why, "graph_break", False):
-            text = str(getattr(why, "reason", ""))
-            frames = [(f.filename, f.lineno or 0, f.name, (f.line or "").strip()) for f in why.user_stack or ()]
-            rec.breaks.append(BreakRecord(text.split("\n", 1)[0], text, frames, rec.input_set, rec.phase))
+        if why is not None and getattr(why, "graph_break", False):
+            g.ended = [(f.filename, f.lineno or 0, f.name, (f.line or "").strip()) for f in why.user_stack or ()]
+            if not self.from_log:
+                text = str(getattr(why, "reason", ""))
+                rec.breaks.append(BreakRecord(text.split("\n", 1)[0], text, g.ended, rec.input_set, rec.phase))
         t0 = time.perf_counter()
         compiled = self.real(gm, example_inputs)
         g.compile_s = time.perf_counter() - t0

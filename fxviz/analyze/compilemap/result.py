@@ -345,7 +345,18 @@ class CompileMap:
 
     @property
     def break_count(self) -> int:
+        """How many times the first input set's forward passed a graph break (each group's
+        ``count``): the header's "N breaks"."""
         return sum(b.count for b in self.breaks)
+
+    @property
+    def explain_break_count(self) -> int:
+        """What ``torch._dynamo.explain`` calls ``graph_break_count`` for the first input set: its
+        graphs less one. That counts every graph Dynamo compiled, so a frame compiled on its own
+        (a function called from code that ran eagerly) and a recompile count as breaks too, and a
+        break passed twice by one compiled graph counts once: it is not :attr:`break_count`."""
+        first = sum(1 for g in self.graphs if g.input_set == 0)
+        return first - 1 if first else 0
 
     @property
     def ops(self) -> int:
@@ -366,7 +377,8 @@ class CompileMap:
         return sorted((m for m in self.modules if m.eager and m.call), key=lambda m: (-m.eager, m.call))
 
     def header(self) -> str:
-        """``3 graphs, 2 breaks (1 cause), 1 recompile, 91% of ops compiled (aot_eager)``, and a
+        """``3 graphs, 2 breaks (1 cause), 1 recompile, 91% of ops compiled (aot_eager)`` (the breaks
+        the forward passed, :attr:`break_count`; JSON's summary gives explain's count beside it), and a
         mark for each function Dynamo stopped recompiling (``✗ recompile limit hit
         (recompile_limit=8): forward ran eagerly on input sets 8-10``; the share compiled is of the
         first input set)."""
@@ -396,6 +408,7 @@ class CompileMap:
             "format": "fxviz.compile_map/1", "headline": self.headline(),
             "backend": self.backend, "mode": self.mode, "dynamic": self.dynamic, "input_sets": self.input_sets,
             "summary": {"graphs": len(self.graphs), "breaks": self.break_count, "causes": len(self.breaks),
+                        "explain_graph_break_count": self.explain_break_count,
                         "recompiles": len(self.recompiles), "ops": self.ops, "compiled_ops": self.compiled_ops,
                         "share": self.share},
             "graphs": [asdict(g) for g in self.graphs],

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import re
 import time
 import warnings
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -17,7 +16,7 @@ from torch.utils import _pytree as pytree
 
 from fxviz.analyze.compilemap.autograd import write_backward
 from fxviz.analyze.compilemap.backward import Autograd as _Autograd
-from fxviz.analyze.compilemap.breaks import category, group_breaks
+from fxviz.analyze.compilemap.breaks import RESUME, category, ended_at, group_breaks
 from fxviz.analyze.compilemap.limit import FramedRecorder, LimitWatch, limits, refused
 from fxviz.analyze.compilemap.match import assign, pair
 from fxviz.analyze.compilemap.overlay import EAGER, module_coverage, write
@@ -41,7 +40,6 @@ from fxviz.text import one_line
 from fxviz.torchbridge.run import gc_paused, normalize_args, quiet_torch
 
 InputSet = tuple[tuple[Any, ...], dict[str, Any]]
-_RESUME = re.compile(r"torch_dynamo_resume_in_(.+)_at_(\d+)")
 
 
 def compile_map(
@@ -338,7 +336,7 @@ def build(graph: Graph, rec: Recording, *, backend: str, mode: str | None, dynam
     graphs = [compiled_graph(g) for g in rec.graphs if g.phase == "forward"]
     forward = [b for b in rec.breaks if b.phase == "forward"]
     cmap = CompileMap(graph=graph, backend=backend, mode=mode, dynamic=dynamic, graphs=graphs,
-                      breaks=group_breaks(forward, graph, tree, assigned, _resumed(rec)), recompiles=recompiles(rec.guard_fails, refused(limits)),
+                      breaks=group_breaks(forward, graph, tree, assigned, _resumed(rec), ended=ended_at(rec)), recompiles=recompiles(rec.guard_fails, refused(limits)),
                       assigned=assigned, modules=module_coverage(graph, assigned), input_sets=input_sets,
                       notes=list(notes), limits=list(limits))
     write(cmap)
@@ -350,7 +348,7 @@ def _resumed(rec: Recording) -> dict[tuple[str, int], int]:
     the function it resumes in ``torch_dynamo_resume_in_forward_at_27``."""
     out: dict[tuple[str, int], int] = {}
     for g, k in rec.runs:
-        m = _RESUME.fullmatch(rec.graphs[g].func) if rec.forward(g) else None
+        m = RESUME.fullmatch(rec.graphs[g].func) if rec.forward(g) else None
         if k == 0 and m:
             key = (m.group(1), int(m.group(2)))
             out[key] = out.get(key, 0) + 1
