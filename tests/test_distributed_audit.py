@@ -1,0 +1,113 @@
+"""Issue 22 audit: what a sharded graph shows against torch's own record of the same run, on the
+configurations a new user tries that the other tests do not (meta and fake tensors, explicit
+redistributions)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.overrides import TorchFunctionMode, resolve_name
+
+import fxviz
+from fxviz.ir import Graph
+from fxviz.torchbridge.distributed import fake_world
+from tests.test_distributed import _bench, mlp_factory
+
+Factory = Callable[[], tuple[nn.Module, tuple[Any, ...]]]
+
+
+class _Readers(TorchFunctionMode):
+    """torch's own record of who reads a module's output: each torch-function call (named as
+    ``resolve_name`` names it) that takes, by identity, the output of one of ``outputs``' modules."""
+
+    def __init__(self, outputs: dict[int, str]) -> None:
+        super().__init__()
+        self.outputs = outputs
+        self.reads: Counter[tuple[str, str]] = Counter()
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        for a in (*args, *(kwargs or {}).values()):
+            module = self.outputs.get(id(a)) if isinstance(a, torch.Tensor) else None
+            if module is not None:
+                name = resolve_name(func) or str(func)  # a method as fxviz names it: Tensor.view
+                self.reads[(name.removeprefix("torch.") if name.startswith("torch.Tensor.") else name, module)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def readers_in_torch(factory: Factory, world_size: int, kind: type[nn.Module] = nn.Linear) -> Counter[tuple[str, str]]:
+    """(reader, module) for every call outside a ``kind`` module that reads that module's output,
+    as torch runs the model (forward hooks give the outputs, a function mode the readers)."""
+    with fake_world(world_size):
+        model, args = factory()
+        outputs: dict[int, str] = {}
+        keep: list[torch.Tensor] = []  # ids stay those of live tensors
+        def hook(name: str) -> Any:
+            def h(mod: nn.Module, inputs: Any, out: Any) -> None:
+                outputs[id(out)] = name
+                keep.append(out)
+            return h
+        handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules() if isinstance(m, kind)]
+        mode = _Readers(outputs)
+        try:
+            with torch.no_grad(), mode:
+                model(*args)
+        finally:
+            for h in handles:
+                h.remove()
+    return mode.reads
+
+
+def readers_in_graph(g: Graph, kind: str = "Linear") -> Counter[tuple[str, str]]:
+    """The same from the graph: each op outside a ``kind`` module call that reads a value made
+    inside one (its output)."""
+    calls = {c.path: c for c in g.calls.walk() if c.path and g.modules[c.path].cls == kind}
+    made_in = {n: path for path, c in calls.items() for n in c.nodes}
+    out: Counter[tuple[str, str]] = Counter()
+    for n in g.nodes:
+        if n.kind != "op":
+            continue
+        inside = g.calls.of(n.name).path
+        for r in n.inputs:
+            src = made_in.get(r.node)
+            if src is not None and not (inside == src or inside.startswith(src + ".")):
+                out[(n.target, src)] += 1
+    return out
+
+
+def llama_on_meta() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    return _bench().llama70b(1)
+
+
+def test_on_meta_each_column_parallel_output_is_read_by_the_ops_torch_runs_on_it() -> None:
+    """The LLaMA-70B shape sharded 8 ways on meta: a column-parallel linear's DTensor output
+    reaches the next op as its local shard (``to_local`` in the layer's output hook). The graph
+    read those shards as constants no op made (14 in two layers): the shards of fake tensors, which
+    have no data pointer, were never matched with the DTensor that holds them."""
+    g = fxviz.capture(llama_on_meta, world_size=8)
+    assert not [n.name for n in g.nodes if n.kind == "constant"]
+    want = readers_in_torch(llama_on_meta, 8)
+    assert want and readers_in_graph(g) == want
+    assert not dist.is_initialized()
+
+
+def test_the_compile_maps_fake_trace_of_a_sharded_model_keeps_its_data_flow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fxviz compile --world-size 2`` traces the eager graph on fake tensors where the compiled
+    run was slow (a DTensor forward is): the column-parallel ``up``'s output reached ``relu`` as a
+    constant, and the tree drew ``up`` as a call that raised (``→ ✗``)."""
+    from fxviz.analyze.compilemap import compile_map
+    from fxviz.analyze.compilemap.run import _RunClock
+
+    monkeypatch.setattr(_RunClock, "costly", lambda self: True)  # the fake trace, as a slow run gets
+    with fake_world(2):
+        model, args = mlp_factory()
+        cmap = compile_map(model, args, backend="eager")
+    g = cmap.graph
+    assert g.method == "eager" and not [n.name for n in g.nodes if n.kind == "constant"]
+    assert g.calls.calls("up")[0].outputs
+    assert readers_in_graph(g) == readers_in_torch(mlp_factory, 2)
