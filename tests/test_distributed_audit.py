@@ -111,3 +111,49 @@ def test_the_compile_maps_fake_trace_of_a_sharded_model_keeps_its_data_flow(monk
     assert g.method == "eager" and not [n.name for n in g.nodes if n.kind == "constant"]
     assert g.calls.calls("up")[0].outputs
     assert readers_in_graph(g) == readers_in_torch(mlp_factory, 2)
+
+
+class Redistributes(nn.Module):
+    """DTensor's redistributions called in the model's own code: Shard(0) -> Shard(1) (an
+    all-to-all, or a gather where the rows do not split evenly), -> Replicate (an all-gather), and a
+    partial sum -> Shard(0) (a reduce-scatter); a DTensor in, a DTensor out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(12, 12)
+
+    def forward(self, x: Any) -> Any:
+        from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+
+        y = x.redistribute(x.device_mesh, [Shard(1)])
+        z = y.redistribute(x.device_mesh, [Replicate()])
+        p = DTensor.from_local(self.lin(z.to_local()), x.device_mesh, [Partial()])
+        return p.redistribute(x.device_mesh, [Shard(0)])
+
+
+def redistributes_factory() -> tuple[nn.Module, tuple[Any]]:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    return Redistributes(), (distribute_tensor(torch.randn(10, 12), mesh, [Shard(0)]),)
+
+
+@pytest.mark.parametrize("world_size", [3, 4])
+def test_a_dtensor_the_model_takes_or_returns_has_its_own_shape_and_placement(world_size: int) -> None:
+    """The model's DTensor input and output as torch has them (``.shape``, ``.placements``): the
+    output showed the shape of the shard the reduce-scatter left on rank 0 (``[4, 12]`` at world
+    size 3, of ``[10, 12]``), and neither said how it lies on the mesh."""
+    from fxviz.render.tree import tree_text
+
+    g = fxviz.capture(redistributes_factory, world_size=world_size)
+    with fake_world(world_size):
+        model, (x,) = redistributes_factory()
+        with torch.no_grad():
+            out = model(x)
+        want = {"x": (tuple(x.shape), str(x.placements[0])), "output": (tuple(out.shape), str(out.placements[0]))}
+    got = {n.target: (tuple(n.outputs[0].shape), n.attrs.get("placements")) for n in g.nodes if n.kind in ("input", "output")}
+    assert got == want == {"x": ((10, 12), "S(0)"), "output": ((10, 12), "S(0)")}
+    text = tree_text(g, width=200)
+    assert "▶ x  [10, 12] S(0) float32" in text and "◀ output  [10, 12] S(0) float32" in text
+    assert Graph.from_json(g.to_json()).node("output").attrs["placements"] == "S(0)"

@@ -77,7 +77,7 @@ def observer(rec: Any) -> Callable[..., Any]:
     cpu_metas_get = cpu_metas.get
     tensor = torch.Tensor
     getframe = sys._getframe
-    placements: dict[Any, Any] = {}  # placement_attrs' cache, for this recording only (it holds meshes)
+    placements = rec.placements
     inner = rec.inner_collectives  # collectives the running call dispatched (a sharded capture's)
 
     def observe(

@@ -75,6 +75,7 @@ class Recorder:
         #: the storages without data (meta, fake) :attr:`_sharded` is keyed by: held while recording,
         #: so no later storage takes a freed one's address (and its key)
         self._held: list[Any] = []
+        self.placements: dict[Any, Any] = {}  # placement_attrs' cache, for this recording only (it holds meshes)
         self._by_path: dict[str, nn.Module] | None = None  # module path -> module, made on first need
         self._fsdp: FsdpParams | None = None  # FSDP2's parameters, looked for on first need
         self.state = ModelState(self.modules, snapshot_buffers=snapshot_buffers)
@@ -97,9 +98,14 @@ class Recorder:
     # ---- values the graph starts from ----------------------------------------------------------
 
     def add_input(self, name: str, t: torch.Tensor) -> None:
-        node = Node(self.names.unique(name), "input", target=name, outputs=(tensor_meta(t),))
+        node = Node(self.names.unique(name), "input", target=name, outputs=(tensor_meta(t),), attrs=self.sharded_attrs(t))
         self.nodes.append(node)
         self._values[t] = [Ref(node.name), version(t)]
+
+    def sharded_attrs(self, t: torch.Tensor) -> dict[str, str]:
+        """A model input's or output's placement on its device mesh where it is a DTensor
+        (:func:`~fxviz.torchbridge.distributed.placement_attrs`), else nothing."""
+        return placement_attrs(t, self.placements) if type(t) not in _PLAIN_TENSORS and hasattr(t, "placements") else {}
 
     def read(self, t: torch.Tensor) -> Ref:
         """The node output a tensor comes from, creating its parameter, buffer or constant node on
