@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -17,7 +18,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from fxviz.errors import TargetError
+from fxviz.errors import ModelError, TargetError
 
 
 @contextlib.contextmanager
@@ -82,9 +83,20 @@ def launched_world() -> Iterator[int]:
 
 
 def gather_to_rank0(text: str) -> list[Any] | None:
-    """Every rank's ``text`` (a graph's JSON), in rank order, on rank 0; ``None`` on the others."""
-    out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(text, out, dst=0)
+    """Every rank's ``text`` (a graph's JSON), in rank order, on rank 0; ``None`` on the others.
+
+    A rank whose capture ended while another still waits in a collective this one never issued
+    (the classic hang) meets that rank's failure here, as gloo's "connection closed by peer": a
+    :class:`~fxviz.errors.ModelError` that says so, not a bug of fxviz's."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    out: list[Any] | None = [None] * size if rank == 0 else None
+    try:
+        dist.gather_object(text, out, dst=0)
+    except RuntimeError as e:  # DistBackendError and gloo's transport errors
+        why = re.sub(r"^\[[^\]]*\]\s*", "", str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+        raise ModelError(f"rank {rank} of {size}: captured, but its graph never reached rank 0 ({why}): another "
+                         "rank failed, or waits in a collective this rank did not issue; that rank's line says "
+                         "which") from e
     return out
 
 
