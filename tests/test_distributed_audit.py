@@ -16,6 +16,7 @@ from torch.overrides import TorchFunctionMode, resolve_name
 
 import fxviz
 from fxviz.ir import Graph
+from fxviz.passes.comm import collectives
 from fxviz.torchbridge.distributed import fake_world
 from tests.test_distributed import _bench, mlp_factory
 
@@ -157,3 +158,22 @@ def test_a_dtensor_the_model_takes_or_returns_has_its_own_shape_and_placement(wo
     text = tree_text(g, width=200)
     assert "▶ x  [10, 12] S(0) float32" in text and "◀ output  [10, 12] S(0) float32" in text
     assert Graph.from_json(g.to_json()).node("output").attrs["placements"] == "S(0)"
+
+
+def test_fsdp2_backward_all_gathers_are_in_the_unit_whose_backward_began_as_torch_counts_them() -> None:
+    """FSDP2 over tensor parallel: each unit's re-gather (and its prefetch of the next unit's) runs
+    in the unit's pre-backward hook. The graph put both in ``1.down``, the submodule whose backward
+    op ran first; ``CommDebugMode`` counts them in ``1``, every module compared, leaves too."""
+    from tests.test_distributed_backward import counts as step_counts
+    from tests.test_distributed_backward import oracle as step_oracle
+    from tests.test_distributed_fsdp import fsdp_tp_factory
+
+    g = fxviz.capture(fsdp_tp_factory, world_size=8, backward=True)
+    want, got = step_oracle(fsdp_tp_factory, 8), step_counts(g)
+
+    def gathers(table: dict[str, Any]) -> dict[str, int]:
+        return {p: n for p, v in table.items() if (n := v["backward"].get("all_gather", 0))}
+
+    assert gathers(want) == {"": 2, "1": 2} and gathers(got) == gathers(want)
+    assert [g.node(r["node"]).module for r in collectives(g)
+            if r["phase"] == "backward" and r["kind"] == "all_gather"] == ["1", "1"]
