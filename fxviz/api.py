@@ -318,7 +318,7 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
     from fxviz.fallback.comms import CommRecorder, fake_cannot, mesh_dims, timed_out
     from fxviz.fallback.modes import around_recordings
     from fxviz.passes.tree import sharing
-    from fxviz.torchbridge.distributed import fake_world
+    from fxviz.torchbridge.distributed import fake_world, fake_world_hint
 
     if options["method"] == "auto":  # export fails on DTensor: the eager tracer records the ops
         options["method"] = "eager"
@@ -330,7 +330,8 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
                 raise
             except Exception as e:  # noqa: BLE001 - the factory is the user's code: one line
                 raise TargetError(f"the factory failed under a fake process group of {world_size} ranks: "
-                                  f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+                                  f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                                  f"{fake_world_hint(e)}") from e
             if isinstance(made, tuple):
                 model, args, kwargs = (*made, None)[:3] if len(made) == 2 else made
             else:

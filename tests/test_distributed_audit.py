@@ -177,3 +177,40 @@ def test_fsdp2_backward_all_gathers_are_in_the_unit_whose_backward_began_as_torc
     assert gathers(want) == {"": 2, "1": 2} and gathers(got) == gathers(want)
     assert [g.node(r["node"]).module for r in collectives(g)
             if r["phase"] == "backward" and r["kind"] == "all_gather"] == ["1", "1"]
+
+
+def mesh_2x4_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from tests.test_distributed import MLP
+
+    mesh = init_device_mesh("cpu", (2, 4), mesh_dim_names=("dp", "tp"))
+    return parallelize_module(MLP(), mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()}), (torch.randn(4, 16),)
+
+
+def cuda_mesh_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from tests.test_distributed import MLP
+
+    init_device_mesh("cuda", (dist.get_world_size(),))
+    return MLP().cuda(), (torch.randn(4, 16),)
+
+
+def test_a_world_size_the_mesh_cannot_use_or_a_factory_that_needs_a_gpu_says_what_to_do(tmp_path: Any) -> None:
+    """The line named torch's complaint and nothing to do about it: now the world size the mesh
+    asks for (torch's own mesh, built at that size, has it), or that the fake group runs on the CPU."""
+    from fxviz.errors import TargetError
+
+    with pytest.raises(TargetError) as e:
+        fxviz.capture(mesh_2x4_factory, world_size=6)
+    assert "\n" not in str(e.value) and str(e.value).endswith("pass --world-size 8 (world_size=8)")
+    with fake_world(8):
+        model, _ = mesh_2x4_factory()
+        assert model.up.weight.device_mesh._get_root_mesh().size() == 8  # torch's mesh, at the size asked for
+    assert collectives(fxviz.capture(mesh_2x4_factory, world_size=8))
+    if not torch.cuda.is_available():  # on a GPU, the fake group takes a CUDA mesh (tests/test_cuda_sharded.py)
+        with pytest.raises(TargetError, match=r"runs in this process, on its CPU: build the mesh with init_device_mesh\('cpu'"):
+            fxviz.capture(cuda_mesh_factory, world_size=2)
+    assert not dist.is_initialized()

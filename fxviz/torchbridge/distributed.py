@@ -49,6 +49,28 @@ def fake_world(world_size: int) -> Iterator[bool]:
 
 
 
+#: torch's words for a device mesh larger than the group (``init_device_mesh``), with its size
+_MESH_TOO_BIG = re.compile(r"bigger than default world size (\d+), but found (\d+) ranks")
+#: torch's words for a factory that needs a GPU this process does not have
+_NO_GPU = re.compile(r"not compiled with (CUDA|ROCm)|no (CUDA|NVIDIA) (GPUs are available|driver)|"
+                     r"Found no NVIDIA driver|nccl", re.I)
+
+
+def fake_world_hint(e: BaseException) -> str:
+    """What to do about a factory that failed in a fake process group (``""`` where nothing
+    fits): a mesh larger than the group asks for its size, a factory that needs a GPU is told the
+    fake group runs on the CPU (and ``meta``)."""
+    text = str(e)
+    big = _MESH_TOO_BIG.search(text)
+    if big:
+        return f"; its mesh has {big.group(2)} ranks: pass --world-size {big.group(2)} (world_size={big.group(2)})"
+    if _NO_GPU.search(text):
+        return ("; the fake process group runs in this process, on its CPU: build the mesh with "
+                "init_device_mesh('cpu', ...) and the model on the CPU (or under torch.device('meta') "
+                "for one too big), or launch it with torchrun where the GPUs are")
+    return ""
+
+
 #: The variables a launcher (torchrun) sets for each process it starts.
 _LAUNCHED = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 #: How long a collective may wait for the other ranks (``FXVIZ_COLLECTIVE_TIMEOUT``, seconds).
@@ -145,4 +167,4 @@ def data_alias(t: Any) -> Any:
     return t.data
 
 
-__all__ = ["data_alias", "fake_world", "placement_attrs"]
+__all__ = ["data_alias", "fake_world", "fake_world_hint", "placement_attrs"]
