@@ -315,7 +315,7 @@ def capture(
 def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, world_size: int,
                          **options: Any) -> Graph:
     """:func:`capture` with ``world_size``: the factory and the capture run in a fake process group."""
-    from fxviz.fallback.comms import CommRecorder, fake_cannot, mesh_dims, timed_out
+    from fxviz.fallback.comms import CommRecorder, fake_cannot, mesh_dims, timed_out, uneven_shards
     from fxviz.fallback.modes import around_recordings
     from fxviz.passes.tree import sharing
     from fxviz.torchbridge.distributed import fake_world, fake_world_hint
@@ -358,6 +358,10 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
                     raise CollectiveTimeout(hang, graph=e.graph) from e.__cause__
                 if cannot is not None:
                     raise ModelError(cannot, graph=e.graph) from e.__cause__
+                uneven = uneven_shards(e, params.items() if params is not None else
+                                       model.named_parameters() if isinstance(model, nn.Module) else ())
+                if uneven:
+                    raise ModelError(str(e) + uneven, graph=e.graph) from e.__cause__
                 raise
             # inside: the meshes' groups still exist; only the groups the collectives used are named
             dims = mesh_dims(_state_and_inputs(model, args, kwargs, params), {r["group"] for r in recorder.records})

@@ -214,3 +214,23 @@ def test_a_world_size_the_mesh_cannot_use_or_a_factory_that_needs_a_gpu_says_wha
         with pytest.raises(TargetError, match=r"runs in this process, on its CPU: build the mesh with init_device_mesh\('cpu'"):
             fxviz.capture(cuda_mesh_factory, world_size=2)
     assert not dist.is_initialized()
+
+
+def test_a_world_size_that_does_not_divide_a_sharded_dimension_is_named() -> None:
+    """At world size 6 the column-parallel ``up`` (64 output features) shards unevenly; torch's own
+    run fails in the next layer's sharding propagation (a [4, 66] global shape). The line said only
+    torch's complaint; it names the parameter and dimension torch sharded unevenly."""
+    from fxviz.errors import ModelError
+
+    with fake_world(6):
+        model, args = mlp_factory()
+        with pytest.raises(RuntimeError, match="Sharding propagation failed"):  # torch's own run
+            model(*args)
+        w = model.up.weight
+        assert (w.placements[0].dim, w.shape[0], w.device_mesh.size()) == (0, 64, 6) and 64 % 6
+    with pytest.raises(ModelError) as e:
+        fxviz.capture(mlp_factory, world_size=6)
+    assert "Sharding propagation failed" in str(e.value)  # torch's words, then what to do
+    assert str(e.value).endswith("; up.weight's dimension 0 (64) does not split evenly over the 6 ranks of the "
+                                 "mesh, and the tensor-parallel styles take even shards: use a world size that divides it")
+    assert e.value.graph is not None and collectives(e.value.graph) == []
