@@ -315,10 +315,10 @@ def capture(
 def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, world_size: int,
                          **options: Any) -> Graph:
     """:func:`capture` with ``world_size``: the factory and the capture run in a fake process group."""
-    from fxviz.fallback.comms import CommRecorder, fake_cannot, mesh_dims, timed_out
+    from fxviz.fallback.comms import CommRecorder, fake_cannot, mesh_dims, timed_out, uneven_shards
     from fxviz.fallback.modes import around_recordings
     from fxviz.passes.tree import sharing
-    from fxviz.torchbridge.distributed import fake_world
+    from fxviz.torchbridge.distributed import fake_world, fake_world_hint
 
     if options["method"] == "auto":  # export fails on DTensor: the eager tracer records the ops
         options["method"] = "eager"
@@ -330,7 +330,8 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
                 raise
             except Exception as e:  # noqa: BLE001 - the factory is the user's code: one line
                 raise TargetError(f"the factory failed under a fake process group of {world_size} ranks: "
-                                  f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+                                  f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                                  f"{fake_world_hint(e)}") from e
             if isinstance(made, tuple):
                 model, args, kwargs = (*made, None)[:3] if len(made) == 2 else made
             else:
@@ -357,6 +358,10 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
                     raise CollectiveTimeout(hang, graph=e.graph) from e.__cause__
                 if cannot is not None:
                     raise ModelError(cannot, graph=e.graph) from e.__cause__
+                uneven = uneven_shards(e, params.items() if params is not None else
+                                       model.named_parameters() if isinstance(model, nn.Module) else ())
+                if uneven:
+                    raise ModelError(str(e) + uneven, graph=e.graph) from e.__cause__
                 raise
             # inside: the meshes' groups still exist; only the groups the collectives used are named
             dims = mesh_dims(_state_and_inputs(model, args, kwargs, params), {r["group"] for r in recorder.records})

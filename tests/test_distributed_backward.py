@@ -94,11 +94,6 @@ def counts(graph: Graph) -> Counts:
     return out
 
 
-def holders(table: Counts) -> Counts:
-    """The modules that hold others (and the model), where both tools name the same module."""
-    return {p: v for p, v in table.items() if not p or any(q.startswith(p + ".") for q in table)}
-
-
 def totals(table: Counts) -> dict[str, dict[str, int]]:
     return table[""]
 
@@ -154,7 +149,11 @@ def test_sequence_parallel_backward_on_2d_mesh_equals_comm_debug_mode() -> None:
     g = fxviz.capture(sp_factory, world_size=8, backward=True)
     want = oracle(sp_factory, 8)
     assert totals(want)["backward"] == {"all_gather": 5, "reduce_scatter": 4}
-    assert holders(counts(g)) == holders(want)
+    # every module, leaves too: the reduce-scatter of a projection's input gradient (the backward of
+    # the attention's and the MLP's input gather, which no forward op of the tracer's holds) is in
+    # the projection whose backward handed it its last gradient (q_proj, gate_proj: they run last),
+    # where CommDebugMode counts it; it was in the first (v_proj, up_proj)
+    assert counts(g) == want
     bw = [r for r in collectives(g) if r["phase"] == "backward"]
     assert {r["mesh_dim"] for r in bw} == {"tp"} and all(r.get("node") for r in bw)
     # the backward of each layer's Shard(1) output of o_proj and down_proj gathers its gradient

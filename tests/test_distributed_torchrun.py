@@ -72,3 +72,33 @@ def test_torchrun_a_model_that_raises_is_one_partial_graph_and_a_line_per_rank()
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert sorted(e.startswith("error: rank 1 of 2: the model raised") for e in errors) == [False, True]
     assert all("the model's own error" in e for e in errors)
+
+
+class OnlyRank0Reduces(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(x)
+        if dist.get_rank() == 0:
+            dist.all_reduce(x)  # rank 1 never issues it: rank 0 waits until the group's timeout
+        return x * 2
+
+
+def only_rank0_factory() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
+    return OnlyRank0Reduces(), (torch.ones(4),)
+
+
+def test_torchrun_the_rank_that_did_not_hang_says_so_not_that_fxviz_has_a_bug() -> None:
+    """Rank 1 finishes its capture and sends its graph to rank 0, which waits in the all-reduce
+    rank 1 never issued; when gloo's timeout ends that wait, rank 1's send fails. Rank 1 printed
+    gloo's transport error as "a bug in fxviz" (exit 70); it says what happened, with its rank,
+    and rank 0 says which collective hung."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FXVIZ_COLLECTIVE_TIMEOUT": "5"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "--master-port", str(_free_port()), "-m", "fxviz", "json",
+                           f"{Path(__file__)}:only_rank0_factory"],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    assert proc.returncode != 0
+    errors = sorted(line for line in proc.stderr.splitlines() if line.startswith("error: "))
+    assert "bug in fxviz" not in proc.stderr
+    assert len(errors) == 2, proc.stderr[-3000:]
+    assert errors[0].startswith("error: a collective never returned: all_reduce")
+    assert errors[1].startswith("error: rank 1 of 2: captured, but its graph never reached rank 0")

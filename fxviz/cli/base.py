@@ -276,8 +276,11 @@ def spec_graph(spec: TargetSpec, input_shapes: tuple[str, ...], dtype: str, meth
     factory = with_torch(spec)
     ranks = factory.launched_world_size() if meta.get(_WORLD_SIZE) is None else None
     if ranks is None:
-        return factory.load_graph(spec, input_shapes=input_shapes, dtype=dtype, method=method, validate=validate,
-                                  **backward)
+        # a capture takes seconds (a sharded GPT-2's step, tens): say what runs, on a terminal
+        where = f" in a fake process group of {meta[_WORLD_SIZE]} ranks" if meta.get(_WORLD_SIZE) is not None else ""
+        with spinner(f"capturing {one_line(spec.text)}{where} …") if spec.captures else contextlib.nullcontext():
+            return factory.load_graph(spec, input_shapes=input_shapes, dtype=dtype, method=method, validate=validate,
+                                      **backward)
     return _launched_graph(spec, ranks, input_shapes=input_shapes, dtype=dtype, method=method, validate=validate,
                            **backward)
 

@@ -394,6 +394,7 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
     seed = Node(unique("grad of loss"), "input", target="grad of loss", outputs=(tensor_meta(loss),), phase="backward")
     graph.nodes.append(seed)
     bnode: dict[Any, Node] = {}
+    ran: dict[str, int] = {}  # backward op (node name) -> its place in the order they run
     leaves: dict[Any, Any] = {}  # AccumulateGrad -> its tensor
     for f in order:
         var = getattr(f, "variable", None)
@@ -407,11 +408,13 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
             stack = nodes[fwd[0]].stack
             attrs["forward"] = fwd[0]
             ins += [r for r in saved_by.get(fwd[0], []) if r not in ins]
-        else:
-            stack = bnode[consumers[f][0][0]].stack if consumers.get(f) and consumers[f][0][0] in bnode else ()
+        else:  # in the module of the backward op that handed it its last gradient: the one run just before it
+            handed = [bnode[c] for c, _ in consumers.get(f, []) if c in bnode]
+            stack = max(handed, key=lambda n: ran[n.name]).stack if handed else ()
             attrs["stack_inferred"] = True
         node = Node(unique(_snake(type(f).__name__)), "op", target=type(f).__name__, inputs=tuple(ins), stack=stack,
                     attrs=attrs, phase="backward")
+        ran[node.name] = len(ran)
         bnode[f] = node
         graph.nodes.append(node)
     counted = set(watch.state) | watch.counted  # storages the step keeps: none of them is what checkpoint saved

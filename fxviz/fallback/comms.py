@@ -230,6 +230,29 @@ def fake_cannot(error: BaseException, records: list[dict[str, Any]]) -> str | No
             f"one marked with its error)")
 
 
+def uneven_shards(error: BaseException, params: Any) -> str:
+    """Why DTensor's sharding propagation failed, where a parameter's sharded dimension does not
+    split evenly over its mesh dimension (``params``: ``(name, parameter)`` pairs): the
+    tensor-parallel styles rebuild a layer's output from its local shard (``DTensor.from_local``),
+    which takes the shards to be even, so the next layer sees a wrong global shape. ``""`` where
+    no such parameter is found or the error is another."""
+    if "Sharding propagation failed" not in str(error.__cause__ or error):
+        return ""
+    for name, p in params:
+        if not isinstance(p, DTensor):
+            continue
+        mesh = p.device_mesh
+        for i, place in enumerate(p.placements):
+            dim = getattr(place, "dim", None)
+            if place.is_shard() and dim is not None and p.shape[dim] % mesh.size(i):
+                dims = mesh.mesh_dim_names
+                over = f"mesh dimension {dims[i]}" if dims else "the mesh"
+                return (f"; {name}'s dimension {dim} ({p.shape[dim]}) does not split evenly over the "
+                        f"{mesh.size(i)} ranks of {over}, and the tensor-parallel styles take even shards: "
+                        f"use a world size that divides it")
+    return ""
+
+
 def _raised_in(error: BaseException, func: Any) -> bool:
     """Whether ``error`` was raised inside a call of the Python function ``func`` (its code is on
     the traceback; decorators unwrapped)."""
@@ -424,4 +447,5 @@ def collectives_seen() -> contextlib.AbstractContextManager[Any]:
     return around_recordings(CommRecorder())
 
 
-__all__ = ["COLLECTIVES", "P2P", "CommRecorder", "collectives_seen", "fake_cannot", "mesh_dims", "timed_out"]
+__all__ = ["COLLECTIVES", "P2P", "CommRecorder", "collectives_seen", "fake_cannot", "mesh_dims", "timed_out",
+           "uneven_shards"]

@@ -78,7 +78,7 @@ def observer(rec: Any) -> Callable[..., Any]:
     cpu_metas_get = cpu_metas.get
     tensor = torch.Tensor
     getframe = sys._getframe
-    placements: dict[Any, Any] = {}  # placement_attrs' cache, for this recording only (it holds meshes)
+    placements = rec.placements
     inner = rec.inner_collectives  # collectives the running call dispatched (a sharded capture's)
     fake = rec.fake  # a run on fake tensors: nn.Parameter's own calls on them are not the model's
 

@@ -80,7 +80,11 @@ class Recorder:
         self.sources = Sources()
         self.versions = Versions()
         self._values = self.versions.values  # every op reads and writes it: one lookup less
-        self._sharded: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], Ref] = {}  # DTensor shards
+        self._sharded: dict[Place, Ref] = {}  # DTensor shards
+        #: the storages without data (meta, fake) :attr:`_sharded` is keyed by: held while recording,
+        #: so no later storage takes a freed one's address (and its key)
+        self._held: list[Any] = []
+        self.placements: dict[Any, Any] = {}  # placement_attrs' cache, for this recording only (it holds meshes)
         self._by_path: dict[str, nn.Module] | None = None  # module path -> module, made on first need
         self._fsdp: FsdpParams | None = None  # FSDP2's parameters, looked for on first need
         self.state = ModelState(self.modules, snapshot_buffers=snapshot_buffers)
@@ -103,9 +107,14 @@ class Recorder:
     # ---- values the graph starts from ----------------------------------------------------------
 
     def add_input(self, name: str, t: torch.Tensor) -> None:
-        node = Node(self.names.unique(name), "input", target=name, outputs=(tensor_meta(t),))
+        node = Node(self.names.unique(name), "input", target=name, outputs=(tensor_meta(t),), attrs=self.sharded_attrs(t))
         self.nodes.append(node)
         self._values[t] = [Ref(node.name), version(t)]
+
+    def sharded_attrs(self, t: torch.Tensor) -> dict[str, str]:
+        """A model input's or output's placement on its device mesh where it is a DTensor
+        (:func:`~fxviz.torchbridge.distributed.placement_attrs`), else nothing."""
+        return placement_attrs(t, self.placements) if type(t) not in _PLAIN_TENSORS and hasattr(t, "placements") else {}
 
     def read(self, t: torch.Tensor) -> Ref:
         """The node output a tensor comes from, creating its parameter, buffer or constant node on
@@ -148,6 +157,8 @@ class Recorder:
             key = _place(local)
             if key is not None:
                 self._sharded[key] = ref
+                if key[0] == _NO_DATA:
+                    self._held.append(local.untyped_storage())
 
     def _state_node(
         self, t: torch.Tensor, kind: NodeKind | None = None, name: str = "", *, base: str = "",
@@ -464,14 +475,22 @@ def _closed(mode: Any, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs
     return func(*args, **(kwargs or {}))
 
 
-def _place(t: torch.Tensor) -> tuple[int, int, tuple[int, ...], tuple[int, ...]] | None:
-    """Where a tensor's elements are: its storage's address, offset, shape and strides (None on
-    ``meta``, where every storage is at 0, and for a fake tensor, which has no storage to point at:
-    asking it for one warns)."""
-    if type(t) is FakeTensor:
-        return None
+#: :data:`Place`'s first item: the address is that of the elements, or of a storage without any
+_DATA, _NO_DATA = 0, 1
+#: where a tensor's elements are (:func:`_place`)
+Place = tuple[int, int, int, tuple[int, ...], tuple[int, ...]]
+
+
+def _place(t: torch.Tensor) -> Place | None:
+    """Where a tensor's elements are: its storage's address, offset, shape and strides. A storage
+    without elements (``meta``, where every data pointer is 0; a fake tensor's, whose data pointer
+    torch warns about) is told by its own address instead (the recorder holds it while recording:
+    a LLaMA-70B shape sharded on meta reads each column-parallel output through ``to_local``)."""
     try:
-        ptr = t.untyped_storage().data_ptr()
+        storage = t.untyped_storage()
+        if type(t) is FakeTensor or t.is_meta:
+            return (_NO_DATA, storage._cdata, int(t.storage_offset()), tuple(t.shape), tuple(t.stride()))
+        ptr = storage.data_ptr()
     except (RuntimeError, NotImplementedError):
         return None
-    return (ptr, int(t.storage_offset()), tuple(t.shape), tuple(t.stride())) if ptr else None
+    return (_DATA, ptr, int(t.storage_offset()), tuple(t.shape), tuple(t.stride())) if ptr else None

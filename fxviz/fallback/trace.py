@@ -20,6 +20,7 @@ from fxviz.fallback.classify import LEVELS, Level
 from fxviz.fallback.context import MODEL_CALLERS
 from fxviz.fallback.modes import module_hooks, recording
 from fxviz.fallback.recorder import Recorder, TracerFault
+from fxviz.fallback.tensors import tensor_meta
 from fxviz.ir import Graph
 from fxviz.torchbridge.checkpoint import Checkpoints
 from fxviz.torchbridge.checks import forget_failed_compiles
@@ -223,7 +224,11 @@ def _beyond_the_tracer(exc: BaseException) -> bool:
 def _add_outputs(rec: Recorder, out: Any) -> None:
     for path, v in flatten_outputs(out):
         if isinstance(v, torch.Tensor):
-            rec.nodes.append(output_node(rec.names.unique(path), path, rec.read(v), None))
+            node = output_node(rec.names.unique(path), path, rec.read(v), None)
+            where = rec.sharded_attrs(v)
+            if where:  # a DTensor: its own (global) shape and placement, not those of the shard it reads
+                node.outputs, node.attrs = (tensor_meta(v),), {**node.attrs, **where}
+            rec.nodes.append(node)
         else:
             rec.nodes.append(output_node(rec.names.unique(path), path, None, _describe(v)))
 

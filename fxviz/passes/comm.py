@@ -84,9 +84,9 @@ def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> bool:
     ``CommDebugMode`` names the last module whose backward began), and for FSDP2's re-gather of a
     unit that resharded after its forward (``gathers_of``): it reads the shards of the parameters
     it gathers, which ``attrs["gathers_of"]`` names, and gives those parameters again, and the
-    backward ops after it read them there (:func:`_read_regathered`). It stays in the module whose
-    backward ran it, as ``CommDebugMode`` counts it (FSDP2 prefetches the next unit's). Returns
-    whether it added any."""
+    backward ops after it read them there (:func:`_read_regathered`). It is in the unit whose
+    backward began (:func:`_in_unit`), as ``CommDebugMode`` counts it (FSDP2 prefetches the next
+    unit's there). Returns whether it added any."""
     ops = [n for n in graph.nodes if n.kind == "op" and n.phase == "backward" and "seq_nr" in n.attrs]
     by_key = {(n.target, n.attrs["seq_nr"]): n for n in ops}
     if not ops:
@@ -126,6 +126,7 @@ def _place_backward(graph: Graph, records: list[dict[str, Any]]) -> bool:
             attrs["gathers_of"] = list(r["gathers_of"])
             if all(g in unsharded and unsharded[g].outputs for g in r["gathers_of"]):
                 regathered = tuple(unsharded[g].outputs[0] for g in r["gathers_of"])
+            stack = _in_unit(stack, r, records)
         if reads and r.get("grads_of"):  # FSDP2's reduce-scatter: in its unit, the module holding the parameters it reduces
             unit = _common_path([str(g).rpartition(".")[0] for g in r["grads_of"]])
             stack = tuple(c for c in during.stack if not c[0] or unit == c[0] or unit.startswith(c[0] + "."))
@@ -157,6 +158,19 @@ def _read_regathered(graph: Graph, params: dict[str, Node]) -> None:
         gathered = n.attrs.get("gathers_of") if n.kind == "op" and n.outputs else None
         for k, g in enumerate(gathered or ()):
             now[params[g].name] = Ref(n.name, k)
+
+
+def _in_unit(stack: tuple[tuple[str, int], ...], r: dict[str, Any], records: list[dict[str, Any]]) -> tuple[tuple[str, int], ...]:
+    """The call, of ``stack``'s, of the innermost FSDP2 unit (a module whose forward all-gathered on
+    ``r``'s group) it is in: FSDP2 gathers in a unit's pre-backward hook, which runs as the unit's
+    backward begins, before its first backward op (in a submodule: ``1.down``), and prefetches the
+    next unit's there too; ``CommDebugMode`` counts both in the unit whose backward began."""
+    units = {f.get("module", "") for f in records
+             if f.get("phase") != "backward" and f.get("kind") == "all_gather" and f.get("group") == r.get("group")}
+    at = max((k for k, (path, _) in enumerate(stack) if path in units), default=None)
+    if at is None:
+        return stack if "" not in units else ()
+    return stack[:at + 1]
 
 
 def _grads_read(r: dict[str, Any], grads: dict[str, Node], during: Node, pos: dict[str, int]) -> tuple[Ref, ...]:

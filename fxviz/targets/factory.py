@@ -27,7 +27,13 @@ from fxviz.passes import DEFAULT, run_passes
 from fxviz.symbolic.pt2 import graph_from_pt2
 from fxviz.targets.parse import TargetSpec, parse_shape, read_graph, recognise
 from fxviz.targets.shapes import shapes_fit, suggest
-from fxviz.torchbridge.distributed import fake_world, gather_to_rank0, launched_world, launched_world_size
+from fxviz.torchbridge.distributed import (
+    fake_world,
+    fake_world_hint,
+    gather_to_rank0,
+    launched_world,
+    launched_world_size,
+)
 
 _INT_DTYPES = {torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
 
@@ -95,10 +101,13 @@ def _failed(what: str, e: BaseException) -> str:
 
 def _needs_group(e: BaseException) -> str:
     """The hint for a factory that failed inside torch.distributed with no process group set up
-    (``init_device_mesh`` or ``init_process_group`` outside a launcher): how to give it one."""
+    (``init_device_mesh`` or ``init_process_group`` outside a launcher): how to give it one; in a
+    fake one, :func:`~fxviz.torchbridge.distributed.fake_world_hint`'s."""
     import torch.distributed as dist
 
-    if not dist.is_available() or dist.is_initialized():
+    if dist.is_available() and dist.is_initialized():
+        return fake_world_hint(e) if dist.get_backend() == "fake" else ""
+    if not dist.is_available():
         return ""
     tb = e.__traceback__
     while tb is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -17,7 +18,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from fxviz.errors import TargetError
+from fxviz.errors import ModelError, TargetError
 
 
 @contextlib.contextmanager
@@ -46,6 +47,28 @@ def fake_world(world_size: int) -> Iterator[bool]:
         if dist.is_initialized():
             dist.destroy_process_group()
 
+
+
+#: torch's words for a device mesh larger than the group (``init_device_mesh``), with its size
+_MESH_TOO_BIG = re.compile(r"bigger than default world size (\d+), but found (\d+) ranks")
+#: torch's words for a factory that needs a GPU this process does not have
+_NO_GPU = re.compile(r"not compiled with (CUDA|ROCm)|no (CUDA|NVIDIA) (GPUs are available|driver)|"
+                     r"Found no NVIDIA driver|nccl", re.I)
+
+
+def fake_world_hint(e: BaseException) -> str:
+    """What to do about a factory that failed in a fake process group (``""`` where nothing
+    fits): a mesh larger than the group asks for its size, a factory that needs a GPU is told the
+    fake group runs on the CPU (and ``meta``)."""
+    text = str(e)
+    big = _MESH_TOO_BIG.search(text)
+    if big:
+        return f"; its mesh has {big.group(2)} ranks: pass --world-size {big.group(2)} (world_size={big.group(2)})"
+    if _NO_GPU.search(text):
+        return ("; the fake process group runs in this process, on its CPU: build the mesh with "
+                "init_device_mesh('cpu', ...) and the model on the CPU (or under torch.device('meta') "
+                "for one too big), or launch it with torchrun where the GPUs are")
+    return ""
 
 
 #: The variables a launcher (torchrun) sets for each process it starts.
@@ -82,9 +105,20 @@ def launched_world() -> Iterator[int]:
 
 
 def gather_to_rank0(text: str) -> list[Any] | None:
-    """Every rank's ``text`` (a graph's JSON), in rank order, on rank 0; ``None`` on the others."""
-    out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(text, out, dst=0)
+    """Every rank's ``text`` (a graph's JSON), in rank order, on rank 0; ``None`` on the others.
+
+    A rank whose capture ended while another still waits in a collective this one never issued
+    (the classic hang) meets that rank's failure here, as gloo's "connection closed by peer": a
+    :class:`~fxviz.errors.ModelError` that says so, not a bug of fxviz's."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    out: list[Any] | None = [None] * size if rank == 0 else None
+    try:
+        dist.gather_object(text, out, dst=0)
+    except RuntimeError as e:  # DistBackendError and gloo's transport errors
+        why = re.sub(r"^\[[^\]]*\]\s*", "", str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+        raise ModelError(f"rank {rank} of {size}: captured, but its graph never reached rank 0 ({why}): another "
+                         "rank failed, or waits in a collective this rank did not issue; that rank's line says "
+                         "which") from e
     return out
 
 
@@ -133,4 +167,4 @@ def data_alias(t: Any) -> Any:
     return t.data
 
 
-__all__ = ["data_alias", "fake_world", "placement_attrs"]
+__all__ = ["data_alias", "fake_world", "fake_world_hint", "placement_attrs"]
