@@ -267,8 +267,7 @@ def trace_backward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
     """The graph of one training step by the eager tracer (see the module's docstring)."""
     flat = flatten_inputs(model, args, kwargs)
     check_trainable(model, flat.tensors)
-    # an FSDP2 model sharded on meta: the whole step, forward and backward, on the fake shards its
-    # forward alone runs on (the backward's re-gathers and reduce-scatters read them too)
+    # FSDP2 sharded on meta: the whole step on the fake shards (the backward's collectives read them too)
     fake = FakeRun(model, args, kwargs) if meta_sharded(model) else None
     with fake if fake is not None else contextlib.nullcontext():
         args, kwargs, inputs = (fake.args, fake.kwargs, fake.tensors) if fake else (args, kwargs, flat.tensors)
@@ -283,8 +282,7 @@ def trace_backward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
 
 def _step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], loss: Loss | None, level: str,
           inputs: tuple[torch.Tensor, ...], watch: Watch, fake: FakeRun | None = None) -> Graph:
-    """The forward recorded with ``watch`` on (on ``fake``, entered, when given), then the backward
-    added (:func:`trace_backward`)."""
+    """The forward recorded with ``watch`` on (on ``fake`` when given), then the backward added."""
     checkpoints = Checkpoints()
     checkpoints.saving, checkpoints.inside = watch.saving_inputs, watch.inside
     box: list[torch.Tensor] = []

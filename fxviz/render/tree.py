@@ -232,8 +232,7 @@ def _io_line(arrow: str, n: Node) -> _Label:
         t.add(f" = {_c(n.attrs['value'])}", _DIM, brk=True)
     elif n.meta is not None:
         t.add(f"  {meta_text(n.meta)}", _SHAPE, brk=True)
-        if node_placement(n):  # a DTensor: how its (global) shape lies on the mesh
-            t.add(f" {node_placement(n)}", _SHAPE)
+        t.add(f" {node_placement(n)}" if node_placement(n) else "", _SHAPE)  # a DTensor: its placement on the mesh
         if n.meta.is_tensor:
             t.add(f" {_c(n.meta.dtype)}", _DIM)
     return t
