@@ -30,12 +30,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_torchrun_gives_rank_0s_graph_with_the_ranks_compared() -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FXVIZ_COLLECTIVE_TIMEOUT": "120"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                           "--master-port", str(_free_port()), "-m", "fxviz", "json",
-                           f"{REPO / 'tests' / 'test_distributed.py'}:mlp_factory"],
+def _torchrun_json(target: str, timeout: int) -> subprocess.CompletedProcess[str]:
+    """``torchrun --nproc-per-node 2 -m fxviz json TARGET`` on gloo, collectives timing out after
+    ``timeout`` seconds."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FXVIZ_COLLECTIVE_TIMEOUT": str(timeout)}
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "--master-port", str(_free_port()), "-m", "fxviz", "json", target],
                           capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+
+
+def test_torchrun_gives_rank_0s_graph_with_the_ranks_compared() -> None:
+    proc = _torchrun_json(f"{REPO / 'tests' / 'test_distributed.py'}:mlp_factory", timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     d = json.loads(proc.stdout)  # one JSON document: rank 1 wrote nothing
     a = d["annotations"]
@@ -61,11 +66,7 @@ def raises_factory() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
 def test_torchrun_a_model_that_raises_is_one_partial_graph_and_a_line_per_rank() -> None:
     """Every rank raises: rank 0 writes its partial graph (one JSON document on stdout, not one per
     rank) and its line; the other ranks say only theirs, with their rank."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FXVIZ_COLLECTIVE_TIMEOUT": "120"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                           "--master-port", str(_free_port()), "-m", "fxviz", "json",
-                           f"{Path(__file__)}:raises_factory"],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    proc = _torchrun_json(f"{Path(__file__)}:raises_factory", timeout=120)
     assert proc.returncode != 0
     d = json.loads(proc.stdout)  # exactly one document
     assert [n["name"] for n in d["nodes"] if n["kind"] == "op"] == ["all_reduce"]
@@ -91,11 +92,7 @@ def test_torchrun_the_rank_that_did_not_hang_says_so_not_that_fxviz_has_a_bug() 
     rank 1 never issued; when gloo's timeout ends that wait, rank 1's send fails. Rank 1 printed
     gloo's transport error as "a bug in fxviz" (exit 70); it says what happened, with its rank,
     and rank 0 says which collective hung."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FXVIZ_COLLECTIVE_TIMEOUT": "5"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                           "--master-port", str(_free_port()), "-m", "fxviz", "json",
-                           f"{Path(__file__)}:only_rank0_factory"],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    proc = _torchrun_json(f"{Path(__file__)}:only_rank0_factory", timeout=5)
     assert proc.returncode != 0
     errors = sorted(line for line in proc.stderr.splitlines() if line.startswith("error: "))
     assert "bug in fxviz" not in proc.stderr
