@@ -25,9 +25,9 @@ from fxviz.fallback.classify import Action, Kind, Level, kind_of, kinds
 from fxviz.fallback.context import ModuleStack, Names, Sources
 from fxviz.fallback.fsdp import FsdpParams, name_unsharded, shard_attrs, unsharded_source
 from fxviz.fallback.observe import PLAIN_TENSORS, TracerFault, claim, observer
-from fxviz.fallback.tensors import METAS, ModelState, Versions, tensor_meta, version
+from fxviz.fallback.tensors import CPU_METAS, METAS, ModelState, Versions, tensor_meta, version
 from fxviz.fallback.values import encode, has_opaque
-from fxviz.ir import ModuleCall, Node, NodeKind, Ref, SourceLoc
+from fxviz.ir import ModuleCall, Node, NodeKind, Ref, SourceLoc, TensorMeta
 from fxviz.torchbridge.distributed import placement_attrs
 from fxviz.torchbridge.guard import named_modules
 
@@ -83,6 +83,7 @@ class Recorder:
         self.call: list[str] | None = None
         self._call_ids: dict[str, int] = {}
         self._arg_names: dict[Any, list[str]] = {}  # ATen op -> its schema's argument names
+        self._owner_stacks: dict[str, tuple[ModuleCall, ...]] = {}  # module path -> its state nodes' stack
         #: the collectives run inside the call being recorded now (``dist.all_reduce``, DTensor's
         #: redistributions in an op on DTensors), each its record and the tensors it filled: the
         #: call's node takes them (:func:`~fxviz.fallback.observe.claim`)
@@ -162,7 +163,14 @@ class Recorder:
                     self.replay_blockers.append("reads a tensor the model does not own (a global or a closure)")
         if owner is None:
             owner = name.rpartition(".")[0]
-        meta = METAS.get((t.shape, t.dtype, t.device))  # tensor_meta(), inlined: once per parameter
+        outputs: tuple[TensorMeta, ...] | None
+        if type(t) in _PLAIN_TENSORS and t.is_cpu:  # the recorder's key for a plain CPU tensor: no device made
+            outputs = CPU_METAS.get((t.shape, t.dtype))
+            if outputs is None:
+                outputs = CPU_METAS[t.shape, t.dtype] = (tensor_meta(t),)
+        else:
+            meta = METAS.get((t.shape, t.dtype, t.device))  # tensor_meta(), inlined
+            outputs = (meta if meta is not None else tensor_meta(t),)
         names = self.names  # Names.unique(), inlined for a name not taken yet
         base = base or name or "constant"
         if base in names._next or base in names._taken:
@@ -170,9 +178,12 @@ class Recorder:
         else:
             names._next[base] = 1
             names._taken.add(base)
+        stack = self._owner_stacks.get(owner)  # one stack tuple per owner, as the ops of one call share theirs
+        if stack is None:
+            stack = self._owner_stacks[owner] = ((owner, 0),) if owner else ()
         node = Node(
-            base, kind, name, inputs, ((owner, 0),) if owner else (),
-            (meta if meta is not None else tensor_meta(t),), attrs=attrs if attrs is not None else {},
+            base, kind, name, inputs, stack, outputs,
+            attrs=attrs if attrs is not None else {},
         )
         self.nodes.append(node)
         ref = Ref(node.name)
