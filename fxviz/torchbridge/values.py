@@ -181,7 +181,7 @@ def add_unread_state(graph: Graph, model: nn.Module) -> None:
     tracer list only what the run reads: Dinov2's ``mask_token``, read only with
     ``bool_masked_pos``, was missing from the header's and its module's count)."""
     have = {n.target for n in graph.nodes if n.kind in ("parameter", "buffer")}
-    names = {n.name for n in graph.nodes}
+    names: set[str] | None = None  # the nodes' names, made once a name is not among ``have`` (most never)
     seen: set[int] = set()
     new: list[Node] = []
     for path, m in named_modules(model):
@@ -192,7 +192,11 @@ def add_unread_state(graph: Graph, model: nn.Module) -> None:
                     continue
                 seen.add(id(t))  # a tied tensor is named by its first owner, as named_parameters does
                 name = f"{path}.{key}" if path else key
-                if name in have or name in names or not isinstance(t, torch.Tensor):
+                if name in have:
+                    continue
+                if names is None:
+                    names = {n.name for n in graph.nodes}
+                if name in names or not isinstance(t, torch.Tensor):
                     continue
                 meta = meta_from_value(t)
                 new.append(Node(name, kind, name, stack=((path, 0),) if path else (),
