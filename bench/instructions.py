@@ -3,7 +3,8 @@ for the before/after of a change to the tracer, its passes or the snapshot, wher
 a shared machine swings by more than the change.
 
     python bench/instructions.py [--models stack,gpt2-narrow,resnet,gpt2] [--parts capture,tracer,forward,snapshot,passes,
-                                 export,capture-export,capture-export-novalidate,compile,compile-map]
+                                 export,capture-export,capture-export-novalidate,compile,compile-map,
+                                 eager-trace,eager-trace-skim]
                                  [--reps 2] [--stack-layers 300]
 
 Each part runs twice untimed (imports, first-call caches), then ``--reps`` times inside
@@ -19,7 +20,9 @@ method="export")`` and ``capture-export-novalidate`` the same with ``validate=Fa
 to ``export`` are printed. The compile map (point 11): ``compile`` is a bare first call of
 ``torch.compile(model, backend="aot_eager")`` under ``torch.no_grad()`` between two
 ``torch._dynamo.reset()`` (bench/compile.py's ``bare``), ``compile-map``
-``fxviz.compile_map(model, args, backend="aot_eager")``; the ratio is printed (Dynamo's own work
+``fxviz.compile_map(model, args, backend="aot_eager")``, ``eager-trace`` the eager trace it adds
+(``trace_eager``) and ``eager-trace-skim`` the same with the kernels skipped as the map skips them
+where Dynamo broke no graph (:class:`fxviz.fallback.shapes_only.ShapesOnly`); the ratio is printed (Dynamo's own work
 moves by 10-20% between runs in CPU time, instructions do not). Printed: instructions per call, and per recorded op
 beyond the forward for the stack. Slow: about 50x a plain run per part (minutes each on GPT-2).
 """
@@ -50,6 +53,8 @@ def child(model_name: str, part: str, reps: int, layers: int) -> None:
     from tracer import build_models, floor_fn
 
     import fxviz
+    from fxviz.fallback.shapes_only import ShapesOnly
+    from fxviz.fallback.trace import trace_eager
     from fxviz.torchbridge.guard import Snapshot, walks_shared
 
     model, args, _ = build_models(layers)[model_name]()
@@ -74,6 +79,8 @@ def child(model_name: str, part: str, reps: int, layers: int) -> None:
         "capture-export-novalidate": lambda: fxviz.capture(model, args, method="export", validate=False),
         "compile": bare_compile(model, args),
         "compile-map": lambda: fxviz.compile_map(model, args, backend="aot_eager"),
+        "eager-trace": lambda: trace_eager(model, args),
+        "eager-trace-skim": lambda: trace_eager(model, args, watch=lambda _: ShapesOnly()),
     }[part]
     for _ in range(2):
         fn()

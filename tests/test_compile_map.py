@@ -139,55 +139,31 @@ def test_breaks_in_a_loop_leave_the_outer_forward_eager() -> None:
 
 
 def test_clean_model_is_one_graph(monkeypatch: pytest.MonkeyPatch) -> None:
-    import fxviz.analyze.compilemap.run as cm_run
+    import fxviz.analyze.compilemap.skim as skim
 
-    fakes: list[bool] = []
-    traced = cm_run.trace_eager
-    monkeypatch.setattr(cm_run, "trace_eager", lambda *a, **kw: fakes.append(kw.get("fake", False)) or traced(*a, **kw))
+    skimmed: list[bool] = []
+    traced = skim.trace_eager
+    monkeypatch.setattr(skim, "trace_eager", lambda *a, **kw: skimmed.append("watch" in kw) or traced(*a, **kw))
     model, (x,) = cm.clean()
-    # fake tensors only where the compiled graphs ran longer than a fake trace of their ops costs:
-    # never when that cost is infinite, always when it is nothing
-    monkeypatch.setattr(cm_run, "FAKE_OP_S", float("inf"))
+    # the kernels are skipped only where their arithmetic costs more than skipping them adds:
+    # never when it costs nothing, always when each multiply-accumulate costs a second
+    monkeypatch.setattr(skim, "MAC_S", 0.0)
     run(model, x)
-    monkeypatch.setattr(cm_run, "FAKE_OP_S", 0.0)
+    monkeypatch.setattr(skim, "MAC_S", 1.0)
     cmap = run(model, x)
-    assert fakes == [False, True]
+    assert skimmed == [False, True]
     assert (len(cmap.graphs), cmap.break_count, cmap.share) == (1, 0, 1.0)
     assert set(cmap.assigned.values()) == {"g0"} and cmap.ranking() == []
     assert "breaks" not in panels(cmap.graph) and "modules" not in panels(cmap.graph)
-    # no break: the eager graph was traced on fake tensors, and is the real trace's, op for op
+    # no break: the eager graph was traced with its products skipped, and is the real trace's, op for op
     from fxviz.analyze.flops import CAPTURE_PASSES
     from fxviz.fallback.trace import trace_eager
     from fxviz.passes import run_passes
 
     real = run_passes(trace_eager(model, (x,)), CAPTURE_PASSES)
     assert cmap.graph.method == real.method == "eager"
-    assert [(n.name, n.target, n.module, n.source, n.outputs) for n in cmap.graph.nodes] == \
-        [(n.name, n.target, n.module, n.source, n.outputs) for n in real.nodes]
-
-
-def test_fake_trace_only_where_it_is_cheaper_convolutions_weigh_more() -> None:
-    """The fake-or-real choice weighs each op by what FakeTensor costs for it: a convolution's meta
-    kernel is Python. Figures measured on one CPU core: ResNet-18's 69 ops (20 convolutions) ran
-    0.175 s compiled and trace in 0.12 s for real against 0.3 s on fake tensors; GPT-2 small's 565
-    ran 1.3 s compiled (aot_eager's first run) and trace in 0.6 s on fake tensors against 0.7 s."""
-    from fxviz.analyze.compilemap.record import GraphRecord, OpRecord, Recording
-    from fxviz.analyze.compilemap.run import _RunClock
-
-    def clock(run_s: float, *graphs: tuple[int, list[str]]) -> bool:
-        c = object.__new__(_RunClock)
-        c.run_s = run_s
-        c.rec = Recording([GraphRecord(f"g{k}", "forward", "m.py", 1, s, [OpRecord(n, "", "m.py", 2) for n in names])
-                           for k, (s, names) in enumerate(graphs)])
-        return c.costly()
-
-    resnet = ["conv2d", "batch_norm"] * 20 + ["relu"] * 17 + ["add"] * 8 + ["max_pool2d", "adaptive_avg_pool2d", "flatten", "linear"]
-    assert len(resnet) == 69 and resnet.count("conv2d") == 20
-    assert not clock(0.175, (0, resnet))  # a plain count (69 ops x 2 ms = 0.138 s) chose the 2.5x slower fake trace
-    assert clock(1.3, (0, ["linear", "view", "add"] * 188 + ["embedding"]))
-    # only the first input set's graphs count (the eager graph is of the first input set)
-    assert clock(0.5, (0, ["linear"] * 100), (1, ["conv2d"] * 100))
-    assert not clock(0.5, (0, ["linear"] * 100 + ["conv2d"] * 100))
+    assert [(n.name, n.target, n.module, n.source, n.outputs, n.inputs, n.attrs) for n in cmap.graph.nodes] == \
+        [(n.name, n.target, n.module, n.source, n.outputs, n.inputs, n.attrs) for n in real.nodes]
 
 
 def test_recompile_when_the_batch_size_changes() -> None:

@@ -7,7 +7,7 @@ import contextlib
 import functools
 import time
 import warnings
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import torch
@@ -28,12 +28,13 @@ from fxviz.analyze.compilemap.record import (
     module_paths,
 )
 from fxviz.analyze.compilemap.result import CompileMap, Recompile, RecompileLimit
+from fxviz.analyze.compilemap.skim import Arithmetic, eager_graph
 from fxviz.analyze.compilemap.state import ModelSnapshot
 from fxviz.analyze.flops import CAPTURE_PASSES
 from fxviz.analyze.inside.live import LiveRun
 from fxviz.errors import InputError, ModelError, TargetError
 from fxviz.fallback.backward import trace_backward
-from fxviz.fallback.trace import trace_eager, uses_meta
+from fxviz.fallback.trace import trace_eager
 from fxviz.ir import Attempt, Graph
 from fxviz.passes import run_passes
 from fxviz.text import one_line
@@ -71,8 +72,8 @@ def compile_map(
     it has, and its buffers' values; not parameter values or plain tensor attributes written in
     place). Both runs are under ``torch.no_grad()`` unless ``grad=True``. An ``OptimizedModule``
     (what ``torch.compile(model)`` returns) is unwrapped to the model it wraps (a note says so).
-    Where Dynamo broke no graph and the forward's arithmetic costs more than fake tensors'
-    dispatch, the eager trace runs on fake tensors (:func:`_eager_graph`).
+    Where Dynamo broke no graph and the forward's convolutions and matrix products cost more than
+    skipping them adds, the eager trace skips their kernels (:mod:`~fxviz.analyze.compilemap.skim`).
     Dynamo's caches are reset before and after the run (so the user's other compiled functions
     compile again on their next call), its config and counters restored.
 
@@ -133,7 +134,7 @@ def compile_map(
     try:
         t1 = time.perf_counter()
         recorder = FramedRecorder(backend, mode, dynamic, module_paths(model))
-        clock = _RunClock(recorder)
+        arithmetic = Arithmetic(recorder)
         watch = LimitWatch()
         try:
             _run_compiled(model, recorder, watch, sets, grad, _name(backend), live, autograd)
@@ -145,7 +146,7 @@ def compile_map(
 
         state.restore()
         t0 = time.perf_counter()
-        graph = _eager_graph(model, args, kwargs, grad, state, fake=not recorder.rec.breaks and clock.costly())
+        graph = eager_graph(model, args, kwargs, grad, state, skim=not recorder.rec.breaks and arithmetic.worth_skimming())
         trace_s = time.perf_counter() - t0
     finally:
         state.restore()
@@ -200,74 +201,6 @@ def dynamo_to_eager(graph: Graph, rec: Recording) -> dict[str, dict[str, str]]:
             continue
         out[gid] = {d.node: ops[i].name for d, i in zip(dops, row, strict=True) if i is not None and d.node}
     return out
-
-
-#: About what tracing one op on fake tensors costs (FakeTensor's dispatch): 1 ms on a CPU core
-#: (GPT-2 small: 0.6 s for 529 ops), against 0.1 ms for a small CNN's real op.
-FAKE_OP_S = 1e-3
-#: A convolution costs about this many plain ops on fake tensors (its meta kernel is Python:
-#: ResNet-18's 20 convolutions are most of its 0.3 s fake trace, against 0.12 s for real).
-FAKE_CONV_OPS = 12
-
-
-def fake_cost(names: Iterable[str]) -> float:
-    """About what tracing these ops (op names, as :func:`fxviz.ops.op_name` spells them) on fake
-    tensors costs, in seconds."""
-    return FAKE_OP_S * sum(FAKE_CONV_OPS if n.startswith("conv") else 1 for n in names)
-
-
-class _RunClock:
-    """The time the compiled graphs spent running on the first input set (the forward's arithmetic,
-    without Dynamo's tracing and the backend's compiling around it), and their op count: whether
-    tracing the forward again for real costs more than tracing it on fake tensors."""
-
-    def __init__(self, recorder: FramedRecorder) -> None:
-        self.run_s = 0.0
-        self.rec = recorder.rec
-        real = recorder.real
-
-        def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-            compiled = real(gm, example_inputs)
-
-            def run(*args: Any, **kwargs: Any) -> Any:
-                t0 = time.process_time()  # CPU time: on a busy machine, waiting for a core is not arithmetic
-                try:
-                    return compiled(*args, **kwargs)
-                finally:
-                    if self.rec.input_set == 0:
-                        self.run_s += time.process_time() - t0
-
-            if getattr(compiled, "_boxed_call", False):  # the caller passes one list it may clear
-                run._boxed_call = True  # type: ignore[attr-defined]
-            return run
-
-        recorder.real = backend
-
-    def costly(self) -> bool:
-        """Whether the first input set's ops ran slower than fake tensors would trace them."""
-        names = [o.name for g in self.rec.graphs if g.input_set == 0 and g.phase == "forward" for o in g.ops]
-        return self.run_s > fake_cost(names or ["op"])
-
-
-def _eager_graph(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], grad: bool, state: ModelSnapshot,
-                 *, fake: bool) -> Graph:
-    """The eager graph of the first input set. Where Dynamo broke no graph, the forward's ops
-    depend on no tensor's values (a value read in Python, ``.item()``, ``if tensor:``, breaks the
-    graph), so they can be traced on fake tensors (``fake``): the same ops, names, lines and shapes,
-    without the forward's arithmetic; worth it only where that arithmetic costs more than fake
-    tensors' dispatch (:class:`_RunClock`, :func:`fake_cost`: GPT-2 small traces in 0.6 s on fake
-    tensors against 0.7 s for real, a ResNet-18 2.5x slower: its convolutions' meta kernels).
-    Should the fake run still fail (a value read Dynamo was told to capture), or where the graph
-    broke, the real forward is traced."""
-    if fake and not uses_meta(model, args, kwargs):
-        try:
-            graph = trace_eager(model, args, kwargs, level="function", grad=grad, fake=True)
-        except Exception:  # noqa: BLE001 - the real forward says what is wrong, if anything
-            state.restore()
-        else:
-            graph.method = "eager"
-            return graph
-    return trace_eager(model, args, kwargs, level="function", grad=grad)
 
 
 def _run_compiled(model: nn.Module, recorder: FramedRecorder, watch: LimitWatch, sets: Sequence[InputSet],
