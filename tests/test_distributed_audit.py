@@ -97,14 +97,14 @@ def test_on_meta_each_column_parallel_output_is_read_by_the_ops_torch_runs_on_it
     assert not dist.is_initialized()
 
 
-def test_the_compile_maps_fake_trace_of_a_sharded_model_keeps_its_data_flow(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``fxviz compile --world-size 2`` traces the eager graph on fake tensors where the compiled
-    run was slow (a DTensor forward is): the column-parallel ``up``'s output reached ``relu`` as a
-    constant, and the tree drew ``up`` as a call that raised (``→ ✗``)."""
-    from fxviz.analyze.compilemap import compile_map
-    from fxviz.analyze.compilemap.run import _RunClock
+def test_the_compile_maps_skimmed_trace_of_a_sharded_model_keeps_its_data_flow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fxviz compile --world-size 2`` may trace the eager graph with the products skipped
+    (:mod:`fxviz.analyze.compilemap.skim`; it traced on fake tensors before, where the
+    column-parallel ``up``'s output reached ``relu`` as a constant and the tree drew ``up`` as a
+    call that raised, ``→ ✗``): the DTensor's local shards still carry the data flow."""
+    from fxviz.analyze.compilemap import compile_map, skim
 
-    monkeypatch.setattr(_RunClock, "costly", lambda self: True)  # the fake trace, as a slow run gets
+    monkeypatch.setattr(skim.Arithmetic, "worth_skimming", lambda self: True)  # as a large model gets
     with fake_world(2):
         model, args = mlp_factory()
         cmap = compile_map(model, args, backend="eager")
