@@ -151,13 +151,32 @@ def test_a_skipped_kernels_output_has_the_kernels_metadata(case: str) -> None:
         (real.shape, real.stride(), real.dtype, real.device, real._version, real._base)
 
 
-def test_the_multiply_accumulates_are_torchs_flop_count_halved(monkeypatch: pytest.MonkeyPatch) -> None:
+class Products(nn.Module):
+    """Every spelling of a product a Dynamo graph calls: a broadcast ``matmul``, one tensor times
+    itself, ``addmm``, a ``linear`` without bias, a transposed convolution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(16, 16))
+        self.up = nn.ConvTranspose2d(3, 4, 3, stride=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m = x.flatten(2)[..., :16] @ self.w  # (2, 3, 16) @ (16, 16)
+        sq = self.w @ self.w
+        a = torch.addmm(self.w[0], m[0], sq)
+        lin = nn.functional.linear(a, self.w)
+        return self.up(x[:, :, :8, :8]).sum() + lin.sum()
+
+
+@pytest.mark.parametrize("make", [Net, Products])
+def test_the_multiply_accumulates_are_torchs_flop_count_halved(monkeypatch: pytest.MonkeyPatch, make: type[nn.Module]) -> None:
     """What decides to skip the kernels is their arithmetic, counted on Dynamo's graph at the sizes
-    it traced: torch's FlopCounterMode over the same forward counts two flops per multiply-accumulate."""
+    it traced by the formulas the ``flops`` pass uses: torch's FlopCounterMode over the same
+    forward counts two flops per multiply-accumulate."""
     seen: list[skim.Arithmetic] = []
     monkeypatch.setattr(skim.Arithmetic, "worth_skimming", lambda self: seen.append(self) or False)
     torch.manual_seed(0)
-    model, x = Net().eval(), _x()
+    model, x = make().eval(), _x()
     compile_map(model, (x,), backend="aot_eager")
     (arithmetic,) = seen
     counter = FlopCounterMode(display=False)

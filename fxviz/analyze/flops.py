@@ -58,14 +58,14 @@ def _mm(a: Shape, b: Shape) -> int | None:
     return _apply(aten.mm, (a, b))
 
 
-def _linear(shapes: Sequence[Shape], node: Node) -> int | None:
+def _linear(shapes: Sequence[Shape], out: Shape | None, transposed: bool) -> int | None:
     x, w = shapes[0], shapes[1]
     if len(w) != 2 or not x:
         return None
     return _mm((math.prod(x[:-1]), x[-1]), (w[1], w[0]))
 
 
-def _matmul(shapes: Sequence[Shape], node: Node) -> int | None:
+def _matmul(shapes: Sequence[Shape], out: Shape | None, transposed: bool) -> int | None:
     a, b = list(shapes[0]), list(shapes[1])
     if not a or not b:
         return None
@@ -77,28 +77,30 @@ def _matmul(shapes: Sequence[Shape], node: Node) -> int | None:
     return _apply(aten.bmm, ((batch, a[-2], a[-1]), (batch, b[-2], b[-1])))
 
 
-def _conv(shapes: Sequence[Shape], node: Node) -> int | None:
-    out = tuple(node.outputs[0].shape) if node.outputs else None
+def _conv(shapes: Sequence[Shape], out: Shape | None, transposed: bool) -> int | None:
     if out is None or not all(isinstance(d, int) for d in out):
         return None
-    transposed = "transpose" in op_name(node.target) or bool(node.attrs.get("transposed"))
-    return _apply(aten.convolution, (shapes[0], shapes[1], None, None, None, None, transposed), out)
+    return _apply(aten.convolution, (shapes[0], shapes[1], None, None, None, None, transposed), tuple(out))
 
 
-def _sdpa(shapes: Sequence[Shape], node: Node) -> int | None:
+def _sdpa(shapes: Sequence[Shape], out: Shape | None, transposed: bool) -> int | None:
     return _apply(aten._scaled_dot_product_flash_attention, (shapes[0], shapes[1], shapes[2]))
 
 
-def _registered(packet: Any) -> Callable[[Sequence[Shape], Node], int | None]:
-    def count(shapes: Sequence[Shape], node: Node) -> int | None:
+Counter = Callable[[Sequence[Shape], "Shape | None", bool], "int | None"]
+
+
+def _registered(packet: Any) -> Counter:
+    def count(shapes: Sequence[Shape], out: Shape | None, transposed: bool) -> int | None:
         return _apply(packet, tuple(shapes))
 
     return count
 
 
 #: Op name (:func:`fxviz.ops.op_name`, the name every spelling of an op shares) -> its count from
-#: the shapes of its tensor inputs, in argument order.
-COUNTERS: dict[str, Callable[[Sequence[Shape], Node], int | None]] = {
+#: the shapes of its tensor inputs, in argument order, its output's shape and whether it is a
+#: transposed convolution.
+COUNTERS: dict[str, Counter] = {
     "mm": _registered(aten.mm), "addmm": _registered(aten.addmm), "bmm": _registered(aten.bmm),
     "baddbmm": _registered(aten.baddbmm), "linear": _linear, "matmul": _matmul,
     "conv1d": _conv, "conv2d": _conv, "conv3d": _conv, "convolution": _conv, "_convolution": _conv,
@@ -118,8 +120,7 @@ def node_flops(graph: Graph, node: Node, shape_of: dict[int, Shape | None] | Non
     counts none for it or a shape is unknown or symbolic. ``shape_of`` remembers each metadata
     object's shape across the nodes of one graph (a capture shares one per shape)."""
     name = op_name(node.target)
-    counter = COUNTERS.get(name)
-    if counter is None:
+    if name not in COUNTERS:
         return None
     if shape_of is None:
         shape_of = {}
@@ -142,11 +143,20 @@ def node_flops(graph: Graph, node: Node, shape_of: dict[int, Shape | None] | Non
         if shape is _SYMBOLIC:
             return None
         shapes.append(shape)
-    need = _ARITY.get(name, 3 if "attention" in name else 2)
-    if len(shapes) < need:
+    out = tuple(node.outputs[0].shape) if node.outputs else None
+    return op_flops(name, shapes, out, transposed=bool(node.attrs.get("transposed")))
+
+
+def op_flops(name: str, shapes: Sequence[Shape], out: Sequence[Any] | None = None, *, transposed: bool = False) -> int | None:
+    """torch's FLOPs for op ``name`` (as :func:`fxviz.ops.op_name` spells it) at the shapes of its
+    tensor inputs (argument order) and its output's (``out``, read by convolutions); ``None``
+    when torch counts none for it or the shapes do not fit its formula. The one place a count is
+    worked out: the ``flops`` pass on captured nodes and the compile map on Dynamo's graphs."""
+    counter = COUNTERS.get(name)
+    if counter is None or len(shapes) < _ARITY.get(name, 3 if "attention" in name else 2):
         return None
     try:
-        flops = counter(shapes, node)
+        flops = counter(shapes, None if out is None else tuple(out), transposed or "transpose" in name)
     except (AssertionError, ValueError, TypeError, RuntimeError, IndexError):
         return None  # shapes the formula does not take (a broadcast it does not model)
     return int(flops) if flops is not None else None
@@ -210,4 +220,4 @@ def count_flops(graph: Graph) -> Graph:
 
 PASSES["flops"] = count_flops
 
-__all__ = ["CAPTURE_PASSES", "COUNTERS", "count_flops", "node_flops"]
+__all__ = ["CAPTURE_PASSES", "COUNTERS", "count_flops", "node_flops", "op_flops"]

@@ -15,15 +15,16 @@ skims only where they cost more than skimming adds (:func:`skim_cost`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_leaves
 
 from fxviz.analyze.compilemap.record import Recorder, op_nodes
 from fxviz.analyze.compilemap.state import ModelSnapshot
+from fxviz.analyze.flops import op_flops
 from fxviz.fallback.shapes_only import ShapesOnly
 from fxviz.fallback.trace import trace_eager, uses_meta
 from fxviz.ir import Graph
@@ -36,11 +37,10 @@ MAC_S = 5e-11
 SKIM_OP_S = 2e-5
 #: A convolution's output size comes from torch's meta kernel, in Python: about 1 ms.
 SKIM_CONV_S = 1e-3
-#: Ops (as :func:`fxviz.ops.op_name` names them) whose arithmetic ShapesOnly skips, and where their
-#: reduction length is: the weight's fan-in (convolution, ``linear``) or the first operand's last
-#: dimension (the products; ``addmm``'s second argument).
-_WEIGHTED = ("linear",)
-_PRODUCTS = {"matmul": 0, "mm": 0, "bmm": 0, "addmm": 1}
+#: Ops (as :func:`fxviz.ops.op_name` names them) whose arithmetic ShapesOnly skips, apart from the
+#: convolutions (``conv...``): Dynamo's graphs call the torch functions, the ATen ops below them are
+#: the ones skipped.
+_SKIMMED = frozenset({"linear", "matmul", "mm", "bmm", "addmm"})
 
 
 def skim_cost(names: Iterable[str]) -> float:
@@ -49,31 +49,20 @@ def skim_cost(names: Iterable[str]) -> float:
     return sum(SKIM_CONV_S if n.startswith("conv") else SKIM_OP_S for n in names)
 
 
-def _value(a: Any) -> Any:
-    return a.meta.get("example_value") if isinstance(a, torch.fx.Node) else None
-
-
-def _numel(shape: Any) -> int:
-    return math.prod(s for s in shape if isinstance(s, int)) if all(isinstance(s, int) for s in shape) else 0
-
-
 def macs(name: str, node: torch.fx.Node) -> int:
-    """The multiply-accumulates of one op of a Dynamo graph (0 for ops ShapesOnly does not skim, or
-    sizes that are symbols)."""
-    out = _value(node)
+    """The multiply-accumulates of one op of a Dynamo graph, half the FLOPs torch's formulas count
+    at its traced sizes (:func:`fxviz.analyze.flops.op_flops`); 0 for ops ShapesOnly does not skim,
+    or sizes that are symbols."""
+    if not (name.startswith("conv") or name in _SKIMMED):
+        return 0
+    out = node.meta.get("example_value")
     if not isinstance(out, torch.Tensor):
         return 0
-    args = node.args
-    if name.startswith("conv") and len(args) > 1:  # weight (out, in / groups, *kernel): fan-in per output
-        w = _value(args[1])
-        if isinstance(w, torch.Tensor) and w.dim() > 1 and isinstance(w.shape[0], int) and w.shape[0]:
-            return _numel(out.shape) * _numel(w.shape) // w.shape[0]
+    inputs = (a.meta.get("example_value") for a in tree_leaves((node.args, node.kwargs)) if isinstance(a, torch.fx.Node))
+    shapes = [tuple(v.shape) for v in inputs if isinstance(v, torch.Tensor)]  # as the capture's node inputs
+    if not all(isinstance(d, int) for s in (*shapes, out.shape) for d in s):
         return 0
-    k = 1 if name in _WEIGHTED else _PRODUCTS.get(name)
-    a = _value(args[k]) if k is not None and len(args) > k else None
-    if not isinstance(a, torch.Tensor) or a.dim() == 0 or not isinstance(a.shape[-1], int):
-        return 0
-    return _numel(out.shape) * a.shape[-1]
+    return (op_flops(name, shapes, tuple(out.shape)) or 0) // 2
 
 
 class Arithmetic:
