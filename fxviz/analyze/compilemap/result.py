@@ -182,7 +182,9 @@ class CompiledGraph:
 class Recompile:
     """A function compiled again: which input set caused it and the guard that failed, in words;
     ``guard`` is Dynamo's own text of it, ``input``/``dim`` the input dimension it checks, ``advice``
-    how to avoid the recompile (``mark_dynamic`` or not)."""
+    how to avoid the recompile (``mark_dynamic`` or not), ``compile_id`` torch's id of the compile
+    (``frame/n``: the function's ``n``-th recompile, as TORCH_TRACE and tlparse number it). One per
+    compile: a function called with new shapes twice in one input set recompiles twice."""
 
     input_set: int
     func: str
@@ -193,6 +195,7 @@ class Recompile:
     input: str = ""
     dim: int | None = None
     advice: str = ""
+    compile_id: str = ""
 
 
 @dataclass(slots=True)
@@ -202,7 +205,8 @@ class RecompileLimit:
     ``accumulated_recompile_limit`` was reached first), so from input set ``input_set`` on, the
     function ran eagerly on every input no compiled version accepted (``eager_sets``: the input
     sets in which it ran no compiled graph). ``reasons``: the guard that failed at each recompile
-    that led there, in order, the last one the recompile Dynamo refused."""
+    that led there, in order, the last one the recompile Dynamo refused (``compile_id``: torch's id
+    of that refused compile)."""
 
     input_set: int
     func: str
@@ -212,6 +216,7 @@ class RecompileLimit:
     limit: int
     eager_sets: list[int] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    compile_id: str = ""
 
     @property
     def config(self) -> str:
