@@ -45,9 +45,6 @@ class Compiles(logging.Handler):
                 for k, cid, m in self.records
                 if m.get("recompile_reason") and not str(m.get("fail_reason") or "").startswith(LIMIT_BREAK)]
 
-    def refused(self) -> list[str]:
-        return [cid for _, cid, m in self.records if str(m.get("fail_reason") or "").startswith(LIMIT_BREAK)]
-
 
 @pytest.fixture
 def torch_record(monkeypatch: pytest.MonkeyPatch) -> Iterator[Compiles]:
@@ -128,16 +125,28 @@ def test_two_functions_each_recompiling(torch_record: Compiles) -> None:
 
 
 def test_recompiles_within_one_input_set_count_toward_the_limit(torch_record: Compiles) -> None:
-    # ten widths in one forward: act compiles 8 times (1 + 7 recompiles), the 9th is refused
+    # ten widths in one forward: act compiles 8 times (1 + 7 recompiles), the 9th is refused and
+    # runs eagerly, as does the 10th (torch records that one nowhere); the old map dropped all
+    # seven recompiles as the refused one and said act ran eagerly on "no set"
     model, args = cm.widths(tuple(range(5, 15)))
-    cmap = compile_map(model, args, backend="eager", dynamic=False)
+    cmap = compile_map(model, args, backend="eager", dynamic=False, inputs=[(args[0] + 1,)])
     truth = torch_record.recompiles()
-    assert len(truth) == 7 and torch_record.refused() == ["1/8"]
+    refused = [(k, cid) for k, cid, m in torch_record.records if str(m.get("fail_reason") or "").startswith(LIMIT_BREAK)]
+    assert len(truth) == 7 and refused == [(0, "1/8")]
     _agrees(cmap, truth)
     (lim,) = cmap.limits
     assert (lim.input_set, lim.func, lim.compile_id) == (0, "act", "1/8")
+    assert len([r for r in cmap.recompiles if r.compile_id.split("/")[0] == "1"]) == lim.limit - 1
     # the guard that failed at each compile that led there, the refused one last
     assert lim.reasons == [r.reason for r in cmap.recompiles] + ["x: size of dim 1 is 13, the graph was compiled for 12"]
+    # input set 1 ran act's 8 graphs again (its last two widths eagerly, unrecorded): only set 0 is known
+    assert lim.eager_sets == [0] and [g.runs for g in cmap.graphs] == [2] * 8
+    assert cmap.header().endswith("✗ recompile limit hit (recompile_limit=8): act ran eagerly on input set 0")
+    (note,) = cmap.notes
+    assert "at input set 0: it compiles that function no more and ran it eagerly on input set 0 (last guard" in note
+    assert "; from then on it runs eagerly on every call no compiled version accepts; " in note
+    errors = [r["cells"] for r in panels(cmap.graph)["recompiles"]["rows"] if r["level"] == "error"]
+    assert [(c[0], c[2]) for c in errors] == [(0, "1/8")]
 
 
 def test_olmoe_activation_recompiles_as_often_as_torch_says(torch_record: Compiles) -> None:

@@ -2,12 +2,13 @@
 
 When a function (a code object: a ``forward``, a resume function after a break) has been compiled
 ``torch._dynamo.config.recompile_limit`` times (8), Dynamo compiles it no more: on an input no
-compiled version accepts, it runs the function eagerly, then and on every later call, and says so
-only in a log warning. Torch records it as a failed compile: an entry of its compilation metrics
-(``torch._dynamo.utils.get_compilation_metrics()``) whose ``fail_reason`` is the
+compiled version accepts, it runs the function eagerly, then and on every later such call (its
+compiled versions still run where their guards hold), and says so only in a log warning, once.
+Torch records the refused recompile (none of the later eager calls) as a failed compile: an entry
+of its compilation metrics (``torch._dynamo.utils.get_compilation_metrics()``) whose ``fail_reason`` is the
 ``Dynamo recompile limit exceeded`` graph break (the same text it counts in
-``counters["unimplemented"]``), with the limit's name and value, the compile id ``frame/attempt``
-of the function and the guard that failed last (``recompile_reason``).
+``counters["unimplemented"]``), with the limit's name and value, the compile id ``frame/n``
+of the refused compile and the guard that failed last (``recompile_reason``).
 
 :class:`LimitWatch` reads the entries each input set adds; the compile id the recorder keeps with
 each compiled graph names its Dynamo frame, so that the input sets in which a limited function ran
@@ -99,9 +100,9 @@ class LimitWatch:
 
 
 def limits(hits: Sequence[LimitHit], rec: Recording, input_sets: int) -> list[RecompileLimit]:
-    """One :class:`RecompileLimit` per function that hit a limit: the input sets from the hit on in
-    which it ran no compiled graph, and the guards that failed at each of its recompiles up to the
-    refused one."""
+    """One :class:`RecompileLimit` per function that hit a limit: the input set of the hit and the
+    later ones in which it ran no compiled graph, and the guards that failed at each of its
+    recompiles up to the refused one."""
     ran: set[tuple[int | None, int]] = {(_frame(rec.graphs[g].compile_id), k) for g, k in rec.runs}
     out: dict[int, RecompileLimit] = {}
     for h in hits:
@@ -111,7 +112,8 @@ def limits(hits: Sequence[LimitHit], rec: Recording, input_sets: int) -> list[Re
             f = next((f for f in rec.guard_fails if f.input_set == h.input_set), None)
             if f is not None:
                 h.func, h.file, h.line = f.func, f.file, f.line
-        eager = [k for k in range(h.input_set, input_sets) if (h.frame, k) not in ran]
+        # the refused call ran eagerly; a later call no compiled version accepts does too, unrecorded
+        eager = [k for k in range(h.input_set, input_sets) if k == h.input_set or (h.frame, k) not in ran]
         fails = [f for f in recompile_fails(rec.guard_fails) if _of_frame(f, h) and f.input_set <= h.input_set]
         reasons = [f.reason for f in fails]
         if h.reason and not (fails and (fails[-1].compile_id == h.compile_id or reasons[-1] == h.reason)):

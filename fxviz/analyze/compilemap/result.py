@@ -202,11 +202,13 @@ class Recompile:
 class RecompileLimit:
     """Dynamo stopped compiling a function: it had compiled it ``limit`` times (the setting
     ``torch._dynamo.config.<setting>``, ``recompile_limit`` unless the process-wide
-    ``accumulated_recompile_limit`` was reached first), so from input set ``input_set`` on, the
-    function ran eagerly on every input no compiled version accepted (``eager_sets``: the input
-    sets in which it ran no compiled graph). ``reasons``: the guard that failed at each recompile
-    that led there, in order, the last one the recompile Dynamo refused (``compile_id``: torch's id
-    of that refused compile)."""
+    ``accumulated_recompile_limit`` was reached first: its compile and ``limit - 1`` recompiles),
+    so from input set ``input_set`` on, the function runs eagerly on every call no compiled version
+    accepts. ``eager_sets``: the input sets in which it is known to have: ``input_set`` (the refused
+    call ran eagerly) and each later one in which it ran no compiled graph; torch records none of
+    the later eager calls, so a set that ran it both compiled and eagerly is not known.
+    ``reasons``: the guard that failed at each recompile that led there, in order, the last one the
+    recompile Dynamo refused (``compile_id``: torch's id of that refused compile)."""
 
     input_set: int
     func: str
@@ -230,7 +232,8 @@ class RecompileLimit:
         sets = _sets(self.eager_sets)
         last = f" (last guard failed: {self.reasons[-1]})" if self.reasons else ""
         return (f"Dynamo hit {self.config} ({self.limit}) for {self.where()} at input set {self.input_set}: "
-                f"it compiles that function no more and ran it eagerly on input {sets}{last}; "
+                f"it compiles that function no more and ran it eagerly on input {sets}{last}; from then on it "
+                f"runs eagerly on every call no compiled version accepts; "
                 f"raise {self.config} or remove the recompiles' cause (dynamic=True, torch._dynamo.mark_dynamic)")
 
 

@@ -63,7 +63,8 @@ def compile_map(
     ``args``/``kwargs`` and then on each further input set of ``inputs`` (each a tuple of
     positional inputs, or ``(args, kwargs)``), and return the :class:`CompileMap`: the eager graph
     of the first input set with each op marked by the compiled graph that ran it, the graph breaks
-    grouped by cause and line, and the recompiles.
+    grouped by cause and line, and the recompiles (one per compile torch made again: its compile id,
+    input set and failed guard).
 
     The compiled run comes first and sees the model as the user's first call would (a model that
     initialises itself on its first call, ``if self.scale is None: ...``, breaks there as it does
