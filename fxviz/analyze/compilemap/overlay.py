@@ -204,7 +204,8 @@ def guard_lines(cmap: CompileMap, *, limit: int = 10) -> list[str]:
         out.append(f"guards: {counts}{more} (--json and --html list every one)")
     for r in cmap.recompiles:
         if r.input or r.advice:
-            out.append(f"recompile (input set {r.input_set}, {r.func}): {one_line(r.reason, limit=200)}")
+            cid = f", compile {r.compile_id}" if r.compile_id else ""
+            out.append(f"recompile (input set {r.input_set}, {r.func}{cid}): {one_line(r.reason, limit=200)}")
             if r.advice:
                 out.append(f"    {one_line(r.advice, limit=200)}")
     return out
