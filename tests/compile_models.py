@@ -345,3 +345,62 @@ class TinyMoe(nn.Module):
 def tiny_moe(seed: int = 0, tokens: int = 6) -> tuple[nn.Module, tuple[Any, ...]]:
     torch.manual_seed(seed)
     return TinyMoe().eval(), (torch.randn(tokens, 8),)
+
+
+class Widths(nn.Module):
+    """Layers of different widths in a loop, each output through one ``act``: the graph break in
+    the loop makes Dynamo run ``forward`` eagerly, so ``act`` is a frame of its own that each layer
+    calls with a new width. With static shapes it recompiles once per new width, in one input set;
+    under automatic dynamic shapes the first recompile makes the width dynamic."""
+
+    def __init__(self, widths: tuple[int, ...] = (6, 10, 3)) -> None:
+        super().__init__()
+        dims = (4, *widths)
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims, dims[1:], strict=False))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = self.act(layer(x))
+            torch._dynamo.graph_break()  # BREAK:widths
+        return x
+
+    def act(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(x) / x.shape[-1]
+
+
+def widths(widths: tuple[int, ...] = (6, 10, 3)) -> tuple[nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    return Widths(widths).eval(), (torch.randn(2, 4),)
+
+
+class TwoBatchSized(nn.Module):
+    """Two ``BatchSized`` blocks with a break between: the outer ``forward`` and the function Dynamo
+    resumes in after the break each recompile on a new batch size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = BatchSized(), BatchSized()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.a(x)
+        torch._dynamo.graph_break()  # BREAK:two-batch-sized
+        return self.b(x)
+
+
+def two_batch_sized() -> tuple[nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    return TwoBatchSized().eval(), (x(2),)
+
+
+def olmoe(tokens: int = 8) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A tiny OLMoE (transformers, random weights, nothing downloaded): 2 layers of 4 experts, top-2,
+    with the eager experts, whose activation module is called once per expert with the tokens the
+    router sent it."""
+    from transformers import OlmoeConfig, OlmoeForCausalLM
+
+    torch.manual_seed(0)
+    cfg = OlmoeConfig(vocab_size=64, hidden_size=16, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, max_position_embeddings=32,
+                      eos_token_id=None, pad_token_id=None, bos_token_id=None)
+    cfg._experts_implementation = "eager"
+    return OlmoeForCausalLM(cfg).eval(), (torch.randint(0, 64, (1, tokens)),)

@@ -167,7 +167,7 @@ def test_recompile_on_a_new_batch_size_names_the_dimension_and_the_guard(trace: 
     assert [s.text().split(" = ", 1)[1] for s in g1.symbols] == ["x dim 0 in [2, 4]"]
     assert [s.text().split(" = ", 1)[1] for s in g2.symbols] == ["x dim 0 in [5, ∞)"]
     lines = guard_lines(cmap)
-    assert any(ln.startswith("recompile (input set 2, forward): x dim 0") for ln in lines)
+    assert any(ln.startswith("recompile (input set 2, forward, compile 0/2): x dim 0") for ln in lines)
 
 
 def test_a_recompile_is_explained_by_its_own_functions_graph_not_a_namesake(trace: Trace) -> None:

@@ -179,8 +179,8 @@ def test_recompile_when_the_batch_size_changes() -> None:
     assert "GRAD_MODE" in cmap.graphs[0].guards
     assert [g.guards for g in type(cmap).from_json(cmap.to_json()).graphs] == [g.guards for g in cmap.graphs]
     assert cmap.assigned == {"linear": "g0", "div": "g0"}  # the map is of the first input set
-    assert panels(cmap.graph)["recompiles"]["rows"][0]["cells"] == [1, f"forward (compile_models.py:{r.line})", r.reason,
-                                                                     r.advice]
+    assert panels(cmap.graph)["recompiles"]["rows"][0]["cells"] == [1, f"forward (compile_models.py:{r.line})", "0/1",
+                                                                     r.reason, r.advice]
     assert (r.input, r.dim, r.guard) == ("x", 0, "tensor 'x' size mismatch at index 0. expected 2, actual 3")
 
 
@@ -276,7 +276,7 @@ def test_recompile_limit_is_said() -> None:
     assert any("torch._dynamo.config.recompile_limit (8)" in n and "input sets 8-10" in n for n in cmap.notes)
     rows = panels(cmap.graph)["recompiles"]["rows"]
     assert [(r["cells"][0], r["level"]) for r in rows if r["level"] == "error"] == [(8, "error"), (9, "error"), (10, "error")]
-    assert "recompile_limit (8) reached" in rows[-1]["cells"][2]
+    assert "recompile_limit (8) reached" in rows[-1]["cells"][3]
     d = json.loads(cmap.to_json())
     assert d["eager_input_sets"] == eager and d["recompile_limits"][0]["config"] == lim.config
     assert CompileMap.from_json(cmap.to_json()).limits == cmap.limits

@@ -2,28 +2,29 @@
 
 When a function (a code object: a ``forward``, a resume function after a break) has been compiled
 ``torch._dynamo.config.recompile_limit`` times (8), Dynamo compiles it no more: on an input no
-compiled version accepts, it runs the function eagerly, then and on every later call, and says so
-only in a log warning. Torch records it as a failed compile: an entry of its compilation metrics
-(``torch._dynamo.utils.get_compilation_metrics()``) whose ``fail_reason`` is the
+compiled version accepts, it runs the function eagerly, then and on every later such call (its
+compiled versions still run where their guards hold), and says so only in a log warning, once.
+Torch records the refused recompile (none of the later eager calls) as a failed compile: an entry
+of its compilation metrics (``torch._dynamo.utils.get_compilation_metrics()``) whose ``fail_reason`` is the
 ``Dynamo recompile limit exceeded`` graph break (the same text it counts in
-``counters["unimplemented"]``), with the limit's name and value, the compile id ``frame/attempt``
-of the function and the guard that failed last (``recompile_reason``).
+``counters["unimplemented"]``), with the limit's name and value, the compile id ``frame/n``
+of the refused compile and the guard that failed last (``recompile_reason``).
 
-:class:`LimitWatch` reads the entries each input set adds; :class:`FramedRecorder` notes which
-Dynamo frame each compiled graph belongs to, so that the input sets in which a limited function ran
+:class:`LimitWatch` reads the entries each input set adds; the compile id the recorder keeps with
+each compiled graph names its Dynamo frame, so that the input sets in which a limited function ran
 no compiled graph are known (:func:`limits`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from fxviz.analyze.compilemap.record import GuardFailRecord, Recorder, Recording, in_words
+from fxviz.analyze.compilemap.record import GuardFailRecord, Recording, compile_id, in_words, recompile_fails
 from fxviz.analyze.compilemap.result import RecompileLimit
 
 #: Dynamo's break type for a refused recompile (its graph-break registry's ``gb0039``).
@@ -46,13 +47,15 @@ def _metrics() -> list[Any]:
 
 @dataclass(slots=True)
 class LimitHit:
-    """Dynamo refused to recompile frame ``frame`` on input set ``input_set``."""
+    """Dynamo refused to recompile frame ``frame`` on input set ``input_set`` (the refused
+    compile's id: ``compile_id``)."""
 
     input_set: int
     frame: int
     setting: str
     limit: int
     reason: str
+    compile_id: str = ""
     func: str = "?"
     file: str = ""
     line: int = 0
@@ -89,35 +92,18 @@ class LimitWatch:
                 why = re.sub(r"^\d+/\d+: ", "", str(getattr(m, "recompile_reason", "") or "").split("\n", 1)[0])
                 self.hits.append(LimitHit(input_set, frame, setting,
                                           int(v.group(1)) if v else int(getattr(torch._dynamo.config, setting, 0)),
-                                          in_words(why)))
+                                          in_words(why), compile_id(getattr(m, "compile_id", None))))
         self._before = []
         for h in self.hits:
             if h.func == "?" and h.frame in self.code:
                 h.func, h.file, h.line = self.code[h.frame]
 
 
-class FramedRecorder(Recorder):
-    """The recording backend, also noting the Dynamo frame (``CompileContext``'s compile id) of
-    each graph it is handed: ``frames[i]`` is ``rec.graphs[i]``'s."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.frames: list[int | None] = []
-
-    def backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        from torch._guards import CompileContext
-
-        frame = _frame(CompileContext.current_compile_id())
-        out = super().backend(gm, example_inputs)
-        self.frames += [None] * (len(self.rec.graphs) - len(self.frames) - 1) + [frame]
-        return out
-
-
-def limits(hits: Sequence[LimitHit], rec: Recording, frames: Sequence[int | None], input_sets: int) -> list[RecompileLimit]:
-    """One :class:`RecompileLimit` per function that hit a limit: the input sets from the hit on in
-    which it ran no compiled graph, and the guards that failed at its recompiles up to the refused
-    one."""
-    ran: set[tuple[int | None, int]] = {(frames[g] if g < len(frames) else None, k) for g, k in rec.runs}
+def limits(hits: Sequence[LimitHit], rec: Recording, input_sets: int) -> list[RecompileLimit]:
+    """One :class:`RecompileLimit` per function that hit a limit: the input set of the hit and the
+    later ones in which it ran no compiled graph, and the guards that failed at each of its
+    recompiles up to the refused one."""
+    ran: set[tuple[int | None, int]] = {(_frame(rec.graphs[g].compile_id), k) for g, k in rec.runs}
     out: dict[int, RecompileLimit] = {}
     for h in hits:
         if h.frame in out:
@@ -126,30 +112,28 @@ def limits(hits: Sequence[LimitHit], rec: Recording, frames: Sequence[int | None
             f = next((f for f in rec.guard_fails if f.input_set == h.input_set), None)
             if f is not None:
                 h.func, h.file, h.line = f.func, f.file, f.line
-        eager = [k for k in range(h.input_set, input_sets) if (h.frame, k) not in ran]
-        reasons = [f.reason for f in _first_fails(rec.guard_fails, h) if f.input_set <= h.input_set]
-        if h.reason and (not reasons or reasons[-1] != h.reason):
+        # the refused call ran eagerly; a later call no compiled version accepts does too, unrecorded
+        eager = [k for k in range(h.input_set, input_sets) if k == h.input_set or (h.frame, k) not in ran]
+        fails = [f for f in recompile_fails(rec.guard_fails) if _of_frame(f, h) and f.input_set <= h.input_set]
+        reasons = [f.reason for f in fails]
+        if h.reason and not (fails and (fails[-1].compile_id == h.compile_id or reasons[-1] == h.reason)):
             reasons.append(h.reason)
-        out[h.frame] = RecompileLimit(h.input_set, h.func, h.file, h.line, h.setting, h.limit, eager, reasons)
+        out[h.frame] = RecompileLimit(h.input_set, h.func, h.file, h.line, h.setting, h.limit, eager, reasons,
+                                      h.compile_id)
     return list(out.values())
 
 
-def _first_fails(fails: Sequence[GuardFailRecord], h: LimitHit) -> list[GuardFailRecord]:
-    """The first guard failure of ``h``'s function per input set (Dynamo checks its newest compiled
-    version first: that is the recompile's reason)."""
-    seen: set[int] = set()
-    out = []
-    for f in fails:
-        if (f.func, f.file, f.line) == (h.func, h.file, h.line) and f.input_set not in seen:
-            seen.add(f.input_set)
-            out.append(f)
-    return out
+def _of_frame(f: GuardFailRecord, h: LimitHit) -> bool:
+    """Is ``f`` a guard failure of ``h``'s function: by its compile id's frame, else by the function."""
+    return _frame(f.compile_id) == h.frame if f.compile_id else (f.func, f.file, f.line) == (h.func, h.file, h.line)
 
 
-def refused(limits_: Sequence[RecompileLimit]) -> set[tuple[int, str, str, int]]:
-    """(input set, function, file, line) of each recompile a limit refused: a guard failed there,
-    but nothing was compiled."""
-    return {(lim.input_set, lim.func, lim.file, lim.line) for lim in limits_}
+def refused(limits_: Sequence[RecompileLimit]) -> Callable[[GuardFailRecord], bool]:
+    """Whether a recompile's guard failure is one a limit refused (nothing was compiled): by the
+    refused compile's id; where torch gave none, by input set and function."""
+    ids = {lim.compile_id for lim in limits_ if lim.compile_id}
+    places = {(lim.input_set, lim.func, lim.file, lim.line) for lim in limits_}
+    return lambda f: f.compile_id in ids if f.compile_id else (f.input_set, f.func, f.file, f.line) in places
 
 
-__all__ = ["LIMIT_BREAK", "FramedRecorder", "LimitHit", "LimitWatch", "limits", "refused"]
+__all__ = ["LIMIT_BREAK", "LimitHit", "LimitWatch", "limits", "refused"]

@@ -6,8 +6,9 @@
 * overlay ``coverage`` (number, %): per module call the share of its ops (any depth) that ran
   inside a compiled graph;
 * panels ``breaks`` (grouped by cause and line, with the hint), ``modules`` (module calls ranked by
-  ops left outside graphs), ``recompiles`` (the guard that failed, and which input set; the
-  input sets a function ran eagerly in after Dynamo hit its recompile limit, marked as errors),
+  ops left outside graphs), ``recompiles`` (one row per recompile: which input set, torch's compile
+  id, the guard that failed; the input sets a function ran eagerly in after Dynamo hit its
+  recompile limit, marked as errors),
   ``shapes`` (symbolic sizes and the guards on them, with their user lines) and ``guards`` (every
   guard).
 """
@@ -96,17 +97,18 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
                   + (f"; the first {limit} shown" if len(ranked) > limit else ""))
     _graphs_panel(cmap)
     if cmap.recompiles or cmap.limits:
-        rows = [(r.input_set, row(r.input_set, f"{r.func} ({r.file.rsplit('/', 1)[-1]}:{r.line})",
+        rows = [(r.input_set, row(r.input_set, f"{r.func} ({r.file.rsplit('/', 1)[-1]}:{r.line})", r.compile_id or None,
                                   one_line(r.reason, limit=200), r.advice or None, level="warn")) for r in cmap.recompiles]
         for lim in cmap.limits:  # each input set the function ran eagerly in, after its recompiles
-            rows += [(k, row(k, lim.where(), f"ran eagerly: {lim.config} ({lim.limit}) reached"
+            rows += [(k, row(k, lim.where(), (lim.compile_id or None) if k == lim.input_set else None,
+                             f"ran eagerly: {lim.config} ({lim.limit}) reached"
                              + (f" (last guard failed: {one_line(lim.reasons[-1], limit=150)})"
                                 if k == lim.input_set and lim.reasons else ""), None, level="error"))
                      for k in lim.eager_sets]
         note = f"{_plural(cmap.input_sets, 'input set')}, {_plural(len(cmap.recompiles), 'recompile')}"
         if cmap.limits:
             note += "; " + "; ".join(lim.note() for lim in cmap.limits)
-        set_panel(graph, "recompiles", title="recompiles", columns=["input set", "function", "guard failed", "advice"],
+        set_panel(graph, "recompiles", title="recompiles", columns=["input set", "function", "compile", "guard failed", "advice"],
                   rows=[r for _, r in sorted(rows, key=lambda kr: kr[0])], note=note)
     _guard_panels(cmap)
     first = cmap.breaks[0].node if cmap.breaks else None
@@ -202,7 +204,8 @@ def guard_lines(cmap: CompileMap, *, limit: int = 10) -> list[str]:
         out.append(f"guards: {counts}{more} (--json and --html list every one)")
     for r in cmap.recompiles:
         if r.input or r.advice:
-            out.append(f"recompile (input set {r.input_set}, {r.func}): {one_line(r.reason, limit=200)}")
+            cid = f", compile {r.compile_id}" if r.compile_id else ""
+            out.append(f"recompile (input set {r.input_set}, {r.func}{cid}): {one_line(r.reason, limit=200)}")
             if r.advice:
                 out.append(f"    {one_line(r.advice, limit=200)}")
     return out

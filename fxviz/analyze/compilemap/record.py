@@ -7,7 +7,8 @@ known (a graph after a break inside a loop runs many times). Graph breaks come f
 break log (``InstructionTranslatorBase.log_graph_break``: it has the break type, the reason and the
 user's stack; patched for the run and restored); recompiles from the public ``guard_fail_fn``
 hook of ``torch._dynamo.optimize`` (the failed guard, put in words by :func:`in_words` and mapped to
-the input dimension by :func:`fxviz.analyze.compilemap.shapes.explain_fail`). Every guard of each
+the input dimension by :func:`fxviz.analyze.compilemap.shapes.explain_fail`), one per compile id
+(:func:`recompile_fails`). Every guard of each
 graph comes from the public ``guard_export_fn`` hook, called with the frame's ``Guard`` objects once
 Dynamo has built its guard manager, and the symbolic sizes and their guards from the frame's
 ShapeEnv, taken from the tracing context the backend is called in (:mod:`.shapes`).
@@ -25,7 +26,7 @@ import re
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,16 @@ BACKENDS: tuple[str, ...] = ("inductor", "aot_eager", "eager")
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _PATH_PART = re.compile(r"\._modules\['([^']*)'\]|\['([^']*)'\]|\[(\d+)\]")
+_CHECKED = re.compile(r"^\[?(!?\d+(?:/\d+)+)\]?: ")  # a guard failure's compiled version: "1/0: len(args) == 2"
+
+
+def compile_id(value: Any = None) -> str:
+    """torch's id of a frame's compile, ``frame/n`` (``n``: the function's compiles before it), as
+    the structured trace, tlparse and the compilation metrics number it: ``value``'s, else the
+    compile under way's; ``""`` where none."""
+    if value is None:
+        value = torch._guards.CompileContext.current_compile_id()
+    return str(value).strip("[]") if value is not None else ""
 
 
 @dataclass(slots=True)
@@ -66,6 +77,7 @@ class GraphRecord:
     line: int
     input_set: int
     ops: list[OpRecord]
+    compile_id: str = ""  # torch's id of the frame compile that made it (:func:`compile_id`)
     compile_s: float = 0.0
     runs: int = 0
     guards: list[str] = field(default_factory=list)
@@ -90,6 +102,11 @@ class BreakRecord:
 
 @dataclass(slots=True)
 class GuardFailRecord:
+    """A guard of one compiled version of a function failed: Dynamo checks every version it holds
+    (the most recently used first) and calls ``guard_fail_fn`` for each before it compiles again,
+    so one recompile is several of these, all with the recompile's ``compile_id``; ``checked`` is
+    the id of the version whose guard failed."""
+
     input_set: int
     func: str
     file: str
@@ -100,6 +117,8 @@ class GuardFailRecord:
     dim: int | None = None
     advice: str = ""
     lines: frozenset[int] = frozenset()  # the lines of the failing function's code
+    compile_id: str = ""
+    checked: str = ""
 
 
 @dataclass
@@ -218,7 +237,7 @@ class Recorder:
         code = _frame_code(gm)
         back = sum(1 for x in rec.graphs if x.phase == "backward")  # backward graphs are b0, b1, ...
         gid = f"b{back}" if rec.phase == "backward" else f"g{index - back}"
-        g = GraphRecord(gid, code[0], code[1], code[2], rec.input_set, op_records(gm, self.paths),
+        g = GraphRecord(gid, code[0], code[1], code[2], rec.input_set, op_records(gm, self.paths), compile_id(),
                         inputs=graph_inputs(gm), phase=rec.phase)
         rec.graphs.append(g)
         ctx = torch._guards.TracingContext.try_get()
@@ -254,11 +273,13 @@ class Recorder:
         self.stacks.clear()
 
     def _size_of_recompile(self, g: GraphRecord) -> None:
-        """A symbolic guard's failure does not say the size that failed it: the graph compiled next
-        for the same function and input set was traced with it."""
+        """A symbolic guard's failure does not say the size that failed it: the graph of the
+        recompile it caused (its compile id; else the next for the same function and input set) was
+        traced with it."""
         for f in self.rec.guard_fails:
-            if (f.input_set, f.func, f.file) == (g.input_set, g.func, g.file) and _of(g, f.lines) and f.dim is not None \
-                    and f.reason.startswith(f"{f.input} dim {f.dim} ("):
+            ours = f.compile_id == g.compile_id if f.compile_id and g.compile_id else \
+                (f.input_set, f.func, f.file) == (g.input_set, g.func, g.file) and _of(g, f.lines)
+            if ours and f.dim is not None and f.reason.startswith(f"{f.input} dim {f.dim} ("):
                 size = next((s.value for s in g.symbols if (s.input, s.dim) == (f.input, f.dim)), None)
                 size = size if size is not None else _traced_size(g.inputs, f.input, f.dim)
                 if size is not None:
@@ -268,17 +289,23 @@ class Recorder:
     def guard_fail(self, fail: Any) -> None:
         code = getattr(fail, "orig_code", None)
         func, file = getattr(code, "co_name", "?"), getattr(code, "co_filename", "")
-        guard = re.sub(r"^\d+/\d+: ", "", str(getattr(fail, "reason", fail)).split("\n", 1)[0])
-        # the newest graph of this function is the one Dynamo checked first; by its code's lines, not
-        # its name alone: every module's forward in one file is a "forward"
+        text = str(getattr(fail, "reason", fail)).split("\n", 1)[0]
+        m = _CHECKED.match(text)
+        checked, guard = (m.group(1), text[m.end():]) if m else ("", text)
+        # the graph of the version whose guard failed, by its compile id; else this function's
+        # newest graph, by its code's lines, not its name alone: every module's forward in one
+        # file is a "forward"
         lines = frozenset(line for _, _, line in code.co_lines() if line) if code is not None else frozenset()
-        named = [g for g in reversed(self.rec.graphs) if g.func == func and g.file == file]
-        failed = next((g for g in named if _of(g, lines)), None)
+        if checked and any(g.compile_id for g in self.rec.graphs):
+            failed = next((g for g in reversed(self.rec.graphs) if g.compile_id == checked), None)
+        else:
+            named = [g for g in reversed(self.rec.graphs) if g.func == func and g.file == file]
+            failed = next((g for g in named if _of(g, lines)), None)
         name, dim, words, advice = explain_fail(guard, failed.symbols if failed else (),
                                                 failed.shape_guards if failed else ())
         self.rec.guard_fails.append(GuardFailRecord(
             self.rec.input_set, func, file, getattr(code, "co_firstlineno", 0), words or in_words(guard),
-            guard, name, dim, advice, lines))
+            guard, name, dim, advice, lines, compile_id(), checked))
 
     def compile(self, model: nn.Module) -> Callable[..., Any]:
         return dynamo.optimize(self.backend, guard_fail_fn=self.guard_fail, guard_export_fn=self.guard_export,  # type: ignore[no-any-return]
@@ -346,6 +373,20 @@ class Recorder:
             yield
         finally:
             InstructionTranslatorBase.log_graph_break = original  # type: ignore[method-assign]
+
+
+def recompile_fails(fails: Sequence[GuardFailRecord]) -> list[GuardFailRecord]:
+    """The guard failure behind each recompile, in order: the first of the failures that share a
+    compile id (the one torch records as the compile's ``recompile_reason``); where torch gave no
+    compile id, the first of each function in each input set."""
+    seen: set[object] = set()
+    out = []
+    for f in fails:
+        key = f.compile_id or (f.input_set, f.func, f.file, f.line)
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return out
 
 
 def _traced_size(inputs: list[str], name: str, dim: int) -> int | None:
@@ -428,4 +469,5 @@ def dynamo_state() -> Iterator[None]:
 
 
 __all__ = ["BACKENDS", "BreakRecord", "compiled_graph", "GraphRecord", "GuardFailRecord", "OpRecord", "Recorder", "Recording",
-           "dynamo_state", "module_paths", "op_nodes", "op_records", "real_backend"]
+           "compile_id", "dynamo_state", "module_paths", "op_nodes", "op_records", "real_backend",
+           "recompile_fails"]

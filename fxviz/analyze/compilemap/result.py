@@ -182,7 +182,9 @@ class CompiledGraph:
 class Recompile:
     """A function compiled again: which input set caused it and the guard that failed, in words;
     ``guard`` is Dynamo's own text of it, ``input``/``dim`` the input dimension it checks, ``advice``
-    how to avoid the recompile (``mark_dynamic`` or not)."""
+    how to avoid the recompile (``mark_dynamic`` or not), ``compile_id`` torch's id of the compile
+    (``frame/n``: the function's ``n``-th recompile, as TORCH_TRACE and tlparse number it). One per
+    compile: a function called with new shapes twice in one input set recompiles twice."""
 
     input_set: int
     func: str
@@ -193,16 +195,20 @@ class Recompile:
     input: str = ""
     dim: int | None = None
     advice: str = ""
+    compile_id: str = ""
 
 
 @dataclass(slots=True)
 class RecompileLimit:
     """Dynamo stopped compiling a function: it had compiled it ``limit`` times (the setting
     ``torch._dynamo.config.<setting>``, ``recompile_limit`` unless the process-wide
-    ``accumulated_recompile_limit`` was reached first), so from input set ``input_set`` on, the
-    function ran eagerly on every input no compiled version accepted (``eager_sets``: the input
-    sets in which it ran no compiled graph). ``reasons``: the guard that failed at each recompile
-    that led there, in order, the last one the recompile Dynamo refused."""
+    ``accumulated_recompile_limit`` was reached first: its compile and ``limit - 1`` recompiles),
+    so from input set ``input_set`` on, the function runs eagerly on every call no compiled version
+    accepts. ``eager_sets``: the input sets in which it is known to have: ``input_set`` (the refused
+    call ran eagerly) and each later one in which it ran no compiled graph; torch records none of
+    the later eager calls, so a set that ran it both compiled and eagerly is not known.
+    ``reasons``: the guard that failed at each recompile that led there, in order, the last one the
+    recompile Dynamo refused (``compile_id``: torch's id of that refused compile)."""
 
     input_set: int
     func: str
@@ -212,6 +218,7 @@ class RecompileLimit:
     limit: int
     eager_sets: list[int] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    compile_id: str = ""
 
     @property
     def config(self) -> str:
@@ -225,7 +232,8 @@ class RecompileLimit:
         sets = _sets(self.eager_sets)
         last = f" (last guard failed: {self.reasons[-1]})" if self.reasons else ""
         return (f"Dynamo hit {self.config} ({self.limit}) for {self.where()} at input set {self.input_set}: "
-                f"it compiles that function no more and ran it eagerly on input {sets}{last}; "
+                f"it compiles that function no more and ran it eagerly on input {sets}{last}; from then on it "
+                f"runs eagerly on every call no compiled version accepts; "
                 f"raise {self.config} or remove the recompiles' cause (dynamic=True, torch._dynamo.mark_dynamic)")
 
 

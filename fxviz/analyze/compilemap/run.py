@@ -7,7 +7,7 @@ import contextlib
 import functools
 import time
 import warnings
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -17,15 +17,17 @@ from torch.utils import _pytree as pytree
 from fxviz.analyze.compilemap.autograd import write_backward
 from fxviz.analyze.compilemap.backward import Autograd as _Autograd
 from fxviz.analyze.compilemap.breaks import RESUME, category, ended_at, group_breaks
-from fxviz.analyze.compilemap.limit import FramedRecorder, LimitWatch, limits, refused
+from fxviz.analyze.compilemap.limit import LimitWatch, limits, refused
 from fxviz.analyze.compilemap.match import assign, pair
 from fxviz.analyze.compilemap.overlay import EAGER, module_coverage, write
 from fxviz.analyze.compilemap.record import (
     GuardFailRecord,
+    Recorder,
     Recording,
     compiled_graph,
     dynamo_state,
     module_paths,
+    recompile_fails,
 )
 from fxviz.analyze.compilemap.result import CompileMap, Recompile, RecompileLimit
 from fxviz.analyze.compilemap.skim import Arithmetic, eager_graph
@@ -61,7 +63,8 @@ def compile_map(
     ``args``/``kwargs`` and then on each further input set of ``inputs`` (each a tuple of
     positional inputs, or ``(args, kwargs)``), and return the :class:`CompileMap`: the eager graph
     of the first input set with each op marked by the compiled graph that ran it, the graph breaks
-    grouped by cause and line, and the recompiles.
+    grouped by cause and line, and the recompiles (one per compile torch made again: its compile id,
+    input set and failed guard).
 
     The compiled run comes first and sees the model as the user's first call would (a model that
     initialises itself on its first call, ``if self.scale is None: ...``, breaks there as it does
@@ -133,7 +136,7 @@ def compile_map(
     state = ModelSnapshot(model)  # the model as the user's first call finds it, for both runs
     try:
         t1 = time.perf_counter()
-        recorder = FramedRecorder(backend, mode, dynamic, module_paths(model))
+        recorder = Recorder(backend, mode, dynamic, module_paths(model))
         arithmetic = Arithmetic(recorder)
         watch = LimitWatch()
         try:
@@ -155,7 +158,7 @@ def compile_map(
 
     t2 = time.perf_counter()
     with gc_paused():  # a few objects per op: no full collections over what compiling left behind
-        hit = limits(watch.hits, recorder.rec, recorder.frames, len(sets))
+        hit = limits(watch.hits, recorder.rec, len(sets))
         cmap = build(graph, recorder.rec, backend=_name(backend), mode=mode, dynamic=dynamic, input_sets=len(sets),
                      notes=notes + [lim.note() for lim in hit], limits=hit)
         if live is not None:
@@ -203,7 +206,7 @@ def dynamo_to_eager(graph: Graph, rec: Recording) -> dict[str, dict[str, str]]:
     return out
 
 
-def _run_compiled(model: nn.Module, recorder: FramedRecorder, watch: LimitWatch, sets: Sequence[InputSet],
+def _run_compiled(model: nn.Module, recorder: Recorder, watch: LimitWatch, sets: Sequence[InputSet],
                   grad: bool, backend: str, live: LiveRun | None = None, autograd: _Autograd | None = None) -> None:
     """Run each input set through ``model`` compiled with ``recorder``'s backend, Dynamo reset
     before and after; with ``live``, under torch's structured trace, then the first input set
@@ -230,7 +233,7 @@ def _run_compiled(model: nn.Module, recorder: FramedRecorder, watch: LimitWatch,
             rec.input_set = now
 
 
-def _run_sets(compiled: Callable[..., Any], recorder: FramedRecorder, watch: LimitWatch, sets: Sequence[InputSet],
+def _run_sets(compiled: Callable[..., Any], recorder: Recorder, watch: LimitWatch, sets: Sequence[InputSet],
               backend: str, live: LiveRun | None, leaves: list[torch.Tensor], autograd: _Autograd | None = None) -> None:
     """Each input set through the compiled model (and, with ``live`` and ``grad``, the first
     set's backward; with ``autograd``, the first set's forward and backward under compiled
@@ -288,19 +291,14 @@ def _resumed(rec: Recording) -> dict[tuple[str, int], int]:
     return out
 
 
-def recompiles(fails: Sequence[GuardFailRecord], refused: Collection[tuple[int, str, str, int]] = ()) -> list[Recompile]:
-    """One recompile per function and input set: the first guard that failed (Dynamo checks the
-    newest compiled version first); none where the recompile limit refused it (``refused``:
-    ``(input set, function, file, line)``)."""
-    seen: set[tuple[int, str, str, int]] = set(refused)
-    out = []
-    for f in fails:
-        key = (f.input_set, f.func, f.file, f.line)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(Recompile(f.input_set, f.func, f.file, f.line, f.reason, f.guard, f.input, f.dim, f.advice))
-    return out
+def recompiles(fails: Sequence[GuardFailRecord],
+               refused: Callable[[GuardFailRecord], bool] = lambda f: False) -> list[Recompile]:
+    """One recompile per compile torch made again, in order (however often a function recompiled
+    in one input set): its compile id and the guard torch records as its reason
+    (:func:`~fxviz.analyze.compilemap.record.recompile_fails`); none where the recompile limit
+    refused it (``refused``: nothing was compiled)."""
+    return [Recompile(f.input_set, f.func, f.file, f.line, f.reason, f.guard, f.input, f.dim, f.advice, f.compile_id)
+            for f in recompile_fails(fails) if not refused(f)]
 
 
 def _input_set(model: nn.Module, value: Any, k: int) -> InputSet:
