@@ -402,3 +402,37 @@ def test_a_training_step_of_the_models_own_redistributions_has_torchs_lines_and_
     # module whose code made the call (block); every module holding others agrees
     assert {m: got[m] for m in ("", "block")} == {m: want[m] for m in ("", "block")}
     assert want["block.lin"]["backward"] == {"all_gather": 1} and "block.lin" not in got
+
+
+def sharded_input_factory() -> tuple[nn.Module, tuple[Any]]:
+    """A DTensor input (Shard(0)) that the column-parallel layer's input hook redistributes (all-gathers)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from tests.test_distributed import MLP
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    plan = {"up": ColwiseParallel(input_layouts=Shard(0)), "down": RowwiseParallel()}
+    return parallelize_module(MLP(), mesh, plan), (distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)]),)
+
+
+def test_a_collective_on_a_dtensor_inputs_shard_reads_the_input() -> None:
+    """torch's record: the hook's all-gather is given the input's own shard (``x._local_tensor``,
+    by identity); the graph read that shard as a constant no op made, cutting the input off."""
+    read: list[bool] = []
+
+    class Reads(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func._overloadpacket in COLLECTIVES:
+                read.append(args[0] is x._local_tensor)
+            return func(*args, **(kwargs or {}))
+
+    with fake_world(4):
+        model, (x,) = sharded_input_factory()
+        with torch.no_grad(), Reads():
+            model(x)
+    assert read == [True, False]  # the input's gather, then the row-parallel all-reduce
+    g = fxviz.capture(sharded_input_factory, world_size=4)
+    first = g.node(collectives(g)[0]["node"])
+    assert [r.node for r in first.inputs] == ["x"] and not [n for n in g.nodes if n.kind == "constant"]
