@@ -4,6 +4,7 @@ redistributions)."""
 
 from __future__ import annotations
 
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -13,11 +14,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.overrides import TorchFunctionMode, resolve_name
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import fxviz
-from fxviz.ir import Graph
+from fxviz.fallback.comms import COLLECTIVES, _kind
+from fxviz.ir import Graph, Ref
 from fxviz.passes.comm import collectives
+from fxviz.passes.overlays import overlays
 from fxviz.torchbridge.distributed import fake_world
+from fxviz.torchbridge.source import is_user_file
 from tests.test_distributed import _bench, mlp_factory
 
 Factory = Callable[[], tuple[nn.Module, tuple[Any, ...]]]
@@ -263,3 +268,171 @@ def test_the_cli_says_what_it_captures_while_a_sharded_capture_runs(tmp_path: An
     r = CliRunner().invoke(cli, ["tree", f"{f}:build", "--world-size", "8"])
     assert r.exit_code == 0, r.output
     assert shown == [(f"capturing {f}:build in a fake process group of 8 ranks …", False), ("done", False)]
+
+
+class UserCalls(nn.Module):
+    """Each of DTensor's redistribution calls in the model's own code, one a line: Shard(0) -> Shard(1)
+    (an all-gather, as torch plans it here), -> Replicate (an all-gather), ``to_local``, ``from_local`` as a partial sum,
+    Partial -> Shard(0) (a reduce-scatter), ``full_tensor`` (an all-gather). Keeps what each returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(12, 12)
+        self.kept: list[Any] = []
+
+    def forward(self, x: Any) -> Any:
+        from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+
+        y = x.redistribute(x.device_mesh, [Shard(1)])
+        z = y.redistribute(x.device_mesh, [Replicate()])
+        local = z.to_local()
+        p = DTensor.from_local(self.lin(local), x.device_mesh, [Partial()])
+        s = p.redistribute(x.device_mesh, [Shard(0)])
+        full = s.full_tensor()
+        self.kept[:] = [x, y, z, local, p, s, full]
+        return full
+
+
+class Outer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = UserCalls()
+
+    def forward(self, x: Any) -> Any:
+        return self.block(x) * 2
+
+
+def user_calls_factory() -> tuple[nn.Module, tuple[Any]]:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))
+    torch.manual_seed(0)
+    return Outer(), (distribute_tensor(torch.randn(8, 12), mesh, [Shard(0)]),)
+
+
+class _Issued(TorchDispatchMode):
+    """torch's record of the collectives a run dispatches: each one's kind and the innermost frame
+    of a user file on the Python stack when it was issued (the line that caused it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.issued: list[tuple[str, str]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func._overloadpacket in COLLECTIVES:
+            user = [f"{f.filename}:{f.lineno}" for f in traceback.extract_stack()[:-1] if is_user_file(f.filename)]
+            self.issued.append((_kind(str(func._overloadpacket)), user[-1]))
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_models_own_redistributions_are_nodes_on_its_lines_with_placements_on_their_edges() -> None:
+    """``x.redistribute(...)``, ``to_local``, ``DTensor.from_local``, ``full_tensor`` in the model's
+    code: each is one node on its line, in its module, reading the DTensor it is given (the model's
+    input read as a constant before: its shard was never matched with it) and giving the DTensor it
+    returns, with its global shape and placement, as torch has them; the collective it ran (kind,
+    mesh dimension, bytes) is on that node. The graph showed DTensor's inner ops on the local shards
+    (``chunk``, ``narrow``, the collective, its wait, ``cat``), and no DTensor after any of them."""
+    from tests.test_distributed import counts, oracle
+
+    g = fxviz.capture(user_calls_factory, world_size=4)
+    with fake_world(4):
+        model, args = user_calls_factory()
+        with torch.no_grad(), _Issued() as mode:
+            model(*args)
+        kept = model.block.kept
+    assert counts(g) == oracle(user_calls_factory, 4)  # CommDebugMode's per-module counts
+    first = UserCalls.forward.__code__.co_firstlineno
+    assert [(k, int(line.rpartition(":")[2]) - first) for k, line in mode.issued] == [
+        ("all_gather", 3), ("all_gather", 4), ("reduce_scatter", 7), ("all_gather", 8)]
+    recs = collectives(g)
+    assert [(r["kind"], r["source"], r["module"], r["mesh_dim"]) for r in recs] == [
+        (k, line, "block", "tp") for k, line in mode.issued]
+    calls = [n for n in g.nodes if n.kind == "op" and n.module == "block" and n.target.startswith("torch.distributed")]
+    names = ["redistribute", "redistribute", "to_local", "from_local", "redistribute", "full_tensor"]
+    assert [n.target.rpartition(".")[2] for n in calls] == names
+    assert [n.source.line - first for n in calls] == [3, 4, 5, 6, 7, 8]
+    assert [r["node"] for r in recs] == [calls[i].name for i in (0, 1, 4, 5)]  # each collective on its call
+    assert [n.attrs.get("collectives", []) for n in calls] == [["all_gather"], ["all_gather"], [], [], ["reduce_scatter"],
+                                                               ["all_gather"]]
+    comm = overlays(g)["comm"]["nodes"]
+    assert [comm.get(n.name, 0) for n in calls] == [0 if not n.attrs.get("collectives") else r["bytes"]
+                                                    for n, r in zip(calls, [recs[0], recs[1], {}, {}, recs[2], recs[3]],
+                                                                    strict=True)]
+
+    def placed(t: Any) -> tuple[tuple[int, ...], str | None]:
+        where = ", ".join(str(p) for p in t.placements) if hasattr(t, "placements") else None
+        return tuple(t.shape), where
+
+    def shown(ref: Any) -> tuple[tuple[int, ...], str | None]:
+        n = g.node(ref.node)
+        return tuple(n.outputs[ref.index].shape), n.attrs.get("placements")
+
+    x, y, z, local, p, s, full = kept
+    ins = [x, y, z, local, p, s]  # what each call is given (from_local: the linear of the local tensor)
+    outs = [y, z, local, p, s, full]
+    assert [shown(n.inputs[0]) for n in calls if n.target.rpartition(".")[2] != "from_local"] == \
+        [placed(t) for t in ins if t is not local]
+    assert [shown(Ref(n.name)) for n in calls] == [placed(t) for t in outs]
+    assert g.node(calls[0].inputs[0].node).kind == "input" and not [n for n in g.nodes if n.kind == "constant"]
+
+
+def user_calls_step_factory() -> tuple[nn.Module, tuple[Any]]:
+    model, (x,) = user_calls_factory()
+    return model, (x.requires_grad_(),)
+
+
+def test_a_training_step_of_the_models_own_redistributions_has_torchs_lines_and_modules() -> None:
+    """With ``--backward`` each call is a node the autograd record maps to (its backward,
+    ``RedistributeBackward``, differentiates it): the backward's collectives have the line torch's
+    anomaly record names for their autograd node, in the module of the call."""
+    from tests.test_distributed_backward import anomaly_lines
+    from tests.test_distributed_backward import counts as step_counts
+    from tests.test_distributed_backward import oracle as step_oracle
+
+    g = fxviz.capture(user_calls_step_factory, world_size=4, backward=True)
+    calls = {n.name for n in g.nodes if n.kind == "op" and n.target.startswith("torch.distributed.tensor.DTensor.")}
+    assert len(calls) == 6
+    assert [r["node"] in calls for r in collectives(g)] == [r["phase"] == "forward" for r in collectives(g)]
+    bw = [r for r in collectives(g) if r["phase"] == "backward"]
+    assert [(r["kind"], r["source"]) for r in bw] == anomaly_lines(user_calls_step_factory, 4) and bw
+    got, want = step_counts(g), step_oracle(user_calls_step_factory, 4)
+    # CommDebugMode names, for a backward collective, the last module whose backward began: the
+    # first redistribution's backward runs after lin's, so it names block.lin for it; fxviz the
+    # module whose code made the call (block); every module holding others agrees
+    assert {m: got[m] for m in ("", "block")} == {m: want[m] for m in ("", "block")}
+    assert want["block.lin"]["backward"] == {"all_gather": 1} and "block.lin" not in got
+
+
+def sharded_input_factory() -> tuple[nn.Module, tuple[Any]]:
+    """A DTensor input (Shard(0)) that the column-parallel layer's input hook redistributes (all-gathers)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from tests.test_distributed import MLP
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    plan = {"up": ColwiseParallel(input_layouts=Shard(0)), "down": RowwiseParallel()}
+    return parallelize_module(MLP(), mesh, plan), (distribute_tensor(torch.randn(8, 16), mesh, [Shard(0)]),)
+
+
+def test_a_collective_on_a_dtensor_inputs_shard_reads_the_input() -> None:
+    """torch's record: the hook's all-gather is given the input's own shard (``x._local_tensor``,
+    by identity); the graph read that shard as a constant no op made, cutting the input off."""
+    read: list[bool] = []
+
+    class Reads(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func._overloadpacket in COLLECTIVES:
+                read.append(args[0] is x._local_tensor)
+            return func(*args, **(kwargs or {}))
+
+    with fake_world(4):
+        model, (x,) = sharded_input_factory()
+        with torch.no_grad(), Reads():
+            model(x)
+    assert read == [True, False]  # the input's gather, then the row-parallel all-reduce
+    g = fxviz.capture(sharded_input_factory, world_size=4)
+    first = g.node(collectives(g)[0]["node"])
+    assert [r.node for r in first.inputs] == ["x"] and not [n for n in g.nodes if n.kind == "constant"]

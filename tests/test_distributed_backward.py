@@ -17,6 +17,8 @@ parallel) and every module with submodules elsewhere, with the totals per kind a
 
 from __future__ import annotations
 
+import re
+import warnings
 from collections import Counter
 from typing import Any
 
@@ -28,13 +30,15 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import fxviz
-from fxviz.fallback.comms import _kind
+from fxviz.fallback.comms import COLLECTIVES, _kind
 from fxviz.ir import Graph
 from fxviz.passes.comm import collectives
 from fxviz.passes.overlays import overlays
-from tests.test_distributed import FACTORY, MLP, fsdp_factory, sp_factory
+from fxviz.torchbridge.source import is_user_file
+from tests.test_distributed import FACTORY, MLP, _bench, fsdp_factory, sp_factory
 from tests.test_distributed_fsdp import gpt_factory, meta_factory, units
 
 Counts = dict[str, dict[str, dict[str, int]]]  # module -> phase -> kind -> count
@@ -277,3 +281,54 @@ def test_the_backward_reads_a_resharded_parameter_from_its_re_gather(factory: An
     kept = {r.node for n in g.nodes if n.phase == "backward" and n.kind == "op" for r in n.inputs}
     assert {"ln_f.weight", "ln_f.bias"} <= kept  # the root's, read where the forward made them
     assert not g.annotations["shapes"]["missing"]
+
+
+class _BackwardComms(TorchDispatchMode):
+    """torch's own record of the backward's collectives: each one the autograd engine dispatches, with
+    where the forward made its autograd node (under anomaly mode: ``metadata["traceback_"]``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: list[tuple[str, str]] = []  # (kind, the innermost user line), in the order they ran
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        node = torch._C._current_autograd_node()
+        if func._overloadpacket in COLLECTIVES and node is not None:
+            frames = re.findall(r'File "([^"]+)", line (\d+)', "".join(node.metadata.get("traceback_", [])))
+            user = [f"{f}:{line}" for f, line in frames if is_user_file(f)]
+            self.made.append((_kind(str(func._overloadpacket)), user[-1] if user else ""))
+        return func(*args, **(kwargs or {}))
+
+
+def anomaly_lines(factory: Any, world_size: int) -> list[tuple[str, str]]:
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        model, args = factory()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # anomaly mode says it is slow
+            with torch.autograd.detect_anomaly(check_nan=False):
+                loss = model(*args).sum()
+                with _BackwardComms() as mode:
+                    loss.backward()
+        return mode.made
+    finally:
+        dist.destroy_process_group()
+
+
+def test_sequence_parallel_backward_collectives_have_the_line_torchs_autograd_record_names() -> None:
+    """The reduce-scatter of a sequence-parallel input's gradient runs in the backward of the
+    redistribution the attention's and the MLP's input hook made (``RedistributeBackward``), an
+    autograd Function the tracer never sees: it had no line. torch's anomaly record names, for that
+    autograd node, the line that called the attention or the MLP; every backward collective has
+    its autograd node's line, in the module CommDebugMode counts it in."""
+    g = fxviz.capture(sp_factory, world_size=8, backward=True)
+    want = anomaly_lines(sp_factory, 8)
+    bw = [r for r in collectives(g) if r["phase"] == "backward"]
+    assert {r["kind"] for r in bw} == {"all_gather", "reduce_scatter"} and len(want) == len(bw) == 9
+    assert [(r["kind"], r["source"]) for r in bw] == want
+    layer = _bench().Layer.forward.__code__.co_firstlineno
+    assert [(r["module"], int(r["source"].rpartition(":")[2]) - layer) for r in bw if r["kind"] == "reduce_scatter"] == [
+        (f"layers.{i}.{m}", k) for i in (1, 0) for m, k in (("mlp.gate_proj", 2), ("self_attn.q_proj", 1))]
+    assert counts(g) == oracle(sp_factory, 8)

@@ -479,17 +479,87 @@ def test_a_training_step_of_a_model_sharded_on_meta_runs_on_fake_shards_and_is_l
 
 
 
+def meta_tp_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """:func:`fsdp_tp_factory`'s model built on ``meta``: FSDP2 over tensor parallel, sharded there."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from tests.test_distributed import MLP
+
+    mesh = init_device_mesh("cpu", (2, dist.get_world_size() // 2), mesh_dim_names=("dp", "tp"))
+    with torch.device("meta"):
+        m = nn.Sequential(MLP(), MLP())
+    for block in m:
+        parallelize_module(block, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
+        fully_shard(block, mesh=mesh["dp"])
+    fully_shard(m, mesh=mesh["dp"])
+    return m, (torch.randn(4, 16),)
+
+
+def _op(target: str) -> str:
+    """``_c10d_functional::wait_tensor``, ``_c10d_functional.wait_tensor.default`` -> ``wait_tensor``."""
+    return target.removesuffix(".default").replace("::", ".").rpartition(".")[2]
+
+
+def fake_swaps(factory: Any, world_size: int) -> list[tuple[str, str]]:
+    """torch's own record, without fxviz: the collective ops (``c10d``, ``_c10d_functional``) the
+    model's forward dispatches for real and under torch's ``FakeTensorMode``, as (real, fake) where
+    they differ. Functional collectives wait at once where a fake mode is on
+    (``_functional_collectives._are_we_tracing``: "we are almost definitely compiling/tracing"):
+    ``wait_tensor`` where the real run wraps the result (``_wrap_tensor_autograd``) to wait later."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Log(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func.namespace in ("c10d", "_c10d_functional"):
+                self.ops.append(_op(str(func)))
+            return func(*args, **(kwargs or {}))
+
+    runs = []
+    for fake in (False, True):
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+        try:
+            model, (x,) = factory()
+            mode = FakeTensorMode(allow_non_fake_inputs=True)
+            with mode if fake else torch.no_grad(), Log() as log:
+                model(mode.from_tensor(x) if fake else x)
+            runs.append(log.ops)
+        finally:
+            dist.destroy_process_group()
+    assert len(runs[0]) == len(runs[1])
+    return [(r, f) for r, f in zip(*runs, strict=True) if r != f]
+
+
 @pytest.mark.parametrize(("method", "backward"), [("eager", False), ("eager-aten", False), ("eager", True)])
-def test_a_model_sharded_on_meta_runs_the_ops_the_model_built_for_real_runs(method: str, backward: bool) -> None:
+@pytest.mark.parametrize(("on_meta", "built"), [(meta_factory, gpt_factory), (meta_tp_factory, fsdp_tp_factory)],
+                         ids=["fsdp", "fsdp+tp"])
+def test_a_model_sharded_on_meta_runs_the_ops_the_model_built_for_real_runs(method: str, backward: bool, on_meta: Any,
+                                                                            built: Any) -> None:
     """FSDP2 makes each unsharded parameter with ``nn.Parameter``: on a real tensor that runs no op,
     on the fake one of a capture on meta it runs ``detach`` and ``requires_grad_``, fxviz's fake
     run's, not the model's. The graph of the model sharded on meta holds the ops, in order, that
-    the graph of the model built for real holds, each in the same module, with the same names."""
-    meta = fxviz.capture(meta_factory, world_size=8, method=method, backward=backward)
-    real = fxviz.capture(gpt_factory, world_size=8, method=method, backward=backward)
+    the graph of the model built for real holds, each in the same module, with the same names, but
+    where torch's own code takes another path on fake tensors: over tensor parallel, the row-parallel
+    layer's all-reduce is followed by ``wait_tensor`` on meta and ``_wrap_tensor_autograd`` for real,
+    exactly as torch's own forward of the same model does under ``FakeTensorMode`` (:func:`fake_swaps`)."""
+    meta = fxviz.capture(on_meta, world_size=8, method=method, backward=backward)
+    real = fxviz.capture(built, world_size=8, method=method, backward=backward)
     assert "fake" in meta.method and "fake" not in real.method
     ops = [[(n.name, n.target, n.module, n.phase) for n in g.nodes if n.kind == "op"] for g in (meta, real)]
-    assert ops[0] == ops[1] and len(ops[1]) > 100
-    assert not [n for n in meta.nodes if n.target in ("Tensor.detach", "Tensor.requires_grad_", "aten.detach.default")]
+    assert len(ops[0]) == len(ops[1]) > 50
+    swaps = [(_op(r[1]), _op(m[1])) for m, r in zip(*ops, strict=True) if m != r]
+    want = fake_swaps(built, 8)
+    assert swaps == want == ([("_wrap_tensor_autograd", "wait_tensor")] * 2 if built is fsdp_tp_factory else [])
+    same = [[o[2:] for o in g] for g in ops]  # the swapped ops too: same module, same phase
+    assert same[0] == same[1]
+    made = [[n.name for n in g.nodes if n.target in ("Tensor.detach", "Tensor.requires_grad_", "aten.detach.default")]
+            for g in (meta, real)]
+    assert made[0] == made[1]  # none of nn.Parameter's own on fake tensors; DTensor's detach over tensor parallel
     params = [[(n.name, [r.node for r in n.inputs]) for n in g.nodes if n.kind == "parameter"] for g in (meta, real)]
     assert params[0] == params[1]  # each parameter reads the as_strided of its unit's copy-out on both

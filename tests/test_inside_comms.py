@@ -93,8 +93,11 @@ def test_the_bucket_torch_formed_is_the_post_grad_stage_change(run) -> None:
     assert bucket[0] in stage.replaced
     assert any(n.startswith("bucket of 2 all_gathers") and bucket[0] in n for n in stage.notes), \
         stage.notes
-    # its kernel row names both eager all-gathers (DTensor's full_tensor ran one each)
-    gathers = [n.name for n in cm.graph.nodes if n.kind == "op" and n.target.endswith("all_gather_into_tensor")]
+    # its kernel row names both eager all-gathers: the model's full_tensor calls, which ran one each
+    # (one node each, paired op for op with Dynamo's Tensor.full_tensor)
+    gathers = [n.name for n in cm.graph.nodes if n.kind == "op" and n.target.endswith("DTensor.full_tensor")]
+    dynamo = g.pipeline.stages[0].graph
+    assert [n.target for n in dynamo.nodes if n.kind == "op" and "full_tensor" in n.target] == ["Tensor.full_tensor"] * 2
     assert len(gathers) == 2
     row = next(k for k in g.kernels if bucket[0] in k.ops)
     assert [e for e in row.eager if e in gathers] == gathers, row.eager

@@ -2,24 +2,24 @@
 real run, and its saved activations -> one graph of a training step.
 
 While the tracer records the forward (:func:`~fxviz.fallback.trace.trace_eager` with ``grad=True``),
-a :class:`Watch` sits inside its recording mode and sees each call the recorder records: the
-``grad_fn`` of each output is mapped to the recorded node (a ``grad_fn`` set on a tensor after it
-was made, as a custom ``autograd.Function`` does, is mapped to the node that made the tensor when
-a later call reads it), and every tensor autograd packs (``saved_tensors_hooks``) while the call
-runs is saved by that node; what a ``torch.utils.checkpoint`` call packs to run its region again
-(its inputs) is saved by the region's first op, in the module that called checkpoint (torch packs
-it while that module runs). A forward hook on the model computes the loss inside the recording, so
-the loss's ops are in the graph.
+a :class:`Watch` inside its recording mode sees each call the recorder records: the ``grad_fn`` of
+each output is mapped to the recorded node (one set on a tensor after it was made, by a custom
+``autograd.Function``, to the node that made the tensor when a later call reads it), and every
+tensor autograd packs (``saved_tensors_hooks``) while the call runs is saved by that node; what a
+``torch.utils.checkpoint`` call packs to run its region again (its inputs) is saved by the region's
+first op, in the module that called checkpoint. A forward hook on the model computes the loss inside
+the recording, so the loss's ops are in the graph.
 
-Then the autograd graph is walked from the loss (``grad_fn.next_functions``): each autograd node
-is one backward op (its ``grad_fn`` class as target: ``AddmmBackward0``), placed in the module call
-of the forward op it differentiates (inferred from the node that reads its gradient, with
-``attrs["stack_inferred"]``, for one made inside a call, as ``TBackward0`` inside ``F.linear``),
+Then the autograd graph is walked from the loss (``grad_fn.next_functions``): each autograd node is
+one backward op (its ``grad_fn`` class as target: ``AddmmBackward0``), placed in the module call of
+the forward op it differentiates, or, made inside a call (``TBackward0`` inside ``F.linear``), of
+the node that reads its gradient (``attrs["stack_inferred"]``; ``attrs["made_by"]``: the op that
+made the shard of a DTensor an unseen autograd Function made, DTensor's redistribution in a hook),
 reading the gradients its consumers produce and the values its forward op saved, in the order
-autograd runs them. ``AccumulateGrad`` is a parameter's gradient: an output ``grad of <name>``.
-The backward then runs for real, once, through ``torch.autograd.grad`` (``.grad`` is never
-touched, but for FSDP2's gradient reduce-scatters, which read it: put back afterwards), with hooks on the autograd nodes that record the shapes of the gradients; a backward
-that raises marks its node and leaves the forward graph with the error
+autograd runs them. ``AccumulateGrad`` is a parameter's gradient: an output ``grad of <name>``. The
+backward then runs for real, once (``.grad`` untouched, but for FSDP2's gradient reduce-scatters,
+which read it: put back afterwards), with hooks on the autograd nodes that record the gradients'
+shapes; a backward that raises marks its node and leaves the forward graph with the error
 (:class:`~fxviz.torchbridge.training.BackwardError`).
 """
 
@@ -40,6 +40,7 @@ from torch.overrides import TorchFunctionMode
 
 from fxviz.errors import ModelError
 from fxviz.fallback.fsdp import unsharded_names
+from fxviz.fallback.observe import PLAIN_TENSORS
 from fxviz.fallback.recompute import Recompute, cache_filled, place, policy_saved, storage_key, would_save
 from fxviz.fallback.recorder import Recorder
 from fxviz.fallback.tensors import tensor_meta
@@ -61,13 +62,13 @@ _plain = torch._C.DisableTorchFunction
 
 
 class Watch(TorchFunctionMode):
-    """Inside the recorder's mode: maps ``grad_fn`` to recorded nodes and saved tensors to the node
-    that saved them (see the module's docstring)."""
+    """Inside the recorder's mode: maps ``grad_fn`` and saved tensors to recorded nodes (see above)."""
 
     def __init__(self, model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
         super().__init__()
         self.rec: Recorder | None = None
         self.fn_node: dict[Any, tuple[str, int]] = {}  # grad_fn -> (node name, output index)
+        self.made_by: dict[Any, str] = {}  # grad_fn of a DTensor an unseen Function made -> its shard's node
         self.saved: list[tuple[str, Any, int | None]] = []  # (saving node, record, checkpoint call): see held()
         self.pending: list[Any] = []
         self.region_pending: list[Any] = []  # packed inside a checkpoint's region: checkpoint keeps a placeholder
@@ -108,9 +109,9 @@ class Watch(TorchFunctionMode):
 
     @contextlib.contextmanager
     def inside(self, _call: int) -> Iterator[None]:
-        """A non-reentrant checkpoint's forward runs: checkpoint's own saved-tensor hooks (the innermost)
-        keep a placeholder for each tensor its region's ops save; wrapped, they also hand each tensor
-        here, with the op that packed it (:attr:`unsaved`): what that op would keep without checkpoint."""
+        """A non-reentrant checkpoint's forward runs: checkpoint's own saved-tensor hooks (the innermost),
+        wrapped, also hand each tensor they keep a placeholder for here, with the op that packed it
+        (:attr:`unsaved`): what that op would keep without checkpoint."""
         top = torch._C._autograd._top_saved_tensors_default_hooks(False)
         if top is None:
             yield
@@ -137,16 +138,14 @@ class Watch(TorchFunctionMode):
             if self.region_pending:
                 self._flush()
 
-
     def _last(self) -> str:
         assert self.rec is not None
         return next((n.name for n in reversed(self.rec.nodes) if n.kind == "op"), "")
 
     @contextlib.contextmanager
     def saving_inputs(self, call: int) -> Iterator[None]:
-        """``torch.utils.checkpoint`` call ``call`` saving its region's inputs (what it keeps to run the
-        region again: before its forward runs, or after, where reentrant) while the module that called
-        checkpoint runs: each is the call's record (:meth:`held`), however many ops run meanwhile."""
+        """``torch.utils.checkpoint`` call ``call`` saving its region's inputs (to run it again): each
+        is the call's record (:meth:`held`), however many ops run meanwhile."""
         with _plain():
             if self.pending:
                 self._flush()
@@ -166,9 +165,10 @@ class Watch(TorchFunctionMode):
         return holder
 
     def release(self) -> None:
-        """Let go of every saved tensor: a tensor saved by its own autograd node (an output) holds
-        that node, which holds the holder, which holds the tensor; a cycle through C++ that the
-        garbage collector never breaks, so what a dropped branch saved would outlive the capture."""
+        """Let go of every saved tensor and autograd node: a tensor saved by its own autograd node (an
+        output) makes a cycle through C++ the collector never breaks (holder, tensor, node)."""
+        self.fn_node.clear()
+        self.made_by.clear()
         for holder in self.holders:
             holder.clear()
         self.holders.clear()
@@ -195,6 +195,8 @@ class Watch(TorchFunctionMode):
                     e = rec.versions.values.get(a)
                     if e is not None:
                         self.fn_node[gf] = (e[0].node, e[0].index)
+                    elif type(a) not in PLAIN_TENSORS and (ref := rec._local_value(a)) is not None:
+                        self.made_by.setdefault(gf, ref.node)
             if self.pending or self.region_pending:
                 self._flush()
         before = len(rec.nodes)
@@ -226,13 +228,11 @@ class Watch(TorchFunctionMode):
         self.saved.append((saver, (m.shape, m.dtype, key, nbytes, self._producer(t)), call))
 
     def held(self, roots: list[Any]) -> list[tuple[str, int | None, tuple[Any, ...]]]:
-        """Each record as (saver, the checkpoint call that saved it as its input or None, (shape, dtype,
-        bytes, value, shares)), as autograd holds it when the
-        backward starts: one saved by an op none of whose autograd nodes the ``roots`` (the loss's and
-        the outputs' ``grad_fn``) reach was saved in a branch whose result was dropped; a real step frees
-        it then (fxviz's own hooks make a cycle that only the garbage collector would break), so it is
-        ``freed`` and costs nothing, and a later storage at its address is no view of it. Each storage
-        held is counted once."""
+        """Each record as (saver, the checkpoint call that saved it as its input or None, (shape,
+        dtype, bytes, value, shares)), as autograd holds it when the backward starts: one saved by an
+        op none of whose autograd nodes the ``roots`` (the loss's and the outputs' ``grad_fn``) reach
+        was saved in a dropped branch, which a real step frees (fxviz's hooks make a cycle only the
+        collector breaks): ``freed``, costing nothing. Each storage held is counted once."""
         reached = reachable(roots)
         made = {at[0] for at in self.fn_node.values()}
         live = {at[0] for f, at in self.fn_node.items() if f in reached}
@@ -250,9 +250,9 @@ class Watch(TorchFunctionMode):
 
 
 def _unpack(packed: list[Any]) -> torch.Tensor:
-    """The saved tensor, as autograd's own unpacking checks it: under ``saved_tensors_hooks`` autograd
-    leaves out its version check, so a tensor an in-place op changed after it was saved would give
-    a backward, and gradients, that the real step refuses with this error."""
+    """The saved tensor, as autograd's own unpacking checks it (under ``saved_tensors_hooks`` autograd
+    leaves its version check out: a tensor changed in place after it was saved would give gradients
+    that the real step refuses with this error)."""
     t, version = packed
     if t._version != version:
         raise RuntimeError(f"one of the variables needed for gradient computation has been modified by an inplace "
@@ -275,7 +275,6 @@ def trace_backward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
         try:
             graph = _step(model, args, kwargs, loss, level, inputs, watch, fake)
         finally:  # whatever happened, nothing the step saved outlives it
-            watch.fn_node.clear()
             watch.release()
     return graph
 
@@ -410,6 +409,8 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
             handed = [bnode[c] for c, _ in consumers.get(f, []) if c in bnode]
             stack = max(handed, key=lambda n: ran[n.name]).stack if handed else ()
             attrs["stack_inferred"] = True
+            if watch.made_by.get(f) in nodes:  # DTensor's redistribution in a parallel style's hook: its last op
+                attrs["made_by"] = watch.made_by[f]
         node = Node(unique(_snake(type(f).__name__)), "op", target=type(f).__name__, inputs=tuple(ins), stack=stack,
                     attrs=attrs, phase="backward")
         ran[node.name] = len(ran)
@@ -490,9 +491,8 @@ def _run_backward(graph: Graph, model: nn.Module, loss: torch.Tensor, bnode: dic
 
 
 def _reduces_grads(model: nn.Module) -> bool:
-    """FSDP2 reduce-scatters the gradients autograd accumulates into ``.grad`` (its post-backward
-    hook reads them there): such a model's backward accumulates, and every ``.grad`` is put back
-    afterwards, so that the step's gradient reduce-scatters run as in training."""
+    """FSDP2 reduce-scatters the gradients autograd accumulates into ``.grad`` (its post-backward hook
+    reads them there): such a model's step accumulates, every ``.grad`` put back afterwards."""
     fsdp = sys.modules.get("torch.distributed.fsdp")
     return fsdp is not None and any(isinstance(m, fsdp.FSDPModule) for m in model.modules())
 

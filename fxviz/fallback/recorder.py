@@ -110,6 +110,8 @@ class Recorder:
         node = Node(self.names.unique(name), "input", target=name, outputs=(tensor_meta(t),), attrs=self.sharded_attrs(t))
         self.nodes.append(node)
         self._values[t] = [Ref(node.name), version(t)]
+        if node.attrs:  # a DTensor: an op on its shard (a parallel style's redistribution of it) reads the input
+            self._note_sharded(t, Ref(node.name))
 
     def sharded_attrs(self, t: torch.Tensor) -> dict[str, str]:
         """A model input's or output's placement on its device mesh where it is a DTensor

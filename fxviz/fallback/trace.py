@@ -97,8 +97,12 @@ def collectives_seen() -> AbstractContextManager[Any]:
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return contextlib.nullcontext()
     from fxviz.fallback.comms import collectives_seen as seen
+    from fxviz.fallback.dtensor_calls import user_calls_seen
 
-    return seen()
+    stack = contextlib.ExitStack()
+    stack.enter_context(seen())
+    stack.enter_context(user_calls_seen())  # the model's own redistributions: nodes of their own
+    return stack
 
 
 class FakeRun:

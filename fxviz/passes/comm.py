@@ -62,10 +62,11 @@ def _link_nodes(graph: Graph, records: list[dict[str, Any]]) -> None:
 
 def _forward_line(op: Node, nodes: dict[str, Node]) -> str:
     """The user's line of the forward op a backward op differentiates, or, for one whose forward
-    the tracer did not see (DTensor's redistributions), of the forward op that read its output
-    (the backward op that hands it its gradient): the line whose op made the collective needed."""
+    the tracer did not see (DTensor's redistributions), of the op that made its value's shard
+    (``made_by``: the redistribution's last op, on the line torch's anomaly record names), else of
+    the forward op that read its output (the backward op that hands it its gradient)."""
     for n in (op, *(nodes.get(r.node) for r in op.inputs)):
-        fwd = nodes.get(str(n.attrs.get("forward", ""))) if n is not None else None
+        fwd = nodes.get(str(n.attrs.get("forward") or n.attrs.get("made_by", ""))) if n is not None else None
         if fwd is not None and fwd.source is not None:
             return f"{fwd.source.file}:{fwd.source.line}"
     return ""
