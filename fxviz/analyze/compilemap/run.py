@@ -38,6 +38,7 @@ from fxviz.fallback.trace import trace_eager
 from fxviz.ir import Attempt, Graph
 from fxviz.passes import run_passes
 from fxviz.text import one_line
+from fxviz.torchbridge.normalize import flatten_inputs
 from fxviz.torchbridge.run import gc_paused, normalize_args, quiet_torch
 
 InputSet = tuple[tuple[Any, ...], dict[str, Any]]
@@ -211,6 +212,7 @@ def _run_compiled(model: nn.Module, recorder: FramedRecorder, watch: LimitWatch,
     with dynamo_state(), recorder.breaks_logged(), quiet_torch(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Dynamo warns of some breaks too: they are in the map
         compiled = recorder.compile(model)
+        recorder.names = [dict(zip(map(id, f.tensors), f.names, strict=True)) for f in (flatten_inputs(model, a, kw) for a, kw in sets)]
         grad_mode = contextlib.nullcontext() if grad else torch.no_grad()
         leaves = [p for p in model.parameters()] + [t for t in pytree.tree_leaves(sets[0]) if isinstance(t, torch.Tensor)]
         recording = live.recording() if live is not None else autograd.recording() if autograd is not None \
