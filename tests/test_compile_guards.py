@@ -300,3 +300,19 @@ def test_a_decorated_forwards_recompiles_name_the_users_input_not_the_decorators
     finally:
         dynamo.reset()
         counters.clear()
+
+
+def test_a_decorated_forwards_recompile_limit_names_the_users_input(trace: Trace) -> None:
+    torch.manual_seed(0)
+    model = Decorated().eval()
+    sets = [(torch.randn(2, n, 8),) for n in range(2, 12)]
+    cmap = compile_map(model, sets[0], backend="eager", inputs=sets[1:], dynamic=False)
+    reasons = [re.sub(r"^\d+/\d+: ", "", (r[0] if isinstance(r, list) else r.strip("[]\n \"")).split("\n")[0])
+               for _, r in trace.of("recompile_reasons")]
+    # torch: 8 graphs for sizes 2-9, then the limit; its last failed guard names args[1]
+    assert len(cmap.graphs) == dynamo.config.recompile_limit == 8
+    assert "tensor 'args[1]' size mismatch at index 1. expected 9, actual 10" in reasons[-1]
+    (lim,) = cmap.limits
+    assert lim.eager_sets == [8, 9]
+    assert lim.reasons[-1] == "tokens: size of dim 1 is 10, the graph was compiled for 9"
+    assert "args[1]" not in lim.note()

@@ -25,6 +25,7 @@ import torch
 
 from fxviz.analyze.compilemap.record import GuardFailRecord, Recorder, Recording, in_words
 from fxviz.analyze.compilemap.result import RecompileLimit
+from fxviz.analyze.compilemap.shapes import rename
 
 #: Dynamo's break type for a refused recompile (its graph-break registry's ``gb0039``).
 LIMIT_BREAK = "Dynamo recompile limit exceeded"
@@ -128,6 +129,8 @@ def limits(hits: Sequence[LimitHit], rec: Recording, frames: Sequence[int | None
                 h.func, h.file, h.line = f.func, f.file, f.line
         eager = [k for k in range(h.input_set, input_sets) if (h.frame, k) not in ran]
         reasons = [f.reason for f in _first_fails(rec.guard_fails, h) if f.input_set <= h.input_set]
+        aliases = next((g.aliases for g in reversed(rec.graphs) if (g.func, g.file) == (h.func, h.file)), {})
+        h.reason = rename(h.reason, aliases)  # the user's input (input_ids), not a decorator's args[1]
         if h.reason and (not reasons or reasons[-1] != h.reason):
             reasons.append(h.reason)
         out[h.frame] = RecompileLimit(h.input_set, h.func, h.file, h.line, h.setting, h.limit, eager, reasons)
