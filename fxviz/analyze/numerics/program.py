@@ -19,7 +19,7 @@ from torch.utils import _pytree as pytree
 
 from fxviz.analyze.numerics.metrics import compare
 from fxviz.analyze.numerics.result import Error
-from fxviz.analyze.numerics.run import Watcher
+from fxviz.analyze.numerics.run import Watcher, zero_unwritten
 from fxviz.analyze.numerics.shadow import UNWRITTEN, is_random, is_uninitialised
 from fxviz.errors import PassError, TargetError
 from fxviz.graphdiff import diff
@@ -140,6 +140,7 @@ class ProgramWatcher(Watcher):
             while self.pos <= stop:
                 n = self.nodes[self.pos]
                 env[n] = self.interp.run_node(n)
+                zero_unwritten(op_name(str(n.target)), env[n])
                 if n.name in self.given:  # a random op: eager's draw, in the program's own structure
                     value, given = env[n], self.given.pop(n.name)
                     env[n] = type(value)([given, *value[1:]]) if isinstance(value, (tuple, list)) else given
