@@ -38,6 +38,7 @@ from fxviz.fallback.trace import trace_eager
 from fxviz.ir import Attempt, Graph
 from fxviz.passes import run_passes
 from fxviz.text import one_line
+from fxviz.torchbridge.lazy import initialised
 from fxviz.torchbridge.normalize import flatten_inputs
 from fxviz.torchbridge.run import gc_paused, normalize_args, quiet_torch
 
@@ -129,6 +130,10 @@ def compile_map(
     live = LiveRun(grad=grad, budget=activation_memory_budget) if inside else None
     autograd = _Autograd() if compiled_autograd else None
     args, kwargs = normalize_args(model, args, kwargs)
+    # lazy modules wait for a first forward: it runs on a copy, which is analysed (torch.compile would
+    # turn the model's LazyLinear into a Linear, which no snapshot of its attributes undoes)
+    model, lazy = initialised(model, args, kwargs)
+    notes += lazy
     sets: list[InputSet] = [(args, kwargs)] + [_input_set(model, i, k) for k, i in enumerate(inputs or (), 1)]
 
     state = ModelSnapshot(model)  # the model as the user's first call finds it, for both runs
