@@ -353,3 +353,22 @@ def test_a_buffer_filled_expert_by_expert_is_compared_where_written_the_same_way
     assert all(a == answers[0] for a in answers) and answers[0][1] is None
     # the eager graph is the tracer's own: zeroing what an empty op returned records no op
     assert [n.target for n in r.graph.ops] == [n.target for n in fxviz.capture(model, args, method="eager").ops]
+
+
+class _WritesThroughData(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.lin.weight.data.add_(1.0)  # export refuses this (a fake tensor among its constants)
+        return self.lin(x)
+
+
+def test_a_model_export_refuses_is_one_line_that_says_what_to_do() -> None:
+    model, x = _WritesThroughData(), torch.randn(2, 4)
+    with pytest.raises(RuntimeError):  # torch's own record: export raises on this forward
+        torch.export.export(model, (x,), strict=False)
+    with pytest.raises(TargetError, match=r"^--against export: torch\.export cannot export _WritesThroughData \(RuntimeError: "
+                                          r".*compile:aot_eager"):
+        numerics(model, (x,), against="export")

@@ -26,6 +26,7 @@ from fxviz.graphdiff import diff
 from fxviz.ir import Graph, Node
 from fxviz.ops import DROPOUTS, RANDOM, op_name
 from fxviz.symbolic.export import graph_from_exported
+from fxviz.torchbridge.checks import first_line
 from fxviz.torchbridge.normalize import NormalizedModel, flatten_inputs
 
 #: Row statuses whose two sides compute the same value (``dtype`` would compare unlike values).
@@ -39,7 +40,13 @@ def export_program(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
     the program's inputs in placeholder order (buffers copied: the eager run may update them)."""
     flat = flatten_inputs(model, args, kwargs)
     box: dict[str, Any] = {}
-    ep = torch.export.export(NormalizedModel(model, flat, box), flat.tensors, strict=False)
+    try:
+        ep = torch.export.export(NormalizedModel(model, flat, box), flat.tensors, strict=False)
+    except Exception as e:  # torch's own words, in one line, with what to do instead
+        side = "decompose" if decompose else "export"
+        raise TargetError(f"--against {side}: torch.export cannot export {type(model).__name__} ({first_line(e)}); "
+                          "compare against compile:aot_eager or dtype:bfloat16 instead (fxviz tree --method export "
+                          "says why export fails)") from e
     if decompose:
         table = torch.export.default_decompositions()
         table.update(dict(decompositions or {}))
