@@ -42,6 +42,7 @@ from fxviz.analyze.compilemap.shapes import (
     rename,
     user_names,
 )
+from fxviz.analyze.compilemap.state import Backups, written_inputs
 from fxviz.errors import TargetError
 from fxviz.ops import op_name
 from fxviz.torchbridge.opnames import op_target
@@ -220,6 +221,7 @@ class Recorder:
         self.pending: list[tuple[GraphRecord, Any, torch.fx.GraphModule]] = []
         # id(ShapeEnv location) -> (the location, the user's stack there)
         self.stacks: dict[int, tuple[Any, list[tuple[str, int, str]]]] = {}
+        self.backups = Backups()  # parameters the compiled graphs write in place, as they were
         # per input set: id(tensor) -> its name in the model's signature (input_ids, kwargs' keys)
         self.names: list[dict[int, str]] = []
 
@@ -240,6 +242,7 @@ class Recorder:
             if not self.from_log:
                 text = str(getattr(why, "reason", ""))
                 rec.breaks.append(BreakRecord(text.split("\n", 1)[0], text, g.ended, rec.input_set, rec.phase))
+        written = written_inputs(gm)  # before the real backend: AOT Autograd rewrites the graph
         t0 = time.perf_counter()
         compiled = self.real(gm, example_inputs)
         g.compile_s = time.perf_counter() - t0
@@ -247,6 +250,9 @@ class Recorder:
         def run(*args: Any, **kwargs: Any) -> Any:
             g.runs += 1
             rec.runs.append((index, rec.input_set))
+            if written:  # the model's state this graph writes in place: copied before it does
+                inputs = args[0] if len(args) == 1 and isinstance(args[0], list) else args  # boxed or not
+                self.backups.keep(inputs[i] for i in written)
             return compiled(*args, **kwargs)
 
         if getattr(compiled, "_boxed_call", False):  # the caller passes one list it may clear: keep that

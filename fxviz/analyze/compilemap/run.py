@@ -71,8 +71,8 @@ def compile_map(
     the compiled run. Between the runs and after them the model is put back as it was found
     (:class:`~fxviz.analyze.compilemap.state.ModelSnapshot`: every module's Python attributes,
     ``dict``/``list``/``set`` attributes one level deep, which parameters, buffers and submodules
-    it has, and its buffers' values; not parameter values or plain tensor attributes written in
-    place). Both runs are under ``torch.no_grad()`` unless ``grad=True``. An ``OptimizedModule``
+    it has, and its buffers' values; parameters a compiled graph writes in place are copied just
+    before its first call and put back; not plain tensor attributes written in place). Both runs are under ``torch.no_grad()`` unless ``grad=True``. An ``OptimizedModule``
     (what ``torch.compile(model)`` returns) is unwrapped to the model it wraps (a note says so).
     Where Dynamo broke no graph and the forward's convolutions and matrix products cost more than
     skipping them adds, the eager trace skips their kernels (:mod:`~fxviz.analyze.compilemap.skim`).
@@ -145,11 +145,13 @@ def compile_map(
         try:
             _run_compiled(model, recorder, watch, sets, grad, _name(backend), live, autograd)
         except ModelError:
+            recorder.backups.restore()
             state.restore()
             trace_eager(model, args, kwargs, level="function", grad=grad)  # a model that fails eagerly says so
             raise
         compile_s = time.perf_counter() - t1
 
+        recorder.backups.restore()  # the eager trace starts from the parameters the compiled run found
         state.restore()
         t0 = time.perf_counter()
         graph = eager_graph(model, args, kwargs, grad, state, skim=not recorder.rec.breaks and arithmetic.worth_skimming())
