@@ -124,6 +124,33 @@ def tiny_moe() -> tuple[nn.Module, tuple[Any, ...]]:
     return TinyMoE().eval(), (torch.randn(2, 6, 16),)
 
 
+class ExpertRows(nn.Module):
+    """MoE routing that fills its output expert by expert: ``out = torch.empty_like(x)``, then
+    ``out[rows] = expert(x[rows])`` for each expert, so until the last expert has written, part of
+    ``out`` is memory nobody wrote: here memory just freed that held 1e30, as a real run's
+    allocator hands back whatever the block held."""
+
+    def __init__(self, width: int = 16, experts: int = 3) -> None:
+        super().__init__()
+        self.router = nn.Linear(width, experts)
+        self.experts = nn.ModuleList(nn.Linear(width, width) for _ in range(experts))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        top = self.router(x).argmax(-1)
+        junk = torch.full_like(x, 1e30)
+        del junk
+        out = torch.empty_like(x)
+        for i, expert in enumerate(self.experts):
+            rows = (top == i).nonzero().squeeze(-1)
+            out[rows] = expert(x[rows])
+        return out
+
+
+def expert_rows() -> tuple[nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    return ExpertRows().eval(), (torch.randn(24, 16),)
+
+
 def qwen2_moe() -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
     """A tiny Qwen2-MoE (transformers, random weights, nothing downloaded): its experts sort tokens
     and put them back through ``torch.empty_like`` and slice assignment."""

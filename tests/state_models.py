@@ -251,6 +251,23 @@ class MomentumNoGrad(nn.Module):
         return self.k(self.q(x))
 
 
+class MomentumLoop(nn.Module):
+    """MoCo's momentum update as its code writes it: a loop over both encoders' ``parameters()``
+    under ``no_grad``. fx hands that loop real parameters, not proxies: the writes ran for real
+    while fx traced, and its graph had none of them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = nn.Linear(4, 4)
+        self.k = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            for pq, pk in zip(self.q.parameters(), self.k.parameters(), strict=True):
+                pk.mul_(0.9).add_(pq, alpha=0.1)
+        return self.k(self.q(x))
+
+
 class Nested(nn.Module):
     """A chain of modules ``depth`` levels deep, each calling the next."""
 
@@ -303,6 +320,7 @@ SCENARIOS: dict[str, Callable[[], Built]] = {
     "momentum_update": _seeded(lambda: (MomentumUpdate().eval(), (torch.randn(3, 4),), {})),
     "momentum_no_grad": _seeded(lambda: (MomentumNoGrad(frozen=False).eval(), (torch.randn(3, 4),), {})),
     "momentum_no_grad_frozen": _seeded(lambda: (MomentumNoGrad(frozen=True).eval(), (torch.randn(3, 4),), {})),
+    "momentum_loop": _seeded(lambda: (MomentumLoop().eval(), (torch.randn(3, 4),), {})),
     "input_in_place": _seeded(lambda: (
         InputInPlace().eval(), (torch.randn(3, 4), {"bias": torch.ones(4)}), {})),
     "rebind_modules": _seeded(lambda: (RebindModules().eval(), (torch.randn(3, 4),), {})),

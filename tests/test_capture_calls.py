@@ -52,6 +52,27 @@ def test_lazy_modules_are_captured_initialised_on_a_copy(method: str) -> None:
     assert type(model[0]) is nn.LazyLinear
 
 
+def test_the_analyzers_run_a_lazy_model_on_an_initialised_copy_and_leave_it_lazy() -> None:
+    """compile_map and numerics, as capture: torch.compile turns a LazyLinear into a Linear on its
+    first call, which no snapshot of attributes undoes (the model was left a Linear with a lazy
+    hook: its next call raised)."""
+    import torch._dynamo as dynamo
+
+    torch.manual_seed(0)
+    model, x = _lazy(), torch.rand(5, 5)
+    ex = dynamo.explain(_lazy())(x)  # torch's record of the user's first compiled call
+    dynamo.reset()
+    cmap = fxviz.compile_map(model, (x,), backend="eager")
+    assert (len(cmap.graphs), cmap.break_count) == (ex.graph_count, ex.graph_break_count) == (1, 0)
+    assert cmap.share == 1.0 and all(g == "g0" for g in cmap.assigned.values())
+    assert any("lazy modules 0 (LazyLinear), 3 (LazyConv2d)" in n for n in cmap.notes), cmap.notes
+    r = fxviz.numerics(model, (x,), against="export")
+    assert r.first is None and set(r.nodes) == set(cmap.assigned)
+    for m in (model[0], model[3]):  # left as it was: lazy, and its first forward still works
+        assert type(m) in (nn.LazyLinear, nn.LazyConv2d) and isinstance(m.weight, nn.parameter.UninitializedParameter)
+    assert model(x).shape == (5, 3, 2, 2)
+
+
 def test_a_lazy_model_whose_first_forward_raises_says_what_to_do() -> None:
     model = nn.Sequential(nn.LazyLinear(4), nn.Linear(3, 2))  # 4 features into a Linear of 3
     with pytest.raises(fxviz.ModelError, match=r"first forward, which initialises them, raised RuntimeError"):

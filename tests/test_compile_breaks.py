@@ -69,7 +69,7 @@ def _types(gb_id: str) -> list[str]:
 
 
 def test_categories_come_from_torchs_registry_of_break_types() -> None:
-    expected = {"GB0124": "item", "GB0109": "item", "GB0170": "branch", "GB0035": "branch", "GB0033": "shape",
+    expected = {"GB0124": "item", "GB0109": "item", "GB0170": "branch", "GB0035": "branch", "GB0033": "value", "GB0036": "shape",
                 "GB0291": "print", "GB0007": "unsupported", "GB0147": "unsupported", "GB0103": "subclass",
                 "GB0163": "subclass", "GB7000": "skip", "GB0025": "other", "GB0219": "other"}
     for gb_id, cat in expected.items():
@@ -194,3 +194,40 @@ def test_a_skipped_function_in_library_code_is_placed_at_that_function(tmp_path:
     first = next(line for f, _, line in skipped if f == "forward")
     assert first < loop.where.line == cm.LINES["moe-layers"] and loop.where.library  # type: ignore[union-attr]
     assert loop.library is not None and loop.library.line == cm.LINES["moe-hit"]  # the break inside it, as detail
+
+
+class _Equal(torch.nn.Module):
+    """``torch.equal`` returns a Python bool read from the data: Dynamo breaks (GB0033, "Data
+    dependent operator"); the output's shape is not in question."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        if torch.equal(y, x):
+            y = y + 1
+        return y * 2
+
+
+def test_a_data_dependent_python_value_is_not_called_a_data_dependent_shape() -> None:
+    torch.manual_seed(0)
+    model, x = _Equal().eval(), torch.randn(2, 4)
+    cmap = compile_map(model, (x,), backend="eager")
+    (b,) = cmap.breaks
+    assert b.gb_id == "GB0033" and "aten.equal.default" in b.detail
+    assert b.category == "value" and "capture_dynamic_output_shape_ops" not in b.hint
+    # torch's record: the config the "shape" hint named does not remove this break; its own hint is a custom op
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    try:
+        with dynamo.config.patch(capture_dynamic_output_shape_ops=True), torch.no_grad():
+            torch.compile(model, backend="eager")(x)
+        assert sum(counters["graph_break"].values()) == 1
+        assert any("custom operator" in k for k in counters["graph_break"])
+    finally:
+        dynamo.reset()
+        counters.clear()
+    assert "custom op" in b.hint

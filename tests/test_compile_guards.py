@@ -5,6 +5,7 @@ torch's ``trace_structured`` logger: ``create_symbol`` and ``guard_added_fast`` 
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Iterator
@@ -240,3 +241,78 @@ def test_the_terminal_pages_shape_guards() -> None:
     shown = sum(1 for ln in full[1:] if ln.startswith("  "))  # the lines of g0's symbols and guards
     assert short[3] == f"  ... {shown - 2} more (--json and --html keep every one)"
 
+
+
+def _keeps_args(fn: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:  # as transformers' deprecate_kwarg wraps every forward
+        return fn(*args, **kwargs)
+    return wrapped
+
+
+class Decorated(nn.Module):
+    """A forward behind a ``*args, **kwargs`` decorator: Dynamo's frame is the decorator's, whose
+    locals are ``args`` (``args[0]`` the module, ``args[1]`` the tokens) and ``kwargs``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    @_keeps_args
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.lin(tokens).sum(1)
+
+
+def test_a_decorated_forwards_recompiles_name_the_users_input_not_the_decorators_local(trace: Trace) -> None:
+    torch.manual_seed(0)
+    model = Decorated().eval()
+    sets = [(torch.randn(2, n, 8),) for n in (5, 7, 1)]
+    cmap = compile_map(model, sets[0], backend="eager", inputs=sets[1:])
+    reasons = [re.sub(r"^\d+/\d+: ", "", (r[0] if isinstance(r, list) else r.strip("[]\n \"")).split("\n")[0])
+               for _, r in trace.of("recompile_reasons")]
+    # torch's record names the decorator's local: the static size check, then the 0/1 specialisation
+    assert reasons[0] == "tensor 'args[1]' size mismatch at index 1. expected 5, actual 7"
+    assert reasons[1].startswith("2 <= args[1].size()[1]")
+    first, second = cmap.recompiles
+    assert first.guard == reasons[0] and reasons[1].startswith(second.guard.split("  # ", 1)[0])
+    assert (first.input, first.dim, second.input, second.dim) == ("tokens", 1, "tokens", 1)
+    assert first.reason == "tokens: size of dim 1 is 7, the graph was compiled for 5"
+    assert "mark_dynamic(tokens, 1)" in first.advice
+    assert second.reason.startswith("tokens dim 1 is 1 (") and "mark_unbacked(tokens, 1)" in second.advice
+    # the graphs' inputs are the user's tensor, not the module's parameters reached through args[0]
+    g0, g1 = cmap.graphs[:2]
+    assert g0.inputs == ["tokens: (2, 5, 8)"]
+    (sym,) = g1.symbols
+    assert (sym.input, sym.dim, sym.source) == ("tokens", 1, "L['args'][1].size()[1]")
+    assert g1.inputs == [f"tokens: (2, {sym.name}, 8)"]
+    # the advice, followed on the sizes above 1: torch compiles one graph
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    f = torch.compile(model, backend="eager")
+    try:
+        with torch.no_grad():
+            for n in (5, 7, 9):
+                t = torch.randn(2, n, 8)
+                dynamo.mark_dynamic(t, 1)
+                f(t)
+        assert counters["stats"]["unique_graphs"] == 1
+    finally:
+        dynamo.reset()
+        counters.clear()
+
+
+def test_a_decorated_forwards_recompile_limit_names_the_users_input(trace: Trace) -> None:
+    torch.manual_seed(0)
+    model = Decorated().eval()
+    sets = [(torch.randn(2, n, 8),) for n in range(2, 12)]
+    cmap = compile_map(model, sets[0], backend="eager", inputs=sets[1:], dynamic=False)
+    reasons = [re.sub(r"^\d+/\d+: ", "", (r[0] if isinstance(r, list) else r.strip("[]\n \"")).split("\n")[0])
+               for _, r in trace.of("recompile_reasons")]
+    # torch: 8 graphs for sizes 2-9, then the limit; its last failed guard names args[1]
+    assert len(cmap.graphs) == dynamo.config.recompile_limit == 8
+    assert "tensor 'args[1]' size mismatch at index 1. expected 9, actual 10" in reasons[-1]
+    (lim,) = cmap.limits
+    assert lim.eager_sets == [8, 9]
+    assert lim.reasons[-1] == "tokens: size of dim 1 is 10, the graph was compiled for 9"
+    assert "args[1]" not in lim.note()

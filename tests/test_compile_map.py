@@ -467,3 +467,24 @@ def test_cli_refuses_a_saved_graph(tmp_path: Path) -> None:
     assert code == 2 and "give a factory" in err
     code, _, err = invoke("compile", f"{TARGET}:clean", "-b", "eager", "--mode", "max-autotune")
     assert code == 2 and "inductor backend only" in err
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("scenario", ["momentum_loop", "momentum_update", "momentum_no_grad"])
+def test_parameters_a_compiled_graph_writes_in_place_are_put_back(scenario: str, backend: str) -> None:
+    from tests.state_models import SCENARIOS
+
+    model, args, _ = SCENARIOS[scenario]()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    # torch's record: the same forward under torch.compile writes the model's parameters
+    twin, _, _ = SCENARIOS[scenario]()
+    try:
+        with torch.no_grad():
+            torch.compile(twin, backend=backend)(*args)
+    finally:
+        dynamo.reset()
+    moved = {k for k, v in twin.state_dict().items() if not torch.equal(before[k], v)}
+    assert moved
+    cmap = compile_map(model, args, backend=backend)
+    assert cmap.break_count == 0 and len(cmap.graphs) == 1
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items()), moved

@@ -120,3 +120,18 @@ def test_the_models_own_warning_reaches_the_callers_record(method: str) -> None:
         warnings.simplefilter("always")
         fxviz.capture(Chatty().eval(), (torch.randn(2, 4),), method=method)
     assert "chatty: a warning of the model's own" in [str(w.message) for w in caught]
+
+
+def test_fx_refuses_a_parameter_write_it_would_run_for_real_and_leave_out_of_its_graph() -> None:
+    """torch's record: one plain forward of MomentumLoop moves k's parameters; fx traced the loop
+    on real parameters, so the graph held none of those writes (and the model kept them)."""
+    model, args, _ = SCENARIOS["momentum_loop"]()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CaptureError, match=r"fx: TraceError: the forward writes k\.weight, k\.bias in place"):
+        fxviz.capture(model, args, method="fx")
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    g = fxviz.capture(model, args, method="eager")  # the eager graph records the writes: mul_, add_ per parameter
+    assert sum(n.target.endswith(("mul_", "add_")) for n in g.ops) == 4
+    with torch.no_grad():
+        model(*args)
+    assert not torch.equal(before["k.weight"], model.k.weight)  # what the forward itself does

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 import torch.fx
+import torch.utils._python_dispatch
 from torch import nn
 from torch.nn.utils.stateless import _reparametrize_module
 
@@ -24,6 +25,36 @@ from fxviz.torchbridge.guard import named_modules
 from fxviz.torchbridge.normalize import flatten_inputs, flatten_outputs
 from fxviz.torchbridge.source import is_user_file
 from fxviz.torchbridge.values import mark_tied, module_infos
+
+
+class _RealWrites(torch.utils._python_dispatch.TorchDispatchMode):
+    """The model's parameters and buffers that an op writes for real while fx traces: a loop over
+    ``self.parameters()`` hands the forward real tensors, not proxies, so ``p.mul_(0.9)`` runs on the
+    model and fx records nothing. Each is backed up before its first write (found by storage, its
+    schema's written arguments); :meth:`restore` puts the values back without a version bump."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        state = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+        self.owned = {t.untyped_storage().data_ptr(): (k, t) for k, t in state if t.device.type != "meta"}
+        self.saved: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        for i, a in enumerate(func._schema.arguments):
+            if a.alias_info is None or not a.alias_info.is_write:
+                continue
+            v = args[i] if i < len(args) else kwargs.get(a.name)
+            for t in v if isinstance(v, (list, tuple)) else (v,):
+                owner = self.owned.get(t.untyped_storage().data_ptr()) if isinstance(t, torch.Tensor) else None
+                if owner is not None and owner[0] not in self.saved:
+                    self.saved[owner[0]] = (owner[1], owner[1].detach().clone())
+        return func(*args, **kwargs)
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for t, value in self.saved.values():
+                t.data.copy_(value)
 
 
 class _Tracer(torch.fx.Tracer):
@@ -152,9 +183,17 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
     flat = flatten_inputs(model, args, kwargs)
     if kwargs:
         raise TypeError("fx capture takes positional tensor inputs only; use method='export' for kwargs")
-    tracer = _Tracer()
-    with _positional_forward(model, len(args)):
-        graph = tracer.trace(model)
+    tracer, writes = _Tracer(), _RealWrites(model)
+    try:
+        with _positional_forward(model, len(args)), writes:
+            graph = tracer.trace(model)
+    finally:
+        writes.restore()
+    if writes.saved:
+        written = ", ".join(list(writes.saved)[:3]) + (" …" if len(writes.saved) > 3 else "")
+        raise torch.fx.proxy.TraceError(
+            f"the forward writes {written} in place on tensors fx does not trace (a loop over self.parameters()): "
+            "fx would run the write for real and leave it out of the graph; use method='export' or 'eager'")
     root = tracer.root
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     if len(placeholders) < len(args):

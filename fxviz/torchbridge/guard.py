@@ -16,8 +16,8 @@ What :class:`Snapshot` keeps, and what it costs:
 * every parameter, buffer and plain tensor attribute by identity, with its ``requires_grad``, its
   ``.grad`` object and its storage (a ``.data = ...`` rebinding is undone); buffers and tensor
   attributes also by value (a copy: they are small next to the parameters, and fx and BatchNorm
-  write them without bumping a version counter). Parameters are not copied: no symbolic method
-  writes them for real, and the eager tracer backs up each one just before an op writes it;
+  write them without bumping a version counter). Parameters are not copied: fx backs up any its
+  trace writes for real (``symbolic/fx.py``), and the eager tracer each one just before an op writes it;
 * the inputs' containers and tensors, by identity and value;
 * the process (:class:`ProcessState`): ``sys.stdout``/``sys.stderr``, warning hooks and filters,
   torch's logger levels, torch's function and dispatch mode stacks, the methods fx patches on

@@ -35,8 +35,10 @@ _CALLED = re.compile(r"(?:builtin operator|builtin|function|method|call) `([^`]+
 BY_ID: dict[str, str] = {
     # a tensor's value read as a Python number
     "GB0124": "item", "GB0109": "item",
+    # an op whose Python result is read from the data (torch.equal, is_nonzero): not its shape
+    "GB0033": "value",
     # an op whose output shape depends on the data
-    "GB0033": "shape", "GB0036": "shape", "GB0037": "shape", "GB0246": "shape",
+    "GB0036": "shape", "GB0037": "shape", "GB0246": "shape",
     # Python control flow on a tensor's value
     "GB0170": "branch", "GB0035": "branch", "GB0034": "branch", "GB0360": "branch",
     # printing and logging
@@ -52,6 +54,9 @@ BY_ID: dict[str, str] = {
     # Dynamo gave up on a whole frame and ran it eagerly
     "GB7000": "skip", "GB9741": "skip", "GB4297": "skip",
 }
+#: The op a "Data dependent operator" break (GB0033) names; those that capture_scalar_outputs traces.
+_OPERATOR = re.compile(r"Operator `([^`]+)` has a non-Tensor output")
+_SCALAR_READS = {"aten.item.default", "aten._local_scalar_dense.default"}
 #: Builtins that are printing when Dynamo fails to trace them (GB0059, "Failed to trace builtin operator").
 _PRINTING = {"print"}
 
@@ -74,11 +79,15 @@ def registry() -> dict[str, str]:
 
 def category(gb_type: str, reason: str) -> str:
     """The break's category: its type's id in torch's registry, looked up in :data:`BY_ID`
-    (``print`` for a builtin ``print`` Dynamo failed to trace, as the message names the call)."""
+    (``print`` for a builtin ``print`` Dynamo failed to trace, as the message names the call; ``item``
+    for a data-dependent operator that is ``.item()`` itself)."""
     gb_id = registry().get(gb_type, "")
     cat = BY_ID.get(gb_id, "other")
     if gb_id == "GB0059" and _called(reason) in _PRINTING:
         return "print"
+    op = _OPERATOR.search(reason) if gb_id == "GB0033" else None
+    if op is not None and op.group(1) in _SCALAR_READS:  # the op torch's hint sends to capture_scalar_outputs
+        return "item"
     return cat
 
 

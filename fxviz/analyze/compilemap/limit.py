@@ -26,6 +26,7 @@ import torch
 
 from fxviz.analyze.compilemap.record import GuardFailRecord, Recording, compile_id, in_words, recompile_fails
 from fxviz.analyze.compilemap.result import RecompileLimit
+from fxviz.analyze.compilemap.shapes import rename
 
 #: Dynamo's break type for a refused recompile (its graph-break registry's ``gb0039``).
 LIMIT_BREAK = "Dynamo recompile limit exceeded"
@@ -116,6 +117,8 @@ def limits(hits: Sequence[LimitHit], rec: Recording, input_sets: int) -> list[Re
         eager = [k for k in range(h.input_set, input_sets) if k == h.input_set or (h.frame, k) not in ran]
         fails = [f for f in recompile_fails(rec.guard_fails) if _of_frame(f, h) and f.input_set <= h.input_set]
         reasons = [f.reason for f in fails]
+        aliases = next((g.aliases for g in reversed(rec.graphs) if (g.func, g.file) == (h.func, h.file)), {})
+        h.reason = rename(h.reason, aliases)  # the user's input (input_ids), not a decorator's args[1]
         if h.reason and not (fails and (fails[-1].compile_id == h.compile_id or reasons[-1] == h.reason)):
             reasons.append(h.reason)
         out[h.frame] = RecompileLimit(h.input_set, h.func, h.file, h.line, h.setting, h.limit, eager, reasons,

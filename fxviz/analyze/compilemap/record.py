@@ -35,7 +35,15 @@ import torch._dynamo as dynamo
 from torch import nn
 
 from fxviz.analyze.compilemap.result import CompiledGraph, ShapeGuard, Symbol
-from fxviz.analyze.compilemap.shapes import every_guard, explain_fail, graph_inputs, read_shape_env
+from fxviz.analyze.compilemap.shapes import (
+    every_guard,
+    explain_fail,
+    graph_inputs,
+    read_shape_env,
+    rename,
+    user_names,
+)
+from fxviz.analyze.compilemap.state import Backups, written_inputs
 from fxviz.errors import TargetError
 from fxviz.ops import op_name
 from fxviz.torchbridge.opnames import op_target
@@ -89,6 +97,7 @@ class GraphRecord:
     # (``GraphCompileReason.user_stack``, what ``explain``'s ``break_reasons`` hold), the frame
     # the graph was traced from first; empty where the graph ran to its function's end
     ended: list[tuple[str, int, str, str]] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)  # frame local -> the user's input (shapes.user_names)
 
 
 @dataclass(slots=True)
@@ -231,14 +240,18 @@ class Recorder:
         self.pending: list[tuple[GraphRecord, Any, torch.fx.GraphModule]] = []
         # id(ShapeEnv location) -> (the location, the user's stack there)
         self.stacks: dict[int, tuple[Any, list[tuple[str, int, str]]]] = {}
+        self.backups = Backups()  # parameters the compiled graphs write in place, as they were
+        # per input set: id(tensor) -> its name in the model's signature (input_ids, kwargs' keys)
+        self.names: list[dict[int, str]] = []
 
     def backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         rec, index = self.rec, len(self.rec.graphs)
         code = _frame_code(gm)
         back = sum(1 for x in rec.graphs if x.phase == "backward")  # backward graphs are b0, b1, ...
         gid = f"b{back}" if rec.phase == "backward" else f"g{index - back}"
+        aliases = user_names(gm, self.names[rec.input_set] if 0 <= rec.input_set < len(self.names) else {})
         g = GraphRecord(gid, code[0], code[1], code[2], rec.input_set, op_records(gm, self.paths), compile_id(),
-                        inputs=graph_inputs(gm), phase=rec.phase)
+                        inputs=graph_inputs(gm, aliases), phase=rec.phase, aliases=aliases)
         rec.graphs.append(g)
         ctx = torch._guards.TracingContext.try_get()
         self.pending.append((g, getattr(getattr(ctx, "fake_mode", None), "shape_env", None), gm))
@@ -248,6 +261,7 @@ class Recorder:
             if not self.from_log:
                 text = str(getattr(why, "reason", ""))
                 rec.breaks.append(BreakRecord(text.split("\n", 1)[0], text, g.ended, rec.input_set, rec.phase))
+        written = written_inputs(gm)  # before the real backend: AOT Autograd rewrites the graph
         t0 = time.perf_counter()
         compiled = self.real(gm, example_inputs)
         g.compile_s = time.perf_counter() - t0
@@ -255,6 +269,9 @@ class Recorder:
         def run(*args: Any, **kwargs: Any) -> Any:
             g.runs += 1
             rec.runs.append((index, rec.input_set))
+            if written:  # the model's state this graph writes in place: copied before it does
+                inputs = args[0] if len(args) == 1 and isinstance(args[0], list) else args  # boxed or not
+                self.backups.keep(inputs[i] for i in written)
             return compiled(*args, **kwargs)
 
         if getattr(compiled, "_boxed_call", False):  # the caller passes one list it may clear: keep that
@@ -268,7 +285,7 @@ class Recorder:
             g.guards = every_guard(guards)
             if env is not None and (env.guards or env.var_to_sources):
                 files = sorted({f for n in gm.graph.nodes for f, _, _ in _FRAME.findall(n.meta.get("stack_trace") or "")})
-                g.symbols, g.shape_guards = read_shape_env(env, self.stacks, files)
+                g.symbols, g.shape_guards = read_shape_env(env, self.stacks, files, g.aliases)
             self._size_of_recompile(g)
         self.stacks.clear()
 
@@ -301,10 +318,11 @@ class Recorder:
         else:
             named = [g for g in reversed(self.rec.graphs) if g.func == func and g.file == file]
             failed = next((g for g in named if _of(g, lines)), None)
-        name, dim, words, advice = explain_fail(guard, failed.symbols if failed else (),
+        mine = rename(guard, failed.aliases) if failed else guard  # the user's input names, not args[1]
+        name, dim, words, advice = explain_fail(mine, failed.symbols if failed else (),
                                                 failed.shape_guards if failed else ())
         self.rec.guard_fails.append(GuardFailRecord(
-            self.rec.input_set, func, file, getattr(code, "co_firstlineno", 0), words or in_words(guard),
+            self.rec.input_set, func, file, getattr(code, "co_firstlineno", 0), words or in_words(mine),
             guard, name, dim, advice, lines, compile_id(), checked))
 
     def compile(self, model: nn.Module) -> Callable[..., Any]:

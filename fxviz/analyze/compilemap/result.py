@@ -18,6 +18,7 @@ from fxviz.ir import Graph
 #: Break categories, in the order the break list shows them, with a label.
 CATEGORIES: dict[str, str] = {
     "item": "data-dependent .item()",
+    "value": "data-dependent Python value",
     "branch": "data-dependent branch",
     "shape": "data-dependent output shape",
     "print": "print / logging",
@@ -34,6 +35,9 @@ HINTS: dict[str, tuple[str, str]] = {
     "item": ("set torch._dynamo.config.capture_scalar_outputs = True, or keep the value a tensor "
              "(torch._check to state its range)",
              _TROUBLE),
+    "value": ("keep the value a tensor (torch.equal(a, b) -> (a == b).all(), and torch.where or torch.cond for a "
+              "branch on it), or wrap the op in a custom op (torch.library.custom_op)",
+              f"{_DOCS}/library.html#torch.library.custom_op"),
     "shape": ("set torch._dynamo.config.capture_dynamic_output_shape_ops = True (nonzero, unique, boolean "
               "masks), or keep the op out of the compiled code",
               _TROUBLE),

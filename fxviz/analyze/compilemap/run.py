@@ -40,6 +40,8 @@ from fxviz.fallback.trace import trace_eager
 from fxviz.ir import Attempt, Graph
 from fxviz.passes import run_passes
 from fxviz.text import one_line
+from fxviz.torchbridge.lazy import initialised
+from fxviz.torchbridge.normalize import flatten_inputs
 from fxviz.torchbridge.run import gc_paused, normalize_args, quiet_torch
 
 InputSet = tuple[tuple[Any, ...], dict[str, Any]]
@@ -72,8 +74,8 @@ def compile_map(
     the compiled run. Between the runs and after them the model is put back as it was found
     (:class:`~fxviz.analyze.compilemap.state.ModelSnapshot`: every module's Python attributes,
     ``dict``/``list``/``set`` attributes one level deep, which parameters, buffers and submodules
-    it has, and its buffers' values; not parameter values or plain tensor attributes written in
-    place). Both runs are under ``torch.no_grad()`` unless ``grad=True``. An ``OptimizedModule``
+    it has, and its buffers' values; parameters a compiled graph writes in place are copied just
+    before its first call and put back; not plain tensor attributes written in place). Both runs are under ``torch.no_grad()`` unless ``grad=True``. An ``OptimizedModule``
     (what ``torch.compile(model)`` returns) is unwrapped to the model it wraps (a note says so).
     Where Dynamo broke no graph and the forward's convolutions and matrix products cost more than
     skipping them adds, the eager trace skips their kernels (:mod:`~fxviz.analyze.compilemap.skim`).
@@ -131,6 +133,10 @@ def compile_map(
     live = LiveRun(grad=grad, budget=activation_memory_budget) if inside else None
     autograd = _Autograd() if compiled_autograd else None
     args, kwargs = normalize_args(model, args, kwargs)
+    # lazy modules wait for a first forward: it runs on a copy, which is analysed (torch.compile would
+    # turn the model's LazyLinear into a Linear, which no snapshot of its attributes undoes)
+    model, lazy = initialised(model, args, kwargs)
+    notes += lazy
     sets: list[InputSet] = [(args, kwargs)] + [_input_set(model, i, k) for k, i in enumerate(inputs or (), 1)]
 
     state = ModelSnapshot(model)  # the model as the user's first call finds it, for both runs
@@ -142,11 +148,13 @@ def compile_map(
         try:
             _run_compiled(model, recorder, watch, sets, grad, _name(backend), live, autograd)
         except ModelError:
+            recorder.backups.restore()
             state.restore()
             trace_eager(model, args, kwargs, level="function", grad=grad)  # a model that fails eagerly says so
             raise
         compile_s = time.perf_counter() - t1
 
+        recorder.backups.restore()  # the eager trace starts from the parameters the compiled run found
         state.restore()
         t0 = time.perf_counter()
         graph = eager_graph(model, args, kwargs, grad, state, skim=not recorder.rec.breaks and arithmetic.worth_skimming())
@@ -214,6 +222,7 @@ def _run_compiled(model: nn.Module, recorder: Recorder, watch: LimitWatch, sets:
     with dynamo_state(), recorder.breaks_logged(), quiet_torch(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Dynamo warns of some breaks too: they are in the map
         compiled = recorder.compile(model)
+        recorder.names = [dict(zip(map(id, f.tensors), f.names, strict=True)) for f in (flatten_inputs(model, a, kw) for a, kw in sets)]
         grad_mode = contextlib.nullcontext() if grad else torch.no_grad()
         leaves = [p for p in model.parameters()] + [t for t in pytree.tree_leaves(sets[0]) if isinstance(t, torch.Tensor)]
         recording = live.recording() if live is not None else autograd.recording() if autograd is not None \

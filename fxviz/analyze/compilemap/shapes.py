@@ -31,8 +31,9 @@ from fxviz.analyze.compilemap.frames import library_of
 from fxviz.analyze.compilemap.result import ShapeGuard, Symbol
 
 _USER_LOC = re.compile(r"^(?P<code>.*)  # (?P<file>\S+):(?P<line>\d+) in (?P<func>\S+)$")
-_SIZE = re.compile(r"(L\['[^']+'\]|[A-Za-z_][\w.]*)\.size\(\)\[(\d+)\]")
-_LOCAL = re.compile(r"^L\['([^']+)'\]$")
+_SIZE = re.compile(r"((?:L\['[^']+'\]|[A-Za-z_][\w.]*)(?:\[[^\]]+\])*)\.size\(\)\[(\d+)\]")
+_LOCAL = re.compile(r"^L\['([^']+)'\]")
+_STATE = ("L['self']", "._modules[", "._parameters[", "._buffers[")
 _STATIC = re.compile(r"tensor '(.+)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)")
 _SPECIALISED_01 = "0/1 specialization"
 
@@ -42,10 +43,41 @@ def _name(source: Any) -> str:
     return str(n() if callable(n) else n)
 
 
-def input_name(source: str) -> str:
-    """``x`` for the frame local ``L['x']``; other sources as torch names them."""
+def input_name(source: str, aliases: Mapping[str, str] | None = None) -> str:
+    """``x`` for the frame local ``L['x']``, ``args[1]`` for ``L['args'][1]`` (as Dynamo's guard
+    failures name them); other sources as torch names them. ``aliases`` renames a frame local to the
+    user's input it is (:func:`user_names`)."""
     m = _LOCAL.match(source)
-    return m.group(1) if m else source
+    name = m.group(1) + source[m.end():] if m else source
+    return (aliases or {}).get(name, name)
+
+
+def user_names(gm: torch.fx.GraphModule, names: Mapping[int, str]) -> dict[str, str]:
+    """``{frame local: the user's input}`` for the graph's inputs that are tensors the user passed,
+    found by identity (``names``: ``id(tensor)`` -> its name in the model's signature). A forward
+    behind a ``*args, **kwargs`` decorator (transformers' ``deprecate_kwarg``) has the locals
+    ``args[1]`` and ``kwargs['x']``, which no user can ``mark_dynamic``: ``args[1]`` -> ``input_ids``."""
+    out = {}
+    for n in gm.graph.nodes:
+        arg = n.meta.get("grapharg") if n.op == "placeholder" else None
+        source = _name(getattr(arg, "source", None)) if arg is not None else ""
+        if not source.startswith("L[") or any(p in source for p in _STATE):
+            continue
+        try:
+            name = names.get(id(getattr(arg, "example", None)))
+        except Exception:  # noqa: BLE001 - a freed example: keep torch's name
+            name = None
+        if name is not None and name != input_name(source):
+            out[input_name(source)] = name
+    return out
+
+
+def rename(text: str, aliases: Mapping[str, str]) -> str:
+    """``text`` (a guard) with each frame local of ``aliases`` written as the user's input:
+    ``2 <= args[1].size()[1]`` -> ``2 <= input_ids.size()[1]``."""
+    for local, name in aliases.items():
+        text = re.sub(rf"(?<![\w\].]){re.escape(local)}(?![\w\[])", name, text)
+    return text
 
 
 def _int(v: Any) -> int | None:
@@ -68,9 +100,10 @@ def every_guard(guards: Iterable[Any]) -> list[str]:
     return sorted(out)
 
 
-def graph_inputs(gm: torch.fx.GraphModule) -> list[str]:
-    """The graph's tensor inputs that are the frame's own locals (parameters left out), with their
-    shapes as traced: ``x: (s77, 8)`` (a symbol for a dynamic size)."""
+def graph_inputs(gm: torch.fx.GraphModule, aliases: Mapping[str, str] | None = None) -> list[str]:
+    """The graph's tensor inputs that are the frame's own locals (parameters and buffers left out,
+    also when reached through ``args[0]``, the ``self`` of a decorated forward), with their shapes
+    as traced: ``x: (s77, 8)`` (a symbol for a dynamic size)."""
     out = []
     for n in gm.graph.nodes:
         if n.op != "placeholder":
@@ -78,9 +111,9 @@ def graph_inputs(gm: torch.fx.GraphModule) -> list[str]:
         arg = n.meta.get("grapharg")
         source = _name(getattr(arg, "source", None)) if arg is not None else ""
         value = n.meta.get("example_value")
-        if not source.startswith("L[") or source.startswith("L['self']") or not isinstance(value, torch.Tensor):
+        if not source.startswith("L[") or any(p in source for p in _STATE) or not isinstance(value, torch.Tensor):
             continue
-        out.append(f"{input_name(source)}: ({', '.join(str(d) for d in value.shape)}{',' if value.dim() == 1 else ''})")
+        out.append(f"{input_name(source, aliases)}: ({', '.join(str(d) for d in value.shape)}{',' if value.dim() == 1 else ''})")
     return out
 
 
@@ -123,10 +156,11 @@ def _loc(sloc: Any, stacks: Mapping[int, tuple[Any, Stack]], files: Sequence[str
     return resolve(m.group("file"), files), int(m.group("line")), m.group("code").strip(), "", framework
 
 
-def read_shape_env(env: Any, stacks: Mapping[int, tuple[Any, Stack]], files: Sequence[str]) -> tuple[list[Symbol], list[ShapeGuard]]:
+def read_shape_env(env: Any, stacks: Mapping[int, tuple[Any, Stack]], files: Sequence[str],
+                   aliases: Mapping[str, str] | None = None) -> tuple[list[Symbol], list[ShapeGuard]]:
     """The symbols of a frame's ShapeEnv that stand for its inputs' sizes, and its guards;
     ``stacks``: the user's stack at each ShapeEnv location (:meth:`Recorder.guard_stacks`), ``files``
-    the files the graph's stack traces name."""
+    the files the graph's stack traces name, ``aliases`` the user's names of frame locals."""
     if env is None:
         return [], []
     guards = []
@@ -147,7 +181,7 @@ def read_shape_env(env: Any, stacks: Mapping[int, tuple[Any, Stack]], files: Seq
         r = env.var_to_range.get(s)
         spec = _int(env.replacements.get(s)) if s in getattr(env, "replacements", {}) else None
         lo_sloc = getattr(getattr(env, "var_to_range_sloc", {}).get(s), "lower", None)
-        sym = Symbol(str(s), _name(src), input_name(_name(base)), getattr(src, "idx", None),
+        sym = Symbol(str(s), _name(src), input_name(_name(base), aliases), getattr(src, "idx", None),
                      _int(r.lower) if r is not None else None, _int(r.upper) if r is not None else None,
                      _int(values.get(s)), spec,
                      zero_one=_SPECIALISED_01 in str(getattr(lo_sloc, "framework_loc", "") or ""))
@@ -211,8 +245,11 @@ def explain_fail(guard: str, symbols: Sequence[Symbol], guards: Sequence[ShapeGu
     words += ")"
     if sym.zero_one:
         return name, dim, words, (f"a size of 0 or 1 compiles its own graph (0/1 specialisation): "
-                                  f"torch._dynamo.mark_unbacked({name}, {dim}) avoids it")
+                                  f"torch._dynamo.mark_unbacked({name}, {dim}) avoids it only where no code branches on "
+                                  f"that size (a branch on it, as transformers' causal-mask check does, breaks the graph "
+                                  f"instead)")
     return name, dim, words, ""
 
 
-__all__ = ["advice", "every_guard", "explain_fail", "graph_inputs", "input_name", "read_shape_env", "resolve"]
+__all__ = ["advice", "every_guard", "explain_fail", "graph_inputs", "input_name", "read_shape_env", "rename", "resolve",
+           "user_names"]

@@ -14,8 +14,10 @@ module,
   is taken out or put back);
 * the values of its buffers (copied; written back in place).
 
-Not restored: a parameter's values, and a plain tensor attribute (not a registered buffer) written
-in place (both are kept by reference, not copied).
+A parameter's values are not copied up front: :class:`Backups` copies those a compiled graph writes
+in place (a momentum update under ``no_grad``), just before the graph's first call, read from the
+graph itself (:func:`written_inputs`). Not restored: a parameter written in code Dynamo ran eagerly,
+and a plain tensor attribute (not a registered buffer) written in place (kept by reference).
 """
 
 from __future__ import annotations
@@ -56,6 +58,53 @@ class ModelSnapshot:
                     b.copy_(saved)
 
 
+_STATE = ("._parameters[", "._buffers[")
+
+
+def written_inputs(gm: torch.fx.GraphModule) -> list[int]:
+    """Positions of the graph's inputs that are a module's parameters or buffers written in place
+    by an op of the graph: directly, through ``.data``, a view or another in-place op's result
+    (``k.weight.mul_(0.9).add_(q.weight)``), or rebound by ``set_``. Anything computed from such an
+    input counts as an alias of it: at worst one parameter too many is copied."""
+    root: dict[torch.fx.Node, int] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, n in enumerate(placeholders):
+        source = getattr(getattr(n.meta.get("grapharg"), "source", None), "name", "")
+        if any(k in str(source() if callable(source) else source) for k in _STATE):
+            root[n] = i
+    written: set[int] = set()
+    for n in gm.graph.nodes:
+        first = n.args[0] if n.op in ("call_method", "call_function") and n.args else None
+        if not isinstance(first, torch.fx.Node) or first not in root:
+            continue
+        root[n] = root[first]
+        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+        if name.endswith("_") and not name.endswith("__"):  # mul_, lerp_, copy_, set_
+            written.add(root[first])
+    return sorted(written)
+
+
+class Backups:
+    """Copies of the parameters and buffers compiled graphs write in place, each taken before its
+    first write; :meth:`restore` puts their values back (through ``.data``: no version bump)."""
+
+    def __init__(self) -> None:
+        self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def keep(self, tensors: Any) -> None:
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and id(t) not in self.saved and not t.is_meta:
+                self.saved[id(t)] = (t, t.detach().clone())
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for t, value in self.saved.values():
+                if t.shape == value.shape and t.dtype == value.dtype and t.data_ptr() != value.data_ptr():
+                    t.data.copy_(value)
+                else:  # set_ rebound it to another size
+                    t.data = value
+
+
 def _copy(v: Any) -> Any:
     if isinstance(v, dict):
         return dict(v)
@@ -75,4 +124,4 @@ def _put_back(obj: Any, saved: Any) -> None:
         obj.update(saved)
 
 
-__all__ = ["ModelSnapshot"]
+__all__ = ["Backups", "ModelSnapshot", "written_inputs"]

@@ -46,6 +46,7 @@ from fxviz.analyze.numerics.shadow import ShadowWatcher
 from fxviz.errors import InputError, TargetError
 from fxviz.fallback.trace import uses_meta
 from fxviz.ir import Graph
+from fxviz.torchbridge.lazy import initialised
 from fxviz.torchbridge.normalize import flatten_inputs
 from fxviz.torchbridge.run import normalize_args, quiet_torch
 
@@ -121,9 +122,9 @@ def _numerics(model: nn.Module, args: Any, kwargs: dict[str, Any] | None, *, aga
     if per_kernel and (side != "compile" or (detail or "inductor") != "inductor"):
         raise TargetError(f"per-kernel numerics compare Inductor's kernels: use --against compile:inductor, not {against!r}")
     _check_real(model, args, kwargs)
+    model, notes = initialised(model, args, kwargs)  # a copy, when lazy modules wait for a first forward
     t0 = time.perf_counter()
     watch: KernelWatch | None = None
-    notes: list[str] = []
     same_rng = SameRng(seed)
 
     def run(watcher: Watcher) -> Graph:  # one eager run, from the same RNG state as every other

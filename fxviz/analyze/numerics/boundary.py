@@ -29,6 +29,8 @@ from torch.utils import _pytree as pytree
 
 from fxviz.analyze.compilemap.record import Recorder, op_nodes
 from fxviz.analyze.numerics.pairing import Reads
+from fxviz.analyze.numerics.run import zero_unwritten
+from fxviz.ops import op_name
 
 
 class Observer(Protocol):
@@ -202,6 +204,8 @@ class _Stepper(torch.fx.Interpreter):
 
     def run_node(self, n: torch.fx.Node) -> Any:
         value = super().run_node(n)
+        if n.op == "call_function":
+            zero_unwritten(op_name(str(n.target)), value)
         return self.hook(n, value) if n.op == "call_function" else value
 
 

@@ -19,13 +19,14 @@ from torch.utils import _pytree as pytree
 
 from fxviz.analyze.numerics.metrics import compare
 from fxviz.analyze.numerics.result import Error
-from fxviz.analyze.numerics.run import Watcher
+from fxviz.analyze.numerics.run import Watcher, zero_unwritten
 from fxviz.analyze.numerics.shadow import UNWRITTEN, is_random, is_uninitialised
 from fxviz.errors import PassError, TargetError
 from fxviz.graphdiff import diff
 from fxviz.ir import Graph, Node
 from fxviz.ops import DROPOUTS, RANDOM, op_name
 from fxviz.symbolic.export import graph_from_exported
+from fxviz.torchbridge.checks import first_line
 from fxviz.torchbridge.normalize import NormalizedModel, flatten_inputs
 
 #: Row statuses whose two sides compute the same value (``dtype`` would compare unlike values).
@@ -39,7 +40,13 @@ def export_program(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
     the program's inputs in placeholder order (buffers copied: the eager run may update them)."""
     flat = flatten_inputs(model, args, kwargs)
     box: dict[str, Any] = {}
-    ep = torch.export.export(NormalizedModel(model, flat, box), flat.tensors, strict=False)
+    try:
+        ep = torch.export.export(NormalizedModel(model, flat, box), flat.tensors, strict=False)
+    except Exception as e:  # torch's own words, in one line, with what to do instead
+        side = "decompose" if decompose else "export"
+        raise TargetError(f"--against {side}: torch.export cannot export {type(model).__name__} ({first_line(e)}); "
+                          "compare against compile:aot_eager or dtype:bfloat16 instead (fxviz tree --method export "
+                          "says why export fails)") from e
     if decompose:
         table = torch.export.default_decompositions()
         table.update(dict(decompositions or {}))
@@ -140,6 +147,7 @@ class ProgramWatcher(Watcher):
             while self.pos <= stop:
                 n = self.nodes[self.pos]
                 env[n] = self.interp.run_node(n)
+                zero_unwritten(op_name(str(n.target)), env[n])
                 if n.name in self.given:  # a random op: eager's draw, in the program's own structure
                     value, given = env[n], self.given.pop(n.name)
                     env[n] = type(value)([given, *value[1:]]) if isinstance(value, (tuple, list)) else given

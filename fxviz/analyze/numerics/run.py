@@ -23,10 +23,28 @@ from fxviz.fallback.modes import module_hooks, recording
 from fxviz.fallback.recorder import Recorder, TracerFault
 from fxviz.fallback.trace import collectives_seen
 from fxviz.ir import Graph, Node
+from fxviz.ops import op_name
 from fxviz.passes import run_passes
 from fxviz.torchbridge.normalize import _describe, flatten_inputs, flatten_outputs
 from fxviz.torchbridge.run import gc_paused
 from fxviz.torchbridge.values import mark_tied, module_infos, output_node
+
+#: Ops whose value is memory the model has not written yet (``torch.empty_like`` before the
+#: ``index_add_`` or slice assignment that fills it): what is in it means nothing on either side.
+UNINITIALISED = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"})
+
+
+def zero_unwritten(name: str, value: Any) -> None:
+    """Fill what an op of :data:`UNINITIALISED` (``name``) returned with zeros, on every side (the
+    eager runs, a shadow, a program's node): a write that fills it in parts (``out[idx] = ...`` per
+    expert) otherwise leaves each side its own garbage where it has not written yet, compared as if
+    it meant something (an error of inf one run, a noise floor of inf the next). Zeros are one of
+    the values the memory may hold, so the model computes what it computes. Through ``.data``: the
+    tensor's version is not bumped (the tracer tells writes by version)."""
+    if name in UNINITIALISED:
+        for t in pytree.tree_leaves(value):
+            if isinstance(t, torch.Tensor):
+                t.data.zero_()
 
 
 class Watcher:
@@ -74,6 +92,8 @@ class _Recorder(Recorder):
         n = len(self.nodes)
         out = super().observe(func, args, kwargs)
         node = self.nodes[-1] if len(self.nodes) > n and self.nodes[-1].kind == "op" else None
+        if node is not None:
+            zero_unwritten(op_name(node.target), out)
         if out is None and node is not None and node.outputs:
             out = self._written(node, args, kwargs)
         try:

@@ -17,7 +17,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from fxviz.analyze.numerics.metrics import compare
 from fxviz.analyze.numerics.result import Error
-from fxviz.analyze.numerics.run import Watcher
+from fxviz.analyze.numerics.run import UNINITIALISED, Watcher, zero_unwritten
 from fxviz.ir import Node
 from fxviz.ops import DROPOUTS, RANDOM, op_name
 
@@ -89,6 +89,7 @@ class ShadowWatcher(Watcher):
         except Exception as e:  # noqa: BLE001 - an op without a kernel for this dtype is a finding, not a crash
             self.errors[node.name] = [Error(comparable=False, note=f"{type(e).__name__} in {self.dtype}: {e}"[:200])]
             return
+        zero_unwritten(op_name(node.target), s_out)
         if s_out is None and out is not None:  # ``x[i] = v`` wrote x's shadow: that is its value
             s_out = _shadow_of(out, args, kwargs, s_args, s_kwargs)
         shadow_out = pytree.tree_leaves(s_out)
@@ -119,9 +120,6 @@ def is_random(node: Node) -> bool:
     return bool(a.get("training", a.get("train", a.get("arg2", True)))) and a.get("p", a.get("arg1", 0.5)) != 0
 
 
-#: Ops whose value is memory the model has not written yet (``torch.empty_like`` before the
-#: ``index_add_`` or slice assignment that fills it): what is in it means nothing on either side.
-UNINITIALISED = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"})
 #: The note of such an op's value.
 UNWRITTEN = "uninitialised memory: compared once written, at the in-place op that fills it"
 
