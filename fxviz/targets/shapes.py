@@ -126,9 +126,9 @@ def shapes_fit(model: nn.Module, shapes: Sequence[str], args: tuple[Any, ...]) -
     :class:`ModelError` keeps its partial graph and says it first, its own message after."""
     try:
         yield
-    except TargetError:
-        raise
     except Exception as e:  # the model's own error, or what export or a pass made of it
+        if isinstance(e, TargetError) and e.__cause__ is None:  # fxviz's own word on an argument
+            raise  # (one with a cause is the model's error in other words: export refused it)
         line = misfit(model, shapes, args, _failed_module(e)) if shapes else None
         if line is None:
             raise
