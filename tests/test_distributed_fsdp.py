@@ -6,6 +6,7 @@ own ``FSDPParam`` objects and ``CommDebugMode`` on the same model."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -205,8 +206,9 @@ def test_each_gradient_reduce_scatter_reads_its_units_gradients_in_its_unit() ->
     assert {p: step_counts(g)[p] for p in paths} == {p: want[p] for p in paths}
 
 
-def fsdp_tp_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
-    """FSDP2 over tensor parallel on a 2-D mesh (dp x tp): the unsharded parameters are DTensors."""
+def fsdp_tp_factory(meta: bool = False) -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """FSDP2 over tensor parallel on a 2-D mesh (dp x tp): the unsharded parameters are DTensors;
+    ``meta``: the model built on ``meta`` and sharded there."""
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
@@ -214,7 +216,8 @@ def fsdp_tp_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
 
     mesh = init_device_mesh("cpu", (2, dist.get_world_size() // 2), mesh_dim_names=("dp", "tp"))
     torch.manual_seed(0)
-    m = nn.Sequential(MLP(), MLP())
+    with torch.device("meta") if meta else contextlib.nullcontext():
+        m = nn.Sequential(MLP(), MLP())
     for block in m:
         parallelize_module(block, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
         fully_shard(block, mesh=mesh["dp"])
@@ -481,19 +484,7 @@ def test_a_training_step_of_a_model_sharded_on_meta_runs_on_fake_shards_and_is_l
 
 def meta_tp_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
     """:func:`fsdp_tp_factory`'s model built on ``meta``: FSDP2 over tensor parallel, sharded there."""
-    from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
-    from tests.test_distributed import MLP
-
-    mesh = init_device_mesh("cpu", (2, dist.get_world_size() // 2), mesh_dim_names=("dp", "tp"))
-    with torch.device("meta"):
-        m = nn.Sequential(MLP(), MLP())
-    for block in m:
-        parallelize_module(block, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
-        fully_shard(block, mesh=mesh["dp"])
-    fully_shard(m, mesh=mesh["dp"])
-    return m, (torch.randn(4, 16),)
+    return fsdp_tp_factory(meta=True)
 
 
 def _op(target: str) -> str:
