@@ -21,7 +21,7 @@ from fxviz.ir import Graph, ModuleCall
 from fxviz.symbolic.convert import Converter, Placeholder
 from fxviz.symbolic.silent import opaque_note, with_silent_calls
 from fxviz.torchbridge.checks import confirm_forward, first_line, real_inputs
-from fxviz.torchbridge.guard import named_modules
+from fxviz.torchbridge.guard import Backups, named_modules
 from fxviz.torchbridge.normalize import flatten_inputs, flatten_outputs
 from fxviz.torchbridge.source import is_user_file
 from fxviz.torchbridge.values import mark_tied, module_infos
@@ -31,13 +31,14 @@ class _RealWrites(torch.utils._python_dispatch.TorchDispatchMode):
     """The model's parameters and buffers that an op writes for real while fx traces: a loop over
     ``self.parameters()`` hands the forward real tensors, not proxies, so ``p.mul_(0.9)`` runs on the
     model and fx records nothing. Each is backed up before its first write (found by storage, its
-    schema's written arguments); :meth:`restore` puts the values back without a version bump."""
+    schema's written arguments, in :class:`~fxviz.torchbridge.guard.Backups`)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         state = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
         self.owned = {t.untyped_storage().data_ptr(): (k, t) for k, t in state if t.device.type != "meta"}
-        self.saved: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.backups = Backups()
+        self.written: list[str] = []  # their names, in the order of their first writes
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -47,14 +48,10 @@ class _RealWrites(torch.utils._python_dispatch.TorchDispatchMode):
             v = args[i] if i < len(args) else kwargs.get(a.name)
             for t in v if isinstance(v, (list, tuple)) else (v,):
                 owner = self.owned.get(t.untyped_storage().data_ptr()) if isinstance(t, torch.Tensor) else None
-                if owner is not None and owner[0] not in self.saved:
-                    self.saved[owner[0]] = (owner[1], owner[1].detach().clone())
+                if owner is not None and id(owner[1]) not in self.backups.saved:
+                    self.written.append(owner[0])
+                    self.backups.keep((owner[1],))
         return func(*args, **kwargs)
-
-    def restore(self) -> None:
-        with torch.no_grad():
-            for t, value in self.saved.values():
-                t.data.copy_(value)
 
 
 class _Tracer(torch.fx.Tracer):
@@ -188,9 +185,9 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
         with _positional_forward(model, len(args)), writes:
             graph = tracer.trace(model)
     finally:
-        writes.restore()
-    if writes.saved:
-        written = ", ".join(list(writes.saved)[:3]) + (" …" if len(writes.saved) > 3 else "")
+        writes.backups.restore()
+    if writes.written:
+        written = ", ".join(writes.written[:3]) + (" …" if len(writes.written) > 3 else "")
         raise torch.fx.proxy.TraceError(
             f"the forward writes {written} in place on tensors fx does not trace (a loop over self.parameters()): "
             "fx would run the write for real and leave it out of the graph; use method='export' or 'eager'")

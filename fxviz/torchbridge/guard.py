@@ -447,4 +447,27 @@ class Snapshot:
         self.model.restore()
 
 
-__all__ = ["DynamoCodes", "ModelState", "ProcessState", "Snapshot", "modules_of", "named_modules", "walks_shared"]
+class Backups:
+    """Copies of the parameters and buffers a run writes for real where nothing else keeps them
+    (compiled graphs writing in place, fx tracing a loop over ``self.parameters()``), each taken
+    before its first write; :meth:`restore` puts their values back (through ``.data``: no
+    version bump)."""
+
+    def __init__(self) -> None:
+        self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def keep(self, tensors: Any) -> None:
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and id(t) not in self.saved and not t.is_meta:
+                self.saved[id(t)] = (t, t.detach().clone())
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for t, value in self.saved.values():
+                if t.shape == value.shape and t.dtype == value.dtype and t.data_ptr() != value.data_ptr():
+                    t.data.copy_(value)
+                else:  # set_ rebound it to another size
+                    t.data = value
+
+
+__all__ = ["Backups", "DynamoCodes", "ModelState", "ProcessState", "Snapshot", "modules_of", "named_modules", "walks_shared"]

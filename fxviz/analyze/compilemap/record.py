@@ -43,9 +43,10 @@ from fxviz.analyze.compilemap.shapes import (
     rename,
     user_names,
 )
-from fxviz.analyze.compilemap.state import Backups, written_inputs
+from fxviz.analyze.compilemap.state import written_inputs
 from fxviz.errors import TargetError
 from fxviz.ops import op_name
+from fxviz.torchbridge.guard import Backups
 from fxviz.torchbridge.opnames import op_target
 from fxviz.torchbridge.source import source_from_trace
 

@@ -14,7 +14,7 @@ module,
   is taken out or put back);
 * the values of its buffers (copied; written back in place).
 
-A parameter's values are not copied up front: :class:`Backups` copies those a compiled graph writes
+A parameter's values are not copied up front: :class:`~fxviz.torchbridge.guard.Backups` copies those a compiled graph writes
 in place (a momentum update under ``no_grad``), just before the graph's first call, read from the
 graph itself (:func:`written_inputs`). Not restored: a parameter written in code Dynamo ran eagerly,
 and a plain tensor attribute (not a registered buffer) written in place (kept by reference).
@@ -84,27 +84,6 @@ def written_inputs(gm: torch.fx.GraphModule) -> list[int]:
     return sorted(written)
 
 
-class Backups:
-    """Copies of the parameters and buffers compiled graphs write in place, each taken before its
-    first write; :meth:`restore` puts their values back (through ``.data``: no version bump)."""
-
-    def __init__(self) -> None:
-        self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def keep(self, tensors: Any) -> None:
-        for t in tensors:
-            if isinstance(t, torch.Tensor) and id(t) not in self.saved and not t.is_meta:
-                self.saved[id(t)] = (t, t.detach().clone())
-
-    def restore(self) -> None:
-        with torch.no_grad():
-            for t, value in self.saved.values():
-                if t.shape == value.shape and t.dtype == value.dtype and t.data_ptr() != value.data_ptr():
-                    t.data.copy_(value)
-                else:  # set_ rebound it to another size
-                    t.data = value
-
-
 def _copy(v: Any) -> Any:
     if isinstance(v, dict):
         return dict(v)
@@ -124,4 +103,4 @@ def _put_back(obj: Any, saved: Any) -> None:
         obj.update(saved)
 
 
-__all__ = ["Backups", "ModelSnapshot", "written_inputs"]
+__all__ = ["ModelSnapshot", "written_inputs"]
