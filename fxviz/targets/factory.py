@@ -28,9 +28,9 @@ from fxviz.symbolic.pt2 import graph_from_pt2
 from fxviz.targets.parse import TargetSpec, parse_shape, read_graph, recognise
 from fxviz.targets.shapes import shapes_fit, suggest
 from fxviz.torchbridge.distributed import (
+    exchange_graphs,
     fake_world,
     fake_world_hint,
-    gather_to_rank0,
     launched_world,
     launched_world_size,
 )
@@ -273,5 +273,5 @@ def compare_target(
         return compare(t.model, t.args, t.kwargs, decompose=decompose, level=level)
 
 
-__all__ = ["Target", "compare_target", "gather_to_rank0", "launched_world", "launched_world_size", "load_factory",
+__all__ = ["Target", "compare_target", "exchange_graphs", "launched_world", "launched_world_size", "load_factory",
            "load_function", "load_graph", "make_inputs", "parse_dtype"]

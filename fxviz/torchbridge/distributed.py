@@ -12,13 +12,14 @@ import contextlib
 import os
 import re
 import sys
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
 
-from fxviz.errors import ModelError, TargetError
+from fxviz.errors import TargetError
 
 
 @contextlib.contextmanager
@@ -95,8 +96,7 @@ def launched_world() -> Iterator[int]:
     made it."""
     made = not dist.is_initialized()
     if made:
-        seconds = float(os.environ.get("FXVIZ_COLLECTIVE_TIMEOUT", TIMEOUT_S))
-        dist.init_process_group("gloo", timeout=timedelta(seconds=seconds))
+        dist.init_process_group("gloo", timeout=timedelta(seconds=_timeout_s()))
     try:
         yield dist.get_rank()
     finally:
@@ -104,21 +104,44 @@ def launched_world() -> Iterator[int]:
             dist.destroy_process_group()
 
 
-def gather_to_rank0(text: str) -> list[Any] | None:
-    """Every rank's ``text`` (a graph's JSON), in rank order, on rank 0; ``None`` on the others.
+def _timeout_s() -> float:
+    return float(os.environ.get("FXVIZ_COLLECTIVE_TIMEOUT", TIMEOUT_S))
 
-    A rank whose capture ended while another still waits in a collective this one never issued
-    (the classic hang) meets that rank's failure here, as gloo's "connection closed by peer": a
-    :class:`~fxviz.errors.ModelError` that says so, not a bug of fxviz's."""
+
+#: The launch's store keys: each rank's graph, and rank 0's word that it has read them.
+_GRAPH_KEY, _READ_KEY = "fxviz/graph/", "fxviz/graphs-read"
+
+
+def exchange_graphs(text: str | None) -> list[str | None] | None:
+    """Every rank's ``text`` (a graph's JSON, whole or partial; ``None``: no graph), in rank order,
+    on rank 0; ``None`` on the others.
+
+    The texts go through the launch's store, not a collective: a rank whose capture hung (a
+    collective another rank never issued, the classic hang) and timed out still gives its partial
+    graph, so rank 0 can say where the ranks parted. Rank 0 waits for each rank's up to the
+    collective timeout and a margin (``None`` for a rank that gave nothing by then); the other
+    ranks wait, as long, for rank 0 to have read them, so that a rank that fails does not end the
+    launch (torchrun stops every rank when one fails) before rank 0 writes."""
     rank, size = dist.get_rank(), dist.get_world_size()
-    out: list[Any] | None = [None] * size if rank == 0 else None
-    try:
-        dist.gather_object(text, out, dst=0)
-    except RuntimeError as e:  # DistBackendError and gloo's transport errors
-        why = re.sub(r"^\[[^\]]*\]\s*", "", str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
-        raise ModelError(f"rank {rank} of {size}: captured, but its graph never reached rank 0 ({why}): another "
-                         "rank failed, or waits in a collective this rank did not issue; that rank's line says "
-                         "which") from e
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"{_GRAPH_KEY}{rank}", "" if text is None else text)
+    deadline = time.monotonic() + _timeout_s() + 10.0
+
+    def wait(key: str) -> bool:
+        try:
+            store.wait([key], timedelta(seconds=max(0.1, deadline - time.monotonic())))
+        except (RuntimeError, dist.DistError):  # the store's timeout (DistStoreError)
+            return False
+        return True
+
+    if rank != 0:
+        wait(_READ_KEY)
+        return None
+    out: list[str | None] = [text]
+    for r in range(1, size):
+        got = store.get(f"{_GRAPH_KEY}{r}").decode() if wait(f"{_GRAPH_KEY}{r}") else ""
+        out.append(got or None)
+    store.set(_READ_KEY, "1")
     return out
 
 
