@@ -23,7 +23,7 @@ from fxviz.passes.comm import collectives
 from fxviz.passes.overlays import overlays
 from fxviz.torchbridge.distributed import fake_world
 from fxviz.torchbridge.source import is_user_file
-from tests.test_distributed import _bench, mlp_factory
+from tests.test_distributed import _bench, mlp_factory, waited
 
 Factory = Callable[[], tuple[nn.Module, tuple[Any, ...]]]
 
@@ -62,7 +62,7 @@ def readers_in_torch(factory: Factory, world_size: int, kind: type[nn.Module] = 
         mode = _Readers(outputs)
         try:
             with torch.no_grad(), mode:
-                model(*args)
+                waited(model(*args))
         finally:
             for h in handles:
                 h.remove()
@@ -339,7 +339,7 @@ def test_the_models_own_redistributions_are_nodes_on_its_lines_with_placements_o
     with fake_world(4):
         model, args = user_calls_factory()
         with torch.no_grad(), _Issued() as mode:
-            model(*args)
+            waited(model(*args))
         kept = model.block.kept
     assert counts(g) == oracle(user_calls_factory, 4)  # CommDebugMode's per-module counts
     first = UserCalls.forward.__code__.co_firstlineno
@@ -431,7 +431,7 @@ def test_a_collective_on_a_dtensor_inputs_shard_reads_the_input() -> None:
     with fake_world(4):
         model, (x,) = sharded_input_factory()
         with torch.no_grad(), Reads():
-            model(x)
+            waited(model(x))
     assert read == [True, False]  # the input's gather, then the row-parallel all-reduce
     g = fxviz.capture(sharded_input_factory, world_size=4)
     first = g.node(collectives(g)[0]["node"])
