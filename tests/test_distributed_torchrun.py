@@ -176,3 +176,16 @@ def test_torchrun_rank_0_shows_the_collective_another_rank_hung_in() -> None:
                for n in d["notes"])
     [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
     assert line.startswith("error: rank 1 of 2: a collective never returned: all_reduce")
+
+
+def test_torchrun_with_world_size_is_refused_not_written_once_per_rank() -> None:
+    """``--world-size`` under torchrun ran a fake group in each rank, and each rank wrote its graph:
+    two JSON documents on stdout. It is one line per rank, and nothing written."""
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                           str(_free_port()), "-m", "fxviz", "json", f"{REPO / 'tests' / 'test_distributed.py'}:mlp_factory",
+                           "--world-size", "4"], capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode != 0 and proc.stdout == ""
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert errors and all("--world-size 4 runs the factory in a fake process group" in e and "drop --world-size" in e
+                          for e in errors)

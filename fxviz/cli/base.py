@@ -221,8 +221,18 @@ _WORLD_SIZE = "fxviz.world_size"
 
 
 def _set_world_size(ctx: click.Context, _param: click.Parameter, value: int | None) -> None:
-    if value is not None:
-        ctx.meta[_WORLD_SIZE] = value
+    if value is None:
+        return
+    from fxviz.torchbridge.distributed import launched_world_size
+
+    launched = launched_world_size()
+    if launched is not None:  # each rank would run its own fake group and write its own output
+        rank = os.environ.get("RANK", "0")
+        raise TargetError(f"{'' if rank == '0' else f'rank {rank} of {launched}: '}--world-size {value} runs the factory in a fake process group inside one process, but "
+                          f"this process is one of the {launched} ranks torchrun launched: drop --world-size to "
+                          "capture every rank in the launch's own group (rank 0 shows its graph), or run fxviz "
+                          "without torchrun")
+    ctx.meta[_WORLD_SIZE] = value
 
 
 def world_size_option(fn: Callable[..., Any]) -> Callable[..., Any]:
