@@ -462,3 +462,21 @@ def test_a_rebound_dtensor_parameter_is_put_back() -> None:
     assert m.w is w and type(w) is DTensor
     assert (tuple(w.shape), w.placements) == ((8, 16), (Shard(0),))
     assert torch.equal(w.to_local(), local)
+
+
+def test_a_command_that_does_not_join_torchrun_says_so_not_to_launch_torchrun(tmp_path, monkeypatch) -> None:
+    """``fxviz compile`` under torchrun (the launcher's variables set) builds the factory outside
+    any group; the hint told the user to do what they did, "launch it with torchrun"."""
+    from click.testing import CliRunner
+
+    from fxviz.cli import cli
+
+    f = tmp_path / "tp.py"
+    f.write_text(FACTORY)
+    for k, v in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(k, v)
+    r = CliRunner().invoke(cli, ["compile", f"{f}:build"])
+    assert r.exit_code != 0 and not dist.is_initialized()
+    [line] = [ln for ln in r.output.splitlines() if ln.startswith("error: ")]
+    assert "does not join torchrun's" in line and "run it without torchrun, with --world-size N" in line
+    assert "launch it with torchrun" not in line

@@ -112,6 +112,9 @@ def _needs_group(e: BaseException) -> str:
     tb = e.__traceback__
     while tb is not None:
         if tb.tb_frame.f_globals.get("__name__", "").startswith("torch.distributed"):
+            if launched_world_size() is not None:  # this command does not join the launch's group
+                return ("; it needs a process group, and this command does not join torchrun's (tree, json "
+                        "and the other capturing commands do): run it without torchrun, with --world-size N")
             return ("; it needs a process group: pass --world-size N (world_size=N in Python) to run it "
                     "under a fake one in this process, or launch it with torchrun")
         tb = tb.tb_next
