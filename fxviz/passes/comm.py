@@ -27,6 +27,8 @@ from fxviz.passes.tree import tree_of
 
 #: point-to-point kinds: one rank's send is another's recv, so ranks' sequences of them differ by design
 _P2P = ("send", "recv")
+#: kinds whose size is each rank's own: an all-to-all's split sizes (a MoE's dispatch of its tokens)
+_OWN_SIZE = ("all_to_all",)
 
 
 def collectives(graph: Graph) -> list[dict[str, Any]]:
@@ -254,7 +256,7 @@ def rank_mismatches(graphs: Sequence[Graph]) -> list[dict[str, Any]]:
     the one shown; a graph's rank is ``annotations["rank"]``, else its position).
 
     Every rank of a group must issue that group's collectives in the same order, with the same
-    kind and size; the first one where a rank differs (another kind or size, or none at all) is
+    kind and size (but an all-to-all, whose split sizes are each rank's own); the first one where a rank differs (another kind or size, or none at all) is
     where the ranks part and wait on each other (the classic hang). Collectives are aligned per
     mesh dimension (per process group where unnamed), in the order each rank issued them, forward
     then backward; after the first difference a group's sequences are out of step, so one flag per
@@ -280,7 +282,8 @@ def rank_mismatches(graphs: Sequence[Graph]) -> list[dict[str, Any]]:
         lists = [s.get(key, []) for s in seqs]
         for i in range(max(len(x) for x in lists)):
             got = [x[i] if i < len(x) else None for x in lists]
-            sig = {(r.get("kind"), r.get("bytes")) if r is not None else None for r in got}
+            sig = {(r.get("kind"), None if r.get("kind") in _OWN_SIZE else r.get("bytes")) if r is not None else None
+                   for r in got}
             if len(sig) == 1:
                 continue
             said = {str(rank): _say(r) for rank, r in zip(ranks, got, strict=True)}
@@ -365,7 +368,8 @@ def _agreement(graphs: Sequence[Graph]) -> str:
     mine = collectives(graphs[0]) if graphs else []
     n = sum(r.get("kind") not in _P2P for r in mine)
     sends = sum(r.get("kind") == "send" for g in graphs for r in collectives(g))
-    said = [f"every rank issued the same {n} collective{'s' if n != 1 else ''}, in the same order, kind and size"
+    own = " (an all-to-all's size is each rank's own)" if any(r.get("kind") in _OWN_SIZE for r in mine) else ""
+    said = [f"every rank issued the same {n} collective{'s' if n != 1 else ''}, in the same order, kind and size{own}"
             ] if n or not sends else []
     if sends:
         said.append(f"each of the ranks' {sends} send{'s' if sends != 1 else ''} met its receive, in order and size")
