@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
-from fxviz.errors import CaptureError, FxvizError, ModelError, PassError, RenderError, TargetError
+from fxviz.errors import (
+    CaptureError,
+    CollectiveTimeout,
+    FxvizError,
+    ModelError,
+    PassError,
+    RenderError,
+    TargetError,
+)
 from fxviz.targets.parse import METHODS, TargetSpec, read_graph, recognise
 from fxviz.text import clean, one_line
 
@@ -310,7 +318,8 @@ def _launched_graph(spec: TargetSpec, ranks: int, **options: Any) -> Graph:
             graph = factory.load_graph(spec, world_size=ranks, **options)
         except FxvizError as e:
             failure, graph = e, e.graph if isinstance(e, ModelError) else None
-        texts = factory.exchange_graphs(graph.to_json() if graph is not None else None)
+        texts = factory.exchange_graphs(graph.to_json() if graph is not None else None,
+                                        patient=failure is None or isinstance(failure, CollectiveTimeout))
     if rank == 0 and graph is not None and texts is not None:
         compare_ranks([graph, *(Graph.from_json(t) if t else None for t in texts[1:])])
     if failure is not None:  # rank 0 writes the partial graph and says why; the others only why

@@ -357,8 +357,8 @@ def compare_ranks(graphs: Sequence[Graph | None]) -> None:
     missing = [str(r) for r, g in enumerate(graphs) if g is None]
     if missing:
         ref.notes.append(f"rank 0 of {len(graphs)} (torchrun): rank{'s' if len(missing) > 1 else ''} "
-                         f"{', '.join(missing)} gave no graph (failed before capturing, or still waiting past the "
-                         "collective timeout): not compared")
+                         f"{', '.join(missing)} gave no graph (failed before capturing, or had not finished when rank 0 "
+                         "stopped waiting for it): not compared")
     elif not flags:
         ref.notes.append(_agreement(there))
 

@@ -112,7 +112,7 @@ def _timeout_s() -> float:
 _GRAPH_KEY, _READ_KEY = "fxviz/graph/", "fxviz/graphs-read"
 
 
-def exchange_graphs(text: str | None) -> list[str | None] | None:
+def exchange_graphs(text: str | None, patient: bool = True) -> list[str | None] | None:
     """Every rank's ``text`` (a graph's JSON, whole or partial; ``None``: no graph), in rank order,
     on rank 0; ``None`` on the others.
 
@@ -121,11 +121,13 @@ def exchange_graphs(text: str | None) -> list[str | None] | None:
     graph, so rank 0 can say where the ranks parted. Rank 0 waits for each rank's up to the
     collective timeout and a margin (``None`` for a rank that gave nothing by then); the other
     ranks wait, as long, for rank 0 to have read them, so that a rank that fails does not end the
-    launch (torchrun stops every rank when one fails) before rank 0 writes."""
+    launch (torchrun stops every rank when one fails) before rank 0 writes. A rank whose capture
+    failed otherwise than by the timeout (``patient`` false: the model raised, and the others may
+    wait for it in a collective until their timeout) waits a few seconds only."""
     rank, size = dist.get_rank(), dist.get_world_size()
     store = dist.distributed_c10d._get_default_store()
     store.set(f"{_GRAPH_KEY}{rank}", "" if text is None else text)
-    deadline = time.monotonic() + _timeout_s() + 10.0
+    deadline = time.monotonic() + (_timeout_s() + 10.0 if patient else 5.0)
 
     def wait(key: str) -> bool:
         try:
