@@ -436,3 +436,44 @@ def test_a_collective_on_a_dtensor_inputs_shard_reads_the_input() -> None:
     g = fxviz.capture(sharded_input_factory, world_size=4)
     first = g.node(collectives(g)[0]["node"])
     assert [r.node for r in first.inputs] == ["x"] and not [n for n in g.nodes if n.kind == "constant"]
+
+
+def test_under_torchrun_rank_0_says_what_it_captures(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under torchrun the capture printed nothing while it ran (the spinner was the fake group's
+    alone); rank 0 now shows one, the other ranks none (they share the terminal). The launch is
+    played in this process: a fake group of 2 as the launch's, this process rank 0 or 1."""
+    import contextlib
+
+    from click.testing import CliRunner
+
+    import fxviz.cli.base as base
+    import fxviz.targets.factory as factory
+    from fxviz.cli import cli
+    from tests.test_distributed import FACTORY
+
+    f = tmp_path / "tp.py"
+    f.write_text(FACTORY)
+    for rank in (0, 1):
+        shown: list[str] = []
+
+        @contextlib.contextmanager
+        def spinner(text: str, shown: list[str] = shown) -> Any:
+            shown.append(text)
+            yield
+
+        @contextlib.contextmanager
+        def launched(rank: int = rank) -> Any:
+            with fake_world(2):
+                yield rank
+
+        monkeypatch.setattr(base, "spinner", spinner)
+        monkeypatch.setattr(factory, "launched_world_size", lambda: 2)
+        monkeypatch.setattr(factory, "launched_world", launched)
+        monkeypatch.setattr(factory, "exchange_graphs", lambda text, patient=True, rank=rank: [text, text] if rank == 0
+                            else None, raising=False)
+        monkeypatch.setattr(factory, "gather_to_rank0", lambda text, rank=rank: [text, text] if rank == 0 else None,
+                            raising=False)  # before the store: the same, by a collective
+        r = CliRunner().invoke(cli, ["tree", f"{f}:build"])
+        assert r.exit_code == 0, r.output
+        assert shown == ([f"capturing {f}:build: rank 0 of 2 (torchrun) …"] if rank == 0 else [])
+        assert ("all_reduce" in r.output) == (rank == 0)

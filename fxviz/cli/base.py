@@ -314,8 +314,10 @@ def _launched_graph(spec: TargetSpec, ranks: int, **options: Any) -> Graph:
     failure: FxvizError | None = None
     graph: Graph | None = None
     with factory.launched_world() as rank:
-        try:
-            graph = factory.load_graph(spec, world_size=ranks, **options)
+        try:  # rank 0 says what runs, on a terminal (the ranks share it)
+            with spinner(f"capturing {one_line(spec.text)}: rank 0 of {ranks} (torchrun) …") \
+                    if rank == 0 and spec.captures else contextlib.nullcontext():
+                graph = factory.load_graph(spec, world_size=ranks, **options)
         except FxvizError as e:
             failure, graph = e, e.graph if isinstance(e, ModelError) else None
         texts = factory.exchange_graphs(graph.to_json() if graph is not None else None,
