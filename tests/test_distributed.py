@@ -220,6 +220,21 @@ def test_bad_world_size_and_cuda_factory_are_one_line() -> None:
         fxviz.capture(mlp_factory, world_size=0)
 
 
+def test_a_factory_that_makes_its_own_group_is_told_fxviz_made_one() -> None:
+    """Training code calls ``init_process_group`` itself; in the group fxviz made, torch says only
+    "trying to initialize the default process group twice!"."""
+    def own_group():
+        dist.init_process_group("gloo")
+        return mlp_factory()
+
+    with pytest.raises(TargetError) as e:
+        fxviz.capture(own_group, world_size=4)
+    assert "default process group twice" in str(e.value) and "\n" not in str(e.value)
+    assert str(e.value).endswith("fxviz made the process group before calling the factory (a fake one, 4 ranks): "
+                                 "call init_process_group only where dist.is_initialized() is false")
+    assert not dist.is_initialized()
+
+
 class Explicit(nn.Module):
     """Collectives a user writes: ``dist.all_reduce`` (a ``c10d`` op) and a functional all_gather."""
 

@@ -33,6 +33,7 @@ from fxviz.torchbridge.distributed import (
     fake_world_hint,
     launched_world,
     launched_world_size,
+    made_group_hint,
 )
 
 _INT_DTYPES = {torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
@@ -106,7 +107,7 @@ def _needs_group(e: BaseException) -> str:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        return fake_world_hint(e) if dist.get_backend() == "fake" else ""
+        return fake_world_hint(e) if dist.get_backend() == "fake" else made_group_hint(e)
     if not dist.is_available():
         return ""
     tb = e.__traceback__

@@ -57,11 +57,24 @@ _NO_GPU = re.compile(r"not compiled with (CUDA|ROCm)|no (CUDA|NVIDIA) (GPUs are 
                      r"Found no NVIDIA driver|nccl", re.I)
 
 
+def made_group_hint(e: BaseException) -> str:
+    """The hint for a factory that initialises the default process group itself, as training code
+    does, in the group fxviz made before calling it (a fake one, or a torchrun launch's)."""
+    if "default process group twice" not in str(e) or not dist.is_initialized():
+        return ""
+    made = "a fake one" if dist.get_backend() == "fake" else f"the launch's, {dist.get_backend()}"
+    return (f"; fxviz made the process group before calling the factory ({made}, {dist.get_world_size()} "
+            "ranks): call init_process_group only where dist.is_initialized() is false")
+
+
 def fake_world_hint(e: BaseException) -> str:
     """What to do about a factory that failed in a fake process group (``""`` where nothing
     fits): a mesh larger than the group asks for its size, a factory that needs a GPU is told the
-    fake group runs on the CPU (and ``meta``)."""
+    fake group runs on the CPU (and ``meta``), one that makes its own group is told that fxviz
+    made one (:func:`made_group_hint`)."""
     text = str(e)
+    if made_group_hint(e):
+        return made_group_hint(e)
     big = _MESH_TOO_BIG.search(text)
     if big:
         return f"; its mesh has {big.group(2)} ranks: pass --world-size {big.group(2)} (world_size={big.group(2)})"
@@ -192,4 +205,4 @@ def data_alias(t: Any) -> Any:
     return t.data
 
 
-__all__ = ["data_alias", "fake_world", "fake_world_hint", "placement_attrs"]
+__all__ = ["data_alias", "fake_world", "fake_world_hint", "made_group_hint", "placement_attrs"]
