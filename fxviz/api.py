@@ -352,6 +352,7 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
                 fake = hang is None and torch.distributed.get_backend() == "fake"
                 cannot = fake_cannot(e, recorder.records) if fake else None
                 if e.graph is not None:
+                    e.graph.annotations["rank"] = torch.distributed.get_rank()
                     _write_comm(e.graph, recorder.records, mesh_dims(_state_and_inputs(model, args, kwargs, params),
                                                                      {r["group"] for r in recorder.records}))
                 if hang is not None:

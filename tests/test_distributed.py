@@ -84,6 +84,19 @@ def block_factory():
     return parallelize_module(Block(), mesh, plan), (torch.randn(2, 5, 32),)
 
 
+def waited(out: Any) -> Any:
+    """``out``, the functional collectives it holds unwaited (a row-parallel layer's output) waited
+    as a reader of them would: a test's own run of a sharded model leaves none in torch's registry
+    of unwaited work, which warns about each at the process's exit."""
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+    from torch.utils._pytree import tree_leaves
+
+    for v in tree_leaves(out):
+        if isinstance(v, AsyncCollectiveTensor):
+            v.trigger_wait()
+    return out
+
+
 def oracle(factory, world_size: int) -> dict[str, dict[str, int]]:
     """CommDebugMode's own per-module counts on the same model and inputs."""
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -93,7 +106,7 @@ def oracle(factory, world_size: int) -> dict[str, dict[str, int]]:
         model, args = factory()
         mode = CommDebugMode()
         with mode:
-            model(*args)
+            waited(model(*args))
         return {("" if k == "Global" else k.partition(".")[2]): {_kind(str(op)): n for op, n in v["forward"].items() if n}
                 for k, v in mode.comm_module_counts.items()}
     finally:
@@ -205,6 +218,21 @@ def test_bad_world_size_and_cuda_factory_are_one_line() -> None:
         assert not dist.is_initialized()
     with pytest.raises(TargetError, match="positive"):
         fxviz.capture(mlp_factory, world_size=0)
+
+
+def test_a_factory_that_makes_its_own_group_is_told_fxviz_made_one() -> None:
+    """Training code calls ``init_process_group`` itself; in the group fxviz made, torch says only
+    "trying to initialize the default process group twice!"."""
+    def own_group():
+        dist.init_process_group("gloo")
+        return mlp_factory()
+
+    with pytest.raises(TargetError) as e:
+        fxviz.capture(own_group, world_size=4)
+    assert "default process group twice" in str(e.value) and "\n" not in str(e.value)
+    assert str(e.value).endswith("fxviz made the process group before calling the factory (a fake one, 4 ranks): "
+                                 "call init_process_group only where dist.is_initialized() is false")
+    assert not dist.is_initialized()
 
 
 class Explicit(nn.Module):
@@ -449,3 +477,21 @@ def test_a_rebound_dtensor_parameter_is_put_back() -> None:
     assert m.w is w and type(w) is DTensor
     assert (tuple(w.shape), w.placements) == ((8, 16), (Shard(0),))
     assert torch.equal(w.to_local(), local)
+
+
+def test_a_command_that_does_not_join_torchrun_says_so_not_to_launch_torchrun(tmp_path, monkeypatch) -> None:
+    """``fxviz compile`` under torchrun (the launcher's variables set) builds the factory outside
+    any group; the hint told the user to do what they did, "launch it with torchrun"."""
+    from click.testing import CliRunner
+
+    from fxviz.cli import cli
+
+    f = tmp_path / "tp.py"
+    f.write_text(FACTORY)
+    for k, v in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(k, v)
+    r = CliRunner().invoke(cli, ["compile", f"{f}:build"])
+    assert r.exit_code != 0 and not dist.is_initialized()
+    [line] = [ln for ln in r.output.splitlines() if ln.startswith("error: ")]
+    assert "does not join torchrun's" in line and "run it without torchrun, with --world-size N" in line
+    assert "launch it with torchrun" not in line

@@ -23,7 +23,7 @@ from fxviz.passes.comm import collectives
 from fxviz.passes.overlays import overlays
 from fxviz.torchbridge.distributed import fake_world
 from fxviz.torchbridge.source import is_user_file
-from tests.test_distributed import _bench, mlp_factory
+from tests.test_distributed import _bench, mlp_factory, waited
 
 Factory = Callable[[], tuple[nn.Module, tuple[Any, ...]]]
 
@@ -62,7 +62,7 @@ def readers_in_torch(factory: Factory, world_size: int, kind: type[nn.Module] = 
         mode = _Readers(outputs)
         try:
             with torch.no_grad(), mode:
-                model(*args)
+                waited(model(*args))
         finally:
             for h in handles:
                 h.remove()
@@ -339,7 +339,7 @@ def test_the_models_own_redistributions_are_nodes_on_its_lines_with_placements_o
     with fake_world(4):
         model, args = user_calls_factory()
         with torch.no_grad(), _Issued() as mode:
-            model(*args)
+            waited(model(*args))
         kept = model.block.kept
     assert counts(g) == oracle(user_calls_factory, 4)  # CommDebugMode's per-module counts
     first = UserCalls.forward.__code__.co_firstlineno
@@ -431,8 +431,49 @@ def test_a_collective_on_a_dtensor_inputs_shard_reads_the_input() -> None:
     with fake_world(4):
         model, (x,) = sharded_input_factory()
         with torch.no_grad(), Reads():
-            model(x)
+            waited(model(x))
     assert read == [True, False]  # the input's gather, then the row-parallel all-reduce
     g = fxviz.capture(sharded_input_factory, world_size=4)
     first = g.node(collectives(g)[0]["node"])
     assert [r.node for r in first.inputs] == ["x"] and not [n for n in g.nodes if n.kind == "constant"]
+
+
+def test_under_torchrun_rank_0_says_what_it_captures(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under torchrun the capture printed nothing while it ran (the spinner was the fake group's
+    alone); rank 0 now shows one, the other ranks none (they share the terminal). The launch is
+    played in this process: a fake group of 2 as the launch's, this process rank 0 or 1."""
+    import contextlib
+
+    from click.testing import CliRunner
+
+    import fxviz.cli.base as base
+    import fxviz.targets.factory as factory
+    from fxviz.cli import cli
+    from tests.test_distributed import FACTORY
+
+    f = tmp_path / "tp.py"
+    f.write_text(FACTORY)
+    for rank in (0, 1):
+        shown: list[str] = []
+
+        @contextlib.contextmanager
+        def spinner(text: str, shown: list[str] = shown) -> Any:
+            shown.append(text)
+            yield
+
+        @contextlib.contextmanager
+        def launched(rank: int = rank) -> Any:
+            with fake_world(2):
+                yield rank
+
+        monkeypatch.setattr(base, "spinner", spinner)
+        monkeypatch.setattr(factory, "launched_world_size", lambda: 2)
+        monkeypatch.setattr(factory, "launched_world", launched)
+        monkeypatch.setattr(factory, "exchange_graphs", lambda text, patient=True, rank=rank: [text, text] if rank == 0
+                            else None, raising=False)
+        monkeypatch.setattr(factory, "gather_to_rank0", lambda text, rank=rank: [text, text] if rank == 0 else None,
+                            raising=False)  # before the store: the same, by a collective
+        r = CliRunner().invoke(cli, ["tree", f"{f}:build"])
+        assert r.exit_code == 0, r.output
+        assert shown == ([f"capturing {f}:build: rank 0 of 2 (torchrun) …"] if rank == 0 else [])
+        assert ("all_reduce" in r.output) == (rank == 0)

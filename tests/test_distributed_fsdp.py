@@ -18,7 +18,7 @@ from torch.distributed.device_mesh import init_device_mesh
 import fxviz
 from fxviz.ir import Graph, Node
 from fxviz.passes.comm import collectives
-from tests.test_distributed import counts, oracle
+from tests.test_distributed import counts, oracle, waited
 
 
 class Block(nn.Module):
@@ -519,8 +519,9 @@ def fake_swaps(factory: Any, world_size: int) -> list[tuple[str, str]]:
             model, (x,) = factory()
             mode = FakeTensorMode(allow_non_fake_inputs=True)
             with mode if fake else torch.no_grad(), Log() as log:
-                model(mode.from_tensor(x) if fake else x)
+                out = model(mode.from_tensor(x) if fake else x)
             runs.append(log.ops)
+            waited(out)  # after the log: the wait is the test's, not the forward's
         finally:
             dist.destroy_process_group()
     assert len(runs[0]) == len(runs[1])

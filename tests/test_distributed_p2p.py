@@ -124,6 +124,36 @@ def test_a_send_and_its_recv_are_no_rank_mismatch() -> None:
     assert "all_reduce" in flags[0]["ranks"]["0"]
 
 
+
+def _p2p_graph(rank: int, *records: tuple[str, int, int]) -> Graph:
+    """Rank ``rank``'s graph with its (kind, peer, bytes) sends and recvs."""
+    g = Graph(name="m", nodes=[], method="eager")
+    g.annotations["rank"] = rank
+    g.annotations["collectives"] = [{"kind": k, "op": f"c10d.{k}", "group": "0", "group_size": 2, "bytes": b,
+                                     "module": "", "peer": peer, "mesh_dim": ""} for k, peer, b in records]
+    return g
+
+
+def test_a_send_whose_receive_differs_is_flagged() -> None:
+    """Each rank's sends to a peer must be that peer's receives from it, in order and size: rank 1
+    receiving 128 bytes where rank 0 sends 64 (gloo runs it: the rest of its buffer is not what was
+    sent), or a receive no send answers (a hang). Sends and recvs were left out of the comparison
+    altogether, and the note said every rank issued "the same 1 collective"."""
+    ok = [_p2p_graph(0, ("send", 1, 64), ("recv", 1, 8)), _p2p_graph(1, ("recv", 0, 64), ("send", 0, 8))]
+    assert rank_mismatches(ok) == []
+    sized = [_p2p_graph(0, ("send", 1, 64)), _p2p_graph(1, ("recv", 0, 128))]
+    [flag] = rank_mismatches(sized)
+    assert (flag["group"], flag["index"]) == ("send 0->1", 0)
+    assert flag["ranks"] == {"0": "send (64 B, forward, the model)", "1": "recv (128 B, forward, the model)"}
+    assert collectives(sized[0])[0]["rank_mismatch"].startswith("send 1 from rank 0 to rank 1 does not match")
+    assert any("not the size of what is sent" in n for n in sized[0].notes)
+    unanswered = [_p2p_graph(0, ("send", 1, 64), ("recv", 1, 8)), _p2p_graph(1, ("recv", 0, 64))]
+    [flag] = rank_mismatches(unanswered)
+    assert (flag["group"], flag["ranks"]) == ("send 1->0", {"1": "nothing", "0": "recv (8 B, forward, the model)"})
+    assert any("waits for a message never sent (a hang)" in n for n in unanswered[0].notes)
+    # a receive from any source may take any send: what goes to its rank is not paired
+    assert rank_mismatches([_p2p_graph(0, ("send", 1, 64)), _p2p_graph(1, ("recv", -1, 64))]) == []
+
 class FirstStage(nn.Module):
     """Stage 0 of a two-stage pipeline, run by its schedule (GPipe, two microbatches)."""
 

@@ -14,7 +14,7 @@ import fxviz
 from fxviz.fallback.comms import _kind
 from fxviz.ir import Graph
 from fxviz.passes.comm import collectives, rank_mismatches
-from tests.test_distributed import mlp_factory, sp_factory
+from tests.test_distributed import mlp_factory, sp_factory, waited
 
 
 class RankBranch(nn.Module):
@@ -45,7 +45,7 @@ def on_rank(rank: int, world_size: int, factory) -> tuple[Graph, Counter[str]]:
         g = fxviz.capture(factory, world_size=world_size)
         model, args = factory()
         with CommDebugMode() as mode:
-            model(*args)
+            waited(model(*args))
         return g, Counter({_kind(str(op)): n for op, n in mode.get_comm_counts().items() if n})
     finally:
         dist.destroy_process_group()

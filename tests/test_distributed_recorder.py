@@ -19,7 +19,7 @@ import fxviz.fallback.comms as comms
 import fxviz.torchbridge.guard as guard
 from fxviz.passes.comm import collectives
 from fxviz.passes.overlays import overlays
-from tests.test_distributed import counts, fsdp_factory, mlp_factory, oracle, sp_factory
+from tests.test_distributed import counts, fsdp_factory, mlp_factory, oracle, sp_factory, waited
 
 
 class Implicit(nn.Module):
@@ -240,7 +240,7 @@ def test_a_dtensor_op_is_one_node_not_its_local_ops() -> None:
         model, args = mlp_factory()
         mode = CommDebugMode()
         with torch.no_grad(), mode:
-            model(*args)
+            waited(model(*args))
         torch_ops = {path.rpartition(".")[2]: [str(o["name"]) for o in v["operations_list"]]
                      for path, v in mode.comm_module_operation_counts.items()}
     g = fxviz.capture(mlp_factory, world_size=4)

@@ -11,13 +11,16 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
+from torch import nn
 
 import fxviz
 from tests import test_distributed as td
+from tests.test_distributed_p2p import C10dLog
 
 pytestmark = pytest.mark.slow  # two processes start torch
 
@@ -30,10 +33,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _torchrun_json(target: str, timeout: int) -> subprocess.CompletedProcess[str]:
+def _torchrun_json(target: str, timeout: int, **env_vars: str) -> subprocess.CompletedProcess[str]:
     """``torchrun --nproc-per-node 2 -m fxviz json TARGET`` on gloo, collectives timing out after
     ``timeout`` seconds."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "FXVIZ_COLLECTIVE_TIMEOUT": str(timeout)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FXVIZ_COLLECTIVE_TIMEOUT": str(timeout), **env_vars}
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                            "--master-port", str(_free_port()), "-m", "fxviz", "json", target],
                           capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
@@ -88,14 +91,130 @@ def only_rank0_factory() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
 
 
 def test_torchrun_the_rank_that_did_not_hang_says_so_not_that_fxviz_has_a_bug() -> None:
-    """Rank 1 finishes its capture and sends its graph to rank 0, which waits in the all-reduce
-    rank 1 never issued; when gloo's timeout ends that wait, rank 1's send fails. Rank 1 printed
-    gloo's transport error as "a bug in fxviz" (exit 70); it says what happened, with its rank,
-    and rank 0 says which collective hung."""
+    """Rank 1 finishes its capture while rank 0 waits in the all-reduce rank 1 never issued. Rank 1
+    printed gloo's transport error as "a bug in fxviz" (exit 70); its graph now reaches rank 0
+    through the launch's store, not a collective, so it leaves quietly, and rank 0 says which
+    collective hung and shows, in its partial graph, that rank 1 never issued it."""
     proc = _torchrun_json(f"{Path(__file__)}:only_rank0_factory", timeout=5)
     assert proc.returncode != 0
     errors = sorted(line for line in proc.stderr.splitlines() if line.startswith("error: "))
     assert "bug in fxviz" not in proc.stderr
-    assert len(errors) == 2, proc.stderr[-3000:]
+    assert len(errors) == 1, proc.stderr[-3000:]
     assert errors[0].startswith("error: a collective never returned: all_reduce")
-    assert errors[1].startswith("error: rank 1 of 2: captured, but its graph never reached rank 0")
+    d = json.loads(proc.stdout)
+    [flag] = d["annotations"]["rank_mismatches"]
+    assert (flag["index"], flag["ranks"]["1"]) == (1, "nothing") and flag["ranks"]["0"].startswith("all_reduce (16 B")
+    assert d["annotations"]["collectives"][1]["rank_mismatch"].startswith("collective 2 on 0 differs between ranks")
+
+class Stage(nn.Module):
+    """One of two pipeline stages (``torch.distributed.pipelining``, GPipe, two microbatches) per
+    rank. torch's record of the run: the ``c10d`` ops the dispatcher saw on each rank, written to
+    ``$FXVIZ_TEST_C10D.<rank>`` (CommDebugMode counts no point-to-point op)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+        self.rank = dist.get_rank()
+        self.part = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+        self.schedule = ScheduleGPipe(PipelineStage(self.part, self.rank, 2, torch.device("cpu")), n_microbatches=2)
+
+    def forward(self, x: torch.Tensor) -> Any:
+        with C10dLog() as log:
+            out = self.schedule.step(x) if self.rank == 0 else self.schedule.step()
+        Path(f"{os.environ['FXVIZ_TEST_C10D']}.{self.rank}").write_text(json.dumps(log.ops))
+        return out
+
+
+def stage_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return Stage(), (torch.randn(4, 8),)
+
+
+def test_torchrun_pipeline_stages_send_what_the_next_rank_receives(tmp_path: Path) -> None:
+    """Rank 0 runs stage 0, rank 1 stage 1: rank 0's sends and receives are the dispatcher's (kind,
+    peer, bytes), each send is rank 1's receive of the same size, and no rank is flagged."""
+    proc = _torchrun_json(f"{Path(__file__)}:stage_factory", timeout=120, FXVIZ_TEST_C10D=str(tmp_path / "c10d"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = json.loads(proc.stdout)
+    recs = d["annotations"]["collectives"]
+    torch0, torch1 = (json.loads((tmp_path / f"c10d.{r}").read_text()) for r in (0, 1))
+    assert [[r["op"], r["peer"], r["bytes"]] for r in recs] == torch0
+    assert {r["kind"] for r in recs} == {"send", "recv"} and all(r["peer"] == 1 for r in recs)
+    # each microbatch's activation (2 x 8 float32) goes to stage 1, which receives as much from rank 0
+    assert [r["bytes"] for r in recs if r["kind"] == "send"][-2:] == [64, 64]
+    sends = [b for op, _, b in torch0 if op == "c10d.send"]
+    assert [b for op, peer, b in torch1 if op == "c10d.recv_" and peer == 0] == sends
+    assert d["annotations"]["rank_mismatches"] == []
+    assert any(f"each of the ranks' {len(sends) + sum(op == 'c10d.send' for op, _, _ in torch1)} sends met its "
+               "receive, in order and size" in n for n in d["notes"])
+
+
+class Rank1ReducesTwice(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(x)
+        if dist.get_rank() == 1:
+            dist.all_reduce(x)  # rank 0 never issues it: rank 1 waits until the group's timeout
+        return x * 2
+
+
+def rank1_twice_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    return Rank1ReducesTwice(), (torch.ones(4),)
+
+
+def test_torchrun_rank_0_shows_the_collective_another_rank_hung_in() -> None:
+    """Rank 0 finishes; rank 1 hangs in a second all-reduce rank 0 never issues. Rank 0 wrote
+    nothing (it waited for rank 1's graph in a gather rank 1 never joined); it writes its whole
+    graph, flagged where rank 1's partial one parts from it."""
+    proc = _torchrun_json(f"{Path(__file__)}:rank1_twice_factory", timeout=5)
+    assert proc.returncode != 0
+    d = json.loads(proc.stdout)
+    assert [c["kind"] for c in d["annotations"]["collectives"]] == ["all_reduce"]
+    [flag] = d["annotations"]["rank_mismatches"]
+    assert (flag["index"], flag["ranks"]["0"]) == (1, "nothing") and flag["ranks"]["1"].startswith("all_reduce (16 B")
+    assert any(n.startswith("collective 2 on 0 differs between ranks: rank 0 nothing, rank 1 all_reduce")
+               for n in d["notes"])
+    [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert line.startswith("error: rank 1 of 2: a collective never returned: all_reduce")
+
+
+def test_torchrun_with_world_size_is_refused_not_written_once_per_rank() -> None:
+    """``--world-size`` under torchrun ran a fake group in each rank, and each rank wrote its graph:
+    two JSON documents on stdout. It is one line per rank, and nothing written."""
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                           str(_free_port()), "-m", "fxviz", "json", f"{REPO / 'tests' / 'test_distributed.py'}:mlp_factory",
+                           "--world-size", "4"], capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode != 0 and proc.stdout == ""
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert errors and all("--world-size 4 runs the factory in a fake process group" in e and "drop --world-size" in e
+                          for e in errors)
+
+
+class UnevenAllToAll(nn.Module):
+    """A MoE's dispatch: each rank sends its own number of tokens to each rank (split sizes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.expert = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        splits = [2, 4] if dist.get_rank() == 0 else [4, 6]  # rank 0 sends 6 rows, rank 1 sends 10
+        got = torch.empty(sum(splits), 16)  # rank 0 gets 2 from itself, 4 from rank 1; rank 1 gets 4 and 6
+        dist.all_to_all_single(got, x[: sum(splits)], splits, splits)
+        return self.expert(got)
+
+
+def uneven_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    return UnevenAllToAll(), (torch.randn(10, 16),)
+
+
+def test_torchrun_an_all_to_all_of_each_ranks_own_size_is_no_mismatch() -> None:
+    """gloo runs it to the end (no hang: torch's own verdict); rank 0 flagged it as "a hang"
+    because the ranks' sizes differ, which they do by design in an all-to-all with split sizes."""
+    proc = _torchrun_json(f"{Path(__file__)}:uneven_factory", timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = json.loads(proc.stdout)
+    assert [(c["kind"], c["bytes"]) for c in d["annotations"]["collectives"]] == [("all_to_all", 6 * 16 * 4)]
+    assert d["annotations"]["rank_mismatches"] == []
+    assert any("(an all-to-all's size is each rank's own)" in n for n in d["notes"])

@@ -82,6 +82,34 @@ def test_quickstart_sharded_mlp_shows_its_all_reduce_in_the_rowwise_layer(quicks
     assert "_c10d_functional::all_reduce" in text and "constant" not in text
 
 
+
+@pytest.mark.notebook
+def test_quickstart_redistribution_is_nodes_with_placements(quickstart: dict[str, Any]) -> None:
+    """The model's own ``redistribute`` (to ``R``), ``to_local`` and ``full_tensor`` on a Shard(0)
+    input of 32 x 16 float32 over 8 ranks: two all-gathers of a 4 x 16 shard (256 bytes per rank
+    each), one in each call that ran it, as many as CommDebugMode counts on the same factory."""
+    import torch
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    import fxviz
+    from fxviz.torchbridge.distributed import fake_world
+    from tests.test_distributed import waited
+
+    cell = quickstart["redistribute-tree"]
+    text = text_of(cell)
+    assert "collectives on group" in text and "(8 ranks): 2, 512 bytes per rank" in text
+    rows = [line.split(maxsplit=1) for line in text.splitlines() if line.split()[:1] in (
+        ["redistribute"], ["to_local"], ["full_tensor"])]
+    assert rows == [["redistribute", "R     ['all_gather']"], ["to_local", "[]"], ["full_tensor", "['all_gather']"]]
+    space: dict[str, Any] = {"torch": torch, "fxviz": fxviz}
+    exec(cell.source.partition("\nred = ")[0], space)  # the cell's factory, run by torch alone
+    with fake_world(8):
+        model, args = space["redistributed"]()
+        with CommDebugMode() as mode:
+            waited(model(*args))
+    assert {str(op): n for op, n in mode.get_comm_counts().items() if n} == {
+        "c10d_functional.all_gather_into_tensor": 2}
+
 @pytest.mark.notebook
 def test_quickstart_cnn_tree_shows_the_parallel_branches(quickstart: dict[str, Any]) -> None:
     text = text_of(quickstart["cnn-tree"])

@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
-from fxviz.errors import CaptureError, FxvizError, ModelError, PassError, RenderError, TargetError
+from fxviz.errors import (
+    CaptureError,
+    CollectiveTimeout,
+    FxvizError,
+    ModelError,
+    PassError,
+    RenderError,
+    TargetError,
+)
 from fxviz.targets.parse import METHODS, TargetSpec, read_graph, recognise
 from fxviz.text import clean, one_line
 
@@ -221,8 +229,18 @@ _WORLD_SIZE = "fxviz.world_size"
 
 
 def _set_world_size(ctx: click.Context, _param: click.Parameter, value: int | None) -> None:
-    if value is not None:
-        ctx.meta[_WORLD_SIZE] = value
+    if value is None:
+        return
+    from fxviz.torchbridge.distributed import launched_world_size
+
+    launched = launched_world_size()
+    if launched is not None:  # each rank would run its own fake group and write its own output
+        rank = os.environ.get("RANK", "0")
+        raise TargetError(f"{'' if rank == '0' else f'rank {rank} of {launched}: '}--world-size {value} runs the factory in a fake process group inside one process, but "
+                          f"this process is one of the {launched} ranks torchrun launched: drop --world-size to "
+                          "capture every rank in the launch's own group (rank 0 shows its graph), or run fxviz "
+                          "without torchrun")
+    ctx.meta[_WORLD_SIZE] = value
 
 
 def world_size_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -287,29 +305,34 @@ def spec_graph(spec: TargetSpec, input_shapes: tuple[str, ...], dtype: str, meth
 
 def _launched_graph(spec: TargetSpec, ranks: int, **options: Any) -> Graph:
     """Under ``torchrun``: every rank captures its own graph in the launch's (gloo) group, rank 0
-    gathers them, flags the collectives where ranks differ, and is the one that writes; the other
-    ranks leave quietly."""
+    takes them all (a failed rank's partial one too), flags the collectives where ranks differ, and
+    is the one that writes; the other ranks say only why they failed, or nothing."""
     from fxviz.ir import Graph
-    from fxviz.passes.comm import rank_mismatches
+    from fxviz.passes.comm import compare_ranks
 
     factory = with_torch(spec)
+    failure: FxvizError | None = None
+    graph: Graph | None = None
     with factory.launched_world() as rank:
-        try:
-            graph = factory.load_graph(spec, world_size=ranks, **options)
-        except FxvizError as e:  # rank 0 writes the partial graph and says why; the others only why
-            if rank != 0:
-                e.args = (f"rank {rank} of {ranks}: {e.args[0] if e.args else e}", *e.args[1:])
-                if isinstance(e, ModelError):
-                    e.graph = None
-            raise
-        texts = factory.gather_to_rank0(graph.to_json())
-    if rank != 0 or texts is None:
+        try:  # rank 0 says what runs, on a terminal (the ranks share it)
+            with spinner(f"capturing {one_line(spec.text)}: rank 0 of {ranks} (torchrun) …") \
+                    if rank == 0 and spec.captures else contextlib.nullcontext():
+                graph = factory.load_graph(spec, world_size=ranks, **options)
+        except FxvizError as e:
+            failure, graph = e, e.graph if isinstance(e, ModelError) else None
+        texts = factory.exchange_graphs(graph.to_json() if graph is not None else None,
+                                        patient=failure is None or isinstance(failure, CollectiveTimeout))
+    if rank == 0 and graph is not None and texts is not None:
+        compare_ranks([graph, *(Graph.from_json(t) if t else None for t in texts[1:])])
+    if failure is not None:  # rank 0 writes the partial graph and says why; the others only why
+        if rank != 0:
+            failure.args = (f"rank {rank} of {ranks}: {failure.args[0] if failure.args else failure}",
+                            *failure.args[1:])
+            if isinstance(failure, ModelError):
+                failure.graph = None
+        raise failure
+    if rank != 0 or graph is None:
         click.get_current_context().exit(0)
-    graphs = [graph, *(Graph.from_json(t) for t in texts[1:])]
-    if not rank_mismatches(graphs):
-        n = len(graph.annotations.get("collectives") or [])
-        graph.notes.append(f"rank 0 of {ranks} (torchrun): every rank issued the same {n} collective"
-                           f"{'s' if n != 1 else ''}, in the same order, kind and size")
     return graph
 
 

@@ -27,6 +27,8 @@ from fxviz.passes.tree import tree_of
 
 #: point-to-point kinds: one rank's send is another's recv, so ranks' sequences of them differ by design
 _P2P = ("send", "recv")
+#: kinds whose size is each rank's own: an all-to-all's split sizes (a MoE's dispatch of its tokens)
+_OWN_SIZE = ("all_to_all",)
 
 
 def collectives(graph: Graph) -> list[dict[str, Any]]:
@@ -254,13 +256,14 @@ def rank_mismatches(graphs: Sequence[Graph]) -> list[dict[str, Any]]:
     the one shown; a graph's rank is ``annotations["rank"]``, else its position).
 
     Every rank of a group must issue that group's collectives in the same order, with the same
-    kind and size; the first one where a rank differs (another kind or size, or none at all) is
-    where the ranks part and wait on each other (the classic hang); sends and recvs, which pair
-    ranks rather than match across them, are left out. Collectives are aligned per
+    kind and size (but an all-to-all, whose split sizes are each rank's own); the first one where a rank differs (another kind or size, or none at all) is
+    where the ranks part and wait on each other (the classic hang). Collectives are aligned per
     mesh dimension (per process group where unnamed), in the order each rank issued them, forward
     then backward; after the first difference a group's sequences are out of step, so one flag per
-    group. Each flag is a dict (``group``, ``index``, ``ranks``: rank -> what it issued there),
-    kept in ``graphs[0].annotations["rank_mismatches"]``, with a note, the record marked
+    group. Sends and recvs pair ranks rather than match across them: each rank's sends to a peer
+    must be, in order and size, that peer's receives from it (:func:`_p2p_flags`). Each flag is a
+    dict (``group``, ``index``, ``ranks``: rank -> what it issued there), kept in
+    ``graphs[0].annotations["rank_mismatches"]``, with a note, the record marked
     (``rank_mismatch``) and its node's ``attrs["rank_mismatch"]`` where it has one."""
     if not graphs:
         return []
@@ -279,23 +282,98 @@ def rank_mismatches(graphs: Sequence[Graph]) -> list[dict[str, Any]]:
         lists = [s.get(key, []) for s in seqs]
         for i in range(max(len(x) for x in lists)):
             got = [x[i] if i < len(x) else None for x in lists]
-            sig = {(r.get("kind"), r.get("bytes")) if r is not None else None for r in got}
+            sig = {(r.get("kind"), None if r.get("kind") in _OWN_SIZE else r.get("bytes")) if r is not None else None
+                   for r in got}
             if len(sig) == 1:
                 continue
             said = {str(rank): _say(r) for rank, r in zip(ranks, got, strict=True)}
-            flag = {"group": key, "index": i, "ranks": said}
-            flags.append(flag)
+            flags.append({"group": key, "index": i, "ranks": said})
             text = f"collective {i + 1} on {key or 'the default group'} differs between ranks: " + \
                 ", ".join(f"rank {k} {v}" for k, v in said.items())
-            ref.notes.append(text + ": each waits for a collective another never issues (a hang)")
-            mine = got[0]
-            if mine is not None:
-                mine["rank_mismatch"] = text
-                if mine.get("node") and any(n.name == mine["node"] for n in ref.nodes):
-                    ref.node(mine["node"]).attrs["rank_mismatch"] = text
+            _mark(ref, got[0], text, "each waits for a collective another never issues (a hang)")
             break
+    flags += _p2p_flags(graphs, ranks)
     ref.annotations["rank_mismatches"] = flags
     return flags
 
 
-__all__ = ["collectives", "rank_mismatches", "write_comm"]
+def _mark(ref: Graph, mine: dict[str, Any] | None, text: str, why: str) -> None:
+    """Say ``text`` in the shown graph's notes and mark its record (and node) where it has one."""
+    ref.notes.append(f"{text}: {why}")
+    if mine is not None:
+        mine["rank_mismatch"] = text
+        if mine.get("node") and any(n.name == mine["node"] for n in ref.nodes):
+            ref.node(mine["node"]).attrs["rank_mismatch"] = text
+
+
+def _p2p_flags(graphs: Sequence[Graph], ranks: list[Any]) -> list[dict[str, Any]]:
+    """The first send/recv pair per channel (sender -> receiver, both among ``graphs``) where the
+    sender's n-th send to the receiver is not, in size, the receiver's n-th receive from it, or one
+    of them is missing: a receive of another size fills its buffer with what was not meant for it
+    (gloo does not check) and one without its send waits forever. A rank that receives from any
+    source (``peer`` -1) could have taken any send: what is sent to it is not paired."""
+    index = {int(r): k for k, r in enumerate(ranks)}
+    chans: dict[tuple[int, int], tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+    anyone = set()  # ranks that receive from any source: which send each took is unknown
+    for rank, g in zip(ranks, graphs, strict=True):
+        for r in collectives(g):
+            peer = int(r.get("peer", -1))
+            if r.get("kind") == "recv" and peer < 0:
+                anyone.add(int(rank))
+            if r.get("kind") not in _P2P or peer < 0 or peer not in index:
+                continue
+            sending = r["kind"] == "send"
+            key = (int(rank), peer) if sending else (peer, int(rank))
+            chans.setdefault(key, ([], []))[0 if sending else 1].append(r)
+    flags: list[dict[str, Any]] = []
+    for (src, dst), (sends, recvs) in sorted(chans.items()):
+        for i in [] if dst in anyone else range(max(len(sends), len(recvs))):
+            s = sends[i] if i < len(sends) else None
+            got = recvs[i] if i < len(recvs) else None
+            if s is not None and got is not None and s.get("bytes") == got.get("bytes"):
+                continue
+            said = {str(src): _say(s), str(dst): _say(got)}
+            flags.append({"group": f"send {src}->{dst}", "index": i, "ranks": said})
+            text = f"send {i + 1} from rank {src} to rank {dst} does not match its receive: " + \
+                f"rank {src} {said[str(src)]}, rank {dst} {said[str(dst)]}"
+            why = "the receiver waits for a message never sent (a hang)" if s is None else \
+                "a message nobody receives (a hang)" if got is None else \
+                "the receive's buffer is not the size of what is sent"
+            shown = int(ranks[0])
+            _mark(graphs[0], s if shown == src else got if shown == dst else None, text, why)
+            break
+    return flags
+
+
+def compare_ranks(graphs: Sequence[Graph | None]) -> None:
+    """A launch's graphs, one per rank in rank order (``None``: a rank that gave none), compared
+    into ``graphs[0]`` (the one shown): :func:`rank_mismatches` on those there are, and a note that
+    says what agreed, or which ranks could not be compared."""
+    ref = graphs[0]
+    if ref is None:
+        return
+    there = [g for g in graphs if g is not None]
+    flags = rank_mismatches(there)
+    missing = [str(r) for r, g in enumerate(graphs) if g is None]
+    if missing:
+        ref.notes.append(f"rank 0 of {len(graphs)} (torchrun): rank{'s' if len(missing) > 1 else ''} "
+                         f"{', '.join(missing)} gave no graph (failed before capturing, or had not finished when rank 0 "
+                         "stopped waiting for it): not compared")
+    elif not flags:
+        ref.notes.append(_agreement(there))
+
+
+def _agreement(graphs: Sequence[Graph]) -> str:
+    """What :func:`rank_mismatches` compared, for a launch where it flagged nothing."""
+    mine = collectives(graphs[0]) if graphs else []
+    n = sum(r.get("kind") not in _P2P for r in mine)
+    sends = sum(r.get("kind") == "send" for g in graphs for r in collectives(g))
+    own = " (an all-to-all's size is each rank's own)" if any(r.get("kind") in _OWN_SIZE for r in mine) else ""
+    said = [f"every rank issued the same {n} collective{'s' if n != 1 else ''}, in the same order, kind and size{own}"
+            ] if n or not sends else []
+    if sends:
+        said.append(f"each of the ranks' {sends} send{'s' if sends != 1 else ''} met its receive, in order and size")
+    return f"rank 0 of {len(graphs)} (torchrun): " + "; ".join(said)
+
+
+__all__ = ["collectives", "compare_ranks", "rank_mismatches", "write_comm"]

@@ -28,11 +28,12 @@ from fxviz.symbolic.pt2 import graph_from_pt2
 from fxviz.targets.parse import TargetSpec, parse_shape, read_graph, recognise
 from fxviz.targets.shapes import shapes_fit, suggest
 from fxviz.torchbridge.distributed import (
+    exchange_graphs,
     fake_world,
     fake_world_hint,
-    gather_to_rank0,
     launched_world,
     launched_world_size,
+    made_group_hint,
 )
 
 _INT_DTYPES = {torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
@@ -106,12 +107,15 @@ def _needs_group(e: BaseException) -> str:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        return fake_world_hint(e) if dist.get_backend() == "fake" else ""
+        return fake_world_hint(e) if dist.get_backend() == "fake" else made_group_hint(e)
     if not dist.is_available():
         return ""
     tb = e.__traceback__
     while tb is not None:
         if tb.tb_frame.f_globals.get("__name__", "").startswith("torch.distributed"):
+            if launched_world_size() is not None:  # this command does not join the launch's group
+                return ("; it needs a process group, and this command does not join torchrun's (tree, json "
+                        "and the other capturing commands do): run it without torchrun, with --world-size N")
             return ("; it needs a process group: pass --world-size N (world_size=N in Python) to run it "
                     "under a fake one in this process, or launch it with torchrun")
         tb = tb.tb_next
@@ -273,5 +277,5 @@ def compare_target(
         return compare(t.model, t.args, t.kwargs, decompose=decompose, level=level)
 
 
-__all__ = ["Target", "compare_target", "gather_to_rank0", "launched_world", "launched_world_size", "load_factory",
+__all__ = ["Target", "compare_target", "exchange_graphs", "launched_world", "launched_world_size", "load_factory",
            "load_function", "load_graph", "make_inputs", "parse_dtype"]

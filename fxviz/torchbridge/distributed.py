@@ -12,13 +12,14 @@ import contextlib
 import os
 import re
 import sys
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
 
-from fxviz.errors import ModelError, TargetError
+from fxviz.errors import TargetError
 
 
 @contextlib.contextmanager
@@ -56,11 +57,24 @@ _NO_GPU = re.compile(r"not compiled with (CUDA|ROCm)|no (CUDA|NVIDIA) (GPUs are 
                      r"Found no NVIDIA driver|nccl", re.I)
 
 
+def made_group_hint(e: BaseException) -> str:
+    """The hint for a factory that initialises the default process group itself, as training code
+    does, in the group fxviz made before calling it (a fake one, or a torchrun launch's)."""
+    if "default process group twice" not in str(e) or not dist.is_initialized():
+        return ""
+    made = "a fake one" if dist.get_backend() == "fake" else f"the launch's, {dist.get_backend()}"
+    return (f"; fxviz made the process group before calling the factory ({made}, {dist.get_world_size()} "
+            "ranks): call init_process_group only where dist.is_initialized() is false")
+
+
 def fake_world_hint(e: BaseException) -> str:
     """What to do about a factory that failed in a fake process group (``""`` where nothing
     fits): a mesh larger than the group asks for its size, a factory that needs a GPU is told the
-    fake group runs on the CPU (and ``meta``)."""
+    fake group runs on the CPU (and ``meta``), one that makes its own group is told that fxviz
+    made one (:func:`made_group_hint`)."""
     text = str(e)
+    if made_group_hint(e):
+        return made_group_hint(e)
     big = _MESH_TOO_BIG.search(text)
     if big:
         return f"; its mesh has {big.group(2)} ranks: pass --world-size {big.group(2)} (world_size={big.group(2)})"
@@ -95,8 +109,7 @@ def launched_world() -> Iterator[int]:
     made it."""
     made = not dist.is_initialized()
     if made:
-        seconds = float(os.environ.get("FXVIZ_COLLECTIVE_TIMEOUT", TIMEOUT_S))
-        dist.init_process_group("gloo", timeout=timedelta(seconds=seconds))
+        dist.init_process_group("gloo", timeout=timedelta(seconds=_timeout_s()))
     try:
         yield dist.get_rank()
     finally:
@@ -104,21 +117,46 @@ def launched_world() -> Iterator[int]:
             dist.destroy_process_group()
 
 
-def gather_to_rank0(text: str) -> list[Any] | None:
-    """Every rank's ``text`` (a graph's JSON), in rank order, on rank 0; ``None`` on the others.
+def _timeout_s() -> float:
+    return float(os.environ.get("FXVIZ_COLLECTIVE_TIMEOUT", TIMEOUT_S))
 
-    A rank whose capture ended while another still waits in a collective this one never issued
-    (the classic hang) meets that rank's failure here, as gloo's "connection closed by peer": a
-    :class:`~fxviz.errors.ModelError` that says so, not a bug of fxviz's."""
+
+#: The launch's store keys: each rank's graph, and rank 0's word that it has read them.
+_GRAPH_KEY, _READ_KEY = "fxviz/graph/", "fxviz/graphs-read"
+
+
+def exchange_graphs(text: str | None, patient: bool = True) -> list[str | None] | None:
+    """Every rank's ``text`` (a graph's JSON, whole or partial; ``None``: no graph), in rank order,
+    on rank 0; ``None`` on the others.
+
+    The texts go through the launch's store, not a collective: a rank whose capture hung (a
+    collective another rank never issued, the classic hang) and timed out still gives its partial
+    graph, so rank 0 can say where the ranks parted. Rank 0 waits for each rank's up to the
+    collective timeout and a margin (``None`` for a rank that gave nothing by then); the other
+    ranks wait, as long, for rank 0 to have read them, so that a rank that fails does not end the
+    launch (torchrun stops every rank when one fails) before rank 0 writes. A rank whose capture
+    failed otherwise than by the timeout (``patient`` false: the model raised, and the others may
+    wait for it in a collective until their timeout) waits a few seconds only."""
     rank, size = dist.get_rank(), dist.get_world_size()
-    out: list[Any] | None = [None] * size if rank == 0 else None
-    try:
-        dist.gather_object(text, out, dst=0)
-    except RuntimeError as e:  # DistBackendError and gloo's transport errors
-        why = re.sub(r"^\[[^\]]*\]\s*", "", str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
-        raise ModelError(f"rank {rank} of {size}: captured, but its graph never reached rank 0 ({why}): another "
-                         "rank failed, or waits in a collective this rank did not issue; that rank's line says "
-                         "which") from e
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"{_GRAPH_KEY}{rank}", "" if text is None else text)
+    deadline = time.monotonic() + (_timeout_s() + 10.0 if patient else 5.0)
+
+    def wait(key: str) -> bool:
+        try:
+            store.wait([key], timedelta(seconds=max(0.1, deadline - time.monotonic())))
+        except (RuntimeError, dist.DistError):  # the store's timeout (DistStoreError)
+            return False
+        return True
+
+    if rank != 0:
+        wait(_READ_KEY)
+        return None
+    out: list[str | None] = [text]
+    for r in range(1, size):
+        got = store.get(f"{_GRAPH_KEY}{r}").decode() if wait(f"{_GRAPH_KEY}{r}") else ""
+        out.append(got or None)
+    store.set(_READ_KEY, "1")
     return out
 
 
@@ -167,4 +205,4 @@ def data_alias(t: Any) -> Any:
     return t.data
 
 
-__all__ = ["data_alias", "fake_world", "fake_world_hint", "placement_attrs"]
+__all__ = ["data_alias", "fake_world", "fake_world_hint", "made_group_hint", "placement_attrs"]
