@@ -88,7 +88,8 @@ class LimitWatch:
         #: input set -> how many calls of a function Dynamo no longer compiles ran eagerly in it
         self.run_only: dict[int, int] = {}
         self._before: list[Any] = []
-        self._events: list[tuple[bool, int]] = []
+        self._missed: int | None = None  # Dynamo's frame count at the last miss, until the next call
+        self._eager = 0
         self._prev: Any = None
         self._frames: Any = None
         self._hooked = False
@@ -97,7 +98,7 @@ class LimitWatch:
         from torch._C._dynamo.eval_frame import set_guard_complete_hook
 
         self._before = _metrics()  # held: their ids stay theirs while the set runs
-        self._events = []
+        self._missed, self._eager = None, 0
         self._frames = _frames()
         self._prev, self._hooked = set_guard_complete_hook(self._guarded), True
 
@@ -108,8 +109,16 @@ class LimitWatch:
         function past its recompile limit is: then it runs eagerly and torch counts nothing."""
         if self._prev is not None:
             cache_hit = bool(self._prev(cache_hit))
-        self._events.append((cache_hit, self._frames["total"]))
+        self._settle()
+        if not cache_hit:  # compiled now (Dynamo's callback counts the frame first) or run as it is
+            self._missed = self._frames["total"]
         return cache_hit
+
+    def _settle(self) -> None:
+        """The last miss ran eagerly if no frame went to Dynamo's compiler since."""
+        if self._missed is not None:
+            self._eager += self._frames["total"] == self._missed
+            self._missed = None
 
     def stop(self) -> None:
         """Put back the hook that was there (``done`` does; call it when a set raised)."""
@@ -121,11 +130,9 @@ class LimitWatch:
 
     def done(self, input_set: int) -> None:
         self.stop()
-        after = [n for _, n in self._events[1:]] + [self._frames["total"] if self._events else 0]
-        eager = sum(1 for (hit, n), later in zip(self._events, after, strict=False) if not hit and later == n)
-        if eager:
-            self.run_only[input_set] = eager
-        self._events = []
+        self._settle()
+        if self._eager:
+            self.run_only[input_set] = self._eager
         seen = {id(m) for m in self._before}
         for m in _metrics():
             if id(m) in seen:
