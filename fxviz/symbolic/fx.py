@@ -120,7 +120,8 @@ class _Tracer(torch.fx.Tracer):
         :func:`~fxviz.torchbridge.walk.named_modules`, the same list) and, for :meth:`getattr`,
         the names of its parameters and buffers. torch's walks are chains of generators nested as
         deep as the model, the square of the depth each time."""
-        if not isinstance(root, nn.Module) or "named_modules" in root.__dict__:
+        if (not isinstance(root, nn.Module) or "named_modules" in root.__dict__
+                or type(root).named_modules is not nn.Module.named_modules):  # a walk of its own: torch's call
             return super().trace(root, concrete_args)
         self._state = None
 
@@ -141,7 +142,9 @@ class _Tracer(torch.fx.Tracer):
         fx walks every parameter of the model for each read. What the table does not hold (a
         tensor that is not the root's state, or a parameter added during the trace) fx looks up."""
         self._proxy_cache = parameter_proxy_cache  # the trace's own: rolled back with the graph
-        if isinstance(attr_val, torch.Tensor) and (isinstance(attr_val, nn.Parameter) or self.proxy_buffer_attributes):
+        if (isinstance(attr_val, torch.Tensor) and (isinstance(attr_val, nn.Parameter) or self.proxy_buffer_attributes)
+                and type(self.root).named_parameters is nn.Module.named_parameters
+                and type(self.root).named_buffers is nn.Module.named_buffers):
             if self._state is None:
                 self._state = ({id(t): (k, t) for k, t in named_state(self.root, "_parameters")},
                                {id(t): (k, t) for k, t in named_state(self.root, "_buffers")})
