@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain, pairwise
 from typing import TYPE_CHECKING, Any
 
 from fxviz.callbounds import STATE_KINDS, Boundaries, RegionBoundaries
@@ -337,6 +338,22 @@ class CallTree:
         return self.root.walk()
 
 
+def _fill_nodes(root: Call, nodes: Sequence[Node]) -> None:
+    """Each call's ``nodes``, its children's before it: its own ops and its children's ``nodes``,
+    joined as blocks where they ran one after the other (the usual case), merged by position where
+    they interleave. Appending every op to each call around it cost the depth of the op in Python."""
+    at = {n.name: i for i, n in enumerate(nodes) if n.kind == "op"}
+    for c in reversed(root.listed()):
+        blocks = [[op] for op in c.ops] if c.ops else []
+        blocks += [ch.nodes for ch in c.children if ch.nodes]
+        if len(blocks) > 1:
+            blocks.sort(key=lambda b: at[b[0]])
+            if any(at[b[-1]] > at[nb[0]] for b, nb in pairwise(blocks)):
+                c.nodes = sorted(chain.from_iterable(blocks), key=at.__getitem__)
+                continue
+        c.nodes = list(chain.from_iterable(blocks))  # in C: the depth of the ops, times a copy
+
+
 def call_tree(nodes: Sequence[Node]) -> CallTree:
     """Derive the call tree of ``nodes`` (a graph's nodes, in execution order), with the regions
     of higher-order ops inside calls. Linear in the number of nodes times the module nesting depth."""
@@ -417,9 +434,8 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
 
     state: list[Node] = []
     # the ops of one call share one stack tuple: found by its id, where a lookup in ``by_stack``
-    # hashes every level of the stack again (the nodes keep each stack, so an id is never reused);
-    # with the call, the ``nodes`` of the call and of every call around it, innermost first
-    of_stack: dict[int, tuple[Call, list[list[str]]]] = {}
+    # hashes every level of the stack again (the nodes keep each stack, so an id is never reused)
+    of_stack: dict[int, Call] = {}
     for n in nodes:
         kind, name = n.kind, n.name
         if kind == "op":
@@ -433,26 +449,14 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
                     inner.steps.append(name)
                 else:
                     c.steps.append(name)
-                a: Call | None = c
-                while a is not None:
-                    a.nodes.append(name)
-                    a = a.parent
                 continue
             hit = of_stack.get(id(n.stack))
             if hit is None:
-                c = get(n.stack)
-                around = []
-                a = c
-                while a is not None:
-                    around.append(a.nodes)
-                    a = a.parent
-                hit = of_stack[id(n.stack)] = (c, around)
-            c, around = hit
+                hit = of_stack[id(n.stack)] = get(n.stack)
+            c = hit
             node_call[name] = c
             c.ops.append(name)
             c.steps.append(name)
-            for into in around:
-                into.append(name)
         elif kind in STATE_KINDS:
             state.append(n)
         elif kind == "call":  # a module call that ran no op: the call exists, nothing in it
@@ -468,6 +472,7 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
             owner = by_path[path][0] if path else root
         node_call[n.name] = owner
         owner.state.append(n.name)
+    _fill_nodes(root, nodes)
     if regions:
         shared = RegionBoundaries(nodes)
         for r in regions:

@@ -268,9 +268,24 @@ class Converter:
         key = tuple(meta) if meta else ()
         stack = self.stacks.get(key)
         if stack is None:  # one tuple per call: nodes of a call 2,000 modules deep share it
-            stack = self.stacks[key] = stack_from_meta(meta, self.strip)
+            stack = self._new_stack(key, meta)  # type: ignore[arg-type]
         if self.inherit and not stack:
             return inferred_stack(self, inputs)
+        return stack
+
+    def _new_stack(self, key: tuple[str, ...], meta: dict[str, Any]) -> tuple[ModuleCall, ...]:
+        """:func:`stack_from_meta` of a call's stack, from the stack of the nearest enclosing call
+        already converted (usually one or two levels up) and one entry per level below it, each
+        level's stack kept: converting every level of every call costs the square of the depth."""
+        if not key:
+            self.stacks[key] = ()
+            return ()
+        k = len(key) - 1
+        while k > 0 and key[:k] not in self.stacks:
+            k -= 1
+        stack = self.stacks[key[:k]] if k > 0 else ()
+        for d in range(k, len(key)):
+            stack = self.stacks[key[:d + 1]] = stack + stack_from_meta({key[d]: meta[key[d]]}, self.strip)
         return stack
 
     def _is_multi(self, n: torch.fx.Node) -> bool:

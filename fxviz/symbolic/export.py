@@ -166,7 +166,7 @@ def graph_from_exported(
             target = target[len(prefix) + 1 :] if target.startswith(prefix + ".") else target
             placeholders[arg_name] = Placeholder(kind, target, target)
 
-    conv = Converter(placeholders, strip=prefix, modules=dict(model.named_modules()) if model is not None else {},
+    conv = Converter(placeholders, strip=prefix, modules=dict(named_modules(model)) if model is not None else {},
                      taken=run.taken if run is not None else {})
     conv.convert(ep.graph, ep.graph_module)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import inspect
@@ -13,6 +14,7 @@ from typing import Any
 
 import torch
 import torch.fx
+import torch.fx.traceback
 import torch.utils._python_dispatch
 from torch import nn
 from torch.nn.utils.stateless import _reparametrize_module
@@ -25,6 +27,7 @@ from fxviz.torchbridge.guard import Backups, named_modules
 from fxviz.torchbridge.normalize import flatten_inputs, flatten_outputs
 from fxviz.torchbridge.source import is_user_file
 from fxviz.torchbridge.values import mark_tied, module_infos
+from fxviz.torchbridge.walk import named_state
 
 
 class _RealWrites(torch.utils._python_dispatch.TorchDispatchMode):
@@ -35,7 +38,8 @@ class _RealWrites(torch.utils._python_dispatch.TorchDispatchMode):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        state = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+        state = [*named_state(model, "_parameters", remove_duplicate=False),
+                 *named_state(model, "_buffers", remove_duplicate=False)]
         self.owned = {t.untyped_storage().data_ptr(): (k, t) for k, t in state if t.device.type != "meta"}
         self.backups = Backups()
         self.written: list[str] = []  # their names, in the order of their first writes
@@ -72,17 +76,30 @@ class _Tracer(torch.fx.Tracer):
         self._current: tuple[ModuleCall, ...] = ()
         self._leaves: set[int] = set()  # modules with children that could not be traced through
         self._proxy_cache: dict[str, Any] | None = None
-        self._stacks: dict[tuple[str, ...], Any] = {}  # one nn_module_stack per call
+        self._stacks: dict[int, tuple[Any, Any]] = {}  # id of a call's stack -> (it, its nn_module_stack)
+        # tensor id -> (first name, tensor): the root's parameters, its buffers (see getattr)
+        self._state: tuple[dict[int, tuple[str, Any]], dict[int, tuple[str, Any]]] | None = None
 
     def create_node(self, *args: Any, **kwargs: Any) -> torch.fx.Node:
         """fx's node, with the module stack shared by the nodes of one call and only the innermost
-        user frame as its stack trace: fx copies the whole module stack into every node and, with
-        ``record_stack_traces``, formats every user frame of the Python stack, which costs the
-        square of the nesting (a model 2,000 modules deep ran out of memory)."""
-        node = super().create_node(*args, **kwargs)
-        stack = node.meta.get("nn_module_stack")
-        if stack is not None:
-            node.meta["nn_module_stack"] = self._stacks.setdefault(tuple(stack), stack)
+        user frame as its stack trace: fx copies the whole module stack into every node (item by
+        item, in Python) and, with ``record_stack_traces``, formats every user frame of the Python
+        stack, which costs the square of the nesting (a model 2,000 modules deep ran out of memory)."""
+        stack = self.module_stack
+        shared = bool(stack) and not torch.fx.traceback.has_preserved_node_meta()
+        if shared:  # torch's create_node copies a non-empty stack into the node, in Python
+            self.module_stack = collections.OrderedDict()
+        try:
+            node = super().create_node(*args, **kwargs)
+        finally:
+            self.module_stack = stack
+        if shared:
+            # the copy torch makes, made once per call: found by the call's own stack tuple (which
+            # the call keeps alive), checked against fx's stack by its length and innermost key
+            hit = self._stacks.get(id(self._current))
+            if hit is None or len(hit[1]) != len(stack) or next(reversed(hit[1])) != next(reversed(stack)):
+                hit = self._stacks[id(self._current)] = (self._current, type(stack)(stack))
+            node.meta["nn_module_stack"] = hit[1]
         frame: types.FrameType | None = sys._getframe(1)
         while frame is not None and not is_user_file(frame.f_code.co_filename):
             # past capture_fx are fxviz's callers (the CLI, click), never a line of the model
@@ -97,8 +114,50 @@ class _Tracer(torch.fx.Tracer):
             return True
         return next(iter(m.children()), None) is None and super().is_leaf_module(m, module_qualified_name)
 
+    def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
+        """fx's trace, with the walks of ``root`` it makes once made without recursion: the paths
+        of its modules (``root.named_modules()``, answered once by
+        :func:`~fxviz.torchbridge.walk.named_modules`, the same list) and, for :meth:`getattr`,
+        the names of its parameters and buffers. torch's walks are chains of generators nested as
+        deep as the model, the square of the depth each time."""
+        if (not isinstance(root, nn.Module) or "named_modules" in root.__dict__
+                or type(root).named_modules is not nn.Module.named_modules):  # a walk of its own: torch's call
+            return super().trace(root, concrete_args)
+        self._state = None
+
+        def named_modules_once(*args: Any, **kwargs: Any) -> Any:
+            del root.__dict__["named_modules"]  # only the call torch makes first, for its paths
+            return root.named_modules(*args, **kwargs) if args or kwargs else iter(named_modules(root))
+
+        root.__dict__["named_modules"] = named_modules_once
+        try:
+            return super().trace(root, concrete_args)
+        finally:
+            root.__dict__.pop("named_modules", None)
+
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
+        """fx's ``getattr``: a parameter (a buffer, with ``proxy_buffer_attributes``) of the root
+        read as an attribute becomes a ``get_attr`` op named by its first name in
+        ``named_parameters()`` (``named_buffers()``), found in a table made once per trace where
+        fx walks every parameter of the model for each read. What the table does not hold (a
+        tensor that is not the root's state, or a parameter added during the trace) fx looks up."""
         self._proxy_cache = parameter_proxy_cache  # the trace's own: rolled back with the graph
+        if (isinstance(attr_val, torch.Tensor) and (isinstance(attr_val, nn.Parameter) or self.proxy_buffer_attributes)
+                and type(self.root).named_parameters is nn.Module.named_parameters
+                and type(self.root).named_buffers is nn.Module.named_buffers):
+            if self._state is None:
+                self._state = ({id(t): (k, t) for k, t in named_state(self.root, "_parameters")},
+                               {id(t): (k, t) for k, t in named_state(self.root, "_buffers")})
+            hit = self._state[0 if isinstance(attr_val, nn.Parameter) else 1].get(id(attr_val))
+            if hit is not None and hit[1] is attr_val:
+                name = hit[0]
+                if name not in parameter_proxy_cache:
+                    kwargs: dict[str, Any] = {}
+                    if "proxy_factory_fn" in inspect.signature(self.create_proxy).parameters:
+                        kwargs["proxy_factory_fn"] = (None if not self.param_shapes_constant else
+                                                      lambda node: torch.fx.proxy.ParameterProxy(self, node, name, attr_val))
+                    parameter_proxy_cache[name] = self.create_proxy("get_attr", name, (), {}, **kwargs)
+                return parameter_proxy_cache[name]
         return super().getattr(attr, attr_val, parameter_proxy_cache)
 
     def call_module(self, m: nn.Module, forward: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -117,7 +176,9 @@ class _Tracer(torch.fx.Tracer):
         """Trace through ``m``; when its forward cannot be traced, erase what it added and keep it
         as one op."""
         last = self.graph._root.prev  # type: ignore[attr-defined]
-        stack, calls, called = dict(self.module_stack), dict(self.num_calls), len(self.called)
+        # what the try changes, undone by what it added (copies of the module stack and the call
+        # counts cost the depth and the number of modules for every call traced through)
+        depth, called = len(self.module_stack), len(self.called)
         try:
             return super().call_module(m, forward, args, kwargs)
         except Exception as e:
@@ -137,10 +198,14 @@ class _Tracer(torch.fx.Tracer):
         if self._proxy_cache is not None:
             for k in [k for k, p in self._proxy_cache.items() if getattr(p, "node", None) in gone]:
                 del self._proxy_cache[k]
-        self.module_stack.clear()
-        self.module_stack.update(stack)
-        self.num_calls.clear()
-        self.num_calls.update(calls)
+        while len(self.module_stack) > depth:  # fx pops a call's entry only when it returns
+            self.module_stack.popitem()
+        for s in self.called[called - 1:]:  # m's own call and each call in it counted itself once
+            left = self.num_calls[s[-1][0]] - 1
+            if left:
+                self.num_calls[s[-1][0]] = left
+            else:
+                del self.num_calls[s[-1][0]]
         del self.called[called:]
         self._leaves.add(id(m))
         self.opaque[path] = why
@@ -200,8 +265,8 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
     # on fake copies of the model's state: the graph's in-place writes (a momentum update under
     # no_grad, which fx does not record) would otherwise land in the real parameters; and without
     # grad, as that no_grad ran (shapes do not depend on it)
-    state: dict[str, torch.Tensor] = {k: mode.from_tensor(t) for k, t in [*root.named_parameters(remove_duplicate=False),
-                                                 *root.named_buffers(remove_duplicate=False)]}
+    state: dict[str, torch.Tensor] = {k: mode.from_tensor(t) for k, t in [*named_state(root, "_parameters", remove_duplicate=False),
+                                                 *named_state(root, "_buffers", remove_duplicate=False)]}
     with _reparametrize_module(root, state), torch.no_grad():
         _prop(root, graph, mode).propagate(*fake_args)
 
@@ -217,7 +282,7 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
                      flat.names + [p.name for p in placeholders[len(flat.names):]], strict=False))
     conv = Converter(
         {p.name: Placeholder("input", names[p.name], names[p.name]) for p in placeholders},
-        modules=dict(model.named_modules()),
+        modules=dict(named_modules(model)),
     )
     conv.convert(graph)
     items: list[tuple[str, torch.fx.Node | None, str | None]] = []
@@ -257,7 +322,16 @@ def _prop(root: nn.Module, graph: torch.fx.Graph, mode: Any) -> Any:
     """Fake-tensor propagation of ``graph`` on ``root`` itself (its attributes and submodules)."""
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-    prop = FakeTensorProp(_Traced(root, graph), mode)  # type: ignore[arg-type]
+    class Prop(FakeTensorProp):
+        def fetch_attr(self, target: str) -> Any:
+            """fx's ``fetch_attr`` (``getattr`` level by level down ``target``: the depth of the
+            model per op) as one lookup of the owner in the model's paths."""
+            owner, _, name = target.rpartition(".")
+            m = paths.get(owner)
+            return getattr(m, name) if m is not None and hasattr(m, name) else super().fetch_attr(target)
+
+    paths = dict(named_modules(root, remove_duplicate=False))
+    prop = Prop(_Traced(root, graph), mode)  # type: ignore[arg-type]
     prop.module = root
     return prop
 

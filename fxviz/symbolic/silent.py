@@ -105,9 +105,9 @@ def with_silent_calls(nodes: list[Node], called: Sequence[Stack], modules: Mappi
     covered: set[Stack] = set()
     ran: set[str] = set()  # modules some node names: a call of theirs is never taken for silent
     for s in {n.stack for n in nodes}:
-        ran.update(p for p, _ in s)
-        while s and s not in covered:
+        while s and s not in covered:  # each level once: every path of s ends one of its prefixes
             covered.add(s)
+            ran.add(s[-1][0])
             s = s[:-1]
     order = {s: i for i, s in enumerate(called)}
     candidates = [s for s in called if s not in covered and s[-1][0] not in ran]

@@ -26,6 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fxviz.ir import Assumption, Graph
 from fxviz.torchbridge.normalize import FlatInputs
+from fxviz.torchbridge.walk import named_state
 
 
 class RejectedInputs(Exception):
@@ -79,7 +80,7 @@ def kept(model: nn.Module, flat: FlatInputs) -> Iterator[tuple[tuple[Any, ...], 
     model's parameters, buffers and gradients (a momentum update, a ``backward`` inside the
     forward) copied back afterwards (:class:`_SavedBeforeWrite`: only what is written is copied)."""
     guarded: dict[int, torch.Tensor] = {}
-    for t in [*model.parameters(), *model.buffers()]:
+    for _, t in [*named_state(model, "_parameters"), *named_state(model, "_buffers")]:  # one walk, no recursion
         guarded.setdefault(t.untyped_storage().data_ptr(), t)
         if t.grad is not None:
             guarded.setdefault(t.grad.untyped_storage().data_ptr(), t.grad)

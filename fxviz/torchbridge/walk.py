@@ -44,6 +44,25 @@ def _walk(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return out
 
 
+def named_state(model: nn.Module, members: str, *, remove_duplicate: bool = True) -> list[tuple[str, Any]]:
+    """``model.named_parameters()`` (``members="_parameters"``) or ``model.named_buffers()``
+    (``"_buffers"``) as a list, in the same order, over :func:`named_modules`: torch's pass every
+    tensor through one nested generator per level of nesting (the square of the depth)."""
+    out: list[tuple[str, Any]] = []
+    seen: set[int] = set()
+    for path, m in named_modules(model, remove_duplicate=remove_duplicate):
+        own = getattr(m, members)
+        if own:
+            prefix = f"{path}." if path else ""
+            for k, t in own.items():
+                if t is None or id(t) in seen:
+                    continue
+                if remove_duplicate:
+                    seen.add(id(t))
+                out.append((prefix + k, t))
+    return out
+
+
 def modules_of(model: nn.Module) -> list[nn.Module]:
     """Every module once, in ``model.modules()`` order."""
     return list(map(_second, named_modules(model)))
@@ -69,4 +88,4 @@ def walks_shared() -> Iterator[None]:
             _WALKS.clear()
 
 
-__all__ = ["modules_of", "named_modules", "walks_shared"]
+__all__ = ["modules_of", "named_modules", "named_state", "walks_shared"]

@@ -4,15 +4,23 @@ When a function (a code object: a ``forward``, a resume function after a break) 
 ``torch._dynamo.config.recompile_limit`` times (8), Dynamo compiles it no more: on an input no
 compiled version accepts, it runs the function eagerly, then and on every later such call (its
 compiled versions still run where their guards hold), and says so only in a log warning, once.
-Torch records the refused recompile (none of the later eager calls) as a failed compile: an entry
+Torch records the refused recompile as a failed compile: an entry
 of its compilation metrics (``torch._dynamo.utils.get_compilation_metrics()``) whose ``fail_reason`` is the
 ``Dynamo recompile limit exceeded`` graph break (the same text it counts in
 ``counters["unimplemented"]``), with the limit's name and value, the compile id ``frame/n``
 of the refused compile and the guard that failed last (``recompile_reason``).
 
-:class:`LimitWatch` reads the entries each input set adds; the compile id the recorder keeps with
-each compiled graph names its Dynamo frame, so that the input sets in which a limited function ran
-no compiled graph are known (:func:`limits`).
+The later eager calls are in no record: the frame is run-only, so on a call no compiled version
+accepts Dynamo's C++ frame evaluation runs it as it is, without calling its Python callback (no
+compile, no metrics entry, no ``counters["frames"]["total"]``). What torch does say about each
+such call is its guard-complete hook (``torch._C._dynamo.eval_frame.set_guard_complete_hook``,
+called with whether a cached version accepted the call, for every frame that has one): a miss
+after which no frame was handed to Dynamo's compiler is a run-only call that ran eagerly. The hook
+does not say which function; while one function has hit its limit, it is that one.
+
+:class:`LimitWatch` reads the entries each input set adds and the hook's misses; the compile id the
+recorder keeps with each compiled graph names its Dynamo frame, so that the input sets in which a
+limited function ran no compiled graph, or ran eagerly on some calls, are known (:func:`limits`).
 """
 
 from __future__ import annotations
@@ -46,6 +54,14 @@ def _metrics() -> list[Any]:
     return get_compilation_metrics()
 
 
+def _frames() -> Any:
+    """Dynamo's frame counters: ``total`` counts the frames its callback was handed to convert (a
+    compile, or a refusal)."""
+    from torch._dynamo.utils import counters
+
+    return counters["frames"]
+
+
 @dataclass(slots=True)
 class LimitHit:
     """Dynamo refused to recompile frame ``frame`` on input set ``input_set`` (the refused
@@ -69,12 +85,54 @@ class LimitWatch:
     def __init__(self) -> None:
         self.hits: list[LimitHit] = []
         self.code: dict[int, tuple[str, str, int]] = {}  # frame -> (function, file, first line)
+        #: input set -> how many calls of a function Dynamo no longer compiles ran eagerly in it
+        self.run_only: dict[int, int] = {}
         self._before: list[Any] = []
+        self._missed: int | None = None  # Dynamo's frame count at the last miss, until the next call
+        self._eager = 0
+        self._prev: Any = None
+        self._frames: Any = None
+        self._hooked = False
 
     def start(self) -> None:
+        from torch._C._dynamo.eval_frame import set_guard_complete_hook
+
         self._before = _metrics()  # held: their ids stay theirs while the set runs
+        self._missed, self._eager = None, 0
+        self._frames = _frames()
+        self._prev, self._hooked = set_guard_complete_hook(self._guarded), True
+
+    def _guarded(self, cache_hit: bool) -> bool:
+        """Dynamo's guard-complete hook: called, once the guards of a frame with compiled versions
+        are checked, with whether one accepted the call. A miss is compiled (Dynamo's callback
+        counts the frame in ``counters["frames"]["total"]``) unless the frame is run-only, as a
+        function past its recompile limit is: then it runs eagerly and torch counts nothing."""
+        if self._prev is not None:
+            cache_hit = bool(self._prev(cache_hit))
+        self._settle()
+        if not cache_hit:  # compiled now (Dynamo's callback counts the frame first) or run as it is
+            self._missed = self._frames["total"]
+        return cache_hit
+
+    def _settle(self) -> None:
+        """The last miss ran eagerly if no frame went to Dynamo's compiler since."""
+        if self._missed is not None:
+            self._eager += self._frames["total"] == self._missed
+            self._missed = None
+
+    def stop(self) -> None:
+        """Put back the hook that was there (``done`` does; call it when a set raised)."""
+        if self._hooked:
+            from torch._C._dynamo.eval_frame import set_guard_complete_hook
+
+            set_guard_complete_hook(self._prev)
+            self._hooked = False
 
     def done(self, input_set: int) -> None:
+        self.stop()
+        self._settle()
+        if self._eager:
+            self.run_only[input_set] = self._eager
         seen = {id(m) for m in self._before}
         for m in _metrics():
             if id(m) in seen:
@@ -100,11 +158,16 @@ class LimitWatch:
                 h.func, h.file, h.line = self.code[h.frame]
 
 
-def limits(hits: Sequence[LimitHit], rec: Recording, input_sets: int) -> list[RecompileLimit]:
+def limits(hits: Sequence[LimitHit], rec: Recording, input_sets: int,
+           run_only: dict[int, int] | None = None) -> list[RecompileLimit]:
     """One :class:`RecompileLimit` per function that hit a limit: the input set of the hit and the
-    later ones in which it ran no compiled graph, and the guards that failed at each of its
-    recompiles up to the refused one."""
+    later ones in which it ran no compiled graph, or ran eagerly on some calls (``run_only``: the
+    calls per set that Dynamo's guard-complete hook saw miss every compiled version of a run-only
+    function, told to a function while only one has hit its limit), and the guards that failed at
+    each of its recompiles up to the refused one."""
     ran: set[tuple[int | None, int]] = {(_frame(rec.graphs[g].compile_id), k) for g, k in rec.runs}
+    first = sorted({h.frame: h.input_set for h in reversed(hits)}.items(), key=lambda fk: fk[1])
+    run_only = run_only or {}
     out: dict[int, RecompileLimit] = {}
     for h in hits:
         if h.frame in out:
@@ -113,8 +176,9 @@ def limits(hits: Sequence[LimitHit], rec: Recording, input_sets: int) -> list[Re
             f = next((f for f in rec.guard_fails if f.input_set == h.input_set), None)
             if f is not None:
                 h.func, h.file, h.line = f.func, f.file, f.line
-        # the refused call ran eagerly; a later call no compiled version accepts does too, unrecorded
-        eager = [k for k in range(h.input_set, input_sets) if k == h.input_set or (h.frame, k) not in ran]
+        # the refused call ran eagerly; so does a later call no compiled version accepts
+        eager = [k for k in range(h.input_set, input_sets) if k == h.input_set or (h.frame, k) not in ran
+                 or (k in run_only and [f for f, at in first if at <= k] == [h.frame])]
         fails = [f for f in recompile_fails(rec.guard_fails) if _of_frame(f, h) and f.input_set <= h.input_set]
         reasons = [f.reason for f in fails]
         aliases = next((g.aliases for g in reversed(rec.graphs) if (g.func, g.file) == (h.func, h.file)), {})

@@ -209,8 +209,9 @@ class RecompileLimit:
     ``accumulated_recompile_limit`` was reached first: its compile and ``limit - 1`` recompiles),
     so from input set ``input_set`` on, the function runs eagerly on every call no compiled version
     accepts. ``eager_sets``: the input sets in which it is known to have: ``input_set`` (the refused
-    call ran eagerly) and each later one in which it ran no compiled graph; torch records none of
-    the later eager calls, so a set that ran it both compiled and eagerly is not known.
+    call ran eagerly) and each later one in which it ran no compiled graph or some of its calls
+    missed every compiled version (Dynamo's guard-complete hook; while two functions are past
+    their limits such a call is not told to either).
     ``reasons``: the guard that failed at each recompile that led there, in order, the last one the
     recompile Dynamo refused (``compile_id``: torch's id of that refused compile)."""
 

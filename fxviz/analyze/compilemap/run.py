@@ -166,7 +166,7 @@ def compile_map(
 
     t2 = time.perf_counter()
     with gc_paused():  # a few objects per op: no full collections over what compiling left behind
-        hit = limits(watch.hits, recorder.rec, len(sets))
+        hit = limits(watch.hits, recorder.rec, len(sets), watch.run_only)
         cmap = build(graph, recorder.rec, backend=_name(backend), mode=mode, dynamic=dynamic, input_sets=len(sets),
                      notes=notes + [lim.note() for lim in hit], limits=hit)
         if live is not None:
@@ -258,6 +258,7 @@ def _run_sets(compiled: Callable[..., Any], recorder: Recorder, watch: LimitWatc
                 if live is not None and k == 0:
                     live.backward(out, leaves)
         except Exception as e:  # told from an eager failure by the caller
+            watch.stop()
             raise ModelError(
                 f"the model raised under torch.compile(backend={backend!r}) on input set {k}: "
                 f"{type(e).__name__}: {one_line(str(e), limit=300)} (--backend eager tells Dynamo's "
