@@ -24,6 +24,7 @@ from fxviz.fallback.tensors import tensor_meta
 from fxviz.ir import Graph
 from fxviz.torchbridge.checkpoint import Checkpoints
 from fxviz.torchbridge.checks import forget_failed_compiles
+from fxviz.torchbridge.distributed import wait_collectives
 from fxviz.torchbridge.guard import DynamoCodes, named_modules
 from fxviz.torchbridge.normalize import _describe, flatten_inputs, flatten_outputs
 from fxviz.torchbridge.run import CAPTURE_LOCK, deep_enough, gc_paused
@@ -172,7 +173,7 @@ def _trace(
                 raise
             rec.finish()
             _add_outputs(rec, out)
-            _wait_collectives(out)
+            wait_collectives(out)
     except TracerFault as e:
         raise (e.__cause__ or e) from None  # a tracer bug: the capture fails, not the model
     except Exception as e:
@@ -235,19 +236,6 @@ def _add_outputs(rec: Recorder, out: Any) -> None:
             rec.nodes.append(node)
         else:
             rec.nodes.append(output_node(rec.names.unique(path), path, None, _describe(v)))
-
-
-def _wait_collectives(out: Any) -> None:
-    """Wait the functional collectives whose results the model returns unwaited (a row-parallel
-    layer's output): fxviz reads the outputs as their user would, and torch warns at exit about each
-    collective nobody waited."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return
-    from torch.distributed._functional_collectives import AsyncCollectiveTensor
-
-    for _, v in flatten_outputs(out):
-        if isinstance(v, AsyncCollectiveTensor):
-            v.trigger_wait()
 
 
 def _replay_verdict(rec: Recorder) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 import torch.distributed as dist
 
 from fxviz.errors import TargetError
+from fxviz.torchbridge.normalize import flatten_outputs
 
 
 @contextlib.contextmanager
@@ -205,4 +206,17 @@ def data_alias(t: Any) -> Any:
     return t.data
 
 
-__all__ = ["data_alias", "fake_world", "fake_world_hint", "made_group_hint", "placement_attrs"]
+__all__ = ["data_alias", "fake_world", "fake_world_hint", "made_group_hint", "placement_attrs", "wait_collectives"]
+
+
+def wait_collectives(out: Any) -> None:
+    """Wait the functional collectives whose results the model returns unwaited (a row-parallel
+    layer's output): fxviz reads the outputs as their user would, and torch warns at exit about each
+    collective nobody waited."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+
+    for _, v in flatten_outputs(out):
+        if isinstance(v, AsyncCollectiveTensor):
+            v.trigger_wait()

@@ -40,6 +40,7 @@ from fxviz.fallback.trace import trace_eager
 from fxviz.ir import Attempt, Graph
 from fxviz.passes import run_passes
 from fxviz.text import one_line
+from fxviz.torchbridge.distributed import wait_collectives
 from fxviz.torchbridge.lazy import initialised
 from fxviz.torchbridge.normalize import flatten_inputs
 from fxviz.torchbridge.run import gc_paused, normalize_args, quiet_torch
@@ -235,7 +236,7 @@ def _run_compiled(model: nn.Module, recorder: Recorder, watch: LimitWatch, sets:
             rec.input_set = -1
             a, kw = sets[0]
             with grad_mode:
-                live.profile(lambda: compiled(*a, **kw), leaves)
+                live.profile(lambda: wait_collectives(compiled(*a, **kw)), leaves)
             del rec.runs[runs:]
             for g, n in zip(rec.graphs, counts, strict=False):
                 g.runs = n
@@ -255,6 +256,7 @@ def _run_sets(compiled: Callable[..., Any], recorder: Recorder, watch: LimitWatc
                 autograd.run(functools.partial(compiled, *a, **kw), recorder, leaves)
             else:
                 out = compiled(*a, **kw)
+                wait_collectives(out)  # a sharded model's compiled output may be unwaited, as eager's
                 if live is not None and k == 0:
                     live.backward(out, leaves)
         except Exception as e:  # told from an eager failure by the caller
