@@ -118,7 +118,9 @@ class ShapeGuard:
     """A guard on symbolic sizes, as the ShapeEnv recorded it: ``expr`` over the symbols
     (``s77 <= 4``) and the user line that installed it (``file``/``line``/``code``), or
     ``framework``: torch's note where torch installed it itself; ``via``: the library line inside
-    the call from the user's line that installed it (``nn/modules/linear.py:134``)."""
+    the call from the user's line that installed it (``nn/modules/linear.py:134``); ``check``: the
+    guard as Dynamo's guard code writes it, over the symbols (``((s27 // 2) % 2) == 0``), which is
+    how a recompile's failed guard is found among them."""
 
     expr: str
     symbols: list[str] = field(default_factory=list)
@@ -127,6 +129,7 @@ class ShapeGuard:
     code: str = ""
     framework: str = ""
     via: str = ""
+    check: str = ""
 
 
 @dataclass(slots=True)
