@@ -165,7 +165,9 @@ class Symbol:
 @dataclass(slots=True)
 class CompiledGraph:
     """One Dynamo graph: ``id`` (``g0``, ``g1``, … in compile order), the function it came from,
-    the input set that compiled it, how many ops it holds, how often it ran, and every guard that
+    the input set that compiled it, how many ops it holds (``ops``: every call node of Dynamo's graph,
+    torch's ``graph_op_count``; ``explain``'s ``op_count`` counts its ``call_function`` nodes only,
+    not a method call such as ``y.unflatten(...)``), how often it ran, and every guard that
     must hold for it to be reused (``L['x']: TENSOR_MATCH``, ``GRAD_MODE``, ``SHAPE_ENV: 5 <=
     L['x'].size()[0]``); ``inputs`` its inputs' shapes as traced (``x: (s77, 8)``), ``symbols`` the
     symbolic sizes in them and ``shape_guards`` the guards on those, each with its user line."""
