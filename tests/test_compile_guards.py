@@ -363,3 +363,23 @@ def test_a_failed_guard_that_is_no_bound_is_not_called_a_size_outside_the_range(
     assert "mark_dynamic does not avoid" in second.advice and "0 or 1" not in second.advice
     # the branch guard is the symbol's branch, not a specialisation: the symbol's advice names it
     assert f"test_compile_guards.py:{line}" in sym.advice, sym.advice
+
+
+def test_a_guard_in_a_packaged_models_call_to_torch_nn_is_on_the_models_line() -> None:
+    """A transformers model has no frame of the user's own: a guard torch.nn's batch norm installs
+    is at the model's line that called the layer (``modeling_resnet.py``), torch's line its ``via``."""
+    from transformers import ResNetConfig, ResNetModel
+
+    torch.manual_seed(0)
+    model = ResNetModel(ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8], depths=[1],
+                                     layer_type="basic")).eval()
+    sets = [(torch.randn(1, 3, n, n),) for n in (32, 48)]
+    cmap = compile_map(model, sets[0], backend="eager", inputs=sets[1:])
+    g1 = cmap.graphs[1]
+    assert {(s.input, s.dim) for s in g1.symbols} == {("pixel_values", 2), ("pixel_values", 3)}
+    by_torch = [g for g in g1.shape_guards if g.via.startswith("torch/nn/modules/batchnorm.py")]
+    assert by_torch, [(g.file, g.line, g.via) for g in g1.shape_guards]
+    for g in by_torch:  # the model's own line, read back from its file
+        assert library_of(g.file).startswith("transformers/models/resnet/modeling_resnet.py"), g.file
+        assert "self.normalization(" in g.code and Path(g.file).read_text().splitlines()[g.line - 1].strip() == g.code
+    assert all(library_of(s.file).startswith("transformers/") for s in g1.symbols)

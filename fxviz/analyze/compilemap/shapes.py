@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from fxviz.analyze.compilemap.frames import library_of
+from fxviz.analyze.compilemap.frames import library_of, own_frames
 from fxviz.analyze.compilemap.result import ShapeGuard, Symbol
 
 _USER_LOC = re.compile(r"^(?P<code>.*)  # (?P<file>\S+):(?P<line>\d+) in (?P<func>\S+)$")
@@ -148,11 +148,11 @@ def _loc(sloc: Any, stacks: Mapping[int, tuple[Any, Stack]], files: Sequence[str
     framework = floc if isinstance(floc, str) else ""
     stack = stacks.get(id(sloc), (None, None))[1] if sloc is not None else None
     if stack:
-        mine = [fr for fr in stack if not library_of(fr[0])]
+        mine = own_frames([fr[0] for fr in stack])
         if mine:
-            f, n, code = mine[-1]
+            f, n, code = stack[mine[-1]]
             inner = stack[-1]
-            via = f"{library_of(inner[0])}:{inner[1]}" if library_of(inner[0]) else ""
+            via = f"{library_of(inner[0])}:{inner[1]}" if library_of(inner[0]) and mine[-1] != len(stack) - 1 else ""
             return f, n, code or linecache.getline(f, n).strip(), via, framework
     m = _USER_LOC.match(getattr(sloc, "maybe_user_loc", None) or "")
     if not m:
