@@ -436,6 +436,9 @@ _GUARD_WORDS: list[tuple[re.Pattern[str], str]] = [
      r"\1 is no longer \2, the value the graph was specialised on (\3)"),
     (re.compile(r"tensor '(.+)' rank mismatch\. expected (\d+), actual (\d+)"),
      r"\1: has \3 dims, the graph was compiled for \2"),
+    # any other check with the code that installed it: ``not args   # return func(*args)  # file:173 in f``
+    (re.compile(r"^(\S.*?)\s+#\s*(.+?)\s+#\s\S+:\d+ in \S+.*$"),
+     r"\1 no longer holds (\2)"),
 ]
 
 
