@@ -72,3 +72,40 @@ def test_dinov2s_mask_token_counts_on_the_eager_path() -> None:
     g = fxviz.capture(m, (torch.randn(1, 3, 16, 16),), method="eager")
     assert _state(g, "parameter") == {k for k, _ in m.named_parameters()}
     assert g.annotations["stats"]["total_params"] == sum(p.numel() for p in m.parameters())
+
+
+class ChannelsFirstNorm(nn.Module):
+    """A norm that reads its own weight and bias in forward (ConvNext's ``ConvNextLayerNorm``,
+    channels first): fx traces through it and reads them with ``get_attr`` nodes."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(c))
+        self.bias = nn.Parameter(torch.zeros(c))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        u = x.mean(1, keepdim=True)
+        return self.weight[:, None, None] * (x - u) + self.bias[:, None, None]
+
+
+class NormedConv(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.norm = ChannelsFirstNorm(4)
+        self.scale = nn.Parameter(torch.full((4, 1, 1), 2.0))  # ConvNext's layer_scale_parameter
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * self.norm(self.conv(x))
+
+
+@pytest.mark.parametrize("method", ["export", "fx", "eager"])
+def test_a_parameter_the_forward_reads_itself_is_a_parameter_of_its_module(method: str) -> None:
+    m = NormedConv().eval()
+    g = fxviz.capture(m, (torch.randn(1, 3, 6, 6),), method=method)
+    assert _state(g, "parameter") == {k for k, _ in m.named_parameters()}
+    assert _state(g, "constant") == set()
+    mods = dict(m.named_modules())
+    per_module = g.annotations["stats"]["modules"]
+    assert {p: per_module[p]["params"] for p in ("", "conv", "norm")} == \
+        {p: sum(t.numel() for t in mods[p].parameters()) for p in ("", "conv", "norm")} == {"": 124, "conv": 112, "norm": 8}

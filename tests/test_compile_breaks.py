@@ -231,3 +231,44 @@ def test_a_data_dependent_python_value_is_not_called_a_data_dependent_shape() ->
         dynamo.reset()
         counters.clear()
     assert "custom op" in b.hint
+
+
+_PACKAGED = '''from torch import nn
+
+
+class Hooked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        handle = self.lin.register_forward_hook(lambda m, i, o: None)  # breaks in torch/utils/hooks.py
+        handle.remove()
+        return self.lin(x).relu()
+'''
+
+
+def test_a_break_in_torch_called_from_a_packaged_model_is_placed_at_the_models_line(tmp_path: Path) -> None:
+    """A model installed as a package (its file under site-packages, as transformers' modeling files
+    are) has no frame of the user's own: a break inside torch is placed at the model's line, with
+    torch's line as detail, as explain's user stack shows both."""
+    lib = tmp_path / "site-packages" / "hooked_pkg.py"
+    lib.parent.mkdir()
+    lib.write_text(_PACKAGED)
+    spec = importlib.util.spec_from_file_location("hooked_pkg", lib)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    model, x = mod.Hooked().eval(), torch.randn(2, 4)
+    reasons = _BreakReasons()
+    trace_log.addHandler(reasons)
+    try:
+        cmap = compile_map(model, (x,), backend="eager")
+    finally:
+        trace_log.removeHandler(reasons)
+    # torch's record of the break names the model's line and torch's hooks.py line
+    frames = re.findall(r'File "([^"]+)", line (\d+)', reasons.payloads[0])
+    assert (str(lib), "10") in frames and (str(Path(torch.__file__).parent / "utils" / "hooks.py"), "27") in frames
+    first = cmap.breaks[0]
+    assert first.line_text() == "hooked_pkg.py:10", first.line_text()
+    assert first.library is not None and first.library.short() == "torch/utils/hooks.py:27"

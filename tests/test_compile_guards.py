@@ -316,3 +316,70 @@ def test_a_decorated_forwards_recompile_limit_names_the_users_input(trace: Trace
     assert lim.eager_sets == [8, 9]
     assert lim.reasons[-1] == "tokens: size of dim 1 is 10, the graph was compiled for 9"
     assert "args[1]" not in lim.note()
+
+
+class Parity(nn.Module):
+    """Branches on the parity of half its sequence length: under dynamic shapes the guard is
+    ``((s // 2) % 2) == 0``, not a bound, so a size inside the symbol's range can fail it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        if (x.shape[1] // 2) % 2 == 0:  # parity-branch
+            return y * 2
+        return y - 1
+
+
+def test_a_failed_guard_that_is_no_bound_is_not_called_a_size_outside_the_range() -> None:
+    sets = [(torch.randn(2, n, 4),) for n in (6, 8, 10)]
+    model = Parity().eval()
+    # torch's own record, a plain run: the failed guards as compilation metrics keep them
+    from torch._dynamo.utils import clear_compilation_metrics, get_compilation_metrics
+
+    dynamo.reset()
+    clear_compilation_metrics()
+    compiled = torch.compile(model, backend="eager")
+    with torch.no_grad():
+        for s in sets:
+            compiled(*s)
+    reasons = [re.sub(r"^\d+/\d+: ", "", m.recompile_reason or "") for m in get_compilation_metrics()]
+    dynamo.reset()
+    assert len(reasons) == 3 and reasons[2].startswith("((x.size()[1] // 2) % 2) == 0  # ")
+
+    cmap = compile_map(model, sets[0], backend="eager", inputs=sets[1:])
+    first, second = cmap.recompiles
+    # the guard as torch wrote it, its location (torch's frame, not fxviz's wrapper) included
+    assert (first.guard, second.guard) == (reasons[1], reasons[2])
+    (sym,) = cmap.graphs[1].symbols
+    assert sym.lo is not None and sym.lo <= 10 and (sym.hi is None or sym.hi >= 10)  # 10 is inside its range
+    line = next(n for n, t in enumerate(Path(__file__).read_text().splitlines(), 1) if t.endswith("# parity-branch"))
+    assert "outside" not in second.reason, second.reason
+    assert second.reason.startswith(f"x dim 1 is 10 ({sym.name}), which does not satisfy the guard "
+                                    "((x.size()[1] // 2) % 2) == 0"), second.reason
+    assert f"test_compile_guards.py:{line}" in second.reason
+    assert "mark_dynamic does not avoid" in second.advice and "0 or 1" not in second.advice
+    # the branch guard is the symbol's branch, not a specialisation: the symbol's advice names it
+    assert f"test_compile_guards.py:{line}" in sym.advice, sym.advice
+
+
+def test_a_guard_in_a_packaged_models_call_to_torch_nn_is_on_the_models_line() -> None:
+    """A transformers model has no frame of the user's own: a guard torch.nn's batch norm installs
+    is at the model's line that called the layer (``modeling_resnet.py``), torch's line its ``via``."""
+    from transformers import ResNetConfig, ResNetModel
+
+    torch.manual_seed(0)
+    model = ResNetModel(ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8], depths=[1],
+                                     layer_type="basic")).eval()
+    sets = [(torch.randn(1, 3, n, n),) for n in (32, 48)]
+    cmap = compile_map(model, sets[0], backend="eager", inputs=sets[1:])
+    g1 = cmap.graphs[1]
+    assert {(s.input, s.dim) for s in g1.symbols} == {("pixel_values", 2), ("pixel_values", 3)}
+    by_torch = [g for g in g1.shape_guards if g.via.startswith("torch/nn/modules/batchnorm.py")]
+    assert by_torch, [(g.file, g.line, g.via) for g in g1.shape_guards]
+    for g in by_torch:  # the model's own line, read back from its file
+        assert library_of(g.file).startswith("transformers/models/resnet/modeling_resnet.py"), g.file
+        assert "self.normalization(" in g.code and Path(g.file).read_text().splitlines()[g.line - 1].strip() == g.code
+    assert all(library_of(s.file).startswith("transformers/") for s in g1.symbols)

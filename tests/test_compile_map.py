@@ -352,6 +352,9 @@ def test_categories_from_dynamo_text() -> None:
     assert in_words("tensor 'x' dtype mismatch. expected Float, actual Half") == \
         "x: dtype is Half, the graph was compiled for Float"
     assert in_words("___check_obj_id(L['self'].training)") == "___check_obj_id(L['self'].training)"
+    # torch's text of a failed check (a BART decorator's, from compilation metrics), padded to a column
+    assert in_words("not args" + " " * 49 + "# return func(*args, **kwargs)  # transformers/utils/deprecation.py:173 "
+                    "in wrapped_func") == "not args no longer holds (return func(*args, **kwargs))"
 
 
 def test_aot_eager_gives_the_same_map() -> None:

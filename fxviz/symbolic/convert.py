@@ -200,6 +200,18 @@ class Converter:
     def ref_of(self, n: torch.fx.Node) -> Ref | None:
         return self.refs.get(n)
 
+    def _state_kind(self, name: str) -> NodeKind:
+        """What an attribute a ``get_attr`` node reads is: a parameter or buffer of one of the
+        model's modules (fx reads ``self.weight`` of a module it traces through that way), else a
+        constant (export's lifted tensors)."""
+        path, _, attr = name.rpartition(".")
+        mod = self.modules.get(path)
+        if mod is not None and attr in getattr(mod, "_parameters", {}):
+            return "parameter"
+        if mod is not None and attr in getattr(mod, "_buffers", {}):
+            return "buffer"
+        return "constant"
+
     def state_node(self, kind: NodeKind, state_name: str, value: Any) -> Ref:
         # one node per parameter, however many calls read it (fx: a module called twice)
         if state_name in self.state_refs:
@@ -242,7 +254,8 @@ class Converter:
                 self.bodies[n] = body
                 return
             value = n.meta.get("val")
-            self.refs[n] = self.state_node("constant", self._strip_name(str(n.target)), value)
+            name = self._strip_name(str(n.target))
+            self.refs[n] = self.state_node(self._state_kind(name), name, value)
         elif n.op == "call_function" and n.target is operator.getitem and n.args[0] in self.multi:
             items = self.multi[n.args[0]]  # type: ignore[index]
             i = n.args[1]

@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from fxviz.analyze.compilemap.frames import library_of
+from fxviz.analyze.compilemap.frames import library_of, own_frames
 from fxviz.analyze.compilemap.overlay import EAGER
 from fxviz.analyze.compilemap.record import BreakRecord, Recording
 from fxviz.analyze.compilemap.result import BreakGroup, Frame
@@ -108,7 +108,7 @@ def place(frames: Sequence[Frame], cat: str) -> tuple[int, int | None]:
     innermost library frame that is not Dynamo's own substitute (``torch/_dynamo/polyfills``)."""
     if not frames:
         return -1, None
-    user = [i for i, f in enumerate(frames) if not f.library]
+    user = own_frames([f.file for f in frames])
     outer, innermost = (user[0], user[-1]) if user else (0, len(frames) - 1)
     at = outer if cat == "skip" else innermost
     if not frames[-1].library or at == len(frames) - 1:

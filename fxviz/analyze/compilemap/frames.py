@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import sysconfig
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -35,4 +36,16 @@ def library_of(file: str) -> str:
     return ""
 
 
-__all__ = ["library_of"]
+def own_frames(files: Sequence[str]) -> list[int]:
+    """Which frames of a stack (outermost first) are the model's own code: the user's (files under
+    no library root); where the stack holds none, a model installed as a package (transformers'
+    ``modeling_resnet.py``), its frames outside torch and the standard library: the model's line
+    that called ``nn.BatchNorm2d``, not ``torch/nn/modules/batchnorm.py``."""
+    user = [i for i, f in enumerate(files) if not library_of(f)]
+    if user:
+        return user
+    return [i for i, f in enumerate(files) if any(m in f for m in ("/site-packages/", "/dist-packages/"))
+            and not library_of(f).startswith("torch/")]
+
+
+__all__ = ["library_of", "own_frames"]

@@ -38,6 +38,7 @@ from fxviz.analyze.compilemap.result import CompiledGraph, ShapeGuard, Symbol
 from fxviz.analyze.compilemap.shapes import (
     every_guard,
     explain_fail,
+    framework_loc,
     graph_inputs,
     read_shape_env,
     rename,
@@ -302,7 +303,8 @@ class Recorder:
                 size = size if size is not None else _traced_size(g.inputs, f.input, f.dim)
                 if size is not None:
                     head = f"{f.input} dim {f.dim} ("
-                    f.reason = f"{f.input} dim {f.dim} is {size} (" + f.reason[len(head):].replace(") is outside", "), outside", 1)
+                    rest = f.reason[len(head):].replace(") is outside", "), outside", 1)
+                    f.reason = f"{f.input} dim {f.dim} is {size} (" + rest.replace(") does not satisfy", "), which does not satisfy", 1)
 
     def guard_fail(self, fail: Any) -> None:
         code = getattr(fail, "orig_code", None)
@@ -344,6 +346,9 @@ class Recorder:
         stacks = self.stacks
 
         def _get_sloc(env: Any, *args: Any, **kwargs: Any) -> Any:
+            if not args and kwargs.get("framework_loc") is None:
+                # torch names the first frame outside its own files: the caller, not this wrapper
+                kwargs["framework_loc"] = framework_loc()
             sloc = original(env, *args, **kwargs)
             # by identity (a location holds a FrameSummary: not hashable); the location is kept
             # alive with its stack, so the id is not reused while the run lasts
@@ -431,6 +436,9 @@ _GUARD_WORDS: list[tuple[re.Pattern[str], str]] = [
      r"\1 is no longer \2, the value the graph was specialised on (\3)"),
     (re.compile(r"tensor '(.+)' rank mismatch\. expected (\d+), actual (\d+)"),
      r"\1: has \3 dims, the graph was compiled for \2"),
+    # any other check with the code that installed it: ``not args   # return func(*args)  # file:173 in f``
+    (re.compile(r"^(\S.*?)\s+#\s*(.+?)\s+#\s\S+:\d+ in \S+.*$"),
+     r"\1 no longer holds (\2)"),
 ]
 
 

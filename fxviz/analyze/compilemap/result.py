@@ -118,7 +118,9 @@ class ShapeGuard:
     """A guard on symbolic sizes, as the ShapeEnv recorded it: ``expr`` over the symbols
     (``s77 <= 4``) and the user line that installed it (``file``/``line``/``code``), or
     ``framework``: torch's note where torch installed it itself; ``via``: the library line inside
-    the call from the user's line that installed it (``nn/modules/linear.py:134``)."""
+    the call from the user's line that installed it (``nn/modules/linear.py:134``); ``check``: the
+    guard as Dynamo's guard code writes it, over the symbols (``((s27 // 2) % 2) == 0``), which is
+    how a recompile's failed guard is found among them."""
 
     expr: str
     symbols: list[str] = field(default_factory=list)
@@ -127,6 +129,7 @@ class ShapeGuard:
     code: str = ""
     framework: str = ""
     via: str = ""
+    check: str = ""
 
 
 @dataclass(slots=True)
@@ -162,7 +165,9 @@ class Symbol:
 @dataclass(slots=True)
 class CompiledGraph:
     """One Dynamo graph: ``id`` (``g0``, ``g1``, … in compile order), the function it came from,
-    the input set that compiled it, how many ops it holds, how often it ran, and every guard that
+    the input set that compiled it, how many ops it holds (``ops``: every call node of Dynamo's graph,
+    torch's ``graph_op_count``; ``explain``'s ``op_count`` counts its ``call_function`` nodes only,
+    not a method call such as ``y.unflatten(...)``), how often it ran, and every guard that
     must hold for it to be reused (``L['x']: TENSOR_MATCH``, ``GRAD_MODE``, ``SHAPE_ENV: 5 <=
     L['x'].size()[0]``); ``inputs`` its inputs' shapes as traced (``x: (s77, 8)``), ``symbols`` the
     symbolic sizes in them and ``shape_guards`` the guards on those, each with its user line."""

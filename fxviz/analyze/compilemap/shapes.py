@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from fxviz.analyze.compilemap.frames import library_of
+from fxviz.analyze.compilemap.frames import library_of, own_frames
 from fxviz.analyze.compilemap.result import ShapeGuard, Symbol
 
 _USER_LOC = re.compile(r"^(?P<code>.*)  # (?P<file>\S+):(?P<line>\d+) in (?P<func>\S+)$")
@@ -36,6 +36,10 @@ _LOCAL = re.compile(r"^L\['([^']+)'\]")
 _STATE = ("L['self']", "._modules[", "._parameters[", "._buffers[")
 _STATIC = re.compile(r"tensor '(.+)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)")
 _SPECIALISED_01 = "0/1 specialization"
+_PIN = re.compile(r"^Eq\((?:[a-z]+\d+, -?\d+|-?\d+, [a-z]+\d+)\)$")
+# a failed check that bounds one size (``2 <= S``, ``S <= 11``): the size is outside the graph's range
+_BOUND = re.compile(r"^(?:-?\d+ <=? S|S <=? -?\d+|S >=? -?\d+|-?\d+ >=? S|-?\d+ <=? S <=? -?\d+)$")
+_CHAIN = re.compile(r"^(-?\d+ <=?) (\S+) (<=? -?\d+)$")  # torch writes two bounds as one check: ``2 <= s <= 4``
 
 
 def _name(source: Any) -> str:
@@ -144,11 +148,11 @@ def _loc(sloc: Any, stacks: Mapping[int, tuple[Any, Stack]], files: Sequence[str
     framework = floc if isinstance(floc, str) else ""
     stack = stacks.get(id(sloc), (None, None))[1] if sloc is not None else None
     if stack:
-        mine = [fr for fr in stack if not library_of(fr[0])]
+        mine = own_frames([fr[0] for fr in stack])
         if mine:
-            f, n, code = mine[-1]
+            f, n, code = stack[mine[-1]]
             inner = stack[-1]
-            via = f"{library_of(inner[0])}:{inner[1]}" if library_of(inner[0]) else ""
+            via = f"{library_of(inner[0])}:{inner[1]}" if library_of(inner[0]) and mine[-1] != len(stack) - 1 else ""
             return f, n, code or linecache.getline(f, n).strip(), via, framework
     m = _USER_LOC.match(getattr(sloc, "maybe_user_loc", None) or "")
     if not m:
@@ -167,7 +171,7 @@ def read_shape_env(env: Any, stacks: Mapping[int, tuple[Any, Stack]], files: Seq
     for g in getattr(env, "guards", ()):
         file, line, code, via, framework = _loc(g.sloc, stacks, files)
         guards.append(ShapeGuard(str(g.expr), sorted(str(s) for s in g.expr.free_symbols), file, line, code,
-                                 framework, via))
+                                 framework, via, _printed(g.expr)))
     symbols = []
     values = getattr(env, "backed_var_to_val", None) or getattr(env, "var_to_val", {})
     for s, sources in getattr(env, "var_to_sources", {}).items():
@@ -186,10 +190,10 @@ def read_shape_env(env: Any, stacks: Mapping[int, tuple[Any, Stack]], files: Seq
                      _int(values.get(s)), spec,
                      zero_one=_SPECIALISED_01 in str(getattr(lo_sloc, "framework_loc", "") or ""))
         on = [g for g in guards if sym.name in g.symbols and g.line]
-        where = next((g for g in on if spec is not None and g.expr.startswith("Eq(")), None) or next(iter(on), None)
+        where = next((g for g in on if spec is not None and _pins(g.expr)), None) or next(iter(on), None)
         if where is not None:
             sym.file, sym.line, sym.code = where.file, where.line, where.code
-        sym.advice = advice(sym, [g for g in on if not g.expr.startswith("Eq(")])
+        sym.advice = advice(sym, [g for g in on if not _pins(g.expr)])
         symbols.append(sym)
     return symbols, guards
 
@@ -213,6 +217,38 @@ def advice(sym: Symbol, branches: Sequence[ShapeGuard]) -> str:
     return ""
 
 
+def framework_loc() -> Any:
+    """The location a ShapeEnv names as ``framework_loc`` for a guard installed now: the first
+    frame, from the caller out, outside torch's own files (what ``ShapeEnv._get_user_frame`` finds
+    when nothing wraps ``_get_sloc``; a wrapper's own frame would be found instead)."""
+    import traceback
+
+    from torch.fx.experimental.symbolic_shapes import uninteresting_files
+
+    skip = uninteresting_files()
+    frame: Any = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename in skip:
+        frame = frame.f_back
+    return None if frame is None else traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+
+
+def _printed(expr: Any) -> str:
+    """A ShapeEnv guard as Dynamo's guard code writes it, over the symbols: ``((s27 // 2) % 2) == 0``
+    for ``Eq(Mod((s27//2), 2), 0)`` (a recompile's failed guard is that text over the inputs)."""
+    try:
+        from torch.utils._sympy.printers import PythonPrinter
+
+        return str(PythonPrinter().doprint(expr))
+    except Exception:  # noqa: BLE001 - another torch's printer: the guard is not matched by its text
+        return ""
+
+
+def _pins(expr: str) -> bool:
+    """Whether a guard pins a symbol to a constant (``Eq(s27, 6)``: a specialisation), not a
+    condition the code branched on (``Eq(Mod((s27//2), 2), 0)``)."""
+    return _PIN.match(expr) is not None
+
+
 def _short(file: str) -> str:
     return file.rsplit("/", 1)[-1]
 
@@ -220,7 +256,9 @@ def _short(file: str) -> str:
 def explain_fail(guard: str, symbols: Sequence[Symbol], guards: Sequence[ShapeGuard]) -> tuple[str, int | None, str, str]:
     """``(input, dim, words, advice)`` for a failed guard (Dynamo's text, ``0/0:`` cut), given the
     symbols and shape guards of the graph it failed on; ``words`` is ``""`` where the guard is not
-    on an input's size."""
+    on an input's size. A check that bounds the size (``x.size()[1] <= 11``) says the size left the
+    graph's range; any other (``((x.size()[1] // 2) % 2) == 0``, a branch on the size's parity) says
+    the size fails that guard, whose user line is found among the graph's guards by its text."""
     m = _STATIC.search(guard)
     if m:
         name, dim = m.group(1), int(m.group(2))
@@ -234,16 +272,28 @@ def explain_fail(guard: str, symbols: Sequence[Symbol], guards: Sequence[ShapeGu
     sym = next((s for s in symbols if s.input == name and s.dim == dim), None)
     if sym is None:
         return name, dim, f"{name} dim {dim} failed the guard {check}", ""
-    span = sym.text().split(" in ", 1)[-1]
-    branch = next((g for g in guards if sym.name in g.symbols and g.line and not g.expr.startswith("Eq(")), None)
-    words = f"{name} dim {dim} ({sym.name}) is outside {span}, the range the graph was compiled for (guard {check}"
-    if branch is not None:
-        words += f", from {branch.code} at {_short(branch.file)}:{branch.line})"
+
+    def symbol(size: re.Match[str]) -> str:
+        of = next((s for s in symbols if s.input == input_name(size.group(1)) and s.dim == int(size.group(2))), None)
+        return of.name if of is not None else size.group(0)
+
+    over = _SIZE.sub(symbol, check)  # the check over the symbols, as the graph's guards print
+    chain = _CHAIN.match(over)
+    texts = (over, f"{chain.group(1)} {chain.group(2)}", f"{chain.group(2)} {chain.group(3)}") if chain else (over,)
+    failed = next((g for t in texts for g in guards if g.check and g.check == t and g.line), None)
+    bound = _BOUND.match(_SIZE.sub("S", check)) is not None
+    if bound:
+        span = sym.text().split(" in ", 1)[-1]
+        words = f"{name} dim {dim} ({sym.name}) is outside {span}, the range the graph was compiled for (guard {check}"
+    else:
+        words = f"{name} dim {dim} ({sym.name}) does not satisfy the guard {check} the graph was compiled under ("
+    if failed is not None and failed.line:
+        at = f"{_short(failed.file)}:{failed.line}"
+        words += f"{', ' if bound else ''}from {failed.code} at {at})"
         return name, dim, words, (f"mark_dynamic does not avoid this recompile: the code branches on {name} dim {dim} "
-                                  f"at {_short(branch.file)}:{branch.line}; make it size-independent (torch.cond) "
-                                  "to keep one graph")
-    words += ")"
-    if sym.zero_one:
+                                  f"at {at}; make it size-independent (torch.cond) to keep one graph")
+    words = words + ")" if bound else words.removesuffix(" (")
+    if sym.zero_one and over == f"2 <= {sym.name}":
         return name, dim, words, (f"a size of 0 or 1 compiles its own graph (0/1 specialisation): "
                                   f"torch._dynamo.mark_unbacked({name}, {dim}) avoids it only where no code branches on "
                                   f"that size (a branch on it, as transformers' causal-mask check does, breaks the graph "
@@ -251,5 +301,5 @@ def explain_fail(guard: str, symbols: Sequence[Symbol], guards: Sequence[ShapeGu
     return name, dim, words, ""
 
 
-__all__ = ["advice", "every_guard", "explain_fail", "graph_inputs", "input_name", "read_shape_env", "rename", "resolve",
+__all__ = ["advice", "every_guard", "explain_fail", "framework_loc", "graph_inputs", "input_name", "read_shape_env", "rename", "resolve",
            "user_names"]
