@@ -21,6 +21,7 @@ from fxviz.fallback.trace import meta_sharded, trace_eager, uses_meta
 from fxviz.graphdiff import Diff, diff
 from fxviz.ir import Attempt, Graph
 from fxviz.passes import run_passes
+from fxviz.progress import stage
 from fxviz.symbolic.export import capture_export
 from fxviz.symbolic.fx import capture_fx
 from fxviz.torchbridge.apart import can_fork, run_apart, worth_isolating
@@ -171,6 +172,8 @@ def run_methods(
                 graph.attempts = attempts
                 return graph
             t0 = time.perf_counter()
+            tried = [a.method for a in attempts if not a.skipped]
+            stage(f"trying {method}" + (f" ({', '.join(tried)} failed)" if tried else ""))
             try:
                 with session.attempt(), forget_failed_compiles():
                     capturer = functools.partial(capturers[method], model, args, kwargs, dynamic_shapes, validate)

@@ -13,7 +13,7 @@ import importlib.util
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ from fxviz.errors import (
     RenderError,
     TargetError,
 )
+from fxviz.progress import listening
 from fxviz.targets.parse import METHODS, TargetSpec, read_graph, recognise
 from fxviz.text import clean, one_line
 
@@ -61,13 +62,26 @@ EXIT_CODES: list[tuple[int, str]] = [
 
 
 def spinner(text: str) -> contextlib.AbstractContextManager[Any]:
-    """A spinner with ``text`` on stderr while an analysis runs (seconds on a real model), when
-    stderr is a terminal; nothing otherwise (a pipe or a CI log gets no control codes)."""
+    """A progress line on stderr while an analysis runs (seconds to minutes on a real model), when
+    stderr is a terminal: ``text``, the stage the analysis has reached (:func:`fxviz.progress.stage`:
+    the method a capture tries, the graph Dynamo hands the backend, the input set) and the time
+    elapsed; nothing otherwise (a pipe or a CI log gets no control codes)."""
     if not sys.stderr.isatty():
         return contextlib.nullcontext()
-    from rich.console import Console
+    return _progress_line(text)
 
-    return Console(stderr=True).status(text)
+
+@contextlib.contextmanager
+def _progress_line(text: str, console: Any = None) -> Iterator[None]:
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    head = text.rstrip(" …")
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=console or Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(text, total=None)
+        with listening(lambda now: bar.update(task, description=f"{head}: {now} …")):
+            yield
 
 
 def write_json(text: str, dest: str, *, what: str) -> None:

@@ -8,10 +8,10 @@ break log (``InstructionTranslatorBase.log_graph_break``: it has the break type,
 user's stack; patched for the run and restored); recompiles from the public ``guard_fail_fn``
 hook of ``torch._dynamo.optimize`` (the failed guard, put in words by :func:`in_words` and mapped to
 the input dimension by :func:`fxviz.analyze.compilemap.shapes.explain_fail`), one per compile id
-(:func:`recompile_fails`). Every guard of each
-graph comes from the public ``guard_export_fn`` hook, called with the frame's ``Guard`` objects once
-Dynamo has built its guard manager, and the symbolic sizes and their guards from the frame's
-ShapeEnv, taken from the tracing context the backend is called in (:mod:`.shapes`).
+(:func:`recompile_fails`). Every guard of each graph comes from the public ``guard_export_fn`` hook,
+called with the frame's ``Guard`` objects once Dynamo has built its guard manager, and the symbolic
+sizes and their guards from the frame's ShapeEnv, taken from the tracing context the backend is
+called in (:mod:`.shapes`).
 
 Dynamo's caches are per code object and cannot be saved: :func:`dynamo_state` resets them before
 the run (a cached graph would skip the recording backend) and after it (so nothing recorded stays),
@@ -47,6 +47,7 @@ from fxviz.analyze.compilemap.shapes import (
 from fxviz.analyze.compilemap.state import written_inputs
 from fxviz.errors import TargetError
 from fxviz.ops import op_name
+from fxviz.progress import stage
 from fxviz.torchbridge.guard import Backups
 from fxviz.torchbridge.opnames import op_target
 from fxviz.torchbridge.source import source_from_trace
@@ -264,6 +265,7 @@ class Recorder:
                 text = str(getattr(why, "reason", ""))
                 rec.breaks.append(BreakRecord(text.split("\n", 1)[0], text, g.ended, rec.input_set, rec.phase))
         written = written_inputs(gm)  # before the real backend: AOT Autograd rewrites the graph
+        stage(f"compiling graph {gid} ({code[0]}, {len(g.ops)} ops)")
         t0 = time.perf_counter()
         compiled = self.real(gm, example_inputs)
         g.compile_s = time.perf_counter() - t0
@@ -312,9 +314,8 @@ class Recorder:
         text = str(getattr(fail, "reason", fail)).split("\n", 1)[0]
         m = _CHECKED.match(text)
         checked, guard = (m.group(1), text[m.end():]) if m else ("", text)
-        # the graph of the version whose guard failed, by its compile id; else this function's
-        # newest graph, by its code's lines, not its name alone: every module's forward in one
-        # file is a "forward"
+        # the failed version's graph by its compile id; else this function's newest graph, by its
+        # code's lines, not its name alone (every module's forward in one file is a "forward")
         lines = frozenset(line for _, _, line in code.co_lines() if line) if code is not None else frozenset()
         if checked and any(g.compile_id for g in self.rec.graphs):
             failed = next((g for g in reversed(self.rec.graphs) if g.compile_id == checked), None)
@@ -322,8 +323,7 @@ class Recorder:
             named = [g for g in reversed(self.rec.graphs) if g.func == func and g.file == file]
             failed = next((g for g in named if _of(g, lines)), None)
         mine = rename(guard, failed.aliases) if failed else guard  # the user's input names, not args[1]
-        name, dim, words, advice = explain_fail(mine, failed.symbols if failed else (),
-                                                failed.shape_guards if failed else ())
+        name, dim, words, advice = explain_fail(mine, *((failed.symbols, failed.shape_guards) if failed else ((), ())))
         self.rec.guard_fails.append(GuardFailRecord(
             self.rec.input_set, func, file, getattr(code, "co_firstlineno", 0), words or in_words(mine),
             guard, name, dim, advice, lines, compile_id(), checked))

@@ -39,6 +39,7 @@ from fxviz.fallback.backward import trace_backward
 from fxviz.fallback.trace import trace_eager
 from fxviz.ir import Attempt, Graph
 from fxviz.passes import run_passes
+from fxviz.progress import stage
 from fxviz.text import one_line
 from fxviz.torchbridge.distributed import wait_collectives
 from fxviz.torchbridge.lazy import initialised
@@ -158,6 +159,7 @@ def compile_map(
         recorder.backups.restore()  # the eager trace starts from the parameters the compiled run found
         state.restore()
         t0 = time.perf_counter()
+        stage("tracing the eager forward")
         graph = eager_graph(model, args, kwargs, grad, state, skim=not recorder.rec.breaks and arithmetic.worth_skimming())
         trace_s = time.perf_counter() - t0
     finally:
@@ -167,6 +169,7 @@ def compile_map(
 
     t2 = time.perf_counter()
     with gc_paused():  # a few objects per op: no full collections over what compiling left behind
+        stage("matching the eager ops to the compiled graphs")
         hit = limits(watch.hits, recorder.rec, len(sets), watch.run_only)
         cmap = build(graph, recorder.rec, backend=_name(backend), mode=mode, dynamic=dynamic, input_sets=len(sets),
                      notes=notes + [lim.note() for lim in hit], limits=hit)
@@ -175,6 +178,7 @@ def compile_map(
     if autograd is not None:
         state.restore()
         try:
+            stage("tracing the eager backward")
             eager_bw = trace_backward(model, args, kwargs)
         finally:
             state.restore()
@@ -192,6 +196,7 @@ def _inside(cmap: CompileMap, live: LiveRun, rec: Recording) -> None:
     from fxviz.analyze.inside.build import build as build_inside
     from fxviz.tracefile import read_events
 
+    stage("reading what AOT Autograd and Inductor recorded")
     trace = read_events(live.events)
     inside = build_inside(trace, eager_ops=dynamo_to_eager(cmap.graph, rec), eager=cmap.graph)
     live.apply(trace, inside)
@@ -236,6 +241,7 @@ def _run_compiled(model: nn.Module, recorder: Recorder, watch: LimitWatch, sets:
             rec.input_set = -1
             a, kw = sets[0]
             with grad_mode:
+                stage("timing the compiled kernels (torch.profiler)")
                 live.profile(lambda: wait_collectives(compiled(*a, **kw)), leaves)
             del rec.runs[runs:]
             for g, n in zip(rec.graphs, counts, strict=False):
@@ -250,6 +256,7 @@ def _run_sets(compiled: Callable[..., Any], recorder: Recorder, watch: LimitWatc
     autograd)."""
     for k, (a, kw) in enumerate(sets):
         recorder.rec.input_set = k
+        stage("running the compiled model" + (f", input set {k + 1} of {len(sets)}" if len(sets) > 1 else ""))
         watch.start()
         try:
             if autograd is not None and k == 0:
