@@ -120,6 +120,16 @@ class LimitWatch:
             self._eager += self._frames["total"] == self._missed
             self._missed = None
 
+    def name_graphs(self, rec: Recording) -> None:
+        """Each graph's function as torch's compilation metrics name its frame (``co_name``,
+        ``co_filename``, ``co_firstlineno``: the function's first line, as tlparse and the
+        recompiles show it), not its first op's line; a graph of a frame torch recorded no metrics
+        for keeps the function its ops' stack traces name."""
+        for g in rec.graphs:
+            frame = _frame(g.compile_id)
+            if frame is not None and frame in self.code:
+                g.func, g.file, g.line = self.code[frame]
+
     def stop(self) -> None:
         """Put back the hook that was there (``done`` does; call it when a set raised)."""
         if self._hooked:

@@ -85,7 +85,7 @@ class GraphRecord:
     id: str
     func: str
     file: str
-    line: int
+    line: int  # its first op's line while the run lasts; then its function's first line (LimitWatch.name_graphs)
     input_set: int
     ops: list[OpRecord]
     compile_id: str = ""  # torch's id of the frame compile that made it (:func:`compile_id`)

@@ -164,7 +164,10 @@ class Symbol:
 
 @dataclass(slots=True)
 class CompiledGraph:
-    """One Dynamo graph: ``id`` (``g0``, ``g1``, … in compile order), the function it came from,
+    """One Dynamo graph: ``id`` (``g0``, ``g1``, … in compile order), the function it came from
+    (``func``, ``file``, ``line``: its code's name, file and first line, as torch's compilation
+    metrics and tlparse name the frame and the recompiles name the same function; an op keeps its
+    own line),
     the input set that compiled it, how many ops it holds (``ops``: every call node of Dynamo's graph,
     torch's ``graph_op_count``; ``explain``'s ``op_count`` counts its ``call_function`` nodes only,
     not a method call such as ``y.unflatten(...)``), how often it ran, and every guard that

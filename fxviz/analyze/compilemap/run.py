@@ -155,6 +155,7 @@ def compile_map(
             trace_eager(model, args, kwargs, level="function", grad=grad)  # a model that fails eagerly says so
             raise
         compile_s = time.perf_counter() - t1
+        watch.name_graphs(recorder.rec)
 
         recorder.backups.restore()  # the eager trace starts from the parameters the compiled run found
         state.restore()
