@@ -165,26 +165,38 @@ class _BreakReasons(logging.Handler):
             self.payloads.append(str(getattr(record, "payload", "")))
 
 
+def _installed(path: Path, name: str, text: str) -> object:
+    """``text`` as module ``name`` installed in a ``site-packages`` folder under ``path``: library code."""
+    lib = path / "site-packages" / f"{name}.py"
+    lib.parent.mkdir()
+    lib.write_text(text)
+    spec = importlib.util.spec_from_file_location(lib.stem, lib)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _mapped(model: torch.nn.Module, x: torch.Tensor) -> tuple[CompileMap, list[str]]:
+    """The map under the eager backend, and torch's structured-trace break reasons of that run."""
+    reasons = _BreakReasons()
+    trace_log.addHandler(reasons)
+    try:
+        return compile_map(model, (x,), backend="eager"), reasons.payloads
+    finally:
+        trace_log.removeHandler(reasons)
+
+
 def test_a_skipped_function_in_library_code_is_placed_at_that_function(tmp_path: Path) -> None:
     # the tiny OLMoE as installed library code (transformers' OLMoE is): no frame of the stack is
     # the user's. torch's record of each skip names the frame it ran eagerly ("frame skipped:
     # forward (…/tinymoe_lib.py line N)"); the old map placed the layers' loop's skip at the
     # innermost frame, the experts' nonzero line
-    lib = tmp_path / "site-packages" / "tinymoe_lib.py"
-    lib.parent.mkdir()
-    lib.write_text(Path(cm.__file__).read_text())
-    spec = importlib.util.spec_from_file_location("tinymoe_lib", lib)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    model, (x,) = mod.tiny_moe(0)
-    reasons = _BreakReasons()
-    trace_log.addHandler(reasons)
-    try:
-        cmap = compile_map(model, (x,), backend="eager")
-    finally:
-        trace_log.removeHandler(reasons)
-    skipped = {(f, file, int(line)) for p in reasons.payloads
+    mod = _installed(tmp_path, "tinymoe_lib", Path(cm.__file__).read_text())
+    lib = Path(mod.__file__)  # type: ignore[attr-defined]
+    model, (x,) = mod.tiny_moe(0)  # type: ignore[attr-defined]
+    cmap, payloads = _mapped(model, x)
+    skipped = {(f, file, int(line)) for p in payloads
                for f, file, line in re.findall(r"frame skipped: (\S+) \((.+?) line (\d+)\)", p)}
     assert {(f, file) for f, file, _ in skipped} == {
         ("forward", str(lib)), (f"torch_dynamo_resume_in_forward_at_{cm.LINES['moe-hit']}", str(lib))}
@@ -252,22 +264,11 @@ def test_a_break_in_torch_called_from_a_packaged_model_is_placed_at_the_models_l
     """A model installed as a package (its file under site-packages, as transformers' modeling files
     are) has no frame of the user's own: a break inside torch is placed at the model's line, with
     torch's line as detail, as explain's user stack shows both."""
-    lib = tmp_path / "site-packages" / "hooked_pkg.py"
-    lib.parent.mkdir()
-    lib.write_text(_PACKAGED)
-    spec = importlib.util.spec_from_file_location("hooked_pkg", lib)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    model, x = mod.Hooked().eval(), torch.randn(2, 4)
-    reasons = _BreakReasons()
-    trace_log.addHandler(reasons)
-    try:
-        cmap = compile_map(model, (x,), backend="eager")
-    finally:
-        trace_log.removeHandler(reasons)
+    mod = _installed(tmp_path, "hooked_pkg", _PACKAGED)
+    lib = Path(mod.__file__)  # type: ignore[attr-defined]
+    cmap, payloads = _mapped(mod.Hooked().eval(), torch.randn(2, 4))  # type: ignore[attr-defined]
     # torch's record of the break names the model's line and torch's hooks.py line
-    frames = re.findall(r'File "([^"]+)", line (\d+)', reasons.payloads[0])
+    frames = re.findall(r'File "([^"]+)", line (\d+)', payloads[0])
     assert (str(lib), "10") in frames and (str(Path(torch.__file__).parent / "utils" / "hooks.py"), "27") in frames
     first = cmap.breaks[0]
     assert first.line_text() == "hooked_pkg.py:10", first.line_text()
