@@ -72,11 +72,12 @@ def _run() -> tuple[CompileMap, _Passes, list[Any]]:
     passes = _Passes()
     _log.addHandler(passes)
     _log.propagate = False
-    before = len(get_compilation_metrics())
+    before = get_compilation_metrics()  # held, so that their ids stay theirs: torch keeps the last 64 only
     try:
         with dynamo.config.patch(recompile_limit=1), torch.no_grad():
             cmap = compile_map(model, (x, memory), backend="eager")
-        metrics = list(get_compilation_metrics())[before:]
+        seen = {id(m) for m in before}
+        metrics = [m for m in get_compilation_metrics() if id(m) not in seen]
     finally:
         _log.removeHandler(passes)
         _log.propagate = True
