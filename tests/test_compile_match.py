@@ -23,6 +23,7 @@ from fxviz.analyze.compilemap.match import assign, matchable, op_key, pair
 from fxviz.analyze.compilemap.record import OpRecord, op_records
 from fxviz.cli import cli
 from fxviz.ir import Node, SourceLoc
+from fxviz.torchbridge.distributed import wait_collectives
 
 OPS = ("call_function", "call_method", "call_module")
 
@@ -30,10 +31,13 @@ OPS = ("call_function", "call_method", "call_module")
 def explain(model: nn.Module, args: tuple[Any, ...]) -> Any:
     """torch's own record of a user's first call (no grad, as the map runs it), on a fresh copy."""
     dynamo.reset()
+    fresh, outputs = copy.deepcopy(model), []
+    fresh.register_forward_hook(lambda m, a, out: outputs.append(out))  # a side effect Dynamo replays
     try:
         with torch.no_grad():
-            return dynamo.explain(copy.deepcopy(model))(*args)
+            return dynamo.explain(fresh)(*args)
     finally:
+        wait_collectives(outputs)  # a row-parallel output's all_reduce: waited, as a user would
         dynamo.reset()
 
 
