@@ -113,6 +113,30 @@ def build_frontend() -> ModuleType:
     return import_or_missing("build", "pip install -e '.[dev]' (make setup)")
 
 
+def _unwaited_collectives() -> int:
+    """torch's count of functional collectives issued and not yet waited (its work registry), or 0
+    before a test has imported torch."""
+    if "torch" not in sys.modules:
+        return 0
+    try:
+        from torch._C._distributed_c10d import _get_work_registry_size
+    except ImportError:  # a build without distributed
+        return 0
+    return int(_get_work_registry_size())
+
+
+@pytest.fixture(autouse=True)
+def no_unwaited_collectives() -> Generator[None, None, None]:
+    """A test (or fxviz) that leaves a collective unwaited fails here, by name, instead of one warning
+    at the suite's exit that names nobody: a user's program would warn, and a real backend hang."""
+    before = _unwaited_collectives()
+    yield
+    left = _unwaited_collectives() - before
+    if left > 0:
+        pytest.fail(f"{left} collective(s) left unwaited (torch's work registry); wait them "
+                    "(fxviz.torchbridge.distributed.wait_collectives)", pytrace=False)
+
+
 # ---- tiers --------------------------------------------------------------------------------------
 
 
