@@ -27,6 +27,7 @@ from fxviz.analyze.inside.result import Kernel
 from fxviz.analyze.inside.stages import op_nodes
 from fxviz.ir import Graph, ModuleCall, Node, Ref
 from fxviz.tracefile.code import ONE_OP, OutputCode
+from fxviz.tracefile.fxtext import TORCH_NAMESPACES
 
 #: ATen ops that Inductor runs as views of a buffer (``reinterpret_tensor``), never as a kernel.
 VIEW_OPS = frozenset({
@@ -37,7 +38,14 @@ VIEW_OPS = frozenset({
 
 
 def short(target: str) -> str:
-    """``aten.addmm.default`` / ``torch.ops.aten.addmm.default`` -> ``addmm``."""
+    """``aten.addmm.default`` / ``torch.ops.aten.addmm.default`` -> ``addmm``; a custom op or a
+    collective as the post-grad graph names it, ``transformers::grouped_mm_fallback.default``, and as
+    the output code calls it, ``torch.ops.transformers.grouped_mm_fallback.default``, ->
+    ``transformers::grouped_mm_fallback``."""
+    if target.startswith("torch.ops."):
+        ns, _, rest = target[len("torch.ops."):].partition(".")
+        if ns not in TORCH_NAMESPACES and rest:
+            target = f"{ns}::{rest}"
     parts = [p for p in target.split(".") if p not in ("torch", "ops", "aten", "prims", "default", "Tensor", "Scalar")]
     return parts[0] if parts else target
 
