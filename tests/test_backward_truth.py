@@ -17,7 +17,8 @@ from fxviz.errors import ModelError
 from tests.backward_models import default_loss
 
 
-def torch_saved_by_module(model: nn.Module, args: tuple[Any, ...]) -> Counter[str]:
+def torch_saved_by_module(model: nn.Module, args: tuple[Any, ...],
+                          kwargs: dict[str, Any] | None = None) -> Counter[str]:
     """Bytes autograd saves in a real step per module path (the innermost module running when the
     tensor is packed), each storage once, no parameter, buffer or input: torch's own record."""
     paths = {id(m): p for p, m in model.named_modules()}
@@ -29,7 +30,9 @@ def torch_saved_by_module(model: nn.Module, args: tuple[Any, ...]) -> Counter[st
     def post(_m: nn.Module, _a: Any, _o: Any) -> None:
         stack.pop()
 
-    own = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers(), *args]}
+    kwargs = kwargs or {}
+    inputs = [t for t in [*args, *kwargs.values()] if isinstance(t, torch.Tensor)]
+    own = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers(), *inputs]}
     seen: set[int] = set()
     per: Counter[str] = Counter()
 
@@ -43,7 +46,7 @@ def torch_saved_by_module(model: nn.Module, args: tuple[Any, ...]) -> Counter[st
     hooks = [nn.modules.module.register_module_forward_pre_hook(pre), nn.modules.module.register_module_forward_hook(post)]
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            default_loss(model(*args))
+            default_loss(model(*args, **kwargs))
     finally:
         for h in hooks:
             h.remove()
@@ -573,3 +576,4 @@ def test_t5s_step_saves_on_both_paths_what_torch_packs(train: bool) -> None:
     assert rest and Counter((shape, dtype) for shape, dtype, _ in rest) <= inferred
     masks = [s for s in g.saved if s.dtype == "bool"]
     assert len(masks) == 4 and all(s.inferred and "from the shapes alone" in s.reason for s in masks)
+

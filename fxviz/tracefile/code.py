@@ -324,7 +324,8 @@ def _calls(text: str, spans: list[tuple[int, int]],
         if pending:
             if base == pending[-1][0].rpartition(":")[0]:
                 emit(base, here, s)
-        elif base in kernels or base.startswith("extern_kernels."):
+        elif base in kernels or base.startswith("extern_kernels.") or (
+                call_indent >= 0 and base.startswith("torch.ops.")):  # an ATen fallback or a collective
             emit(base, here, s)
     flush()
     return calls, returns

@@ -12,7 +12,6 @@ matching (``eager_ops``: graph id -> Dynamo node -> eager op), when there is an 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,7 +36,6 @@ _SECONDS = {
     "joint": ("aot_collect_metadata", "aot_trace_joint_graph", "_recursive_joint_graph_passes"),
     "partition": ("min_cut_rematerialization_partition",),
 }
-_STATE = re.compile(r"_(?:parameters|buffers)_")
 
 
 def build(trace: Trace, *, eager_ops: Mapping[str, Mapping[str, str]] | None = None, eager: Graph | None = None,
@@ -310,16 +308,18 @@ def _stage_graph(stages: list[Stage], name: str) -> Graph | None:
 
 def _module(dyn: str, eager_ops: Mapping[str, str], eager: Graph | None, dynamo: Graph) -> str | None:
     """The module path of Dynamo node ``dyn`` (``""``: the model itself): its eager op's, else the
-    module of the parameters it reads (``l_self_modules_h_modules_0_modules_attn_..._parameters_weight_``
-    -> ``h.0.attn``); ``None`` when neither says."""
+    module that owns a parameter or buffer it reads, by the state-dict name the trace's reader took
+    from Dynamo's argument (``L_self_modules_embeddings_modules_LayerNorm_parameters_weight_`` ->
+    ``embeddings.LayerNorm``; not its local name, which Dynamo writes in snake case:
+    ``l_self_modules_embeddings_modules_layer_norm_...``); ``None`` when neither says."""
     if eager is not None and dyn in eager_ops and eager_ops[dyn] in eager:
         return eager.node(eager_ops[dyn]).module
     if dyn not in dynamo:  # not in the Dynamo graph (one fxviz could not read)
         return None
     for r in dynamo.node(dyn).inputs:
-        m = _STATE.search(r.node.lower())
-        if m:
-            return ".".join(r.node[: m.start()].split("_modules_")[1:])
+        src = dynamo.node(r.node) if r.node in dynamo else None
+        if src is not None and src.kind in ("parameter", "buffer"):
+            return src.target.rpartition(".")[0]
     return None
 
 

@@ -3,11 +3,13 @@ post-grad nodes it runs. No torch.
 
 The nodes come from torch: ``cppCodeToPost`` of ``inductor_provenance_tracking_node_mappings``
 (kernel handle -> post-grad nodes). Where torch recorded none (the backward's mapping is empty in
-torch 2.13) they are inferred and marked so: an extern call takes the post-grad node its
-``Topologically Sorted Source Nodes`` comment names, else the next one of its op in graph order; a
-generated kernel takes each remaining computing node in the first kernel that runs after every
-extern call the node depends on, unless the output code's buffers say which kernel computes it
-(a graph output is the buffer ``call()`` returns, made by the first call that names it).
+torch 2.13; a plain ``TORCH_TRACE`` run, which leaves provenance tracking off, records none at all)
+they are inferred and marked so: an extern call (``extern_kernels.addmm``, an ATen fallback
+``torch.ops.aten...``) takes the node of its own op its ``Topologically Sorted Source Nodes`` comment
+names, else the next one of its op in graph order; a generated kernel takes each remaining
+computing node in the first kernel that runs after every extern call the node depends on, unless
+the output code's buffers say which kernel computes it (a graph output is the buffer ``call()``
+returns, made by the first call that names it), never one that runs before such an extern call.
 
 A post-grad node no kernel runs is listed with the reason: a view (Inductor reinterprets its
 input's buffer), a ``getitem`` (part of its producer's kernel), or none recorded.
@@ -25,6 +27,7 @@ from fxviz.analyze.inside.result import Kernel
 from fxviz.analyze.inside.stages import op_nodes
 from fxviz.ir import Graph, ModuleCall, Node, Ref
 from fxviz.tracefile.code import ONE_OP, OutputCode
+from fxviz.tracefile.fxtext import TORCH_NAMESPACES
 
 #: ATen ops that Inductor runs as views of a buffer (``reinterpret_tensor``), never as a kernel.
 VIEW_OPS = frozenset({
@@ -35,7 +38,14 @@ VIEW_OPS = frozenset({
 
 
 def short(target: str) -> str:
-    """``aten.addmm.default`` / ``torch.ops.aten.addmm.default`` -> ``addmm``."""
+    """``aten.addmm.default`` / ``torch.ops.aten.addmm.default`` -> ``addmm``; a custom op or a
+    collective as the post-grad graph names it, ``transformers::grouped_mm_fallback.default``, and as
+    the output code calls it, ``torch.ops.transformers.grouped_mm_fallback.default``, ->
+    ``transformers::grouped_mm_fallback``."""
+    if target.startswith("torch.ops."):
+        ns, _, rest = target[len("torch.ops."):].partition(".")
+        if ns not in TORCH_NAMESPACES and rest:
+            target = f"{ns}::{rest}"
     parts = [p for p in target.split(".") if p not in ("torch", "ops", "aten", "prims", "default", "Tensor", "Scalar")]
     return parts[0] if parts else target
 
@@ -211,12 +221,17 @@ def _infer(post: Graph, code: OutputCode, handles: list[str],
     for i, (c, h) in enumerate(zip(calls, handles, strict=True)):
         if c.kind not in ONE_OP:
             continue
+        # the comment names the source nodes of the call and of the views and kernels before it
+        # (``[embedding, linear]`` above an addmm that reads an embedding's buffer): its own op first,
+        # named there or the next of that op in graph order, then any of the comment's ATen ops
         named = [n for n in c.source_nodes if n in ops and n not in taken and not is_view(ops[n])]
-        op = short(c.name.removeprefix("extern_kernels."))  # its own op: the mm among the nodes fused into it
-        named = [n for n in named if short(ops[n].target) == op] or named
-        if not named:
-            want = ({op} | {a.rsplit(".", 1)[-1] for a in c.aten}) - VIEW_OPS
-            named = next(([n] for n in order if n not in taken and short(ops[n].target) in want), [])
+        op = short(c.name.removeprefix("extern_kernels."))
+        want = ({op} | {a.rsplit(".", 1)[-1] for a in c.aten}) - VIEW_OPS
+        free = [n for n in order if n not in taken]
+        named = ([n for n in named if short(ops[n].target) == op]
+                 or next(([n] for n in free if short(ops[n].target) == op), [])
+                 or [n for n in named if short(ops[n].target) in want]
+                 or next(([n] for n in free if short(ops[n].target) in want), []) or named)
         for x in named[:1]:
             covers[h].append(x)
             taken.add(x)
@@ -237,10 +252,13 @@ def _infer(post: Graph, code: OutputCode, handles: list[str],
         at = (node.source.file.rsplit("/", 1)[-1], node.source.line) if node.source is not None else None
         able = [k for k in fused if at in runs[k]] or fused
         # pinned by a buffer, else where all the values it reads were computed (a recomputed
-        # layer's chain follows the saved value it starts from), else the first call after its inputs
+        # layer's chain follows the saved value it starts from), else the first call after its inputs;
+        # never a call that runs before an extern call whose value it reads (a residual add reads
+        # both the kernel before an addmm and the addmm)
         fed = {placed[b] for r in node.inputs if (b := _through_views(r.node, ops)) in placed}
         pinned = pins.get(name, next(iter(fed)) if len(fed) == 1 else None)
-        i = pinned if pinned in able else next((k for k in able if k > after[name]), able[-1])
+        ready = [k for k in able if k > after[name]]
+        i = pinned if pinned in ready else (ready[0] if ready else able[-1])
         covers[handles[i]].append(name)
         placed[name] = i
     return covers
