@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import inspect
 import linecache
+import reprlib
 import sys
 import types
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from fxviz.symbolic.convert import Converter, Placeholder
 from fxviz.symbolic.silent import opaque_note, with_silent_calls
 from fxviz.torchbridge.checks import confirm_forward, first_line, real_inputs
 from fxviz.torchbridge.guard import Backups, named_modules
-from fxviz.torchbridge.normalize import flatten_inputs, flatten_outputs
+from fxviz.torchbridge.normalize import FlatInputs, flatten_inputs, flatten_outputs, holds_tensors
 from fxviz.torchbridge.source import is_user_file
 from fxviz.torchbridge.values import mark_tied, module_infos
 from fxviz.torchbridge.walk import named_state
@@ -213,20 +214,25 @@ class _Tracer(torch.fx.Tracer):
 
 
 @contextlib.contextmanager
-def _positional_forward(model: nn.Module, n: int) -> Iterator[None]:
-    """torch.fx builds the root's placeholders by rewriting the forward's code object, which fails
-    ("co_varnames is too small") on a forward that takes ``*args`` (a decorated forward, as
-    transformers' models have). For the length of the trace the model's class is swapped for a
-    subclass whose forward takes the ``n`` inputs given by name and calls the original: what runs
-    is the model's own forward, and the model is put back however the trace ends."""
+def _flat_forward(model: nn.Module, flat: FlatInputs) -> Iterator[None]:
+    """The forward fx traces: one placeholder per tensor given, positional or keyword, at any depth
+    of a container (``input_i`` for ``flat.tensors[i]``); every other value given (a flag such as
+    ``use_cache=False``, a number, ``None``) is a constant of the trace, specialised as
+    ``concrete_args`` are, and a parameter not given keeps its default, as the eager call does. fx
+    makes a placeholder of each parameter of the root's forward (by rewriting its code object,
+    which fails, "co_varnames is too small", on a forward that takes ``*args``, as transformers'
+    decorated forwards do); for the length of the trace the model's class is swapped for a
+    subclass whose forward takes the tensors and calls the model's own forward with the inputs
+    rebuilt. The model is put back however the trace ends."""
     forward = type(model).forward
-    code = getattr(forward, "__code__", None)
-    if code is None or not code.co_flags & inspect.CO_VARARGS:
-        yield
-        return
-    names = [f"input_{i}" for i in range(n)]
-    ns: dict[str, Any] = {"_forward": forward}
-    exec(f"def forward(self, {', '.join(names)}):\n    return _forward(self, {', '.join(names)})", ns)  # noqa: S102
+
+    def call(self: nn.Module, tensors: tuple[Any, ...]) -> Any:
+        args, kwargs = flat.rebuild(tensors)
+        return forward(self, *args, **kwargs)
+
+    names = [f"input_{i}" for i in range(len(flat.tensors))]
+    ns: dict[str, Any] = {"_call": call}
+    exec(f"def forward(self, {', '.join(names)}):\n    return _call(self, ({''.join(n + ', ' for n in names)}))", ns)  # noqa: S102
     cls = type(model)
     model.__class__ = type(cls.__name__, (cls,), {"forward": ns["forward"], "__module__": cls.__module__,
                                                   "__qualname__": cls.__qualname__})
@@ -236,19 +242,39 @@ def _positional_forward(model: nn.Module, n: int) -> Iterator[None]:
         model.__class__ = cls
 
 
+def _specialised(flat: FlatInputs) -> str | None:
+    """The note that says which values given are constants of the graph, or ``None``. A value that
+    holds tensors pytree cannot reach (a cache object of a type it does not flatten) would be
+    baked into the graph as constants: a :class:`TypeError` says what to do."""
+    for name, v in flat.constants:
+        if holds_tensors(v):
+            raise TypeError(f"fx cannot take {name} ({type(v).__name__}) as an input: it holds tensors that pytree "
+                            "does not flatten, which fx would bake into the graph as constants; pass its tensors "
+                            "as inputs, or use method='export' or 'eager'")
+    if not flat.constants:
+        return None
+    given = ", ".join(f"{k}={reprlib.repr(v)}" for k, v in flat.constants)
+    return (f"fx specialised the non-tensor inputs to the values given ({given}), as torch.fx's concrete_args do: "
+            "the graph holds for these values only (other values: capture again with them)")
+
+
 def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, validate: bool = True) -> Graph:
-    """Capture with ``torch.fx.symbolic_trace``; shapes come from fake-tensor propagation. On real
+    """Capture with ``torch.fx.symbolic_trace``, each tensor given an input and every other value a
+    constant (:func:`_flat_forward`, noted); shapes come from fake-tensor propagation. On real
     inputs (and ``validate``) the model runs once on them, and what it raises is a
     :class:`~fxviz.torchbridge.checks.RejectedInputs`: fake tensors check less than real kernels."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     flat = flatten_inputs(model, args, kwargs)
-    if kwargs:
-        raise TypeError("fx capture takes positional tensor inputs only; use method='export' for kwargs")
+    specialised = _specialised(flat)
     tracer, writes = _Tracer(), _RealWrites(model)
     try:
-        with _positional_forward(model, len(args)), writes:
+        with _flat_forward(model, flat), writes:
             graph = tracer.trace(model)
+    except torch.fx.proxy.TraceError as e:  # in the root's own forward, which cannot be kept as one op
+        e.args = (f"{(str(e).strip().splitlines() or [''])[0]}: fx runs the forward with proxies in place of the input tensors, and this "
+                  "line needs a value; use method='export' or 'eager'",)
+        raise
     finally:
         writes.backups.restore()
     if writes.written:
@@ -257,11 +283,9 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
             f"the forward writes {written} in place on tensors fx does not trace (a loop over self.parameters()): "
             "fx would run the write for real and leave it out of the graph; use method='export' or 'eager'")
     root = tracer.root
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    if len(placeholders) < len(args):
-        raise TypeError(f"forward takes {len(placeholders)} inputs, {len(args)} were given")
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]  # input_i: flat.tensors[i]
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+    fake_args = [mode.from_tensor(t) for t in flat.tensors]
     # on fake copies of the model's state: the graph's in-place writes (a momentum update under
     # no_grad, which fx does not record) would otherwise land in the real parameters; and without
     # grad, as that no_grad ran (shapes do not depend on it)
@@ -277,11 +301,8 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
         if not n.users and _is_dataclass_call(n):
             graph.erase_node(n)
 
-    # the tensors given name the first placeholders; a keyword input left at its default keeps its own
-    names = dict(zip([p.name for p in placeholders],
-                     flat.names + [p.name for p in placeholders[len(flat.names):]], strict=False))
     conv = Converter(
-        {p.name: Placeholder("input", names[p.name], names[p.name]) for p in placeholders},
+        {p.name: Placeholder("input", name, name) for p, name in zip(placeholders, flat.names, strict=True)},
         modules=dict(named_modules(model)),
     )
     conv.convert(graph)
@@ -294,7 +315,7 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
     conv.add_outputs(items)
     mark_tied(conv.nodes, model)
     nodes = with_silent_calls(conv.nodes, tracer.called, conv.modules)
-    notes = []
+    notes = [specialised] if specialised is not None else []
     for n in nodes:
         why = tracer.opaque.get(n.module) if n.kind == "op" else None
         if why is not None:
