@@ -59,6 +59,47 @@ class _RealWrites(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+class _Counts(dict[str, int]):
+    """fx's count of the names made from each base (``add`` -> 2 once ``add_2`` is taken, in
+    ``Graph._graph_namespace._base_count``), with a journal of its changes: after a rollback the
+    counts, and the names of the erased nodes, are given back, so that the nodes made next are
+    named as torch.fx names them in a trace that kept the module as one op from the start (fx's
+    namespace keeps an erased node's name taken: ``add_3`` where fx has ``add_1``)."""
+
+    def __init__(self, counts: dict[str, int]) -> None:
+        super().__init__(counts)
+        self.changes: list[tuple[str, int | None]] = []  # (base, count before), oldest first
+
+    def __setitem__(self, base: str, count: int) -> None:
+        self.changes.append((base, self.get(base)))
+        super().__setitem__(base, count)
+
+    @staticmethod
+    def of(graph: torch.fx.Graph) -> _Counts | None:
+        """The journaled counts of ``graph``'s namespace, installed on first use; ``None`` where
+        torch keeps them otherwise."""
+        ns = getattr(graph, "_graph_namespace", None)
+        counts = getattr(ns, "_base_count", None)
+        if isinstance(counts, _Counts) or not isinstance(counts, dict) or not hasattr(ns, "_used_names"):
+            return counts
+        ns._base_count = _Counts(counts)  # type: ignore[union-attr]
+        return ns._base_count  # type: ignore[union-attr,no-any-return]
+
+    def give_back(self, graph: torch.fx.Graph, mark: int, erased: list[torch.fx.Node]) -> None:
+        """Undo the changes made since ``mark`` (a length of ``changes``), and free the names of
+        ``erased``."""
+        ns = graph._graph_namespace  # type: ignore[attr-defined]
+        for n in erased:
+            ns._used_names.discard(n.name)
+            ns._obj_to_name.pop(n, None)
+        while len(self.changes) > mark:
+            base, before = self.changes.pop()
+            if before is None:
+                super().__delitem__(base)
+            else:
+                super().__setitem__(base, before)
+
+
 class _Tracer(torch.fx.Tracer):
     """torch.fx's tracer, which keeps every module of ``torch.nn`` as one ``call_module`` op, made
     to trace through each module that has submodules (``TransformerEncoder``, ``Sequential``): only
@@ -180,6 +221,8 @@ class _Tracer(torch.fx.Tracer):
         # what the try changes, undone by what it added (copies of the module stack and the call
         # counts cost the depth and the number of modules for every call traced through)
         depth, called = len(self.module_stack), len(self.called)
+        counts = _Counts.of(self.graph)
+        mark = len(counts.changes) if counts is not None else 0
         try:
             return super().call_module(m, forward, args, kwargs)
         except Exception as e:
@@ -195,6 +238,8 @@ class _Tracer(torch.fx.Tracer):
             n = n.next
         for n in reversed(added):
             self.graph.erase_node(n)
+        if counts is not None:
+            counts.give_back(self.graph, mark, added)
         gone = set(added)
         if self._proxy_cache is not None:
             for k in [k for k, p in self._proxy_cache.items() if getattr(p, "node", None) in gone]:
