@@ -98,9 +98,11 @@ def test_fx_specialises_flags_and_takes_tensor_kwargs_as_torch_fx_does(kwargs: d
     assert shapes == {k: tuple(v.shape) for k, v in items if v is not None}
 
 
-def test_fx_takes_a_dict_of_tensors_by_keyword_named_as_passed() -> None:
+def test_fx_takes_a_dict_of_tensors_by_keyword_named_as_passed(tmp_path: Path) -> None:
     model, args, kwargs = kwargs_inputs()
     g = fxviz.capture(model, args, kwargs, method="fx")
+    g.to_html(tmp_path / "g.html")
+    assert "scale=0.5" in (tmp_path / "g.html").read_text()  # the report shows the note too
     fx_inputs, fx_ops = _fx_reference(model, {"scale": 0.5, "extra": {"bias": torch.fx.PH}})
     inputs = [n.target for n in g.nodes if n.kind == "input"]
     assert inputs == ["x", "mask", "extra['bias']"] and len(fx_inputs) == len(inputs)
