@@ -336,8 +336,9 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
     # grad, as that no_grad ran (shapes do not depend on it)
     state: dict[str, torch.Tensor] = {k: mode.from_tensor(t) for k, t in [*named_state(root, "_parameters", remove_duplicate=False),
                                                  *named_state(root, "_buffers", remove_duplicate=False)]}
+    nones: set[torch.fx.Node] = set()
     with _reparametrize_module(root, state), torch.no_grad():
-        _prop(root, graph, mode).propagate(*fake_args)
+        _prop(root, graph, mode, nones).propagate(*fake_args)
 
     out_node = next(n for n in reversed(graph.nodes) if n.op == "output")
     returned = _unpack_dataclasses(out_node.args[0])
@@ -353,7 +354,9 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
     conv.convert(graph)
     items: list[tuple[str, torch.fx.Node | None, str | None]] = []
     for path, value in flatten_outputs(returned, leaf_types=(torch.fx.Node,)):
-        if isinstance(value, torch.fx.Node):
+        if isinstance(value, torch.fx.Node) and value in nones:  # what runs returns None there
+            items.append((path, None, repr(None)))
+        elif isinstance(value, torch.fx.Node):
             items.append((path, value, None))
         else:
             items.append((path, None, repr(value)))
@@ -384,11 +387,19 @@ class _Traced:
         return named_modules(self.root)
 
 
-def _prop(root: nn.Module, graph: torch.fx.Graph, mode: Any) -> Any:
-    """Fake-tensor propagation of ``graph`` on ``root`` itself (its attributes and submodules)."""
+def _prop(root: nn.Module, graph: torch.fx.Graph, mode: Any, nones: set[torch.fx.Node]) -> Any:
+    """Fake-tensor propagation of ``graph`` on ``root`` itself (its attributes and submodules);
+    ``nones`` gets the nodes whose value is ``None`` (a field of a module kept as one op that its
+    forward left unset, as ``cache`` with ``use_cache=False``)."""
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     class Prop(FakeTensorProp):
+        def run_node(self, n: torch.fx.Node) -> Any:
+            result = super().run_node(n)
+            if result is None:
+                nones.add(n)
+            return result
+
         def fetch_attr(self, target: str) -> Any:
             """fx's ``fetch_attr`` (``getattr`` level by level down ``target``: the depth of the
             model per op) as one lookup of the owner in the model's paths."""
