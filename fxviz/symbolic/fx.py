@@ -80,8 +80,10 @@ class _Counts(dict[str, int]):
         torch keeps them otherwise."""
         ns = getattr(graph, "_graph_namespace", None)
         counts = getattr(ns, "_base_count", None)
-        if isinstance(counts, _Counts) or not isinstance(counts, dict) or not hasattr(ns, "_used_names"):
+        if isinstance(counts, _Counts):
             return counts
+        if not isinstance(counts, dict) or not hasattr(ns, "_used_names") or not hasattr(ns, "_obj_to_name"):
+            return None
         ns._base_count = _Counts(counts)  # type: ignore[union-attr]
         return ns._base_count  # type: ignore[union-attr,no-any-return]
 
