@@ -105,6 +105,23 @@ def test_hook_breaks_the_backward(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(panels["compiled autograd"]["rows"]) == len(back.autograd[0].calls)
 
 
+@pytest.mark.parametrize(("build", "backend"), [(models.hooked, "eager"), (models.square, "aot_eager")])
+def test_backward_graphs_named_as_torch_metrics_name_them(monkeypatch: pytest.MonkeyPatch, build: Any,
+                                                          backend: str) -> None:
+    """Each Dynamo graph of the backward (compile ids ``!0/1/0``: compiled autograd's) names its
+    function as torch's compilation metrics do: the compiled autograd graph's generated
+    ``forward``, the hook, the resume function after the break, each at its first line."""
+    from torch._dynamo.utils import get_compilation_metrics
+
+    cm, seen, _ = _run(monkeypatch, build, backend)
+    assert cm.backward is not None
+    metrics = {str(m.compile_id): (m.co_name, m.co_filename, m.co_firstlineno) for m in get_compilation_metrics()}
+    # the trace spells a restarted compile's second attempt ``!0/1/0_1``; the metrics keep one entry per compile
+    made = [re.sub(r"_\d+$", "", c.compile_id) for c in seen.ca_compiles() if c.all("dynamo_output_graph")]
+    assert [(g.func, g.file, g.line) for g in cm.backward.graphs] == [metrics[c] for c in made]
+    assert any(f.startswith("torch_dynamo_resume_in_") for f, _, _ in (metrics[c] for c in made))
+
+
 def test_no_hook_no_backward_break(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same MLP without the hook: one captured graph, compiled whole, no break anywhere."""
     cm, seen, _ = _run(monkeypatch, models.mlp, "eager")

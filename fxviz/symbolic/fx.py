@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import inspect
 import linecache
+import reprlib
 import sys
 import types
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from fxviz.symbolic.convert import Converter, Placeholder
 from fxviz.symbolic.silent import opaque_note, with_silent_calls
 from fxviz.torchbridge.checks import confirm_forward, first_line, real_inputs
 from fxviz.torchbridge.guard import Backups, named_modules
-from fxviz.torchbridge.normalize import flatten_inputs, flatten_outputs
+from fxviz.torchbridge.normalize import FlatInputs, flatten_inputs, flatten_outputs, holds_tensors
 from fxviz.torchbridge.source import is_user_file
 from fxviz.torchbridge.values import mark_tied, module_infos
 from fxviz.torchbridge.walk import named_state
@@ -56,6 +57,49 @@ class _RealWrites(torch.utils._python_dispatch.TorchDispatchMode):
                     self.written.append(owner[0])
                     self.backups.keep((owner[1],))
         return func(*args, **kwargs)
+
+
+class _Counts(dict[str, int]):
+    """fx's count of the names made from each base (``add`` -> 2 once ``add_2`` is taken, in
+    ``Graph._graph_namespace._base_count``), with a journal of its changes: after a rollback the
+    counts, and the names of the erased nodes, are given back, so that the nodes made next are
+    named as torch.fx names them in a trace that kept the module as one op from the start (fx's
+    namespace keeps an erased node's name taken: ``add_3`` where fx has ``add_1``)."""
+
+    def __init__(self, counts: dict[str, int]) -> None:
+        super().__init__(counts)
+        self.changes: list[tuple[str, int | None]] = []  # (base, count before), oldest first
+
+    def __setitem__(self, base: str, count: int) -> None:
+        self.changes.append((base, self.get(base)))
+        super().__setitem__(base, count)
+
+    @staticmethod
+    def of(graph: torch.fx.Graph) -> _Counts | None:
+        """The journaled counts of ``graph``'s namespace, installed on first use; ``None`` where
+        torch keeps them otherwise."""
+        ns = getattr(graph, "_graph_namespace", None)
+        counts = getattr(ns, "_base_count", None)
+        if isinstance(counts, _Counts):
+            return counts
+        if not isinstance(counts, dict) or not hasattr(ns, "_used_names") or not hasattr(ns, "_obj_to_name"):
+            return None
+        ns._base_count = _Counts(counts)  # type: ignore[union-attr]
+        return ns._base_count  # type: ignore[union-attr,no-any-return]
+
+    def give_back(self, graph: torch.fx.Graph, mark: int, erased: list[torch.fx.Node]) -> None:
+        """Undo the changes made since ``mark`` (a length of ``changes``), and free the names of
+        ``erased``."""
+        ns = graph._graph_namespace  # type: ignore[attr-defined]
+        for n in erased:
+            ns._used_names.discard(n.name)
+            ns._obj_to_name.pop(n, None)
+        while len(self.changes) > mark:
+            base, before = self.changes.pop()
+            if before is None:
+                super().__delitem__(base)
+            else:
+                super().__setitem__(base, before)
 
 
 class _Tracer(torch.fx.Tracer):
@@ -179,6 +223,8 @@ class _Tracer(torch.fx.Tracer):
         # what the try changes, undone by what it added (copies of the module stack and the call
         # counts cost the depth and the number of modules for every call traced through)
         depth, called = len(self.module_stack), len(self.called)
+        counts = _Counts.of(self.graph)
+        mark = len(counts.changes) if counts is not None else 0
         try:
             return super().call_module(m, forward, args, kwargs)
         except Exception as e:
@@ -194,6 +240,8 @@ class _Tracer(torch.fx.Tracer):
             n = n.next
         for n in reversed(added):
             self.graph.erase_node(n)
+        if counts is not None:
+            counts.give_back(self.graph, mark, added)
         gone = set(added)
         if self._proxy_cache is not None:
             for k in [k for k, p in self._proxy_cache.items() if getattr(p, "node", None) in gone]:
@@ -213,20 +261,25 @@ class _Tracer(torch.fx.Tracer):
 
 
 @contextlib.contextmanager
-def _positional_forward(model: nn.Module, n: int) -> Iterator[None]:
-    """torch.fx builds the root's placeholders by rewriting the forward's code object, which fails
-    ("co_varnames is too small") on a forward that takes ``*args`` (a decorated forward, as
-    transformers' models have). For the length of the trace the model's class is swapped for a
-    subclass whose forward takes the ``n`` inputs given by name and calls the original: what runs
-    is the model's own forward, and the model is put back however the trace ends."""
+def _flat_forward(model: nn.Module, flat: FlatInputs) -> Iterator[None]:
+    """The forward fx traces: one placeholder per tensor given, positional or keyword, at any depth
+    of a container (``input_i`` for ``flat.tensors[i]``); every other value given (a flag such as
+    ``use_cache=False``, a number, ``None``) is a constant of the trace, specialised as
+    ``concrete_args`` are, and a parameter not given keeps its default, as the eager call does. fx
+    makes a placeholder of each parameter of the root's forward (by rewriting its code object,
+    which fails, "co_varnames is too small", on a forward that takes ``*args``, as transformers'
+    decorated forwards do); for the length of the trace the model's class is swapped for a
+    subclass whose forward takes the tensors and calls the model's own forward with the inputs
+    rebuilt. The model is put back however the trace ends."""
     forward = type(model).forward
-    code = getattr(forward, "__code__", None)
-    if code is None or not code.co_flags & inspect.CO_VARARGS:
-        yield
-        return
-    names = [f"input_{i}" for i in range(n)]
-    ns: dict[str, Any] = {"_forward": forward}
-    exec(f"def forward(self, {', '.join(names)}):\n    return _forward(self, {', '.join(names)})", ns)  # noqa: S102
+
+    def call(self: nn.Module, tensors: tuple[Any, ...]) -> Any:
+        args, kwargs = flat.rebuild(tensors)
+        return forward(self, *args, **kwargs)
+
+    names = [f"input_{i}" for i in range(len(flat.tensors))]
+    ns: dict[str, Any] = {"_call": call}
+    exec(f"def forward(self, {', '.join(names)}):\n    return _call(self, ({''.join(n + ', ' for n in names)}))", ns)  # noqa: S102
     cls = type(model)
     model.__class__ = type(cls.__name__, (cls,), {"forward": ns["forward"], "__module__": cls.__module__,
                                                   "__qualname__": cls.__qualname__})
@@ -236,19 +289,39 @@ def _positional_forward(model: nn.Module, n: int) -> Iterator[None]:
         model.__class__ = cls
 
 
+def _specialised(flat: FlatInputs) -> str | None:
+    """The note that says which values given are constants of the graph, or ``None``. A value that
+    holds tensors pytree cannot reach (a cache object of a type it does not flatten) would be
+    baked into the graph as constants: a :class:`TypeError` says what to do."""
+    for name, v in flat.constants:
+        if holds_tensors(v):
+            raise TypeError(f"fx cannot take {name} ({type(v).__name__}) as an input: it holds tensors that pytree "
+                            "does not flatten, which fx would bake into the graph as constants; pass its tensors "
+                            "as inputs, or use method='export' or 'eager'")
+    if not flat.constants:
+        return None
+    given = ", ".join(f"{k}={reprlib.repr(v)}" for k, v in flat.constants)
+    return (f"fx specialised the non-tensor inputs to the values given ({given}), as torch.fx's concrete_args do: "
+            "the graph holds for these values only (other values: capture again with them)")
+
+
 def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, validate: bool = True) -> Graph:
-    """Capture with ``torch.fx.symbolic_trace``; shapes come from fake-tensor propagation. On real
+    """Capture with ``torch.fx.symbolic_trace``, each tensor given an input and every other value a
+    constant (:func:`_flat_forward`, noted); shapes come from fake-tensor propagation. On real
     inputs (and ``validate``) the model runs once on them, and what it raises is a
     :class:`~fxviz.torchbridge.checks.RejectedInputs`: fake tensors check less than real kernels."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     flat = flatten_inputs(model, args, kwargs)
-    if kwargs:
-        raise TypeError("fx capture takes positional tensor inputs only; use method='export' for kwargs")
+    specialised = _specialised(flat)
     tracer, writes = _Tracer(), _RealWrites(model)
     try:
-        with _positional_forward(model, len(args)), writes:
+        with _flat_forward(model, flat), writes:
             graph = tracer.trace(model)
+    except torch.fx.proxy.TraceError as e:  # in the root's own forward, which cannot be kept as one op
+        e.args = (f"{(str(e).strip().splitlines() or [''])[0]}: fx runs the forward with proxies in place of the input tensors, and this "
+                  "line needs a value; use method='export' or 'eager'",)
+        raise
     finally:
         writes.backups.restore()
     if writes.written:
@@ -257,18 +330,17 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
             f"the forward writes {written} in place on tensors fx does not trace (a loop over self.parameters()): "
             "fx would run the write for real and leave it out of the graph; use method='export' or 'eager'")
     root = tracer.root
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    if len(placeholders) < len(args):
-        raise TypeError(f"forward takes {len(placeholders)} inputs, {len(args)} were given")
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]  # input_i: flat.tensors[i]
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+    fake_args = [mode.from_tensor(t) for t in flat.tensors]
     # on fake copies of the model's state: the graph's in-place writes (a momentum update under
     # no_grad, which fx does not record) would otherwise land in the real parameters; and without
     # grad, as that no_grad ran (shapes do not depend on it)
     state: dict[str, torch.Tensor] = {k: mode.from_tensor(t) for k, t in [*named_state(root, "_parameters", remove_duplicate=False),
                                                  *named_state(root, "_buffers", remove_duplicate=False)]}
+    nones: set[torch.fx.Node] = set()
     with _reparametrize_module(root, state), torch.no_grad():
-        _prop(root, graph, mode).propagate(*fake_args)
+        _prop(root, graph, mode, nones).propagate(*fake_args)
 
     out_node = next(n for n in reversed(graph.nodes) if n.op == "output")
     returned = _unpack_dataclasses(out_node.args[0])
@@ -277,24 +349,23 @@ def capture_fx(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
         if not n.users and _is_dataclass_call(n):
             graph.erase_node(n)
 
-    # the tensors given name the first placeholders; a keyword input left at its default keeps its own
-    names = dict(zip([p.name for p in placeholders],
-                     flat.names + [p.name for p in placeholders[len(flat.names):]], strict=False))
     conv = Converter(
-        {p.name: Placeholder("input", names[p.name], names[p.name]) for p in placeholders},
+        {p.name: Placeholder("input", name, name) for p, name in zip(placeholders, flat.names, strict=True)},
         modules=dict(named_modules(model)),
     )
     conv.convert(graph)
     items: list[tuple[str, torch.fx.Node | None, str | None]] = []
     for path, value in flatten_outputs(returned, leaf_types=(torch.fx.Node,)):
-        if isinstance(value, torch.fx.Node):
+        if isinstance(value, torch.fx.Node) and value in nones:  # what runs returns None there
+            items.append((path, None, repr(None)))
+        elif isinstance(value, torch.fx.Node):
             items.append((path, value, None))
         else:
             items.append((path, None, repr(value)))
     conv.add_outputs(items)
     mark_tied(conv.nodes, model)
     nodes = with_silent_calls(conv.nodes, tracer.called, conv.modules)
-    notes = []
+    notes = [specialised] if specialised is not None else []
     for n in nodes:
         why = tracer.opaque.get(n.module) if n.kind == "op" else None
         if why is not None:
@@ -318,11 +389,19 @@ class _Traced:
         return named_modules(self.root)
 
 
-def _prop(root: nn.Module, graph: torch.fx.Graph, mode: Any) -> Any:
-    """Fake-tensor propagation of ``graph`` on ``root`` itself (its attributes and submodules)."""
+def _prop(root: nn.Module, graph: torch.fx.Graph, mode: Any, nones: set[torch.fx.Node]) -> Any:
+    """Fake-tensor propagation of ``graph`` on ``root`` itself (its attributes and submodules);
+    ``nones`` gets the nodes whose value is ``None`` (a field of a module kept as one op that its
+    forward left unset, as ``cache`` with ``use_cache=False``)."""
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     class Prop(FakeTensorProp):
+        def run_node(self, n: torch.fx.Node) -> Any:
+            result = super().run_node(n)
+            if result is None:
+                nones.add(n)
+            return result
+
         def fetch_attr(self, target: str) -> Any:
             """fx's ``fetch_attr`` (``getattr`` level by level down ``target``: the depth of the
             model per op) as one lookup of the owner in the model's paths."""

@@ -55,6 +55,8 @@ class FlatInputs:
     leaves: list[Any]
     tensor_positions: list[int]
     names: list[str]  # one per tensor leaf
+    # every other leaf (a flag, a number, ``None``) by its path, as ``names`` names the tensors
+    constants: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def tensors(self) -> tuple[torch.Tensor, ...]:
@@ -72,21 +74,23 @@ def flatten_inputs(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, An
     arg_names = bind_names(model, args)
     with_path, spec = pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))
     leaves, positions, names = [], [], []
+    constants: list[tuple[str, Any]] = []
     for i, (path, leaf) in enumerate(with_path):
         leaves.append(leaf)
+        top, first, *rest = path
+        assert isinstance(top, pytree.SequenceKey)
+        if top.idx == 0:  # positional
+            assert isinstance(first, pytree.SequenceKey)
+            base = arg_names[first.idx]
+        else:  # keyword
+            base = str(getattr(first, "key", first))
+        name = base + "".join(key_str(k) for k in rest)
         if isinstance(leaf, torch.Tensor):
             positions.append(i)
-            top, *rest = path
-            assert isinstance(top, pytree.SequenceKey)
-            if top.idx == 0:  # positional
-                first, *rest = rest
-                assert isinstance(first, pytree.SequenceKey)
-                base = arg_names[first.idx]
-            else:  # keyword
-                first, *rest = rest
-                base = str(getattr(first, "key", first))
-            names.append(base + "".join(key_str(k) for k in rest))
-    return FlatInputs(spec, leaves, positions, names)
+            names.append(name)
+        else:
+            constants.append((name, leaf))
+    return FlatInputs(spec, leaves, positions, names, constants)
 
 
 def flatten_outputs(
@@ -123,14 +127,14 @@ def flatten_outputs(
             out.append((p, o))
         elif hasattr(o, "__dict__"):
             children = [(v, f"{root}{sep}{k}") for k, v in vars(o).items()
-                        if not k.startswith("_") and _holds_tensors(v)]
+                        if not k.startswith("_") and holds_tensors(v)]
         else:
             out.append((p, o))
         todo.extend(reversed(children))
     return out
 
 
-def _holds_tensors(o: Any) -> bool:
+def holds_tensors(o: Any) -> bool:
     """Whether a tensor is reachable from ``o`` through containers and plain objects."""
     seen: set[int] = set()
     todo = [o]

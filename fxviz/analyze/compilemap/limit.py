@@ -41,11 +41,19 @@ LIMIT_BREAK = "Dynamo recompile limit exceeded"
 _LIMIT_TYPE = re.compile(r"Limit type: (\w+)")
 _LIMIT_VALUE = re.compile(r"currently set to (\d+)")
 _COMPILE_ID = re.compile(r"^\[?(\d+)/(\d+)")
+#: a compile id's function: ``0`` of ``0/3``, ``!0/1`` of ``!0/1/0`` (a frame Dynamo compiled from
+#: a compiled autograd graph; ``!0`` alone is the capture, no frame)
+_CODE_KEY = re.compile(r"^\[?((?:!\d+/)?\d+)/\d+")
 
 
 def _frame(compile_id: Any) -> int | None:
     m = _COMPILE_ID.match(str(compile_id or ""))
     return int(m.group(1)) if m else None
+
+
+def _code_key(compile_id: Any) -> str | None:
+    m = _CODE_KEY.match(str(compile_id or ""))
+    return m.group(1) if m else None
 
 
 def _metrics() -> list[Any]:
@@ -84,7 +92,8 @@ class LimitWatch:
 
     def __init__(self) -> None:
         self.hits: list[LimitHit] = []
-        self.code: dict[int, tuple[str, str, int]] = {}  # frame -> (function, file, first line)
+        # a frame's compile id less its count (:func:`_code_key`) -> (function, file, first line)
+        self.code: dict[str, tuple[str, str, int]] = {}
         #: input set -> how many calls of a function Dynamo no longer compiles ran eagerly in it
         self.run_only: dict[int, int] = {}
         self._before: list[Any] = []
@@ -123,12 +132,13 @@ class LimitWatch:
     def name_graphs(self, rec: Recording) -> None:
         """Each graph's function as torch's compilation metrics name its frame (``co_name``,
         ``co_filename``, ``co_firstlineno``: the function's first line, as tlparse and the
-        recompiles show it), not its first op's line; a graph of a frame torch recorded no metrics
-        for keeps the function its ops' stack traces name."""
+        recompiles show it), not its first op's line, a frame compiled from a compiled autograd
+        graph (``!0/1/0``) as well; a graph of a frame torch recorded no metrics for keeps the
+        function its ops' stack traces name."""
         for g in rec.graphs:
-            frame = _frame(g.compile_id)
-            if frame is not None and frame in self.code:
-                g.func, g.file, g.line = self.code[frame]
+            key = _code_key(g.compile_id)
+            if key is not None and key in self.code:
+                g.func, g.file, g.line = self.code[key]
 
     def stop(self) -> None:
         """Put back the hook that was there (``done`` does; call it when a set raised)."""
@@ -147,15 +157,14 @@ class LimitWatch:
         for m in _metrics():
             if id(m) in seen:
                 continue
-            frame = _frame(getattr(m, "compile_id", None))
-            if frame is None:
-                continue
+            key = _code_key(getattr(m, "compile_id", None))
             name = getattr(m, "co_name", None)
-            if name:
-                self.code.setdefault(frame, (name, getattr(m, "co_filename", "") or "",
-                                             int(getattr(m, "co_firstlineno", 0) or 0)))
+            if key is not None and name:
+                self.code.setdefault(key, (name, getattr(m, "co_filename", "") or "",
+                                           int(getattr(m, "co_firstlineno", 0) or 0)))
+            frame = _frame(getattr(m, "compile_id", None))
             text = str(getattr(m, "fail_reason", "") or "")
-            if text.startswith(LIMIT_BREAK):
+            if frame is not None and text.startswith(LIMIT_BREAK):
                 t, v = _LIMIT_TYPE.search(text), _LIMIT_VALUE.search(text)
                 setting = t.group(1) if t else "recompile_limit"
                 why = re.sub(r"^\d+/\d+: ", "", str(getattr(m, "recompile_reason", "") or "").split("\n", 1)[0])
@@ -164,8 +173,8 @@ class LimitWatch:
                                           in_words(why), compile_id(getattr(m, "compile_id", None))))
         self._before = []
         for h in self.hits:
-            if h.func == "?" and h.frame in self.code:
-                h.func, h.file, h.line = self.code[h.frame]
+            if h.func == "?" and str(h.frame) in self.code:
+                h.func, h.file, h.line = self.code[str(h.frame)]
 
 
 def limits(hits: Sequence[LimitHit], rec: Recording, input_sets: int,
