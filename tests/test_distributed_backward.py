@@ -332,3 +332,54 @@ def test_sequence_parallel_backward_collectives_have_the_line_torchs_autograd_re
     assert [(r["module"], int(r["source"].rpartition(":")[2]) - layer) for r in bw if r["kind"] == "reduce_scatter"] == [
         (f"layers.{i}.{m}", k) for i in (1, 0) for m, k in (("mlp.gate_proj", 2), ("self_attn.q_proj", 1))]
     assert counts(g) == oracle(sp_factory, 8)
+
+
+class _Sent(TorchDispatchMode):
+    """torch's dispatch of the step: each collective op, its phase and the bytes each rank sends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple[str, str, int]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        from torch.distributed.tensor import DTensor
+
+        from fxviz.fallback.comms import SENDS
+
+        if DTensor in types:
+            return NotImplemented  # DTensor's own ops: their collectives come back here, desugared
+        if func._overloadpacket in COLLECTIVES:
+            t = args[SENDS[func._overloadpacket]]
+            phase = "backward" if torch._C._current_graph_task_id() != -1 else "forward"
+            self.ops.append((str(func._overloadpacket), phase, t.numel() * t.element_size()))
+        return func(*args, **(kwargs or {}))
+
+
+def attn_factory():
+    """The TP attention block and MLP (colwise q/k/v/up, rowwise o/down), its input trainable."""
+    from tests.test_distributed import block_factory
+
+    m, (x,) = block_factory()
+    return m, (x.requires_grad_(),)
+
+
+def test_tp_attention_block_step_equals_comm_debug_mode_per_module_with_bytes() -> None:
+    """Pinned agreement (the audit found none to fix): the training step of a tensor-parallel
+    attention block has exactly ``CommDebugMode``'s collectives per module and phase, leaves
+    included (each colwise layer's input-gradient all-reduce in that layer), and the bytes torch's
+    dispatch gives each, in its order."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    g = fxviz.capture(attn_factory, world_size=4, backward=True)
+    want = oracle(attn_factory, 4)
+    assert {m: want[m]["backward"] for m in ("q", "k", "v", "mlp.up")} == {m: {"all_reduce": 1} for m in ("q", "k", "v", "mlp.up")}
+    assert counts(g) == want
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    try:
+        model, args = attn_factory()
+        with _Sent() as sent:
+            model(*args).sum().backward()
+    finally:
+        dist.destroy_process_group()
+    assert [(r["op"], r["phase"], r["bytes"]) for r in collectives(g)] == sent.ops
+    assert [r["bytes"] for r in collectives(g)] == [2 * 5 * 32 * 4] * 6  # [2, 5, 32] float32, each

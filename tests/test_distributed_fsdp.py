@@ -66,15 +66,17 @@ def gpt_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
     return m, (torch.randint(0, 40, (2, 8)),)
 
 
-def captured(**options: Any) -> tuple[Graph, nn.Module]:
-    made: list[nn.Module] = []
+def captured(factory: Any = None, world_size: int = 8, **options: Any) -> tuple[Graph, nn.Module]:
+    """The capture of ``factory``'s model in a fake group of the test's own, and the model after
+    torch's own forward of it there: the capture leaves FSDP2's state as it found it (not
+    initialised), torch's run initialises it (each ``FSDPParam``'s name, its all-gather outputs)."""
+    from fxviz.torchbridge.distributed import fake_world
 
-    def factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
-        m, args = gpt_factory()
-        made.append(m)
-        return m, args
-
-    return fxviz.capture(factory, world_size=8, **options), made[0]
+    with fake_world(world_size):
+        model, args = (factory or gpt_factory)()
+        g = fxviz.capture(model, args, world_size=world_size, **options)
+        waited(model(*args))
+    return g, model
 
 
 def units(model: nn.Module) -> list[tuple[str, list[Any]]]:
@@ -226,19 +228,12 @@ def fsdp_tp_factory(meta: bool = False) -> tuple[nn.Module, tuple[torch.Tensor]]
 
 
 def test_fsdp_over_tensor_parallel_linears_read_the_unsharded_dtensor_parameters_by_name() -> None:
-    made: list[nn.Module] = []
-
-    def factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
-        m, args = fsdp_tp_factory()
-        made.append(m)
-        return m, args
-
-    g = fxviz.capture(factory, world_size=8)
+    g, model = captured(fsdp_tp_factory)
     assert counts(g) == oracle(fsdp_tp_factory, 8)  # CommDebugMode: each unit's gather, each block's all-reduce
     linears = [n for n in g.nodes if n.target == "torch.nn.functional.linear"]
     assert [inputs(g, n.name)[1:] for n in linears] == [
         [f"{u}.{m}.weight", f"{u}.{m}.bias"] for u in ("0", "1") for m in ("up", "down")]
-    for _, params in units(made[0]):
+    for _, params in units(model):
         for p in params:
             node = g.node(p._param_fqn)
             unsharded = p.unsharded_param

@@ -234,9 +234,11 @@ def uneven_shards(error: BaseException, params: Any) -> str:
     """Why DTensor's sharding propagation failed, where a parameter's sharded dimension does not
     split evenly over its mesh dimension (``params``: ``(name, parameter)`` pairs): the
     tensor-parallel styles rebuild a layer's output from its local shard (``DTensor.from_local``),
-    which takes the shards to be even, so the next layer sees a wrong global shape. ``""`` where
-    no such parameter is found or the error is another."""
-    if "Sharding propagation failed" not in str(error.__cause__ or error):
+    which takes the shards to be even, so the next layer sees a wrong global shape (DTensor's
+    sharding propagation fails), or the model's own code sees a local shard of a size it cannot use
+    (``q.view(b, s, -1, head_dim)`` on 11 of 32 features). ``""`` where no such parameter is found
+    or the error is not torch's complaint about a shape (a ``RuntimeError``)."""
+    if not isinstance(error.__cause__ or error, RuntimeError):
         return ""
     for name, p in params:
         if not isinstance(p, DTensor):

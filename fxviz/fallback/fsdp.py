@@ -28,6 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from fxviz.fallback.tensors import tensor_meta
 from fxviz.ir import Node, Ref
 from fxviz.torchbridge.distributed import format_placement, placement_attrs
+from fxviz.torchbridge.fsdpstate import FsdpState, param_groups
 
 
 class FsdpParams:
@@ -153,16 +154,6 @@ def name_unsharded(params: list[tuple[torch.Tensor, str]], nodes: list[Node], va
     nodes[:] = out
 
 
-def param_groups(state: Any) -> list[Any]:
-    """An FSDP2 state's parameter groups: ``_fsdp_param_groups`` where torch keeps several (2.13),
-    its one ``_fsdp_param_group`` before (2.11)."""
-    groups = getattr(state, "_fsdp_param_groups", None)
-    if groups is not None:
-        return list(groups)
-    group = getattr(state, "_fsdp_param_group", None)
-    return [] if group is None else [group]
-
-
 def meta_shards(named: list[tuple[str, nn.Module]]) -> list[Any]:
     """The FSDP2 states of a model built on ``meta`` and sharded there (its ``FSDPParam`` objects'
     sharded parameters on ``meta``): FSDP2's lazy init refuses to run them; empty otherwise."""
@@ -189,11 +180,7 @@ def fake_shards(named: list[tuple[str, nn.Module]], states: list[Any]) -> Iterat
 
     groups = [g for s in states for g in param_groups(s)]
     params = [p for g in groups for p in g.fsdp_params]
-    owners = [*states, *{id(s._state_ctx): s._state_ctx for s in states}.values(),
-              *{id(s._comm_ctx): s._comm_ctx for s in states}.values(), *groups, *params]
-    saved = [(o, _copy_vars(o)) for o in owners]
-    hooks = [(g, {k: dict(getattr(g, k)) for k in _HOOK_TABLES if isinstance(getattr(g, k, None), dict)})
-             for g in groups]
+    kept = FsdpState(states)
     slots = [(m, dict(m._parameters)) for _, m in named]
     try:
         with torch.no_grad():
@@ -216,25 +203,10 @@ def fake_shards(named: list[tuple[str, nn.Module]], states: list[Any]) -> Iterat
                 g._reset_sharded_params = True
         yield
     finally:
-        for g, tables in hooks:  # the state-dict hooks FSDP2's lazy init registered on the modules
-            for k, before in tables.items():
-                for module, handle in getattr(g, k).items():
-                    if module not in before:
-                        handle.remove()
-        for o, d in saved:
-            o.__dict__.clear()
-            o.__dict__.update(d)
+        kept.restore()
         for m, d in slots:
             m._parameters.clear()
             m._parameters.update(d)
-
-
-_HOOK_TABLES = ("_module_to_pre_save_state_dict_hook_handle", "_module_to_pre_load_state_dict_hook_handle")
-
-
-def _copy_vars(o: Any) -> dict[str, Any]:
-    """``vars(o)``, its lists, dicts and sets copied (FSDP2 appends to them in place)."""
-    return {k: (type(v)(v) if type(v) in (list, dict, set) else v) for k, v in vars(o).items()}
 
 
 def _tensors(p: Any) -> dict[str, torch.Tensor | None]:

@@ -44,6 +44,7 @@ from torch import nn
 from torch.nn.modules import module as nn_module
 
 from fxviz.torchbridge.distributed import data_alias
+from fxviz.torchbridge.fsdpstate import FsdpState, fsdp_states
 from fxviz.torchbridge.walk import modules_of, named_modules, walks_shared
 
 _first, _second = operator.itemgetter(0), operator.itemgetter(1)
@@ -219,7 +220,10 @@ class ModelState:
         inputs = list(inputs)
         user: list[Any] = list(inputs)  # roots of the containers walked into
         tensors: list[tuple[torch.Tensor, bool]] = []
-        dicts = [m.__dict__ for m in modules_of(model)]
+        mods = modules_of(model)
+        dicts = [m.__dict__ for m in mods]
+        states = fsdp_states(mods)  # FSDP2's, outside the modules' dicts
+        self._fsdp = FsdpState(states) if states else None
         try:
             state = list(map(_state_of, dicts))
             hooks = list(chain.from_iterable(map(_hooks_of, dicts)))
@@ -260,6 +264,8 @@ class ModelState:
         self._inputs = _Tensors((t, True) for t in _tensors_in(inputs))
 
     def restore(self) -> None:
+        if self._fsdp is not None:
+            self._fsdp.restore()
         lengths, values = _dicts_signature(self._dicts)
         if lengths != self._signature[0] or not all(map(operator.is_, values, self._signature[1])):
             self._restore_dicts()

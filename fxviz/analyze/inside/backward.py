@@ -21,13 +21,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from fxviz.analyze.inside.kernels import is_view, short
+from fxviz.analyze.inside.stages import primal_index
 from fxviz.ir import Graph, Node
 
 if TYPE_CHECKING:
     from fxviz.analyze.inside.result import InsideGraph
 
 _GRAD = re.compile(r"GradAOTOutput\(grad_of=\w+\(idx=(\d+)\)\)")
-_IDX = re.compile(r"^\w*AOTInput\(idx=(\d+)\)")  # a primal: not TangentAOTInput(output=...(idx=0))
 #: Ops that only move a gradient on its way to the output (no work of their own).
 _PASS = frozenset({"clone", "_to_copy", "copy"})
 
@@ -38,22 +38,31 @@ def param_modules(graphs: dict[str, Graph]) -> dict[str, str]:
     aot, dyn = graphs.get("AOT backward"), graphs.get("Dynamo graph")
     if aot is None or dyn is None:
         return {}
-    return _param_modules(aot, dyn, graphs.get("post-grad passes (backward)") or aot)[1]
+    return _param_modules(aot, dyn, graphs.get("post-grad passes (backward)") or aot, graphs.get("AOT forward"))[1]
 
 
-def _param_modules(aot: Graph, dyn: Graph, graph: Graph) -> tuple[dict[str, str], dict[str, str]]:
+def _param_modules(aot: Graph, dyn: Graph, graph: Graph, fwd: Graph | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """(parameter placeholder -> its module, node -> the module of the parameter it reads or whose
-    gradient it is) in ``graph``, a backward graph ``aot`` annotates."""
+    gradient it is) in ``graph``, a backward graph ``aot`` annotates. A placeholder is a parameter
+    (its AOT descriptor: a primal, or a tensor subclass primal's inner tensor, a DTensor's local
+    shard) or a view of one the forward ``fwd`` saved (the partitioner may save ``permute(W)``
+    rather than ``W``: DTensor's linear does)."""
     inputs = [n for n in dyn.nodes if n.kind in ("input", "parameter", "buffer")]
 
     def module_of(idx: int) -> str | None:
         d = inputs[idx] if idx < len(inputs) else None
         return d.stack[-1][0] if d is not None and d.kind == "parameter" and d.stack else None
 
+    fwd_nodes = {n.name: n for n in fwd.nodes} if fwd is not None else {}
     owner: dict[str, str] = {}  # placeholder -> its parameter's module
     for p in aot.nodes:
-        m = _IDX.match(str(p.attrs.get("aot", ""))) if p.kind == "input" else None
-        mod = module_of(int(m.group(1))) if m else None
+        if p.kind != "input":
+            continue
+        idx = primal_index(p.attrs.get("aot"))
+        if idx is None and p.name in fwd_nodes:  # a saved forward value: a view of a primal?
+            base = fwd_nodes.get(_base(fwd_nodes[p.name], fwd_nodes))
+            idx = primal_index(base.attrs.get("aot")) if base is not None and base.kind == "input" else None
+        mod = module_of(idx) if idx is not None else None
         if mod is not None:
             owner[p.name] = mod
     grads: dict[str, str] = {}  # node returned as a parameter's gradient -> that module
@@ -83,7 +92,8 @@ def _param_modules(aot: Graph, dyn: Graph, graph: Graph) -> tuple[dict[str, str]
 
 
 def narrow(post: Graph, lines: dict[str, list[str]], exact: Mapping[str, Sequence[str]],
-           module: Callable[[str], str | None], aot: Graph | None = None, dyn: Graph | None = None) -> None:
+           module: Callable[[str], str | None], aot: Graph | None = None, dyn: Graph | None = None,
+           fwd: Graph | None = None) -> None:
     """Narrow each ``lines`` entry (a backward node -> the Dynamo nodes on its source line) whose
     Dynamo nodes belong to more than one module to those of the module nearest to what the node
     reads: walking its inputs breadth first, the first values whose module is known (a forward
@@ -98,7 +108,7 @@ def narrow(post: Graph, lines: dict[str, list[str]], exact: Mapping[str, Sequenc
         if mods:
             known[name] = mods
     if aot is not None and dyn is not None:
-        owner, found = _param_modules(aot, dyn, post)
+        owner, found = _param_modules(aot, dyn, post, fwd)
         for name, m in {**owner, **found}.items():
             known[name] = {m}
     nodes = {n.name: n for n in post.nodes}

@@ -181,7 +181,8 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
         lines = {name: found for name, n in op_nodes(post).items() if name not in post_to_pre and n.source is not None
                  and (found := by_line.get((n.source.file, n.source.line)))}
         narrow(post, lines, post_to_pre if exact else fwd_post_to_pre,
-               lambda d: _module(d, eager_ops, eager, dynamo), aot=_stage_graph(stages, "AOT backward"), dyn=dynamo)
+               lambda d: _module(d, eager_ops, eager, dynamo), aot=_stage_graph(stages, "AOT backward"), dyn=dynamo,
+               fwd=_stage_graph(stages, "AOT forward"))
         post_to_pre.update(lines)
         resolved = comms.resolve(post, post_to_pre, under, eager) if under and eager is not None else {}
         _set_origin(post, post_to_pre, eager_ops, eager, dynamo, inferred=not exact, resolved=resolved)

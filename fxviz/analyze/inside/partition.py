@@ -24,10 +24,10 @@ inferred); a forward input's from the Dynamo placeholder it is (``PlainAOTInput(
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fxviz.analyze.inside.stages import primal_index
 from fxviz.analyze.pipeline.result import Pipeline
 from fxviz.ir import Graph, Node, TensorMeta
 from fxviz.passes.overlays import ITEMSIZE, set_overlay
@@ -37,7 +37,6 @@ from fxviz.passes.panels import row, set_panel
 SAVES = "backward saves"
 
 _INPUT_KINDS = ("input", "parameter", "buffer")
-_IDX = re.compile(r"^\w*AOTInput\(idx=(\d+)\)")  # a primal: not TangentAOTInput(output=...(idx=0))
 #: ATen ops whose output is a view of their first input (the storage is their input's).
 _VIEWS = frozenset({
     "view", "reshape", "permute", "t", "transpose", "expand", "unsqueeze", "squeeze", "slice", "select", "as_strided",
@@ -129,6 +128,8 @@ def read(pipeline: Pipeline, *, partitioner: str = "") -> Partition | None:
             size = 0
         elif base.kind in _INPUT_KINDS:
             shares = origin.input_kind(base)
+            if shares in ("parameter", "buffer") and base is not n:  # a view of it: its module's, exactly
+                module, eager, inferred = origin.of(base)
         elif base.name in counted:
             shares = "view"
         else:
@@ -272,10 +273,8 @@ class _Origin:
         return None, "", False
 
     def _dyn_input(self, n: Node) -> Node | None:
-        m = _IDX.match(str(n.attrs.get("aot", "")))
-        if m is None or int(m.group(1)) >= len(self.dyn_inputs):
-            return None
-        return self.dyn_inputs[int(m.group(1))]
+        idx = primal_index(n.attrs.get("aot"))
+        return self.dyn_inputs[idx] if idx is not None and idx < len(self.dyn_inputs) else None
 
     def input_kind(self, n: Node) -> str:
         d = self._dyn_input(n)

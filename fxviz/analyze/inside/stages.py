@@ -12,12 +12,25 @@ mappings: exact), else to the removed nodes of the stage before on its user sour
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from fxviz.analyze.inside.comms import is_comm, moved
 from fxviz.analyze.pipeline.result import EXACT, INFERRED, Stage
 from fxviz.ir import Graph, Node
+
+#: a primal's AOT descriptor: ``PlainAOTInput(idx=3)``, or an inner tensor of a tensor subclass
+#: primal (a DTensor parameter, FSDP2's included), ``SubclassGetAttrAOTInput(base=PlainAOTInput(idx=3),
+#: attr='_local_tensor')``; not a tangent, ``TangentAOTInput(output=PlainAOTOutput(idx=0))``
+_PRIMAL = re.compile(r"^(?:SubclassGetAttrAOTInput\(base=)*\w*AOTInput\(idx=(\d+)\)")
+
+
+def primal_index(desc: object) -> int | None:
+    """The index, among the compiled graph's inputs (Dynamo's placeholders), of the primal AOT
+    Autograd describes as ``desc`` (a placeholder's ``aot`` attribute); None for anything else."""
+    m = _PRIMAL.match(str(desc or ""))
+    return int(m.group(1)) if m else None
 
 
 def op_nodes(graph: Graph) -> dict[str, Node]:
@@ -67,4 +80,4 @@ def make_stage(index: int, name: str, graph: Graph, base: Stage | None, *, secon
                  moved=shifted, notes=notes)
 
 
-__all__ = ["make_stage", "op_nodes"]
+__all__ = ["make_stage", "op_nodes", "primal_index"]
