@@ -54,3 +54,49 @@ def test_an_fsdp2_model_trains_after_a_capture_as_one_never_captured(options: di
         assert dist.is_initialized() and dist.distributed_c10d._get_default_group() is group
     finally:
         dist.destroy_process_group()
+
+
+def test_an_fsdp2_model_compiles_as_torch_compiles_it_and_trains_after_as_one_never_compiled() -> None:
+    """``fxviz compile`` on an FSDP2 model: the compiled forward leaves FSDP2 initialised and the root's
+    parameters unsharded, and the eager trace that follows it raised "mixed torch.Tensor and DTensor"
+    (the compile map's own snapshot of the model missed FSDP2's state). Checked against torch's own
+    compile of a model never captured (a recording backend, its compilation metrics: the root's
+    forward refused, a block's forward compiled once and run twice) and its next training step."""
+    from torch._dynamo.utils import get_compilation_metrics
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from fxviz.analyze.compilemap import compile_map
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            fresh, args = gpt_factory()
+            want = _step(fresh, args)
+            ref, _ = gpt_factory()
+            torch._dynamo.reset()
+            graphs: list[torch.fx.GraphModule] = []
+            seen = {id(m) for m in get_compilation_metrics()}
+
+            def record(gm: torch.fx.GraphModule, _inputs: Any) -> Any:
+                graphs.append(gm)
+                return gm.forward
+
+            with torch.no_grad():
+                torch.compile(ref, backend=record)(*args)
+            metrics = [m for m in get_compilation_metrics() if id(m) not in seen]
+            torch._dynamo.reset()
+            model, args = gpt_factory()
+            cmap = compile_map(model, args, backend="aot_eager")
+            torch._dynamo.reset()
+            got = _step(model, args)
+        refused = [(m.co_name, m.co_firstlineno) for m in metrics if m.fail_type]
+        compiled = [(m.co_name, m.co_firstlineno, m.graph_op_count) for m in metrics if m.graph_op_count]
+        assert len(refused) == 1 and len(compiled) == len(graphs) == 1
+        assert [(g.func, g.line, g.ops, g.runs) for g in cmap.graphs] == [(*compiled[0], 2)]
+        (group,) = cmap.breaks
+        assert group.where is not None and group.where.func == refused[0][0]
+        assert refused[0][1] < group.where.line <= refused[0][1] + 5  # inside GPT.forward: `x = block(x)`
+        assert got[0] == want[0] and got[1] == pytest.approx(want[1])
+    finally:
+        dist.destroy_process_group()

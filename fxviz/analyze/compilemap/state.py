@@ -12,7 +12,10 @@ module,
   cache filled in place is emptied again, and stays the same object);
 * which parameters, buffers and submodules it has (a buffer registered or replaced by the forward
   is taken out or put back);
-* the values of its buffers (copied; written back in place).
+* the values of its buffers (copied; written back in place);
+* FSDP2's own state (``fully_shard``: kept outside the modules, by
+  :class:`~fxviz.torchbridge.fsdpstate.FsdpState`): a compiled forward leaves the root's
+  parameters unsharded and FSDP2 initialised, which the eager trace must not find.
 
 A parameter's values are not copied up front: :class:`~fxviz.torchbridge.guard.Backups` copies those a compiled graph writes
 in place (a momentum update under ``no_grad``), just before the graph's first call, read from the
@@ -26,6 +29,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from fxviz.torchbridge.fsdpstate import FsdpState, fsdp_states
 
 _TABLES = ("_parameters", "_buffers", "_modules")
 _CONTAINERS = (dict, list, set)
@@ -44,8 +49,12 @@ class ModelSnapshot:
             contents += [(d[t], dict(d[t])) for t in _TABLES if t in d]
             self._modules.append((d, attrs, contents))
         self._buffers = [(b, b.detach().clone()) for b in model.buffers() if not b.is_meta]
+        states = fsdp_states(model.modules())
+        self._fsdp = FsdpState(states) if states else None
 
     def restore(self) -> None:
+        if self._fsdp is not None:
+            self._fsdp.restore()
         for d, attrs, contents in self._modules:
             for k in [k for k in d if k not in attrs and k not in _TABLES]:
                 del d[k]
