@@ -318,7 +318,14 @@ def capture(
 def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, world_size: int,
                          **options: Any) -> Graph:
     """:func:`capture` with ``world_size``: the factory and the capture run in a fake process group."""
-    from fxviz.fallback.comms import CommRecorder, fake_cannot, mesh_dims, timed_out, uneven_shards
+    from fxviz.fallback.comms import (
+        CommRecorder,
+        fake_cannot,
+        mesh_dims,
+        timed_out,
+        uneven_shards,
+        unused_ranks,
+    )
     from fxviz.fallback.modes import around_recordings
     from fxviz.passes.tree import sharing
     from fxviz.torchbridge.distributed import fake_world, fake_world_hint
@@ -369,6 +376,8 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
                 raise
             # inside: the meshes' groups still exist; only the groups the collectives used are named
             dims = mesh_dims(_state_and_inputs(model, args, kwargs, params), {r["group"] for r in recorder.records})
+            unused = unused_ranks(_state_and_inputs(model, args, kwargs, params), world_size)
+            graph.notes += [unused] if unused else []
             graph.annotations["rank"] = torch.distributed.get_rank()
             _write_comm(graph, recorder.records, dims)
     return graph

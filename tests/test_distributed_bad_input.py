@@ -31,3 +31,31 @@ def test_an_uneven_shard_the_models_own_view_cannot_use_is_named() -> None:
                         "tensor-parallel styles take even shards: use a world size that divides it")
     assert e.value.graph is not None and any(n.module == "q" for n in e.value.graph.nodes)  # the partial graph
     assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize(("world", "said"), [
+    (3, "the device mesh (dp=2 x tp=1) covers 2 of the 3 ranks: rank 2 holds no shard; tp has one rank: what is "
+        "sharded over it moves nothing"),
+    (4, None),
+])
+def test_a_mesh_that_leaves_ranks_out_says_so(world: int, said: str | None) -> None:
+    """The TP+SP decoder's factory builds a ``(2, world // 2)`` mesh: at world size 3 that is (2, 1),
+    over which torch moves nothing (CommDebugMode counts no collective on its own run) and rank 2
+    holds no shard. The capture's 0 collectives are true, but silent about why: a note says it,
+    from torch's own mesh; at world size 4 there is none."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    from tests.test_distributed import sp_factory
+
+    with fake_world(world):
+        model, args = sp_factory()
+        mesh = model.layers[0].self_attn.q_proj.weight.device_mesh._get_root_mesh()
+        with CommDebugMode() as mode:
+            model(*args)
+        expected_ranks = sorted(int(r) for r in mesh.mesh.flatten().tolist())
+    assert (mode.get_total_counts() == 0) == (world == 3)
+    assert expected_ranks == ([0, 1] if world == 3 else [0, 1, 2, 3])
+    g = fxviz.capture(sp_factory, world_size=world)
+    notes = [n for n in g.notes if n.startswith("the device mesh")]
+    assert notes == ([said] if said else [])
+    assert not dist.is_initialized()

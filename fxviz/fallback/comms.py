@@ -176,6 +176,27 @@ def mesh_dims(objs: Any, groups: Any = None) -> dict[str, str]:
     return out
 
 
+def unused_ranks(objs: Any, world_size: int) -> str | None:
+    """A note when the device mesh of the first DTensor among ``objs`` (its root mesh) holds fewer
+    ranks than the world, or has a dimension of one rank: what it shards over that dimension moves
+    nothing, and the other ranks hold no shard (a factory's ``(2, world // 2)`` mesh at world size
+    3 is ``(2, 1)``: no collective at all, which is torch's answer too, but not the model's)."""
+    mesh = next((getattr(t, "device_mesh", None) for t in objs if isinstance(t, DTensor)), None)
+    mesh = _root(mesh) or mesh
+    if mesh is None:
+        return None
+    shape, names = tuple(mesh.shape), mesh.mesh_dim_names or tuple(f"dim {i}" for i in range(mesh.ndim))
+    text = " x ".join(f"{n}={k}" for n, k in zip(names, shape, strict=True))
+    ones = [n for n, k in zip(names, shape, strict=True) if k == 1]
+    out = sorted(set(range(world_size)) - {int(r) for r in mesh.mesh.flatten().tolist()})
+    if not out and not ones:
+        return None
+    said = [f"rank{'s' if len(out) > 1 else ''} {', '.join(map(str, out))} hold{'' if len(out) > 1 else 's'} "
+            "no shard"] if out else []
+    said += [f"{n} has one rank: what is sharded over it moves nothing" for n in ones]
+    return f"the device mesh ({text}) covers {world_size - len(out)} of the {world_size} ranks: {'; '.join(said)}"
+
+
 def _root(mesh: Any) -> Any:
     if mesh is None:
         return None
