@@ -340,10 +340,31 @@ class CallTree:
 
 def _fill_nodes(root: Call, nodes: Sequence[Node]) -> None:
     """Each call's ``nodes``, its children's before it: its own ops and its children's ``nodes``,
-    joined as blocks where they ran one after the other (the usual case), merged by position where
-    they interleave. Appending every op to each call around it cost the depth of the op in Python."""
+    joined as blocks where they ran one after the other (the usual case: read in ``steps`` order,
+    no sort), merged by position where they interleave. Appending every op to each call around it
+    cost the depth of the op in Python; sorting each call's blocks, a third of the call tree."""
     at = {n.name: i for i, n in enumerate(nodes) if n.kind == "op"}
     for c in reversed(root.listed()):
+        if not c.children:  # a leaf call: its own ops, already in order
+            c.nodes = list(c.ops)
+            continue
+        if not c.regions:  # steps: own ops and child calls by first op; joined unless one overlaps the next
+            out: list[str] = []
+            last = -1
+            for s in c.steps:
+                if isinstance(s, str):
+                    if (p := at[s]) < last:
+                        break
+                    out.append(s)
+                    last = p
+                elif block := s.nodes:
+                    if at[block[0]] < last:
+                        break
+                    out += block
+                    last = at[block[-1]]
+            else:
+                c.nodes = out
+                continue
         blocks = [[op] for op in c.ops] if c.ops else []
         blocks += [ch.nodes for ch in c.children if ch.nodes]
         if len(blocks) > 1:

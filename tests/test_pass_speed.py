@@ -220,3 +220,42 @@ def test_a_capture_walks_the_modules_once_and_lists_them_once_per_kind(monkeypat
     # outside a capture, each call hands out a list of its own (the caller may change it)
     assert named(model) is not named(model)
     assert named(model, remove_duplicate=False) is not named(model, remove_duplicate=False)
+
+
+def test_fold_reads_the_structure_only_of_neighbours_of_one_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run is made of neighbours: ``ln_1`` and ``ln_2`` (or ``mlp.c_fc`` and ``mlp.c_proj``),
+    siblings of one class with other modules between them, are never compared, so their structure
+    is not read (GPT-2 small: 86 modules read before, 38 after); the runs are the same."""
+    from fxviz.passes import fold as fold_mod
+
+    read: list[set[str]] = []
+    signatures = fold_mod._signatures
+
+    def recording(graph: Graph, candidates: set[str]) -> Any:
+        read.append(set(candidates))
+        return signatures(graph, candidates)
+
+    monkeypatch.setattr(fold_mod, "_signatures", recording)
+    model, args, _ = _tiny_gpt2()
+    g = fxviz.capture(model, args, method="eager")
+    assert [r["label"] for r in g.annotations["fold"]] == ["h.0-1"]
+    assert read == [{"wte", "wpe", "h.0", "h.1", "h.0.attn.c_attn", "h.0.attn.c_proj", "h.1.attn.c_attn",
+                     "h.1.attn.c_proj"}]
+
+
+def test_a_call_lists_its_nodes_in_execution_order_when_its_parent_interrupts_it() -> None:
+    """A call's ``nodes`` are joined from its ``steps`` where its blocks follow each other; where a
+    child call's ops are interleaved with its parent's (one call of ``m.c``, interrupted by an op of
+    ``m``), they are merged by position."""
+    from fxviz.calls import call_tree
+    from fxviz.ir import Node, Ref, TensorMeta
+
+    out = (TensorMeta((2,)),)
+    m, mc = (("m", 0),), (("m", 0), ("m.c", 0))
+    nodes = [Node("x", "input", "x", (), (), out)]
+    for name, stack in [("a", m), ("b", mc), ("c", m), ("d", mc), ("e", m), ("f", (("g", 0),))]:
+        nodes.append(Node(name, "op", "torch.relu", (Ref("x"),), stack, out))
+    tree = call_tree(nodes)
+    assert tree.by_stack[m].nodes == ["a", "b", "c", "d", "e"]
+    assert tree.by_stack[mc].nodes == ["b", "d"]
+    assert tree.root.nodes == ["a", "b", "c", "d", "e", "f"]

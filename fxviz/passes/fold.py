@@ -28,16 +28,18 @@ def _relative(path: str, base: str) -> str:
 
 
 def _candidates(parents: list[Scope]) -> set[str]:
-    """Modules that could start or continue a run: those with a sibling of the same class
-    (``parents``: the scopes with more than one child)."""
+    """Modules that could start or continue a run: those next to a sibling of the same class and
+    call count, in execution order (``parents``: the scopes with more than one child). A run is
+    made of neighbours only, so a module whose neighbours differ from it (GPT-2's ``ln_1`` and
+    ``ln_2``, ``mlp.c_fc`` and ``mlp.c_proj``) is never compared: its structure is not read."""
     out: set[str] = set()
     for scope in parents:
-        by_cls: dict[str, list[str]] = {}
+        prev: Scope | None = None
         for c in scope.children.values():
-            by_cls.setdefault(c.cls, []).append(c.path)
-        for paths in by_cls.values():
-            if len(paths) > 1:
-                out.update(paths)
+            if prev is not None and c.cls == prev.cls and c.calls == prev.calls:
+                out.add(prev.path)
+                out.add(c.path)
+            prev = c
     return out
 
 
