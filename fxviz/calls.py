@@ -17,10 +17,10 @@ fields), so the IR itself can build on this module.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, pairwise
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fxviz.callbounds import STATE_KINDS, Boundaries, RegionBoundaries
 
@@ -37,35 +37,6 @@ def call_id(stack: Stack) -> str:
     length grows with the square of the nesting when paths extend each other, so :attr:`Call.id`
     is not built from it."""
     return "/".join(f"{p}#{c}" for p, c in stack)
-
-
-def stack_indexer(table: list[list[Any]]) -> Callable[[Stack], int]:
-    """A function that gives a stack's index in ``table``, adding its levels on first sight: each
-    level ``[parent index, path, call index]``, the path relative to the parent's (``.attn``) when it
-    extends it. What :meth:`fxviz.ir.Graph.to_dict` writes as ``stacks``."""
-    index: dict[Stack, int] = {}
-    by_id: dict[int, tuple[Stack, int]] = {}  # stacks are shared tuples: skip the hash
-
-    def of(stack: Stack) -> int:
-        seen = by_id.get(id(stack))
-        if seen is not None and seen[0] is stack:
-            return seen[1]
-        missing = []
-        s = stack
-        while s and s not in index:
-            missing.append(s)
-            s = s[:-1]
-        parent = index[s] if s else -1
-        for level in reversed(missing):
-            outer = level[-2][0] if len(level) > 1 else ""
-            path, call = level[-1]
-            rel = "." + path[len(outer) + 1:] if outer and path.startswith(outer + ".") else path
-            table.append([parent, rel, call])
-            parent = index[level] = len(table) - 1
-        by_id[id(stack)] = (stack, index[stack])
-        return index[stack]
-
-    return of
 
 
 @dataclass(eq=False, slots=True, init=False)
@@ -502,4 +473,4 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
 
 
 __all__ = ["STATE_KINDS", "Call", "CallTree", "ModuleCall", "Region", "Stack", "StepItem", "call_id", "call_tree",
-           "region_entries", "stack_indexer"]
+           "region_entries"]

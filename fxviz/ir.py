@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from fxviz.calls import CallTree, ModuleCall, call_tree, stack_indexer
+from fxviz.calls import CallTree, ModuleCall, call_tree
 from fxviz.errors import GraphFormatError, RenderError
 from fxviz.facts import Assumption as Assumption  # re-exported: the IR's plain facts live there
 from fxviz.facts import Attempt as Attempt
@@ -39,7 +39,7 @@ from fxviz.nodelist import NodeList
 from fxviz.saved import PHASES as PHASES  # re-exported: the values of Node.phase
 from fxviz.saved import Saved
 from fxviz.schema import NODE_KINDS as NODE_KINDS  # re-exported: the IR's node kinds
-from fxviz.schema import SCHEMA_VERSION, check, parse
+from fxviz.schema import SCHEMA_VERSION, check, parse, stack_indexer
 from fxviz.schema.compact import pack
 from fxviz.scopes import Scope, build_scopes
 

@@ -93,6 +93,36 @@ def _meta(v: Any, where: Where) -> dict[str, Any]:
 Stack = tuple[tuple[str, int], ...]
 
 
+def stack_indexer(table: list[list[Any]]) -> Callable[[Stack], int]:
+    """A function that gives a stack's index in ``table``, adding its levels on first sight: each
+    level ``[parent index, path, call index]``, the path relative to the parent's (``.attn``) when it
+    extends it. What :meth:`fxviz.ir.Graph.to_dict` writes as ``stacks``,
+    read back by :func:`_stack_table`."""
+    index: dict[Stack, int] = {}
+    by_id: dict[int, tuple[Stack, int]] = {}  # stacks are shared tuples: skip the hash
+
+    def of(stack: Stack) -> int:
+        seen = by_id.get(id(stack))
+        if seen is not None and seen[0] is stack:
+            return seen[1]
+        missing = []
+        s = stack
+        while s and s not in index:
+            missing.append(s)
+            s = s[:-1]
+        parent = index[s] if s else -1
+        for level in reversed(missing):
+            outer = level[-2][0] if len(level) > 1 else ""
+            path, call = level[-1]
+            rel = "." + path[len(outer) + 1:] if outer and path.startswith(outer + ".") else path
+            table.append([parent, rel, call])
+            parent = index[level] = len(table) - 1
+        by_id[id(stack)] = (stack, index[stack])
+        return index[stack]
+
+    return of
+
+
 def _stack_table(v: Any, ex: Expander) -> list[Stack]:
     """The graph's table of call levels (``stacks``: ``[parent, path, call index]``, a path that
     starts with ``.`` relative to the parent's, ``[j, k, suffix]`` after level ``j``'s path), as
@@ -387,4 +417,4 @@ def parse(text: str | bytes | bytearray) -> dict[str, Any]:
 
 __all__ = ["ANNOTATIONS", "MAX_INT", "MAX_NESTING", "MAX_STACK", "MAX_STACK_CELLS", "NODE_KINDS", "OVERLAY_KINDS",
            "OVERLAY_REDUCES", "OVERLAY_SCALES", "READABLE_SCHEMAS", "SCHEMA_VERSION", "check", "check_overlay", "check_value", "parse",
-           "show", "source"]
+           "show", "source", "stack_indexer"]
