@@ -285,11 +285,22 @@ def capture(
     all-reduces) are backward nodes in the module of the backward op that ran them. On a real group,
     a collective that never returns ends in :class:`~fxviz.errors.CollectiveTimeout` (at the group's
     timeout) with the partial graph; ``graph.annotations["rank"]`` is this process's rank, for
-    :func:`fxviz.passes.comm.rank_mismatches`.
+    :func:`fxviz.passes.comm.rank_mismatches`. A model sharded in a group the caller made (a
+    ``DTensor`` parameter) is recorded so without ``world_size``, at that group's size.
     """
+    if world_size is None:
+        world_size = _callers_world(model)
     if world_size is not None:
         return _capture_distributed(model, args, kwargs, world_size, method=method, passes=passes,
                                     validate=validate, backward=backward, loss=loss)
+    return _capture_here(model, args, kwargs, method=method, passes=passes, dynamic_shapes=dynamic_shapes,
+                         validate=validate, isolate=isolate, backward=backward, loss=loss)
+
+
+def _capture_here(model: nn.Module, args: Any, kwargs: dict[str, Any] | None, *, method: str,
+                  passes: Sequence[str], dynamic_shapes: Any = None, validate: bool, isolate: bool | None = None,
+                  backward: bool, loss: Callable[[Any], torch.Tensor] | None) -> Graph:
+    """:func:`capture` in this process, as it is (no process group made, no collectives recorded)."""
     if method not in METHODS:
         raise TargetError(f"method {method!r} is not one of {', '.join(METHODS)}")
     model, notes = unwrap(model)
@@ -313,6 +324,17 @@ def capture(
             if not backward:  # every method lists the model's whole state, as export does
                 add_unread_state(graph, model)
             return run_passes(graph, passes)
+
+
+def _callers_world(model: Any) -> int | None:
+    """The size of the caller's own process group when ``model`` is sharded in it (a ``DTensor``
+    parameter: tensor parallel, FSDP2), whose collectives are then recorded as with ``world_size``."""
+    if "torch.distributed.tensor" not in sys.modules or not isinstance(model, nn.Module):
+        return None  # nothing sharded can exist: torch.distributed not even read
+    from torch.distributed.tensor import DTensor
+
+    sharded = torch.distributed.is_initialized() and any(isinstance(p, DTensor) for p in model.parameters())
+    return torch.distributed.get_world_size() if sharded else None
 
 
 def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, world_size: int,
@@ -356,7 +378,7 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
         with sharing():  # the call tree the passes build serves the comm overlay after them
             try:
                 with around_recordings(recorder) if tracer_only else recorder:
-                    graph = capture(model, args, kwargs, **options)
+                    graph = _capture_here(model, args, kwargs, **options)
             except ModelError as e:  # the partial graph keeps the collectives recorded up to the failure
                 hang = timed_out(e, recorder.records)
                 fake = hang is None and torch.distributed.get_backend() == "fake"

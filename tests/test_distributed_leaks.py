@@ -100,3 +100,26 @@ def test_an_fsdp2_model_compiles_as_torch_compiles_it_and_trains_after_as_one_ne
         assert got[0] == want[0] and got[1] == pytest.approx(want[1])
     finally:
         dist.destroy_process_group()
+
+
+def test_a_model_sharded_in_the_callers_group_has_its_collectives_recorded_without_world_size() -> None:
+    """In a group the caller made, ``capture(model, args)`` on a tensor-parallel block recorded its
+    collectives as nodes with no kind or bytes (only ``world_size=`` turned the recorder on): now a
+    ``DTensor`` parameter turns it on at the group's size. Checked against CommDebugMode's per-module
+    counts on torch's own run of the same model; the group stays the caller's."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from tests.test_distributed import block_factory, collectives, counts, oracle
+
+    want = oracle(block_factory, 4)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    try:
+        group = dist.distributed_c10d._get_default_group()
+        model, args = block_factory()
+        g = fxviz.capture(model, args)
+        assert counts(g) == want and sum(want[""].values()) >= 1
+        assert all(r["kind"] and r["bytes"] > 0 for r in collectives(g))
+        assert g.annotations["rank"] == 0
+        assert dist.is_initialized() and dist.distributed_c10d._get_default_group() is group
+    finally:
+        dist.destroy_process_group()
