@@ -137,6 +137,36 @@ def no_unwaited_collectives() -> Generator[None, None, None]:
                     "(fxviz.torchbridge.distributed.wait_collectives)", pytrace=False)
 
 
+# ---- the CLI's targets ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def model_file(tmp_path: Path) -> str:
+    """A copy of ``tests/cli_models.py`` (the CLI tests' factories) as a user's ``my_model.py``."""
+    import shutil
+
+    p = tmp_path / "my_model.py"
+    shutil.copy(Path(__file__).parent / "cli_models.py", p)
+    return str(p)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Graphs saved by ``fxviz json``: the example CNN and the example transformer."""
+    from click.testing import CliRunner
+
+    from fxviz.cli import cli
+
+    d = tmp_path_factory.mktemp("saved")
+    out = {}
+    for name in ("cnn", "transformer"):
+        path = str(d / f"{name}.json")
+        r = CliRunner().invoke(cli, ["json", f"fxviz.examples:{name}", "-o", path])
+        assert r.exit_code == 0, r.output
+        out[name] = path
+    return out
+
+
 # ---- tiers --------------------------------------------------------------------------------------
 
 
