@@ -23,6 +23,7 @@ from fxviz.passes.comm import collectives
 from tests import test_distributed as td
 from tests import test_distributed_backward as tb
 from tests import test_distributed_fsdp as tf
+from tests import test_distributed_fsdp_meta as tfm
 from tests import test_inside_comms as tc
 from tests import test_inside_sharded as ts
 
@@ -141,7 +142,7 @@ def test_a_training_step_of_an_fsdp2_model_sharded_on_meta_for_a_cuda_mesh_equal
     paths = ["", "h.0", "h.1"]
     assert {p: tb.counts(g)[p] for p in paths} == {p: want[p] for p in paths}
     scatters = [r["bytes"] for r in collectives(g) if r["kind"] == "reduce_scatter"]
-    assert scatters == tf._scattered(fsdp_gpt_cuda, 8)
+    assert scatters == tfm._scattered(fsdp_gpt_cuda, 8)
     devices = {m.device for n in g.nodes if n.kind == "op" for m in n.outputs if m.is_tensor}
     assert devices == {"cuda"}, devices
     _, read = tb._read_again(fsdp_gpt_cuda, 8)
