@@ -134,14 +134,20 @@ def torch_step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] |
     autograd nodes of the step other than AccumulateGrad) as torch records them for a real step."""
     records, loss = torch_saved(model, args, kwargs)
     total = sum(b for _, _, b in records)
-    fns, todo = set(), [loss.grad_fn]
+    return total, sum(1 for f in autograd_nodes(loss) if type(f).__name__ != "AccumulateGrad")
+
+
+def autograd_nodes(out: torch.Tensor) -> set[Any]:
+    """Every autograd node ``out``'s backward reaches (torch's own graph of the step)."""
+    fns: set[Any] = set()
+    todo = [out.grad_fn]
     while todo:
         f = todo.pop()
         if f is None or f in fns:
             continue
         fns.add(f)
         todo += [g for g, _ in f.next_functions]
-    return total, sum(1 for f in fns if type(f).__name__ != "AccumulateGrad")
+    return fns
 
 
 class Block(nn.Module):

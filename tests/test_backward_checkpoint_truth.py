@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import fxviz
-from tests.backward_models import default_loss
+from tests.backward_models import autograd_nodes, default_loss
 from tests.test_backward_truth import fxviz_saved_by_module, torch_saved_by_module
 
 
@@ -203,14 +203,8 @@ def test_what_a_dropped_branch_saved_is_freed_not_counted_as_the_steps_memory() 
         model(x)
     # torch's record of a plain step: the tensors the autograd nodes the output reaches hold
     own = {t.untyped_storage().data_ptr() for t in (x, *model.parameters())}
-    out, held, fns = model(x), {}, set()
-    todo = [out.grad_fn]
-    while todo:
-        f = todo.pop()
-        if f is None or f in fns:
-            continue
-        fns.add(f)
-        todo += [g for g, _ in f.next_functions]
+    out, held = model(x), {}
+    for f in autograd_nodes(out):
         for name in dir(f):
             t = getattr(f, name) if name.startswith("_saved_") else None
             if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in own:
