@@ -228,6 +228,29 @@ def test_buffers_a_forward_writes_are_put_back() -> None:
     assert all(torch.equal(after[k], v) for k, v in before.items()) and model.training
 
 
+def test_tensor_attributes_and_nested_caches_are_put_back() -> None:
+    """A plain tensor attribute (not a registered buffer) the compiled graph writes in place, and a
+    cache two containers deep, are as the user left them after the map (both runs see them so)."""
+    class Counting(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+            self.count = torch.zeros(())
+            self.cache: dict[str, dict[int, int]] = {"shapes": {}}
+
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            self.count.add_(1)
+            self.cache["shapes"][t.shape[0]] = 1
+            return self.lin(t) * self.count
+
+    model = Counting()
+    count, inner = model.count, model.cache["shapes"]
+    cmap = run(model, cm.x(4))
+    assert cmap.share == 1.0 and cmap.assigned["add"] == "g0"
+    assert model.count is count and float(count) == 0.0
+    assert model.cache["shapes"] is inner and inner == {}
+
+
 def test_recompile_limit_is_said() -> None:
     model, (x,) = cm.batch_sized()
     sets = cm.eleven_batches()

@@ -31,7 +31,6 @@ from fxviz.analyze.compilemap.record import (
 )
 from fxviz.analyze.compilemap.result import CompileMap, Recompile, RecompileLimit
 from fxviz.analyze.compilemap.skim import Arithmetic, eager_graph
-from fxviz.analyze.compilemap.state import ModelSnapshot
 from fxviz.analyze.flops import CAPTURE_PASSES
 from fxviz.analyze.inside.live import LiveRun
 from fxviz.errors import InputError, ModelError, TargetError
@@ -42,6 +41,7 @@ from fxviz.passes import run_passes
 from fxviz.progress import stage
 from fxviz.text import one_line
 from fxviz.torchbridge.distributed import wait_collectives
+from fxviz.torchbridge.guard import ModelState
 from fxviz.torchbridge.lazy import initialised
 from fxviz.torchbridge.normalize import flatten_inputs
 from fxviz.torchbridge.run import gc_paused, normalize_args, quiet_torch
@@ -74,10 +74,11 @@ def compile_map(
     initialises itself on its first call, ``if self.scale is None: ...``, breaks there as it does
     for the user); the eager trace of the first input set follows, on the model as it was before
     the compiled run. Between the runs and after them the model is put back as it was found
-    (:class:`~fxviz.analyze.compilemap.state.ModelSnapshot`: every module's Python attributes,
-    ``dict``/``list``/``set`` attributes one level deep, which parameters, buffers and submodules
-    it has, and its buffers' values; parameters a compiled graph writes in place are copied just
-    before its first call and put back; not plain tensor attributes written in place). Both runs are under ``torch.no_grad()`` unless ``grad=True``. An ``OptimizedModule``
+    (:class:`~fxviz.torchbridge.guard.ModelState`, the same state every capture attempt puts back:
+    every module's ``__dict__`` and the containers reachable from it, its parameters, buffers and
+    tensor attributes by identity, buffers and tensor attributes by value, FSDP2's own state;
+    parameters a compiled graph writes in place are copied just before its first call and put
+    back). Both runs are under ``torch.no_grad()`` unless ``grad=True``. An ``OptimizedModule``
     (what ``torch.compile(model)`` returns) is unwrapped to the model it wraps (a note says so).
     Where Dynamo broke no graph and the forward's convolutions and matrix products cost more than
     skipping them adds, the eager trace skips their kernels (:mod:`~fxviz.analyze.compilemap.skim`).
@@ -141,7 +142,7 @@ def compile_map(
     notes += lazy
     sets: list[InputSet] = [(args, kwargs)] + [_input_set(model, i, k) for k, i in enumerate(inputs or (), 1)]
 
-    state = ModelSnapshot(model)  # the model as the user's first call finds it, for both runs
+    state = ModelState(model, ())  # the model as the user's first call finds it, for both runs
     try:
         t1 = time.perf_counter()
         recorder = Recorder(backend, mode, dynamic, module_paths(model))

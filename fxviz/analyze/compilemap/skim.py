@@ -23,11 +23,11 @@ from torch import nn
 from torch.utils._pytree import tree_leaves
 
 from fxviz.analyze.compilemap.record import Recorder, op_nodes
-from fxviz.analyze.compilemap.state import ModelSnapshot
 from fxviz.analyze.flops import op_flops
 from fxviz.fallback.shapes_only import ShapesOnly
 from fxviz.fallback.trace import trace_eager, uses_meta
 from fxviz.ir import Graph
+from fxviz.torchbridge.guard import ModelState
 
 #: What one multiply-accumulate of a convolution or a matrix product costs on a CPU core: about
 #: 50 ps (ResNet-18's 1.8 G in 0.09 s).
@@ -89,7 +89,7 @@ class Arithmetic:
         return saved > skim_cost(o.name for g in ran for o in self.rec.graphs[g].ops)
 
 
-def eager_graph(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], grad: bool, state: ModelSnapshot,
+def eager_graph(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], grad: bool, state: ModelState,
                 *, skim: bool) -> Graph:
     """The eager graph of the first input set, skimmed (``skim``: Dynamo broke no graph and
     :meth:`Arithmetic.worth_skimming`). Should the skimmed run still read a value (one Dynamo was
