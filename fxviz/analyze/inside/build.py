@@ -285,8 +285,9 @@ def _backward_note(cid: str, record: Mapping[str, str] | None, given: int, kerne
     """Which source gave the backward's kernels their modules."""
     if record is None:
         return (f"compile {cid} backward: {INFERRED_MODULES} (source lines, the parameters their ops read): "
-                "the trace has no record of torch's fwd_nn_module_stack (a plain TORCH_TRACE run, or a graph Inductor "
-                "compiled earlier outside fxviz and reused); a live fxviz run records it")
+                "the trace has no record of torch's fwd_nn_module_stack (a plain TORCH_TRACE run, or a graph taken from "
+                "an Inductor FX graph cache entry made without fxviz's record: TORCHINDUCTOR_FX_GRAPH_CACHE=0 records it "
+                "afresh)")
     rest = sum(1 for k in kernels if k.ops) - given
     return (f"compile {cid} backward: {FROM_TORCH}"
             + (f" ({rest} kernel(s) whose nodes torch gives no module: inferred)" if rest > 0 else ""))
