@@ -34,3 +34,35 @@ def gpt2() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
                                      embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
                                      eos_token_id=0)
     return transformers.GPT2Model(config), (torch.randint(0, 64, (1, 8)),)
+
+
+class _Block(nn.Module):
+    """One line runs three modules (``norm``, ``act``, ``fc``), and every block runs it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.act = nn.GELU()
+        self.norm = nn.LayerNorm(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x + self.act(self.fc(x)))
+
+
+class Shared(nn.Module):
+    """Three blocks on one line each (a loop), their lines shared too: a line says nothing of the module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(_Block() for _ in range(3))
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)
+
+
+def shared() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    return Shared(), (torch.randn(4, 16),)

@@ -135,3 +135,12 @@ class Trace:
 #: artifact outside any compile id, first in the events, says fxviz listened to the fusion logger
 #: from there on (payload ``{"listening": true}``): without it, no decision was looked for.
 FUSION_LOG = "fxviz_fusion_log"
+
+#: The artifact fxviz's post-grad pass writes into torch's structured trace during a live run
+#: (:mod:`fxviz.torchbridge.modulerecord`), through ``torch._logging.trace_structured`` like torch's
+#: own artifacts, so it is in a ``TORCH_TRACE`` directory written while fxviz ran too (a user's plain
+#: run has none). One per post-grad graph Inductor compiled, as torch gives it: the JSON payload has
+#: ``part`` (``forward``, ``backward``, ``inference``) and, per meta key ``fwd_nn_module_stack`` and
+#: ``nn_module_stack``, node name -> that node's stack as torch holds it, outermost first:
+#: ``[[path, type], ...]`` (``path`` torch's: ``L['self'].h[0].mlp``).
+NODE_MODULES = "fxviz_node_modules"

@@ -12,6 +12,12 @@ one nearest to what it reads (a forward value torch saved or recomputed, a param
 :func:`refine` gives each backward kernel whose ops all read or make a parameter's gradient
 exactly those parameters' modules. Checked against torch's per-node ``fwd_nn_module_stack`` in
 tests/test_compile_backward_kernels.py.
+
+That is the fallback. A live run writes torch's own module of each post-grad node into the trace
+(the :data:`~fxviz.tracefile.records.NODE_MODULES` artifact, :mod:`fxviz.torchbridge.modulerecord`):
+:func:`recorded` reads it, and where a kernel's nodes have it, :func:`apply_record` gives the kernel
+exactly the modules torch gives its nodes. The heuristic serves only nodes and kernels without it (a
+user's plain ``TORCH_TRACE``, ``--from-trace``; a graph Inductor's FX graph cache served).
 """
 
 from __future__ import annotations
@@ -23,13 +29,65 @@ from typing import TYPE_CHECKING
 from fxviz.analyze.inside.kernels import is_view, short
 from fxviz.analyze.inside.stages import primal_index
 from fxviz.ir import Graph, Node
+from fxviz.tracefile.records import NODE_MODULES
 
 if TYPE_CHECKING:
-    from fxviz.analyze.inside.result import InsideGraph
+    from fxviz.analyze.inside.result import InsideGraph, Kernel
+    from fxviz.tracefile.records import Compile
 
 _GRAD = re.compile(r"GradAOTOutput\(grad_of=\w+\(idx=(\d+)\)\)")
 #: Ops that only move a gradient on its way to the output (no work of their own).
 _PASS = frozenset({"clone", "_to_copy", "copy"})
+#: What the notes of a backward say of its kernels' modules: torch's record gave them, or fxviz inferred them.
+FROM_TORCH = "kernels' modules from torch's fwd_nn_module_stack"
+INFERRED_MODULES = "kernels' modules inferred"
+#: The meta keys of a node's module stack in the record, the first a node has wins (a backward node's
+#: ``fwd_nn_module_stack``; a recomputed forward op's own ``nn_module_stack``).
+_KEYS = ("fwd_nn_module_stack", "nn_module_stack")
+
+
+def module_path(path: str) -> str:
+    """torch's module path as fxviz writes it: ``L['self'].h[0].mlp`` and
+    ``L['self']._modules['h']._modules['0'].mlp`` -> ``h.0.mlp``; ``L['self']`` -> ``""``."""
+    path = re.sub(r"^L\['self'\]\.?", "", path)
+    path = re.sub(r"\._modules\['([^']+)'\]|\[(\d+)\]", lambda m: "." + (m.group(1) or m.group(2)), "." + path)
+    return path.lstrip(".")
+
+
+def recorded(c: Compile, part: str, nth: int = 0) -> dict[str, str] | None:
+    """Post-grad node -> the module torch gives it (its innermost stack entry), from the ``nth``
+    :data:`NODE_MODULES` record of ``part`` in compile ``c``; ``None`` when there is none."""
+    recs = [a.payload for a in c.all(NODE_MODULES) if isinstance(a.payload, dict) and a.payload.get("part") == part]
+    if nth >= len(recs):
+        return None
+    out: dict[str, str] = {}
+    for key in reversed(_KEYS):
+        for node, stack in (recs[nth].get(key) or {}).items():
+            if isinstance(stack, list) and stack and isinstance(stack[-1], list) and stack[-1]:
+                out[str(node)] = module_path(str(stack[-1][0]))
+    return out
+
+
+def keep_recorded(lines: dict[str, list[str]], record: Mapping[str, str], module: Callable[[str], str | None]) -> None:
+    """Narrow each ``lines`` entry of a recorded node to the Dynamo nodes of the module torch gives
+    it (left as it is where none is: :func:`narrow` takes it). In place."""
+    for name, cands in lines.items():
+        if name in record:
+            mine = [d for d in cands if module(d) == record[name]]
+            if mine:
+                lines[name] = mine
+
+
+def apply_record(kernels: list[Kernel], record: Mapping[str, str]) -> int:
+    """Give each kernel with a node in ``record`` exactly the modules torch gives its nodes (nodes
+    without a stack, a fill or a view torch made, add none); how many kernels it gave modules."""
+    n = 0
+    for k in kernels:
+        mods = list(dict.fromkeys(record[o] for o in k.ops if o in record))
+        if mods:
+            k.modules = mods
+            n += 1
+    return n
 
 
 def param_modules(graphs: dict[str, Graph]) -> dict[str, str]:
@@ -211,9 +269,9 @@ def _downstream(n: Node, users: dict[str, list[Node]], grads: dict[str, str]) ->
     return out
 
 
-def refine(ig: InsideGraph) -> None:
+def refine(ig: InsideGraph, record: Mapping[str, str] | None = None) -> None:
     """Give each backward kernel whose computing ops all have a parameter's module exactly those
-    modules (see the module's docstring)."""
+    modules (see the module's docstring); not a kernel with a node torch's ``record`` has."""
     graphs = {s.name: s.graph for s in ig.pipeline.stages}
     found = param_modules(graphs)
     if not found:
@@ -221,11 +279,12 @@ def refine(ig: InsideGraph) -> None:
     post = graphs.get("post-grad passes (backward)")
     nodes = {n.name: n for n in post.nodes} if post is not None else {}
     for k in ig.kernels:
-        if k.part != "backward" or not k.ops:
+        if k.part != "backward" or not k.ops or any(o in (record or {}) for o in k.ops):
             continue
         work = [o for o in k.ops if o in nodes and not is_view(nodes[o])] or list(k.ops)
         if all(o in found for o in work):
             k.modules = list(dict.fromkeys(found[o] for o in work))
 
 
-__all__ = ["narrow", "param_modules", "refine"]
+__all__ = ["FROM_TORCH", "INFERRED_MODULES", "apply_record", "keep_recorded", "module_path", "narrow", "param_modules",
+           "recorded", "refine"]

@@ -16,7 +16,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from fxviz.analyze.inside import comms, fusion
-from fxviz.analyze.inside.backward import narrow, refine
+from fxviz.analyze.inside.backward import (
+    FROM_TORCH,
+    INFERRED_MODULES,
+    apply_record,
+    keep_recorded,
+    narrow,
+    recorded,
+    refine,
+)
 from fxviz.analyze.inside.costs import cost
 from fxviz.analyze.inside.kernels import kernel_map
 from fxviz.analyze.inside.partition import read as read_partition
@@ -157,6 +165,8 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
         if n.source is not None and n.source.line:
             by_line.setdefault((n.source.file, n.source.line), []).append(name)
     ig = InsideGraph(gid, cid, Pipeline(f"{gid} ({cid})"), cost=cost(c, gid))
+    seen: list[str] = []
+    torch_modules: dict[str, str] = {}  # backward node -> its module, as torch's record gives it
     for i, post_art in enumerate(posts):
         code = parts[i] if i < len(parts) else None
         part = (code.part if code is not None and code.part else "") or ("forward" if i == 0 else "backward")
@@ -180,6 +190,11 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
             post_to_pre = {n: fwd_post_to_pre[n] for n in op_nodes(post) if n in fwd_post_to_pre}
         lines = {name: found for name, n in op_nodes(post).items() if name not in post_to_pre and n.source is not None
                  and (found := by_line.get((n.source.file, n.source.line)))}
+        record = recorded(c, part, seen.count(part)) if part == "backward" else None
+        seen.append(part)
+        if record is not None:
+            torch_modules.update(record)
+            keep_recorded(lines, record, lambda d: _module(d, eager_ops, eager, dynamo))
         narrow(post, lines, post_to_pre if exact else fwd_post_to_pre,
                lambda d: _module(d, eager_ops, eager, dynamo), aot=_stage_graph(stages, "AOT backward"), dyn=dynamo,
                fwd=_stage_graph(stages, "AOT forward"))
@@ -202,6 +217,8 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
         km = kernel_map(post, code, mapping, kstacks[i] if i < len(kstacks) else {}, graph_id=gid, compile_id=cid,
                         part=part, origin=origin)
         ig.kernels += km.kernels
+        if part == "backward":
+            notes.append(_backward_note(cid, record, apply_record(km.kernels, record) if record else 0, km.kernels))
         decided = fusion.decisions(c, part)
         ig.not_fused += fusion.not_fused(fusion.refusals(decided), km.kernels, km.writers, graph_id=gid, compile_id=cid,
                                          part=part, origin=origin)
@@ -225,7 +242,7 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
             " (Dynamo restarted the frame: the next attempt compiled it)" if restart else ""))
     ig.pipeline.stages = stages
     ig.pipeline.notes = [n for n in notes if n.startswith(f"compile {cid}")]
-    refine(ig)  # backward kernels: the modules of the parameters their ops read or differentiate
+    refine(ig, torch_modules)  # other backward kernels: the modules of the parameters their ops read or make
     ig.partition = read_partition(ig.pipeline, partitioner="min-cut" if any(
         p.name == "min_cut_rematerialization_partition" for p in c.phases) else "")
     return ig
@@ -262,6 +279,18 @@ def _post_grad(c: Compile, i: int, gid: str, part: str, post: Graph | None, base
             stage.notes = bucket_notes + stage.notes
             last = stage
     return last
+
+
+def _backward_note(cid: str, record: Mapping[str, str] | None, given: int, kernels: list[Any]) -> str:
+    """Which source gave the backward's kernels their modules."""
+    if record is None:
+        return (f"compile {cid} backward: {INFERRED_MODULES} (source lines, the parameters their ops read): "
+                "the trace has no record of torch's fwd_nn_module_stack (a plain TORCH_TRACE run, or a graph taken from "
+                "an Inductor FX graph cache entry made without fxviz's record: TORCHINDUCTOR_FX_GRAPH_CACHE=0 records it "
+                "afresh)")
+    rest = sum(1 for k in kernels if k.ops) - given
+    return (f"compile {cid} backward: {FROM_TORCH}"
+            + (f" ({rest} kernel(s) whose nodes torch gives no module: inferred)" if rest > 0 else ""))
 
 
 def _comm_order(stage: Stage, post: Graph, kernels: list[Any], recorded: list[str]) -> None:

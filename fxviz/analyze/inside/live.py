@@ -3,8 +3,10 @@ kernel's time from torch.profiler over a few warm iterations. Needs torch.
 
 :class:`LiveRun` is what ``compile_map(..., inside=True)`` hands its compiled run: the run goes on
 inside :func:`fxviz.torchbridge.tracelog.structured_trace` (AOT Autograd's cache off, so every
-stage is recorded; ``budget``, when given, as ``torch._functorch.config.activation_memory_budget``;
-Inductor's fusion decisions collected too); with ``grad`` the first input set's outputs are differentiated once
+stage is recorded; torch's module of each post-grad node written into it,
+:func:`fxviz.torchbridge.modulerecord.recorded_modules`; ``budget``, when given, as
+``torch._functorch.config.activation_memory_budget``; Inductor's fusion decisions collected
+too); with ``grad`` the first input set's outputs are differentiated once
 (``torch.autograd.grad``: no ``.grad`` is written) so the backward compiles too; then one more
 warm-up and :data:`ITERATIONS` warm iterations under the profiler, each C++ kernel wrapped for
 the while in a ``record_function`` named ``<output code file>:<kernel>``. Inductor names each
@@ -63,6 +65,7 @@ class LiveRun:
     def recording(self) -> Iterator[None]:
         from torch._functorch import config as functorch_config
 
+        from fxviz.torchbridge.modulerecord import recorded_modules
         from fxviz.torchbridge.tracelog import structured_trace
 
         # AOT Autograd's cache off: a hit skips the pre-grad, joint and partition stages (Inductor's
@@ -70,7 +73,7 @@ class LiveRun:
         patch: dict[str, Any] = {"enable_autograd_cache": False}
         if self.budget is not None:
             patch["activation_memory_budget"] = self.budget
-        with structured_trace(fusion=True) as events, functorch_config.patch(patch):
+        with structured_trace(fusion=True) as events, functorch_config.patch(patch), recorded_modules():
             self.events = events
             yield
 

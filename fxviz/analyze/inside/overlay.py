@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fxviz.analyze.inside.backward import FROM_TORCH, INFERRED_MODULES
 from fxviz.analyze.inside.costs import cost_rows
 from fxviz.analyze.inside.partition import write as write_partition
 from fxviz.analyze.inside.result import Inside, InsideGraph, Kernel, NotFused
@@ -164,7 +165,8 @@ def panels(graph: Graph, inside: Inside) -> None:
         set_panel(graph, "kernels", title="Inductor kernels",
                   columns=["kernel", "kind", "graph", "part", "post-grad ops", "eager ops", "modules", "time", "share",
                            "not fused with"],
-                  rows=rows, note=inside.summary() + ("" if len(ks) <= KERNEL_ROWS else f"; the slowest {KERNEL_ROWS} shown"))
+                  rows=rows, note="; ".join([inside.summary() + ("" if len(ks) <= KERNEL_ROWS else
+                                             f"; the slowest {KERNEL_ROWS} shown"), *_module_source(inside)]))
     frows = []
     for n in inside.not_fused[:NOT_FUSED_ROWS]:
         node = next((e for e in n.eager if e in ops), None)
@@ -194,6 +196,11 @@ def panels(graph: Graph, inside: Inside) -> None:
     if crows:
         set_panel(graph, "compile cost", title="compile cost", columns=["graph", "what", "seconds / outcome"],
                   rows=crows, note="torch's compilation_metrics, its chromium phases and cache lookups")
+
+
+def _module_source(inside: Inside) -> list[str]:
+    """The notes that say which source gave each backward's kernels their modules."""
+    return [n for n in inside.notes if FROM_TORCH in n or INFERRED_MODULES in n]
 
 
 __all__ = ["KERNEL", "KERNEL_TIME", "by_time", "label", "not_fused_lines", "panels", "side", "write"]
