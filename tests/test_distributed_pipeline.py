@@ -59,6 +59,27 @@ def loss_no_grad_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
     return Step(loss=True), (torch.randn(4, 8),)
 
 
+class Looped(nn.Module):
+    """Two stages per rank (``ScheduleLoopedBFS``, forward only): rank 0 holds stages 0 and 2."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from torch.distributed.pipelining import PipelineStage, ScheduleLoopedBFS
+
+        rank, world = dist.get_rank(), dist.get_world_size()
+        self.parts = nn.ModuleList([nn.Linear(8, 8), nn.Linear(8, 8)])
+        stages = [PipelineStage(p, rank + i * world, 2 * world, torch.device("cpu")) for i, p in enumerate(self.parts)]
+        self.schedule = ScheduleLoopedBFS(stages, n_microbatches=2)
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return self.schedule.step(x)
+
+
+def looped_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return Looped(), (torch.randn(4, 8),)
+
+
 def test_a_forward_schedule_is_stage_0s_step_as_the_dispatcher_and_hooks_saw_it() -> None:
     """Every send and receive of stage 0 (the warm-up vote, the shape inference's metadata, each
     microbatch's activations) is the dispatcher's, and the stage module ran as often as its hooks
@@ -85,34 +106,38 @@ def test_a_forward_schedule_is_stage_0s_step_as_the_dispatcher_and_hooks_saw_it(
     assert " at 0x" not in g.to_json()
 
 
-@pytest.mark.parametrize(("factory", "said"), [
-    (loss_factory, "a pipeline schedule (torch.distributed.pipelining) cannot run this step under the fake process "
-                   "group: rank 0's stage takes metadata from another (recv_object_list: the next stage's gradients' "
-                   "with a loss_fn), and fake receives deliver nothing; launch it with torchrun --nproc-per-node 2, "
-                   "or give the schedule no loss_fn to capture its forward here"),
-    (loss_no_grad_factory, "a pipeline schedule with a loss_fn runs its backward in step(), refused under the "
-                           "torch.no_grad() fxviz records a forward in: call step() inside `with torch.enable_grad():` "
-                           "in the model's forward; under the fake process group it then fails where rank 0's stage "
-                           "takes the next stage's metadata (recv_object_list: fake receives deliver nothing): launch "
-                           "it with torchrun --nproc-per-node 2"),
+@pytest.mark.parametrize(("factory", "fails_in", "said"), [
+    (loss_factory, "_backward_metadata_inference",
+     "a pipeline schedule (torch.distributed.pipelining) with a loss_fn cannot run its step under the fake process "
+     "group: rank 0's stage takes the next stage's gradient metadata from it (recv_object_list), and fake receives "
+     "deliver nothing; launch it with torchrun --nproc-per-node 2, or give the schedule no loss_fn to capture its "
+     "forward here"),
+    (looped_factory, "_forward_metadata_inference",
+     "a pipeline schedule (torch.distributed.pipelining) with several stages per rank cannot run under the fake "
+     "process group: a later stage on rank 0 takes its inputs' metadata from the stage before it, on another rank "
+     "(recv_object_list), and fake receives deliver nothing; launch it with torchrun --nproc-per-node 2, or capture "
+     "a schedule of one stage per rank here (rank 0's is stage 0)"),
+    (loss_no_grad_factory, "step",
+     "a pipeline schedule with a loss_fn runs its backward in step(), refused under the torch.no_grad() fxviz "
+     "records a forward in: call step() inside `with torch.enable_grad():` in the model's forward; under the fake "
+     "process group it then fails where rank 0's stage takes the next stage's metadata (recv_object_list: fake "
+     "receives deliver nothing): launch it with torchrun --nproc-per-node 2"),
 ])
-def test_a_schedule_with_a_loss_is_one_line_that_says_what_to_do(factory: Any, said: str) -> None:
-    """torch's own step of a schedule with a ``loss_fn`` fails under the fake group, in
-    ``recv_object_list`` (stage 0 unpickles the next stage's gradient metadata that nobody sent:
-    an empty buffer, or a size read from garbage) or, under ``no_grad`` as fxviz records a
-    forward, in ``step()`` itself. fxviz said torch's words (``EOFError: Ran out of input``, an
-    allocation of terabytes, "should not be used under torch.no_grad() context. Please call
-    eval()"); now one line that says what to do, the partial graph kept with the sends and
-    receives the dispatcher saw up to the failure."""
-    with fake_world(2):
-        model, args = loss_factory()
+def test_a_schedule_the_fake_group_cannot_run_is_one_line_that_says_what_to_do(factory: Any, fails_in: str,
+                                                                                said: str) -> None:
+    """torch's own step fails under the fake group: in ``recv_object_list``, where stage 0 unpickles
+    the next stage's gradient metadata (a ``loss_fn``) or a later stage on rank 0 the previous
+    stage's output metadata (several stages per rank), that nobody sent (an empty buffer, or a
+    size read from garbage); or, under ``no_grad`` as fxviz records a forward, in ``step()``
+    itself. fxviz said torch's words (``EOFError: Ran out of input``, an allocation of terabytes,
+    "should not be used under torch.no_grad() context. Please call eval()"); now one line that
+    says what to do, the partial graph kept with the sends and receives the dispatcher saw."""
+    with fake_world(2), torch.no_grad():
+        model, args = factory()
         with pytest.raises(Exception) as own:  # noqa: PT011 - torch's error depends on the buffer's garbage
             model(*args)
-    assert any(f.name == "recv_object_list" for f in traceback.extract_tb(own.value.__traceback__))
-    with fake_world(2), torch.no_grad():
-        model, args = loss_no_grad_factory()
-        with pytest.raises(RuntimeError, match=r"step\(\) requires gradients to be enabled"):
-            model(*args)
+    frames = [f.name for f in traceback.extract_tb(own.value.__traceback__)]
+    assert fails_in in frames and (fails_in == "step" or "recv_object_list" in frames)
     log = C10dLog()
     with log, pytest.raises(ModelError) as e:
         fxviz.capture(factory, world_size=2)

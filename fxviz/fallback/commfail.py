@@ -58,11 +58,16 @@ def fake_cannot(error: BaseException, records: list[dict[str, Any]], fake: bool 
         return ("a pipeline schedule with a loss_fn runs its backward in step(), refused under the torch.no_grad() "
                 "fxviz records a forward in: call step() inside `with torch.enable_grad():` in the model's forward"
                 + (then if fake and size > 1 else ""))
+    if pipelined and objects and _raised_in_function(cause, "_backward_metadata_inference"):
+        return ("a pipeline schedule (torch.distributed.pipelining) with a loss_fn cannot run its step under the fake "
+                "process group: rank 0's stage takes the next stage's gradient metadata from it (recv_object_list), "
+                f"and fake receives deliver nothing; launch it with torchrun --nproc-per-node {size}, or give the "
+                "schedule no loss_fn to capture its forward here")
     if pipelined and objects:
-        return ("a pipeline schedule (torch.distributed.pipelining) cannot run this step under the fake process group: "
-                "rank 0's stage takes metadata from another (recv_object_list: the next stage's gradients' with a "
-                f"loss_fn), and fake receives deliver nothing; launch it with torchrun --nproc-per-node {size}, or "
-                "give the schedule no loss_fn to capture its forward here")
+        return ("a pipeline schedule (torch.distributed.pipelining) with several stages per rank cannot run under the "
+                "fake process group: a later stage on rank 0 takes its inputs' metadata from the stage before it, on "
+                f"another rank (recv_object_list), and fake receives deliver nothing; launch it with torchrun "
+                f"--nproc-per-node {size}, or capture a schedule of one stage per rank here (rank 0's is stage 0)")
     if objects:
         return ("dist.recv_object_list cannot run under the fake process group: no rank sends, so it unpickles "
                 "bytes nobody sent; run on real ranks (torchrun --nproc-per-node N), where the other rank sends them")
@@ -107,6 +112,16 @@ def _raised_in_module(error: BaseException, prefix: str) -> bool:
     tb = error.__traceback__
     while tb is not None:
         if tb.tb_frame.f_globals.get("__name__", "").startswith(prefix):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _raised_in_function(error: BaseException, name: str) -> bool:
+    """Whether ``error`` was raised inside a call of a function named ``name``."""
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == name:
             return True
         tb = tb.tb_next
     return False
