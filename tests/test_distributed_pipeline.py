@@ -20,6 +20,7 @@ import fxviz
 from fxviz.errors import ModelError
 from fxviz.passes.comm import collectives
 from fxviz.passes.tree import tree_of
+from fxviz.render.tree import tree_text
 from fxviz.torchbridge.distributed import fake_world
 from tests.test_distributed_p2p import C10dLog
 
@@ -161,3 +162,41 @@ def test_the_no_grad_hint_on_a_real_group_does_not_blame_the_fake_one(tmp_path: 
         assert dist.is_initialized()  # the caller's group, left as it was
     finally:
         dist.destroy_process_group()
+
+
+class Raises(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("the stage's own error")
+
+
+def test_a_call_whose_result_nobody_reads_returned_and_only_one_that_raised_is_marked() -> None:
+    """The shape inference runs the stage module and reads only its output's shape: no op reads
+    its result, and the tree drew it as a call that raised (``→ ✗``). torch's forward hooks say it
+    returned (a hook runs after a forward that returns); it is ``→ unread``, and ``✗`` stays on
+    the call that raised (its hook never ran)."""
+    returned: list[torch.Size] = []
+    with fake_world(2):
+        model, args = forward_factory()
+        model.part.register_forward_hook(lambda _m, _i, out: returned.append(out.shape))
+        model(*args)
+    assert returned == [torch.Size([2, 8])] * 3
+    text = tree_text(fxviz.capture(forward_factory, world_size=2), width=200, unfold=True)
+    assert "part (Sequential) call 1/3  [2, 8] → unread" in text and "✗" not in text
+
+    def raising() -> tuple[nn.Module, tuple[torch.Tensor]]:
+        torch.manual_seed(0)
+        step = Step()
+        step.part.append(Raises())
+        return step, (torch.randn(4, 8),)
+
+    hooked: list[int] = []
+    with fake_world(2):
+        model, args = raising()
+        model.part.register_forward_hook(lambda *_: hooked.append(1))
+        with pytest.raises(ValueError, match="the stage.s own error"):
+            model(*args)
+    assert hooked == []
+    with pytest.raises(ModelError) as e:
+        fxviz.capture(raising, world_size=2)
+    assert e.value.graph is not None
+    assert "part (Sequential)  [2, 8] → ✗" in tree_text(e.value.graph, width=200, unfold=True)
