@@ -200,3 +200,24 @@ def test_a_call_whose_result_nobody_reads_returned_and_only_one_that_raised_is_m
         fxviz.capture(raising, world_size=2)
     assert e.value.graph is not None
     assert "part (Sequential)  [2, 8] → ✗" in tree_text(e.value.graph, width=200, unfold=True)
+
+
+class ReceivesObjects(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        got: list[Any] = [None]
+        dist.recv_object_list(got, src=1)
+        return x * 2
+
+
+def test_a_receive_of_python_objects_is_one_line() -> None:
+    """``dist.recv_object_list`` outside a schedule: torch's own run under the fake group fails in
+    it (a size nobody sent, so no bytes to unpickle); fxviz said torch's words, now what to do."""
+    with fake_world(2), pytest.raises(Exception) as own:  # noqa: PT011 - torch's error: the buffer's garbage
+        ReceivesObjects()(torch.ones(2))
+    assert "recv_object_list" in [f.name for f in traceback.extract_tb(own.value.__traceback__)]
+    with pytest.raises(ModelError) as e:
+        fxviz.capture(lambda: (ReceivesObjects(), (torch.ones(2),)), world_size=2)
+    assert str(e.value) == ("dist.recv_object_list cannot run under the fake process group: no rank sends, so it "
+                            "unpickles bytes nobody sent; run on real ranks (torchrun --nproc-per-node 2), where the "
+                            "other rank sends them")
+    assert e.value.graph is not None and [r["kind"] for r in collectives(e.value.graph)][:1] == ["recv"]

@@ -148,7 +148,6 @@ def test_torchrun_pipeline_stages_send_what_the_next_rank_receives(tmp_path: Pat
     sends = [b for op, _, b in torch0 if op == "c10d.send"]
     assert [b for op, peer, b in torch1 if op == "c10d.recv_" and peer == 0] == sends
     assert d["annotations"]["rank_mismatches"] == []
-    assert " at 0x" not in proc.stdout and "Work object>" in proc.stdout
     assert any(f"each of the ranks' {len(sends) + sum(op == 'c10d.send' for op, _, _ in torch1)} sends met its "
                "receive, in order and size" in n for n in d["notes"])
 
@@ -220,7 +219,6 @@ def test_torchrun_an_all_to_all_of_each_ranks_own_size_is_no_mismatch() -> None:
     d = json.loads(proc.stdout)
     assert [(c["kind"], c["bytes"]) for c in d["annotations"]["collectives"]] == [("all_to_all", 6 * 16 * 4)]
     assert d["annotations"]["rank_mismatches"] == []
-    assert " at 0x" not in proc.stdout and "Work object>" in proc.stdout
     assert any("(an all-to-all's size is each rank's own)" in n for n in d["notes"])
 
 

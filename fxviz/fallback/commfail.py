@@ -70,7 +70,7 @@ def fake_cannot(error: BaseException, records: list[dict[str, Any]], fake: bool 
                 f"--nproc-per-node {size}, or capture a schedule of one stage per rank here (rank 0's is stage 0)")
     if objects:
         return ("dist.recv_object_list cannot run under the fake process group: no rank sends, so it unpickles "
-                "bytes nobody sent; run on real ranks (torchrun --nproc-per-node N), where the other rank sends them")
+                f"bytes nobody sent; run on real ranks (torchrun --nproc-per-node {size}), where the other rank sends them")
     if not fake or not records or records[-1]["op"] != "c10d.recv_any_source_" or not _raised_in(cause, dist.recv):
         return None
     last = records[-1]

@@ -171,10 +171,11 @@ def exchange_graphs(text: str | None, patient: bool = True) -> list[str | None] 
 
 def _launch_store() -> dist.Store:
     """A client of the launch's store (``MASTER_ADDR:MASTER_PORT``, where torchrun's rendezvous
-    serves it), its keys under ``fxviz/``."""
+    serves it), its keys under ``fxviz/<restart>/``: the store outlives a restarted launch's ranks
+    (``--max-restarts``), and a graph the last attempt left must not be read as this one's."""
     client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
                            timeout=timedelta(seconds=_timeout_s() + 10.0))
-    return dist.PrefixStore("fxviz", client)
+    return dist.PrefixStore(f"fxviz/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", client)
 
 
 def placement_attrs(t: object, cache: dict[Any, Any] | None = None) -> dict[str, str]:
