@@ -340,14 +340,8 @@ def _callers_world(model: Any) -> int | None:
 def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, world_size: int,
                          **options: Any) -> Graph:
     """:func:`capture` with ``world_size``: the factory and the capture run in a fake process group."""
-    from fxviz.fallback.comms import (
-        CommRecorder,
-        fake_cannot,
-        mesh_dims,
-        timed_out,
-        uneven_shards,
-        unused_ranks,
-    )
+    from fxviz.fallback.commfail import fake_cannot, timed_out, uneven_shards
+    from fxviz.fallback.comms import CommRecorder, mesh_dims, unused_ranks
     from fxviz.fallback.modes import around_recordings
     from fxviz.passes.tree import sharing
     from fxviz.torchbridge.distributed import fake_world, fake_world_hint
@@ -382,7 +376,7 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
             except ModelError as e:  # the partial graph keeps the collectives recorded up to the failure
                 hang = timed_out(e, recorder.records)
                 fake = hang is None and torch.distributed.get_backend() == "fake"
-                cannot = fake_cannot(e, recorder.records) if fake else None
+                cannot = fake_cannot(e, recorder.records, fake) if hang is None else None
                 if e.graph is not None:
                     e.graph.annotations["rank"] = torch.distributed.get_rank()
                     _write_comm(e.graph, recorder.records, mesh_dims(_state_and_inputs(model, args, kwargs, params),

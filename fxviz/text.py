@@ -49,4 +49,14 @@ def one_line(text: str, *, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-__all__ = ["clean", "one_line"]
+#: the address in an object's default ``repr`` (``<Work object at 0x7f...>``)
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def without_address(text: str) -> str:
+    """``text`` without the memory address a default ``repr`` holds: the same text on every run
+    (a graph's JSON compares equal between two captures of one model)."""
+    return _ADDRESS.sub("", text) if " at 0x" in text else text
+
+
+__all__ = ["clean", "one_line", "without_address"]

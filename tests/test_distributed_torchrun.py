@@ -5,6 +5,7 @@ one that writes; the graph is the one the fake process group gives for the same 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -19,6 +20,7 @@ import torch.distributed as dist
 from torch import nn
 
 import fxviz
+from fxviz.passes.tree import tree_of
 from tests import test_distributed as td
 from tests.test_distributed_p2p import C10dLog
 
@@ -218,3 +220,79 @@ def test_torchrun_an_all_to_all_of_each_ranks_own_size_is_no_mismatch() -> None:
     assert [(c["kind"], c["bytes"]) for c in d["annotations"]["collectives"]] == [("all_to_all", 6 * 16 * 4)]
     assert d["annotations"]["rank_mismatches"] == []
     assert any("(an all-to-all's size is each rank's own)" in n for n in d["notes"])
+
+
+class StaticStage(nn.Module):
+    """:class:`Stage` given its shapes (``input_args``, ``output_args``): a real run's warm-up vote
+    says so and skips the shape inference; with ``loss`` (shapes inferred) the schedule's backward
+    runs too, its step inside ``torch.enable_grad()`` (fxviz records a forward under ``no_grad``)."""
+
+    def __init__(self, loss: bool) -> None:
+        super().__init__()
+        from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+        self.rank, self.loss = dist.get_rank(), loss
+        self.part = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+        shapes = {} if loss else {"input_args": torch.empty(2, 8), "output_args": torch.empty(2, 8)}
+        stage = PipelineStage(self.part, self.rank, 2, torch.device("cpu"), **shapes)
+        self.schedule = ScheduleGPipe(stage, n_microbatches=2,
+                                      loss_fn=(lambda o, t: (o - t).pow(2).mean()) if loss else None)
+
+    def forward(self, x: torch.Tensor) -> Any:
+        kw = {"target": torch.zeros(4, 8)} if self.loss and self.rank == 1 else {}
+        with C10dLog() as log, torch.enable_grad() if self.loss else contextlib.nullcontext():
+            out = self.schedule.step(x, **kw) if self.rank == 0 else self.schedule.step(**kw)
+        if "FXVIZ_TEST_C10D" in os.environ:
+            Path(f"{os.environ['FXVIZ_TEST_C10D']}.{self.rank}").write_text(json.dumps(log.ops))
+        return out
+
+
+def static_stage_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return StaticStage(loss=False), (torch.randn(4, 8),)
+
+
+def loss_stage_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return StaticStage(loss=True), (torch.randn(4, 8),)
+
+
+def test_torchrun_a_stage_given_its_shapes_skips_what_the_fake_group_makes_it_infer(tmp_path: Path) -> None:
+    """Given its shapes, stage 0 of a real run reads 1 in the warm-up vote and sends only its two
+    activations after it (the dispatcher's 4 ops, the stage module run once per microbatch); under
+    the fake group the vote's receive is never filled, stage 0 reads 0 and infers the shapes (a
+    third forward, two more sends). The fake graph is that run's, and a note says the value it read
+    was never sent."""
+    proc = _torchrun_json(f"{Path(__file__)}:static_stage_factory", timeout=120,
+                          FXVIZ_TEST_C10D=str(tmp_path / "c10d"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    real = fxviz.Graph.from_json(proc.stdout)
+    torch0 = json.loads((tmp_path / "c10d.0").read_text())
+    assert [[r["op"], r["peer"], r["bytes"]] for r in real.annotations["collectives"]] == torch0
+    assert [op for op, _, _ in torch0] == ["c10d.send", "c10d.recv_", "c10d.send", "c10d.send"]
+    assert not any("delivers nothing" in n for n in real.notes)
+    log = C10dLog()
+    with log:
+        fake = fxviz.capture(static_stage_factory, world_size=2)
+    assert [[r["op"], r["peer"], r["bytes"]] for r in fake.annotations["collectives"]] == [list(o) for o in log.ops]
+    assert len(log.ops) == 6
+    assert [n.meta.value for n in fake.ops if n.target == "Tensor.item"] == ["0"]  # type: ignore[union-attr]
+    assert [n.meta.value for n in real.ops if n.target == "Tensor.item"] == ["1"]  # type: ignore[union-attr]
+    assert (len(tree_of(real).calls("part")), len(tree_of(fake).calls("part"))) == (2, 3)
+    assert any(n.startswith("the fake process group delivers nothing to a receive") for n in fake.notes)
+
+
+def test_torchrun_a_schedule_with_a_loss_runs_as_the_hint_says(tmp_path: Path) -> None:
+    """The step the fake group refuses (a loss_fn: stage 0 takes the next stage's gradient metadata)
+    runs on real ranks, as the hint says, inside ``enable_grad``: rank 0's sends and receives, the
+    gradients' included, are the dispatcher's, and each met its receive on rank 1. The ``Work`` each
+    ``isend`` returns and the group it is given show without their address: the JSON of two runs is
+    the same (it held ``<... object at 0x7f...>``)."""
+    proc = _torchrun_json(f"{Path(__file__)}:loss_stage_factory", timeout=120, FXVIZ_TEST_C10D=str(tmp_path / "c10d"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = json.loads(proc.stdout)
+    torch0 = json.loads((tmp_path / "c10d.0").read_text())
+    assert [[r["op"], r["peer"], r["bytes"]] for r in d["annotations"]["collectives"]] == torch0
+    assert [b for op, _, b in torch0 if op == "c10d.recv_"][-2:] == [64, 64]  # each microbatch's gradient
+    assert d["annotations"]["rank_mismatches"] == []
+    assert " at 0x" not in proc.stdout and "Work object>" in proc.stdout

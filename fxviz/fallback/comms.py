@@ -14,8 +14,6 @@ that :mod:`fxviz.passes.comm` writes onto the graph.
 from __future__ import annotations
 
 import contextlib
-import inspect
-import re
 import traceback
 from types import BuiltinFunctionType
 from typing import Any
@@ -27,6 +25,7 @@ from torch.distributed.tensor.debug._comm_mode import NATIVE_TO_PY_MAPPING, c10d
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fxviz.fallback.classify import Action, kind_of
+from fxviz.fallback.commfail import first_line
 from fxviz.fallback.fsdp import gathered_params, reduced_grads
 from fxviz.fallback.modes import ACTIVE, AROUND, around_recordings
 from fxviz.torchbridge.source import is_fxviz_file, is_user_file
@@ -206,88 +205,6 @@ def _root(mesh: Any) -> Any:
         return None
 
 
-#: how torch words a collective that ran out of time: NCCL's watchdog, gloo's wait on a peer (a
-#: ``RuntimeError``), and gloo's later ops on the pair a timeout closed
-TIMEOUT = re.compile(r"collective operation timeout|timed out waiting|application timeout|timed out after", re.I)
-
-
-def _first_line(e: BaseException) -> str:
-    """torch's message without the C++ file gloo puts in front (``[.../unbound_buffer.cc:78] ``)."""
-    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return re.sub(r"^\[[^\]]*\]\s*", "", text)
-
-
-def timed_out(error: BaseException, records: list[dict[str, Any]]) -> str | None:
-    """One line for a capture that failed because a collective never returned: the one that hung
-    (the last issued: a blocking collective waits before the next is issued), where, and what torch
-    said; ``None`` when ``error`` (or its cause) is no collective timeout."""
-    cause = error.__cause__ or error
-    if not records or not (isinstance(cause, dist.DistBackendError) or TIMEOUT.search(str(cause))):
-        return None
-    last = records[-1]
-    last.setdefault("error", _first_line(cause))
-    last["timed_out"] = True
-    where = f" in {last['module'] or 'the model'}" + (f" ({last['source']})" if last.get("source") else "")
-    return (f"a collective never returned: {last['kind']} on group {last['group'] or '?'} "
-            f"({last['group_size'] or '?'} ranks){where} waited past the process group's timeout "
-            f"({_first_line(cause)}); some rank did not issue it or issued another collective first; the "
-            f"partial graph (err.graph) keeps the {len(records)} collectives issued, this one marked timed_out")
-
-
-def fake_cannot(error: BaseException, records: list[dict[str, Any]]) -> str | None:
-    """One line for a capture that failed because torch's fake process group cannot do what the
-    model asked of it: a blocking receive from any source (``dist.recv`` without ``src``) asks the
-    fake work which rank sent, and it has none. ``None`` for any other failure (one raised
-    outside ``dist.recv``: the model's own, after the receive)."""
-    cause = error.__cause__ or error
-    if not records or records[-1]["op"] != "c10d.recv_any_source_" or not _raised_in(cause, dist.recv):
-        return None
-    last = records[-1]
-    last.setdefault("error", _first_line(cause))
-    where = f" in {last['module'] or 'the model'}" + (f" ({last['source']})" if last.get("source") else "")
-    return (f"a receive from any source{where} cannot run under the fake process group: no rank sends, so "
-            f"it has no sender to report; pass src= to dist.recv, or run on real ranks (torchrun); the "
-            f"partial graph (err.graph) keeps what ran up to it, collectives included ({len(records)}, this "
-            f"one marked with its error)")
-
-
-def uneven_shards(error: BaseException, params: Any) -> str:
-    """Why DTensor's sharding propagation failed, where a parameter's sharded dimension does not
-    split evenly over its mesh dimension (``params``: ``(name, parameter)`` pairs): the
-    tensor-parallel styles rebuild a layer's output from its local shard (``DTensor.from_local``),
-    which takes the shards to be even, so the next layer sees a wrong global shape (DTensor's
-    sharding propagation fails), or the model's own code sees a local shard of a size it cannot use
-    (``q.view(b, s, -1, head_dim)`` on 11 of 32 features). ``""`` where no such parameter is found
-    or the error is not torch's complaint about a shape (a ``RuntimeError``)."""
-    if not isinstance(error.__cause__ or error, RuntimeError):
-        return ""
-    for name, p in params:
-        if not isinstance(p, DTensor):
-            continue
-        mesh = p.device_mesh
-        for i, place in enumerate(p.placements):
-            dim = getattr(place, "dim", None)
-            if place.is_shard() and dim is not None and p.shape[dim] % mesh.size(i):
-                dims = mesh.mesh_dim_names
-                over = f"mesh dimension {dims[i]}" if dims else "the mesh"
-                return (f"; {name}'s dimension {dim} ({p.shape[dim]}) does not split evenly over the "
-                        f"{mesh.size(i)} ranks of {over}, and the tensor-parallel styles take even shards: "
-                        f"use a world size that divides it")
-    return ""
-
-
-def _raised_in(error: BaseException, func: Any) -> bool:
-    """Whether ``error`` was raised inside a call of the Python function ``func`` (its code is on
-    the traceback; decorators unwrapped)."""
-    code = inspect.unwrap(func).__code__
-    tb = error.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code is code:
-            return True
-        tb = tb.tb_next
-    return False
-
-
 #: tensors of these types dispatch to ATen's own kernels: no subclass's Python runs under their ops
 _PLAIN_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
 
@@ -384,7 +301,7 @@ class CommRecorder(TorchDispatchMode):
                 return func(*args, **kwargs)
             except Exception as e:  # the wait on a collective that failed: the last one issued is marked
                 if func in _WAITS and self.records and "error" not in self.records[-1]:
-                    self.records[-1]["error"] = _first_line(e)
+                    self.records[-1]["error"] = first_line(e)
                 raise
         args = tuple(args)
         rec = ACTIVE[-1] if ACTIVE and torch._C._current_graph_task_id() == -1 else None
@@ -399,7 +316,7 @@ class CommRecorder(TorchDispatchMode):
             out = func(*args, **kwargs)
         except Exception as e:  # a collective that failed: recorded, and marked
             self._record(func, args, kwargs)
-            self.records[-1].setdefault("error", _first_line(e))
+            self.records[-1].setdefault("error", first_line(e))
             if inside:
                 rec.inner_collectives.append((self.records[-1], writes))  # type: ignore[union-attr]
             raise
@@ -434,6 +351,8 @@ class CommRecorder(TorchDispatchMode):
         }
         if func._overloadpacket in P2P:
             record["peer"] = _peer(func._overloadpacket, args)
+            if func._overloadpacket in _RECVS and dist.get_backend() == "fake":
+                record["unfilled"] = True  # torch's fake group writes nothing into a receive's buffer
         if backward and record["kind"] == "reduce_scatter":
             grads = reduced_grads(self.params)  # FSDP2's: the gradients of a unit's parameters
             if grads:
@@ -470,5 +389,4 @@ def collectives_seen() -> contextlib.AbstractContextManager[Any]:
     return around_recordings(CommRecorder())
 
 
-__all__ = ["COLLECTIVES", "P2P", "CommRecorder", "collectives_seen", "fake_cannot", "mesh_dims", "timed_out",
-           "uneven_shards"]
+__all__ = ["COLLECTIVES", "P2P", "CommRecorder", "collectives_seen", "mesh_dims", "unused_ranks"]

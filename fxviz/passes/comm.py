@@ -203,6 +203,8 @@ def write_comm(graph: Graph, records: Sequence[dict[str, Any]]) -> None:
     _link_nodes(graph, records)
     added = _place_backward(graph, records)
     graph.annotations["collectives"] = records
+    unfilled = _unfilled_reads(graph, records)
+    graph.notes += [unfilled] if unfilled else []
     tree = graph.calls if added else tree_of(graph)
     total: Counter[str] = Counter()  # a module's total: its own collectives and those of its submodules
     for r in records:
@@ -242,6 +244,33 @@ def write_comm(graph: Graph, records: Sequence[dict[str, Any]]) -> None:
         phases = f" ({count[key] - backward[key]} forward, {backward[key]} backward)" if backward[key] else ""
         graph.notes.append(f"collectives on {where}: {count[key]}{phases}, {per_dim[key]:,} bytes per rank")
     graph.annotations["comm_totals"] = totals
+
+
+def _unfilled_reads(graph: Graph, records: list[dict[str, Any]]) -> str | None:
+    """A note where the model read in Python (``.item()``: a data-dependent node) a value computed
+    from what a receive under the fake process group was given (``unfilled``: the fake group writes
+    nothing into it, so it holds what the buffer held): what the model did with it is not what a
+    real run, where a peer sends it, must do. A pipeline schedule's warm-up vote is one: stage 0
+    reads a 0 there, and runs its shape inference (a forward, the sends of its metadata) even where
+    every stage was given its shapes and a real run skips it."""
+    tainted = {r["node"] for r in records if r.get("unfilled") and r.get("node")}
+    if not tainted:
+        return None
+    reads = []
+    for n in graph.nodes:
+        if n.name not in tainted and any(ref.node in tainted for ref in n.inputs):
+            tainted.add(n.name)
+            if n.attrs.get("data_dependent"):
+                reads.append(n)
+    if not reads:
+        return None
+    first = reads[0]
+    value = f" = {first.meta.value}" if first.meta is not None and first.meta.value is not None else ""
+    where = f" at {first.source.file.rpartition('/')[2]}:{first.source.line}" if first.source is not None else ""
+    return (f"the fake process group delivers nothing to a receive, and the model read {len(reads)} received "
+            f"value{'s' if len(reads) > 1 else ''} in Python ({first.name}{value}{where}): what it did next is what "
+            "that value makes it do, not necessarily what a real run does (a pipeline schedule's warm-up vote: 0, "
+            "so stage 0 infers its shapes); under torchrun, every rank a process, the peers send")
 
 
 def _say(r: dict[str, Any] | None) -> str:

@@ -35,7 +35,7 @@ from fxviz.passes.plumbing import plumbing_of, plumbing_summary
 from fxviz.passes.structure import Block, Op, Parallel, Step, step_nodes, structure
 from fxviz.render.overlays import format_value
 from fxviz.render.panels import panel_tables
-from fxviz.render.treelabel import MAX_LEVELS, VALUE_STYLE, levels_for, meta_text, recompute_mark
+from fxviz.render.treelabel import MAX_LEVELS, VALUE_STYLE, levels_for, meta_text, no_outputs, recompute_mark
 from fxviz.render.treelabel import Label as _Label
 from fxviz.render.treelabel import Plumbing as _Plumbing
 from fxviz.render.treelabel import fold_plumbing as _fold_plumbing
@@ -320,8 +320,8 @@ def _call_label(call: Block, ctx: _Ctx, fold: list[Block] | None) -> _Label:
         _shape_pieces(t, ins, _SHAPE, prefix="  ", brk=True, places=[placement(g, r) for r in call.call.inputs])
         if outs:
             _shape_pieces(t, outs, _SHAPE, prefix=" → ", brk=True, places=[placement(g, r) for r in call.call.outputs])
-        else:  # a call that raised hands nothing back
-            t.add(" → ✗", _SHAPE, brk=True)
+        else:  # a call that raised hands nothing back, as does one whose result nobody reads
+            t.add(no_outputs(g, call, call.index + 1 == total), _SHAPE, brk=True)
     params = ctx.stats.get(call.path, {}).get("params", 0)
     if params and call.index == 0:
         count = f"{len(fold)} × {format_count(params)}" if fold else format_count(params)

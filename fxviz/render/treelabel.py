@@ -11,7 +11,7 @@ from rich.cells import cell_len
 from rich.text import Text
 
 from fxviz.calls import Call
-from fxviz.ir import Node, TensorMeta
+from fxviz.ir import Graph, Node, TensorMeta
 from fxviz.passes.structure import Block, Op, Parallel, Step
 from fxviz.render.view import bounded
 from fxviz.text import clean
@@ -114,6 +114,21 @@ class Plumbing:
     """The line that stands for a call's plumbing ops."""
 
     names: list[str]
+
+
+def no_outputs(graph: Graph, call: Block, last: bool) -> str:
+    """What a module call that hands no value on returns, in the tree: ``✗`` where the partial
+    graph's failure (a node's error, or its ``failure`` annotation) is in it or a module under it,
+    and it is the ``last`` call of its module;
+    ``unread`` where it returned and nothing read its result (a pipeline stage's shape inference
+    reads only its output's shape, as metadata)."""
+    if graph.error is None or not last:
+        return " → unread"
+    prefix = f"{call.path}." if call.path else ""
+    failed = [n.module for n in graph.nodes if n.error is not None]  # a graph saved without the annotation
+    where = (graph.annotations.get("failure") or {}).get("module")
+    raised = any(f"{m}.".startswith(prefix) for m in [*failed, *([where] if isinstance(where, str) else [])])
+    return " → ✗" if raised else " → unread"
 
 
 def fold_plumbing(steps: list[Step], call: Call, plumbing: Mapping[str, str]) -> list[Step | Plumbing]:

@@ -74,8 +74,9 @@ def fake_world_hint(e: BaseException) -> str:
     fake group runs on the CPU (and ``meta``), one that makes its own group is told that fxviz
     made one (:func:`made_group_hint`)."""
     text = str(e)
-    if made_group_hint(e):
-        return made_group_hint(e)
+    made = made_group_hint(e)
+    if made:
+        return made
     big = _MESH_TOO_BIG.search(text)
     if big:
         return f"; its mesh has {big.group(2)} ranks: pass --world-size {big.group(2)} (world_size={big.group(2)})"
@@ -123,7 +124,7 @@ def _timeout_s() -> float:
 
 
 #: The launch's store keys: each rank's graph, and rank 0's word that it has read them.
-_GRAPH_KEY, _READ_KEY = "fxviz/graph/", "fxviz/graphs-read"
+_GRAPH_KEY, _READ_KEY = "graph/", "graphs-read"
 
 
 def exchange_graphs(text: str | None, patient: bool = True) -> list[str | None] | None:
@@ -137,9 +138,16 @@ def exchange_graphs(text: str | None, patient: bool = True) -> list[str | None] 
     ranks wait, as long, for rank 0 to have read them, so that a rank that fails does not end the
     launch (torchrun stops every rank when one fails) before rank 0 writes. A rank whose capture
     failed otherwise than by the timeout (``patient`` false: the model raised, and the others may
-    wait for it in a collective until their timeout) waits a few seconds only."""
+    wait for it in a collective until their timeout) waits a few seconds only.
+
+    Not ``dist.all_gather_object`` (nor ``gather_object`` on a gloo group): a collective needs every
+    rank to reach it, so a rank that died or is stuck would take every graph with it (rank 0 gets an
+    exception, not the others' graphs), and a rank cannot enter it while torchrun is ending the
+    launch. The store is reached through torch's public ``TCPStore``, as a client of the one that
+    torchrun's rendezvous serves at ``MASTER_ADDR:MASTER_PORT`` (its agent's, or rank 0's), not
+    through the default group's private one (``distributed_c10d._get_default_store``)."""
     rank, size = dist.get_rank(), dist.get_world_size()
-    store = dist.distributed_c10d._get_default_store()
+    store = _launch_store()
     store.set(f"{_GRAPH_KEY}{rank}", "" if text is None else text)
     deadline = time.monotonic() + (_timeout_s() + 10.0 if patient else 5.0)
 
@@ -159,6 +167,15 @@ def exchange_graphs(text: str | None, patient: bool = True) -> list[str | None] 
         out.append(got or None)
     store.set(_READ_KEY, "1")
     return out
+
+
+def _launch_store() -> dist.Store:
+    """A client of the launch's store (``MASTER_ADDR:MASTER_PORT``, where torchrun's rendezvous
+    serves it), its keys under ``fxviz/<restart>/``: the store outlives a restarted launch's ranks
+    (``--max-restarts``), and a graph the last attempt left must not be read as this one's."""
+    client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                           timeout=timedelta(seconds=_timeout_s() + 10.0))
+    return dist.PrefixStore(f"fxviz/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", client)
 
 
 def placement_attrs(t: object, cache: dict[Any, Any] | None = None) -> dict[str, str]:

@@ -18,6 +18,8 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from fxviz.text import without_address
+
 
 def bind_names(model: nn.Module, args: tuple[Any, ...]) -> list[str]:
     """Names of the positional ``args`` as ``model.forward`` declares them (``x``, ``input_ids``);
@@ -184,5 +186,5 @@ def _describe(v: Any) -> str | None:
     """``None`` for a tensor leaf, else the ``repr`` a renderer shows for a constant output."""
     if isinstance(v, torch.Tensor):
         return None
-    text = repr(v)
+    text = without_address(repr(v))
     return text if len(text) <= 80 else text[:77] + "..."

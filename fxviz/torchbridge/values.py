@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from fxviz.ir import Graph, ModuleInfo, Node, NodeKind, Ref, TensorMeta
+from fxviz.text import without_address
 from fxviz.torchbridge.guard import named_modules
 
 
@@ -78,7 +79,7 @@ def json_safe(v: Any, depth: int = 0) -> Any:
         return f"{_s(v.start)}:{_s(v.stop)}" + (f":{v.step}" if v.step is not None else "")
     if v is Ellipsis:
         return "..."
-    return str(v)
+    return without_address(str(v))
 
 
 def _s(x: Any) -> str:

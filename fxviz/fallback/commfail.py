@@ -1,0 +1,142 @@
+"""Why a sharded capture failed, in one line: a collective that ran out of time (a rank that never
+issued it), what torch's fake process group cannot do (a receive it has nothing to deliver), a
+pipeline schedule's step under fxviz's ``no_grad``, shards that do not split evenly. Each reads
+the exception torch raised and the collectives recorded up to it (:mod:`fxviz.fallback.comms`)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any
+
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+#: how torch words a collective that ran out of time: NCCL's watchdog, gloo's wait on a peer (a
+#: ``RuntimeError``), and gloo's later ops on the pair a timeout closed
+TIMEOUT = re.compile(r"collective operation timeout|timed out waiting|application timeout|timed out after", re.I)
+
+
+def first_line(e: BaseException) -> str:
+    """torch's message without the C++ file gloo puts in front (``[.../unbound_buffer.cc:78] ``)."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return re.sub(r"^\[[^\]]*\]\s*", "", text)
+
+
+def timed_out(error: BaseException, records: list[dict[str, Any]]) -> str | None:
+    """One line for a capture that failed because a collective never returned: the one that hung
+    (the last issued: a blocking collective waits before the next is issued), where, and what torch
+    said; ``None`` when ``error`` (or its cause) is no collective timeout."""
+    cause = error.__cause__ or error
+    if not records or not (isinstance(cause, dist.DistBackendError) or TIMEOUT.search(str(cause))):
+        return None
+    last = records[-1]
+    last.setdefault("error", first_line(cause))
+    last["timed_out"] = True
+    where = f" in {last['module'] or 'the model'}" + (f" ({last['source']})" if last.get("source") else "")
+    return (f"a collective never returned: {last['kind']} on group {last['group'] or '?'} "
+            f"({last['group_size'] or '?'} ranks){where} waited past the process group's timeout "
+            f"({first_line(cause)}); some rank did not issue it or issued another collective first; the "
+            f"partial graph (err.graph) keeps the {len(records)} collectives issued, this one marked timed_out")
+
+
+def fake_cannot(error: BaseException, records: list[dict[str, Any]], fake: bool = True) -> str | None:
+    """One line for a capture that failed because the group cannot do what the model asked (``fake``:
+    torch's fake one, whose receives deliver nothing): a receive from any source (``dist.recv``
+    without ``src``) has no sender to report; ``dist.recv_object_list`` (a pipeline stage's
+    metadata) unpickles bytes nobody sent; on any group, a pipeline schedule with a ``loss_fn``
+    runs its backward in ``step()``, refused under the ``no_grad`` fxviz records a forward in.
+    ``None`` for any other failure (the model's own)."""
+    cause = error.__cause__ or error
+    pipelined = _raised_in_module(cause, "torch.distributed.pipelining")
+    needs_grad = pipelined and "step() requires gradients to be enabled" in str(cause)
+    objects = fake and _raised_in(cause, dist.recv_object_list)
+    size = dist.get_world_size() if dist.is_initialized() else 0
+    then = ("; under the fake process group it then fails where rank 0's stage takes the next stage's metadata "
+            f"(recv_object_list: fake receives deliver nothing): launch it with torchrun --nproc-per-node {size}")
+    if needs_grad:
+        return ("a pipeline schedule with a loss_fn runs its backward in step(), refused under the torch.no_grad() "
+                "fxviz records a forward in: call step() inside `with torch.enable_grad():` in the model's forward"
+                + (then if fake and size > 1 else ""))
+    if pipelined and objects and _raised_in_function(cause, "_backward_metadata_inference"):
+        return ("a pipeline schedule (torch.distributed.pipelining) with a loss_fn cannot run its step under the fake "
+                "process group: rank 0's stage takes the next stage's gradient metadata from it (recv_object_list), "
+                f"and fake receives deliver nothing; launch it with torchrun --nproc-per-node {size}, or give the "
+                "schedule no loss_fn to capture its forward here")
+    if pipelined and objects:
+        return ("a pipeline schedule (torch.distributed.pipelining) with several stages per rank cannot run under the "
+                "fake process group: a later stage on rank 0 takes its inputs' metadata from the stage before it, on "
+                f"another rank (recv_object_list), and fake receives deliver nothing; launch it with torchrun "
+                f"--nproc-per-node {size}, or capture a schedule of one stage per rank here (rank 0's is stage 0)")
+    if objects:
+        return ("dist.recv_object_list cannot run under the fake process group: no rank sends, so it unpickles "
+                f"bytes nobody sent; run on real ranks (torchrun --nproc-per-node {size}), where the other rank sends them")
+    if not fake or not records or records[-1]["op"] != "c10d.recv_any_source_" or not _raised_in(cause, dist.recv):
+        return None
+    last = records[-1]
+    last.setdefault("error", first_line(cause))
+    where = f" in {last['module'] or 'the model'}" + (f" ({last['source']})" if last.get("source") else "")
+    return (f"a receive from any source{where} cannot run under the fake process group: no rank sends, so "
+            f"it has no sender to report; pass src= to dist.recv, or run on real ranks (torchrun); the "
+            f"partial graph (err.graph) keeps what ran up to it, collectives included ({len(records)}, this "
+            f"one marked with its error)")
+
+
+def uneven_shards(error: BaseException, params: Any) -> str:
+    """Why DTensor's sharding propagation failed, where a parameter's sharded dimension does not
+    split evenly over its mesh dimension (``params``: ``(name, parameter)`` pairs): the
+    tensor-parallel styles rebuild a layer's output from its local shard (``DTensor.from_local``),
+    which takes the shards to be even, so the next layer sees a wrong global shape (DTensor's
+    sharding propagation fails), or the model's own code sees a local shard of a size it cannot use
+    (``q.view(b, s, -1, head_dim)`` on 11 of 32 features). ``""`` where no such parameter is found
+    or the error is not torch's complaint about a shape (a ``RuntimeError``)."""
+    if not isinstance(error.__cause__ or error, RuntimeError):
+        return ""
+    for name, p in params:
+        if not isinstance(p, DTensor):
+            continue
+        mesh = p.device_mesh
+        for i, place in enumerate(p.placements):
+            dim = getattr(place, "dim", None)
+            if place.is_shard() and dim is not None and p.shape[dim] % mesh.size(i):
+                dims = mesh.mesh_dim_names
+                over = f"mesh dimension {dims[i]}" if dims else "the mesh"
+                return (f"; {name}'s dimension {dim} ({p.shape[dim]}) does not split evenly over the "
+                        f"{mesh.size(i)} ranks of {over}, and the tensor-parallel styles take even shards: "
+                        f"use a world size that divides it")
+    return ""
+
+
+def _raised_in_module(error: BaseException, prefix: str) -> bool:
+    """Whether ``error`` was raised inside code of a module named ``prefix`` (or under it)."""
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__", "").startswith(prefix):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _raised_in_function(error: BaseException, name: str) -> bool:
+    """Whether ``error`` was raised inside a call of a function named ``name``."""
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == name:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _raised_in(error: BaseException, func: Any) -> bool:
+    """Whether ``error`` was raised inside a call of the Python function ``func`` (its code is on
+    the traceback; decorators unwrapped)."""
+    code = inspect.unwrap(func).__code__
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+__all__ = ["fake_cannot", "first_line", "timed_out", "uneven_shards"]

@@ -1,0 +1,223 @@
+"""Pipeline stages (``torch.distributed.pipelining``) under ``--world-size`` (issue 22, works on: a
+sequence of pipeline stages). The fake process group makes this process rank 0, so the capture is
+stage 0's step; its receives deliver nothing (the fake work writes no buffer). torch's record of
+the run is the dispatcher's ``c10d`` ops (:class:`~tests.test_distributed_p2p.C10dLog`:
+``CommDebugMode`` counts no point-to-point op, and its module tracker fails inside a schedule's
+step) and the stage module's own forward hooks.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import fxviz
+from fxviz.errors import ModelError
+from fxviz.passes.comm import collectives
+from fxviz.passes.tree import tree_of
+from fxviz.render.tree import tree_text
+from fxviz.torchbridge.distributed import fake_world
+from tests.test_distributed_p2p import C10dLog
+
+
+class Step(nn.Module):
+    """One step of this rank's stage (GPipe, two microbatches), as training code calls it; with
+    ``loss`` the schedule runs the backward too, inside ``torch.enable_grad()`` when ``grad``."""
+
+    def __init__(self, loss: bool = False, grad: bool = False, static: bool = False) -> None:
+        super().__init__()
+        from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+        self.part = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+        shapes: dict[str, Any] = {"input_args": torch.empty(2, 8), "output_args": torch.empty(2, 8)} if static else {}
+        stage = PipelineStage(self.part, dist.get_rank(), dist.get_world_size(), torch.device("cpu"), **shapes)
+        self.schedule = ScheduleGPipe(stage, n_microbatches=2,
+                                      loss_fn=(lambda o, t: (o - t).pow(2).mean()) if loss else None)
+        self.loss, self.grad = loss, grad
+
+    def forward(self, x: torch.Tensor) -> Any:
+        with torch.enable_grad() if self.grad else torch.autograd.grad_mode.set_grad_enabled(torch.is_grad_enabled()):
+            return self.schedule.step(x, target=torch.zeros(4, 8)) if self.loss else self.schedule.step(x)
+
+
+def forward_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return Step(), (torch.randn(4, 8),)
+
+
+def loss_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return Step(loss=True, grad=True), (torch.randn(4, 8),)
+
+
+def loss_no_grad_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return Step(loss=True), (torch.randn(4, 8),)
+
+
+class Looped(nn.Module):
+    """Two stages per rank (``ScheduleLoopedBFS``, forward only): rank 0 holds stages 0 and 2."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from torch.distributed.pipelining import PipelineStage, ScheduleLoopedBFS
+
+        rank, world = dist.get_rank(), dist.get_world_size()
+        self.parts = nn.ModuleList([nn.Linear(8, 8), nn.Linear(8, 8)])
+        stages = [PipelineStage(p, rank + i * world, 2 * world, torch.device("cpu")) for i, p in enumerate(self.parts)]
+        self.schedule = ScheduleLoopedBFS(stages, n_microbatches=2)
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return self.schedule.step(x)
+
+
+def looped_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return Looped(), (torch.randn(4, 8),)
+
+
+def test_a_forward_schedule_is_stage_0s_step_as_the_dispatcher_and_hooks_saw_it() -> None:
+    """Every send and receive of stage 0 (the warm-up vote, the shape inference's metadata, each
+    microbatch's activations) is the dispatcher's, and the stage module ran as often as its hooks
+    say (the inference's forward and one per microbatch). The vote's receive, read as 0 by the
+    schedule, is said to be a value nobody sent; the ``isend``'s ``Work`` shows no address."""
+    calls: list[int] = []
+    with fake_world(2):
+        model, args = forward_factory()
+        model.part.register_forward_hook(lambda *_: calls.append(1))
+        with C10dLog() as torch_log:
+            model(*args)
+    log = C10dLog()
+    with log:
+        g = fxviz.capture(forward_factory, world_size=2)
+    assert not dist.is_initialized()
+    assert log.ops == torch_log.ops
+    recs = collectives(g)
+    assert [(r["op"], r["peer"], r["bytes"]) for r in recs] == log.ops
+    assert [r["kind"] for r in recs] == ["send", "recv", "send", "send", "send", "send"]
+    assert [r.get("unfilled", False) for r in recs] == [False, True, False, False, False, False]
+    assert len(tree_of(g).calls("part")) == len(calls) == 3
+    [note] = [n for n in g.notes if n.startswith("the fake process group delivers nothing")]
+    assert "read 1 received value in Python (item = 0 at test_distributed_pipeline.py:" in note
+    assert " at 0x" not in g.to_json()
+
+
+@pytest.mark.parametrize(("factory", "fails_in", "said"), [
+    (loss_factory, "_backward_metadata_inference",
+     "a pipeline schedule (torch.distributed.pipelining) with a loss_fn cannot run its step under the fake process "
+     "group: rank 0's stage takes the next stage's gradient metadata from it (recv_object_list), and fake receives "
+     "deliver nothing; launch it with torchrun --nproc-per-node 2, or give the schedule no loss_fn to capture its "
+     "forward here"),
+    (looped_factory, "_forward_metadata_inference",
+     "a pipeline schedule (torch.distributed.pipelining) with several stages per rank cannot run under the fake "
+     "process group: a later stage on rank 0 takes its inputs' metadata from the stage before it, on another rank "
+     "(recv_object_list), and fake receives deliver nothing; launch it with torchrun --nproc-per-node 2, or capture "
+     "a schedule of one stage per rank here (rank 0's is stage 0)"),
+    (loss_no_grad_factory, "step",
+     "a pipeline schedule with a loss_fn runs its backward in step(), refused under the torch.no_grad() fxviz "
+     "records a forward in: call step() inside `with torch.enable_grad():` in the model's forward; under the fake "
+     "process group it then fails where rank 0's stage takes the next stage's metadata (recv_object_list: fake "
+     "receives deliver nothing): launch it with torchrun --nproc-per-node 2"),
+])
+def test_a_schedule_the_fake_group_cannot_run_is_one_line_that_says_what_to_do(factory: Any, fails_in: str,
+                                                                                said: str) -> None:
+    """torch's own step fails under the fake group: in ``recv_object_list``, where stage 0 unpickles
+    the next stage's gradient metadata (a ``loss_fn``) or a later stage on rank 0 the previous
+    stage's output metadata (several stages per rank), that nobody sent (an empty buffer, or a
+    size read from garbage); or, under ``no_grad`` as fxviz records a forward, in ``step()``
+    itself. fxviz said torch's words (``EOFError: Ran out of input``, an allocation of terabytes,
+    "should not be used under torch.no_grad() context. Please call eval()"); now one line that
+    says what to do, the partial graph kept with the sends and receives the dispatcher saw."""
+    with fake_world(2), torch.no_grad():
+        model, args = factory()
+        with pytest.raises(Exception) as own:  # noqa: PT011 - torch's error depends on the buffer's garbage
+            model(*args)
+    frames = [f.name for f in traceback.extract_tb(own.value.__traceback__)]
+    assert fails_in in frames and (fails_in == "step" or "recv_object_list" in frames)
+    log = C10dLog()
+    with log, pytest.raises(ModelError) as e:
+        fxviz.capture(factory, world_size=2)
+    assert str(e.value) == said
+    assert e.value.graph is not None
+    assert [(r["op"], r["peer"], r["bytes"]) for r in collectives(e.value.graph)] == log.ops
+    assert not dist.is_initialized()
+
+
+def test_the_no_grad_hint_on_a_real_group_does_not_blame_the_fake_one(tmp_path: Any) -> None:
+    """On a real group (gloo, a caller's, one rank: a single stage) the schedule's step under
+    fxviz's ``no_grad`` is told to call step() inside ``enable_grad``, and so called it runs."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        with pytest.raises(ModelError) as e:
+            fxviz.capture(loss_no_grad_factory, world_size=1)
+        assert str(e.value).startswith("a pipeline schedule with a loss_fn runs its backward in step()")
+        assert "fake" not in str(e.value)
+        g = fxviz.capture(loss_factory, world_size=1)
+        assert len(tree_of(g).calls("part")) == 3  # the shape inference's forward and two microbatches
+        assert dist.is_initialized()  # the caller's group, left as it was
+    finally:
+        dist.destroy_process_group()
+
+
+class Raises(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("the stage's own error")
+
+
+def test_a_call_whose_result_nobody_reads_returned_and_only_one_that_raised_is_marked() -> None:
+    """The shape inference runs the stage module and reads only its output's shape: no op reads
+    its result, and the tree drew it as a call that raised (``→ ✗``). torch's forward hooks say it
+    returned (a hook runs after a forward that returns); it is ``→ unread``, and ``✗`` stays on
+    the call that raised (its hook never ran)."""
+    returned: list[torch.Size] = []
+    with fake_world(2):
+        model, args = forward_factory()
+        model.part.register_forward_hook(lambda _m, _i, out: returned.append(out.shape))
+        model(*args)
+    assert returned == [torch.Size([2, 8])] * 3
+    text = tree_text(fxviz.capture(forward_factory, world_size=2), width=200, unfold=True)
+    assert "part (Sequential) call 1/3  [2, 8] → unread" in text and "✗" not in text
+
+    def raising() -> tuple[nn.Module, tuple[torch.Tensor]]:
+        torch.manual_seed(0)
+        step = Step()
+        step.part.append(Raises())
+        return step, (torch.randn(4, 8),)
+
+    hooked: list[int] = []
+    with fake_world(2):
+        model, args = raising()
+        model.part.register_forward_hook(lambda *_: hooked.append(1))
+        with pytest.raises(ValueError, match="the stage.s own error"):
+            model(*args)
+    assert hooked == []
+    with pytest.raises(ModelError) as e:
+        fxviz.capture(raising, world_size=2)
+    assert e.value.graph is not None
+    assert "part (Sequential)  [2, 8] → ✗" in tree_text(e.value.graph, width=200, unfold=True)
+
+
+class ReceivesObjects(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        got: list[Any] = [None]
+        dist.recv_object_list(got, src=1)
+        return x * 2
+
+
+def test_a_receive_of_python_objects_is_one_line() -> None:
+    """``dist.recv_object_list`` outside a schedule: torch's own run under the fake group fails in
+    it (a size nobody sent, so no bytes to unpickle); fxviz said torch's words, now what to do."""
+    with fake_world(2), pytest.raises(Exception) as own:  # noqa: PT011 - torch's error: the buffer's garbage
+        ReceivesObjects()(torch.ones(2))
+    assert "recv_object_list" in [f.name for f in traceback.extract_tb(own.value.__traceback__)]
+    with pytest.raises(ModelError) as e:
+        fxviz.capture(lambda: (ReceivesObjects(), (torch.ones(2),)), world_size=2)
+    assert str(e.value) == ("dist.recv_object_list cannot run under the fake process group: no rank sends, so it "
+                            "unpickles bytes nobody sent; run on real ranks (torchrun --nproc-per-node 2), where the "
+                            "other rank sends them")
+    assert e.value.graph is not None and [r["kind"] for r in collectives(e.value.graph)][:1] == ["recv"]
