@@ -25,6 +25,7 @@ from fxviz.cli.base import (
 )
 from fxviz.errors import ModelError, TargetError
 from fxviz.targets.parse import recognise
+from fxviz.text import one_line
 
 if TYPE_CHECKING:
     from fxviz.ir import Graph
@@ -42,9 +43,17 @@ if TYPE_CHECKING:
 def tree(target: str, input_shapes: tuple[str, ...], dtype: str, method: str,
          depth: int | None, unfold: bool, plumbing: bool, overlays_given: tuple[str, ...]) -> None:
     """Print the forward graph of TARGET as a tree; --overlay adds a column of its values."""
+    from fxviz.passes.panels import headline
+
     graph = target_graph(target, input_shapes, dtype, method)
     overlay = add_overlays(graph, overlays_given)
-    out_console().print(graph.tree(depth=depth, unfold=unfold, plumbing=plumbing, overlay=overlay))
+    console = out_console()
+    if headline(graph):  # an analysis's graph read back (fxviz compile --json): its answer first, as it printed it
+        spec = graph.annotations["headline"]
+        console.print(one_line(headline(graph), limit=1000), markup=False)
+        for note in spec.get("notes") or ():
+            console.print(f"note: {one_line(note, limit=1000)}", markup=False)
+    console.print(graph.tree(depth=depth, unfold=unfold, plumbing=plumbing, overlay=overlay))
 
 
 @cli.command(name="json")

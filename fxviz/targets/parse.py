@@ -127,9 +127,27 @@ def read_graph(path: str) -> Graph:
     try:
         return Graph.from_json(text)
     except GraphFormatError as e:  # the one error the validating reader raises
+        inner = _analysis_graph(text)
+        if inner is not None:  # fxviz compile/numerics/passes --json: the graph they wrote their findings on
+            return inner
         raise GraphFormatError(
             f"{name} is not a saved fxviz graph: {e} (write one with fxviz json TARGET -o FILE)"
         ) from e
+
+
+def _analysis_graph(text: str) -> Graph | None:
+    """The graph an analysis's JSON carries under ``graph`` (``fxviz compile --json``, ``fxviz
+    numerics --json``), with the overlays, panels and headline it wrote on it; ``None`` for any
+    other text."""
+    import json
+
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(d, dict) or "schema" in d or not isinstance(d.get("graph"), dict):
+        return None
+    return Graph.from_json(json.dumps(d["graph"]))
 
 
 __all__ = ["MAX_SIZE", "METHODS", "TargetKind", "TargetSpec", "parse_shape", "read_graph", "recognise"]

@@ -113,9 +113,21 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
     _guard_panels(cmap)
     first = cmap.breaks[0].node if cmap.breaks else None
     set_headline(graph, cmap.headline(), level="error" if cmap.limits else "warn" if cmap.break_count else "ok",
-                 panel="breaks" if cmap.breaks else "modules" if ranked else "graphs" if cmap.graphs else None,
-                 node=first if first in {n.name for n in graph.nodes} else None)
+                 panel="recompiles" if cmap.limits else "breaks" if cmap.breaks else "modules" if ranked
+                 else "graphs" if cmap.graphs else None,
+                 node=first if first in {n.name for n in graph.nodes} else None, notes=report_notes(cmap))
     return graph
+
+
+def report_notes(cmap: CompileMap) -> list[str]:
+    """The notes the terminal prints under the headline (``note: ...``: the map's, then what was
+    recorded inside torch.compile), which the report shows under it: one list for both."""
+    from fxviz.analyze.inside.overlay import unmapped_note
+
+    inside = cmap.inside
+    if inside is None:
+        return list(cmap.notes)
+    return [*cmap.notes, *inside.notes, *(n for g in inside.graphs if (n := unmapped_note(g)) is not None)]
 
 
 def _graphs_panel(cmap: CompileMap) -> None:
@@ -166,13 +178,17 @@ def _guard_panels(cmap: CompileMap) -> None:
 
 @contextlib.contextmanager
 def without_panels(graph: Graph, *names: str) -> Iterator[None]:
-    """The graph without some panels for a while (the terminal pages the long ones itself)."""
+    """The graph without some panels for a while (the terminal pages the long ones itself); they
+    come back in their places (the report written after lists them in the order JSON keeps)."""
     panels = graph.annotations.get("panels") or {}
-    held = {n: panels.pop(n) for n in names if n in panels}
+    before = dict(panels)
+    for n in names:
+        panels.pop(n, None)
     try:
         yield
     finally:
-        panels.update(held)
+        panels.clear()
+        panels.update(before)
 
 
 def guard_lines(cmap: CompileMap, *, limit: int = 10) -> list[str]:
@@ -239,4 +255,5 @@ def break_lines(breaks: Sequence[BreakGroup]) -> list[str]:
     return out
 
 
-__all__ = ["BREAK", "EAGER", "MIXED", "break_lines", "guard_lines", "module_coverage", "without_panels", "write"]
+__all__ = ["BREAK", "EAGER", "MIXED", "break_lines", "guard_lines", "module_coverage", "report_notes", "without_panels",
+           "write"]

@@ -107,6 +107,14 @@ def side(ops: list[str], kernels: list[str], names: dict[str, str]) -> str:
     return f"{what or '?'} in {ks}"
 
 
+def unmapped_note(g: InsideGraph) -> str | None:
+    """The post-grad ops of ``g`` no kernel runs, with the reason (views and ``getitem`` left out:
+    Inductor turns those into ``reinterpret_tensor``), as the terminal prints it and the report shows
+    it under the headline; ``None`` when there is none."""
+    unmapped = [f"{k} ({why})" for k, why in g.unmapped.items() if not why.startswith(("view", "getitem"))]
+    return f"{g.id}: post-grad ops without a kernel: {'; '.join(unmapped)}" if unmapped else None
+
+
 def _names(inside: Inside | InsideGraph) -> dict[str, str]:
     return {k.id: k.name for k in inside.kernels}
 
@@ -196,4 +204,4 @@ def panels(graph: Graph, inside: Inside) -> None:
                   rows=crows, note="torch's compilation_metrics, its chromium phases and cache lookups")
 
 
-__all__ = ["KERNEL", "KERNEL_TIME", "by_time", "label", "not_fused_lines", "panels", "side", "write"]
+__all__ = ["KERNEL", "KERNEL_TIME", "by_time", "label", "not_fused_lines", "panels", "side", "unmapped_note", "write"]

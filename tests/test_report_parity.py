@@ -1,0 +1,176 @@
+"""The same facts in the terminal, the JSON and the report: what each analysis prints under its
+answer (``note: ...``, the gradients' answer) is kept whole in its JSON and shown under the answer
+in its report, and a saved analysis JSON renders the report the live run wrote."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import compile_models as cm
+import torch
+from click.testing import CliRunner
+from torch import nn
+
+from fxviz.analyze.compilemap.overlay import write
+from fxviz.analyze.inside.result import Inside
+from fxviz.cli import cli
+from fxviz.ir import Graph
+from fxviz.passes.panels import headline
+from fxviz.render.html import to_html
+from tests.viewmodel import page_data
+
+TARGET = str(Path(cm.__file__).parent / "compile_models.py")
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    r = CliRunner().invoke(cli, list(args), env={"COLUMNS": "2000"})
+    return r.exit_code, r.stdout
+
+
+def said(out: str, prefix: str) -> list[str]:
+    """The lines the terminal printed starting with ``prefix``, the prefix cut."""
+    return [ln[len(prefix):] for ln in out.splitlines() if ln.startswith(prefix)]
+
+
+def under_answer(page: str) -> tuple[list[str], list[str]]:
+    """What a report shows under its answer: the script's data (``analysis.nt``) and the page's own
+    HTML (what a page whose script is off shows)."""
+    data = page_data(page)
+    static = re.search(r'<ul class="fx-analysis-notes">(.*?)</ul>', page, re.S)
+    items = [html.unescape(t) for t in re.findall(r"<li>(.*?)</li>", static.group(1), re.S)] if static else []
+    return data["analysis"].get("nt", []), items
+
+
+def torch_eager_sets(model: nn.Module, sets: list[tuple[torch.Tensor]]) -> list[int]:
+    """The oracle: the input sets in which torch.compile (dynamic=False) ran none of its graphs,
+    counted by a backend that counts its graphs' calls."""
+    import torch._dynamo as dynamo
+
+    calls = [0]
+
+    def counting(gm: torch.fx.GraphModule, _: list[torch.Tensor]) -> Callable[..., Any]:
+        def f(*a: Any) -> Any:
+            calls[0] += 1
+            return gm.forward(*a)
+        return f
+
+    dynamo.reset()
+    compiled, eager = torch.compile(model, backend=counting, dynamic=False), []
+    try:
+        with torch.no_grad():
+            for k, (t,) in enumerate(sets):
+                before = calls[0]
+                compiled(t)
+                if calls[0] == before:
+                    eager.append(k)
+    finally:
+        dynamo.reset()
+    return eager
+
+
+def test_the_recompile_limit_note_is_whole_in_the_terminal_the_json_and_the_report(tmp_path: Path) -> None:
+    import torch._dynamo as dynamo
+
+    model, (x,) = cm.batch_sized()
+    eager = torch_eager_sets(model, [(x,), *cm.eleven_batches()])
+    limit = dynamo.config.recompile_limit
+    assert eager == [limit, limit + 1, limit + 2]  # torch's record: the sets past the limit ran eagerly
+    js, page = tmp_path / "map.json", tmp_path / "map.html"
+    code, out = invoke("compile", f"{TARGET}:batch_sized", "-b", "eager", "--no-dynamic", "--inputs",
+                       f"{TARGET}:eleven_batches", "--json", str(js), "--html", str(page))
+    assert code == 0
+    (note,) = said(out, "note: ")
+    assert f"torch._dynamo.config.recompile_limit ({limit})" in note and f"input sets {eager[0]}-{eager[-1]}" in note
+    assert note.endswith("raise torch._dynamo.config.recompile_limit or remove the recompiles' cause "
+                         "(dynamic=True, torch._dynamo.mark_dynamic)")  # the config to change, not cut
+    d = json.loads(js.read_text())
+    assert d["notes"] == [note] and d["eager_input_sets"] == eager
+    text = page.read_text()
+    assert under_answer(text) == ([note], [note])
+    analysis = page_data(text)["analysis"]
+    # the header mark is the report's answer, and its button opens the table of the sets that ran eagerly
+    assert analysis["text"] == d["headline"] and analysis["lv"] == "error" and analysis["p"] == "recompiles"
+    # the saved map is a target: the tree prints the answer and the note first, the report is the live one
+    code, again = invoke("tree", str(js))
+    assert code == 0 and again.splitlines()[0] == d["headline"] and said(again, "note: ") == [note]
+    code, _ = invoke("html", str(js), "-o", str(tmp_path / "again.html"), "--overlay", "compiled")
+    assert code == 0 and page_data((tmp_path / "again.html").read_text()) == page_data(text)
+
+
+def test_inside_notes_are_under_the_compile_answer() -> None:
+    """What ``--inside`` prints under its summary (torch recorded no kernel mapping, unreliable
+    times, post-grad ops without a kernel) is in the report's notes too, after the map's own."""
+    model, (x,) = cm.clean()
+    from fxviz.analyze.compilemap import compile_map
+
+    cmap = compile_map(model, (x,), backend="eager")
+    cmap.notes.append("a note of the map")
+    cmap.inside = Inside([], ["compile 0/0 backward: torch recorded no kernel -> node mapping"])
+    write(cmap)
+    assert cmap.graph.annotations["headline"]["notes"] == ["a note of the map", cmap.inside.notes[0]]
+    assert under_answer(to_html(cmap.graph)) == (["a note of the map", cmap.inside.notes[0]],) * 2
+
+
+def test_numerics_gradients_and_notes_are_in_every_output(tmp_path: Path) -> None:
+    js, page = tmp_path / "n.json", tmp_path / "n.html"
+    code, out = invoke("numerics", "fxviz.examples:cnn", "--against", "dtype:bfloat16", "--backward",
+                       "--json", str(js), "--html", str(page))
+    assert code == 0
+    lines = out.splitlines()
+    grads = next(ln for ln in lines if ln.startswith("gradients: "))
+    d = json.loads(js.read_text())
+    from fxviz.examples import cnn
+
+    model, _ = cnn()
+    assert d["grads"]["order"] and set(d["grads"]["params"]) == {n for n, _ in model.named_parameters()}
+    first = d["grads"]["first"]
+    assert first and f"first module whose gradient diverges (backward order): {first} " in grads
+    nt, static = under_answer(page.read_text())
+    assert nt == static == [grads, *said(out, "note: ")] == [grads, *d["notes"]]
+    # a gradient beyond tolerance is not an all-clear
+    assert page_data(page.read_text())["analysis"]["lv"] == "warn"
+
+
+def test_passes_summary_is_under_the_pipeline_answer() -> None:
+    """On meta inputs the pipeline says it compared no numbers: the terminal prints it under the
+    table, the report under the answer (it was in neither the panel nor the headline)."""
+    from fxviz.analyze.pipeline import pipeline
+    from fxviz.analyze.pipeline.views import annotate, summary_lines
+
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        x = torch.rand(2, 4)
+    p = pipeline(model, (x,))
+    assert x.device.type == "meta"
+    lines = summary_lines(p, False)
+    assert "note: inputs or weights are on the meta device: no numbers to compare" in lines
+    g = annotate(p, len(p.stages) - 1)
+    shown = [ln.removeprefix("note: ") for ln in lines]
+    assert g.annotations["headline"]["notes"] == shown and headline(g) == p.headline()
+    assert under_answer(to_html(g)) == (shown, shown)
+
+
+def test_a_capture_note_reaches_the_report_and_a_bad_analysis_json_still_fails(tmp_path: Path) -> None:
+    """The capture's notes (the tree's ``ℹ`` lines) are banners of the report: in its data, which
+    the script draws (web/src/panels.js), and in the page's own HTML (they were in neither's view:
+    the script never read them); a JSON that is neither a graph nor an analysis's is still refused
+    with one line."""
+    import fxviz
+
+    g = fxviz.capture(nn.Sequential(nn.LazyLinear(3)), (torch.rand(2, 5),))
+    assert g.notes and any("lazy" in n.lower() for n in g.notes)
+    assert "ℹ lazy modules 0 (LazyLinear) were initialised" in str(g)  # the tree's
+    page = to_html(g)
+    banners = re.findall(r'<div class="fx-banner fx-banner-info">ℹ (.*?)</div>', page, re.S)
+    assert page_data(page)["notes"] == [html.unescape(b) for b in banners] == g.notes
+    assert "fx-banner-info" in (Path(fxviz.__file__).parent / "render" / "static" / "report.js").read_text()
+    assert Graph.from_json(g.to_json()).notes == g.notes
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"graph": 3}))
+    code, _ = invoke("tree", str(bad))
+    assert code == 2
