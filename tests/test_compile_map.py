@@ -69,7 +69,8 @@ def test_item_break_is_written_on_the_eager_graph() -> None:
     p = panels(cmap.graph)
     assert p["breaks"]["rows"] == [{
         "cells": [f"compile_models.py:{cm.LINES['item']}", "data-dependent .item()",
-                  "Unsupported Tensor.item() call with capture_scalar_outputs=False", 1, cmap.breaks[0].hint],
+                  "Unsupported Tensor.item() call with capture_scalar_outputs=False", 1, cmap.breaks[0].hint,
+                  "s = x.abs().mean().item()  # BREAK:item", cmap.breaks[0].link],
         "node": "item", "module": "scale#0", "level": "error"}]
     assert [r["cells"][:4] for r in p["modules"]["rows"]] == [["scale", "Scale", 1, 5]]
     assert "recompiles" not in p

@@ -82,11 +82,8 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
     for stale in ("breaks", "modules", "graphs", "recompiles", "shapes", "guards"):
         panels.pop(stale, None)
     if cmap.breaks:
-        in_library = any(b.library is not None for b in cmap.breaks)
-        set_panel(graph, "breaks", title="graph breaks",
-                  columns=["line", "category", "reason", "count", "hint"] + (["broke in (library)"] if in_library else []),
-                  rows=[_break_row(b, in_library) for b in cmap.breaks],
-                  note=_plural(cmap.break_count, "break") + ", " + _plural(len(cmap.breaks), "cause"))
+        break_panel(graph, "breaks", "graph breaks", cmap.breaks,
+                    _plural(cmap.break_count, "break") + ", " + _plural(len(cmap.breaks), "cause"))
     ranked = cmap.ranking()
     if ranked:
         set_panel(graph, "modules", title="modules by ops outside graphs",
@@ -227,11 +224,23 @@ def guard_lines(cmap: CompileMap, *, limit: int = 10) -> list[str]:
     return out
 
 
+def break_panel(graph: Graph, name: str, title: str, breaks: Sequence[BreakGroup], note: str) -> None:
+    """A panel of ``breaks`` with what :func:`break_lines` prints of each: its place and that line's
+    code, the remedy and the page to read, and the library line it broke inside with its code."""
+    in_library = any(b.library is not None for b in breaks)
+    set_panel(graph, name, title=title,
+              columns=["line", "category", "reason", "count", "hint"] + (["broke in (library)"] if in_library else [])
+              + ["code", "see"],
+              rows=[_break_row(b, in_library) for b in breaks], note=note)
+
+
 def _break_row(b: BreakGroup, in_library: bool = False) -> dict[str, Any]:
-    lib = b.library
-    extra = [f"{lib.short()} in {lib.func}" if lib is not None else None] if in_library else []
+    lib, w = b.library, b.where
+    inside = lib is not None and f"{lib.short()} in {lib.func}" + (f": {one_line(lib.code, limit=100)}" if lib.code else "")
+    extra = [inside or None] if in_library else []
     return row(b.line_text(), CATEGORIES.get(b.category, b.category), one_line(b.reason, limit=200), b.count,
-               b.hint or None, *extra, node=b.node, module=b.module or None, level="error")
+               b.hint or None, *extra, one_line(w.code, limit=120) if w is not None and w.code else None,
+               b.link or None, node=b.node, module=b.module or None, level="error")
 
 
 def _plural(k: int, word: str) -> str:
@@ -255,5 +264,5 @@ def break_lines(breaks: Sequence[BreakGroup]) -> list[str]:
     return out
 
 
-__all__ = ["BREAK", "EAGER", "MIXED", "break_lines", "guard_lines", "module_coverage", "report_notes", "without_panels",
+__all__ = ["BREAK", "EAGER", "MIXED", "break_lines", "break_panel", "guard_lines", "module_coverage", "report_notes", "without_panels",
            "write"]
