@@ -4,6 +4,7 @@ in its report, and a saved analysis JSON renders the report the live run wrote."
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import re
@@ -21,7 +22,7 @@ from fxviz.analyze.inside.result import Inside
 from fxviz.cli import cli
 from fxviz.ir import Graph
 from fxviz.passes.panels import headline
-from fxviz.render.html import to_html
+from fxviz.render.html import to_html, view_model
 from tests.viewmodel import page_data
 
 TARGET = str(Path(cm.__file__).parent / "compile_models.py")
@@ -170,7 +171,43 @@ def test_a_capture_note_reaches_the_report_and_a_bad_analysis_json_still_fails(t
     assert page_data(page)["notes"] == [html.unescape(b) for b in banners] == g.notes
     assert "fx-banner-info" in (Path(fxviz.__file__).parent / "render" / "static" / "report.js").read_text()
     assert Graph.from_json(g.to_json()).notes == g.notes
+    # the saved graph's report is the live one's: no second rounding of an attempt's seconds
+    g.attempts = [dataclasses.replace(g.attempts[0], seconds=0.00149)]
+    assert view_model(Graph.from_json(g.to_json()))["attempts"] == view_model(g)["attempts"]
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"graph": 3}))
     code, _ = invoke("tree", str(bad))
     assert code == 2
+
+
+def test_inside_from_a_trace_every_kernel_and_note_in_every_output() -> None:
+    """``--from-trace``: the summary and notes the terminal prints first are the report's answer; the
+    kernel table's "(inferred)" part is in the report's cells; the report lists every kernel, as the
+    terminal's "N more (--json and --html list every one)" says (it cut at 200), the tree a page."""
+    from rich.console import Console
+
+    from fxviz.analyze.inside import overlay
+    from fxviz.analyze.inside.saved import from_trace
+    from fxviz.cli.inside import print_inside
+    from fxviz.render.tree import tree_text
+    from tests.test_inside_build import TRACE
+
+    inside, _ = from_trace(str(TRACE))
+    inferred = [k for k in inside.kernels if k.inferred]
+    assert inferred and all(k.part == "backward" for k in inferred)  # torch recorded no backward mapping
+    g0 = inside.graphs[0]
+    g0.kernels += [dataclasses.replace(g0.kernels[0], id=f"copy:{i}", name=f"copy_{i}") for i in range(200)]
+    console = Console(record=True, width=400)
+    print_inside(console, inside, stage=None, graph=None)
+    text = console.export_text()
+    page = Graph(name="p")
+    overlay.write(page, inside)
+    spec = page.annotations["headline"]
+    assert f"inside torch.compile: {spec['text'].removeprefix('inside torch.compile: ')}" in text
+    assert spec["notes"] == inside.notes and all(f"note: {n}" in text for n in inside.notes)
+    assert under_answer(to_html(page)) == (inside.notes, inside.notes)
+    rows = page.annotations["panels"]["kernels"]["rows"]
+    assert len(rows) == len(inside.kernels) == 212 and "more (--json and --html list every one)" in text
+    assert sorted(r["cells"][0] for r in rows if r["cells"][3] == "backward (inferred)") == sorted(k.name for k in inferred)
+    assert " backward (inferred) " in text
+    assert "... 187 more rows (the report and the JSON" in tree_text(page, width=400)  # a caption, wrapped

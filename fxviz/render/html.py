@@ -259,7 +259,7 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET, overlay: str | Non
         "error": graph.error,
         "headline": headline(graph),
         "attempts": [
-            {"method": a.method, "ok": a.ok, "seconds": round(a.seconds, 3), "reason": a.reason(),
+            {"method": a.method, "ok": a.ok, "seconds": round(a.seconds, 4), "reason": a.reason(),
              "message": a.message, **({"raised": 1} if k == raised else {}),
              **({"skipped": True} if a.skipped else {})}
             for k, a in enumerate(graph.attempts)

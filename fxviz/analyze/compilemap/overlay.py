@@ -119,12 +119,9 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
 def report_notes(cmap: CompileMap) -> list[str]:
     """The notes the terminal prints under the headline (``note: ...``: the map's, then what was
     recorded inside torch.compile), which the report shows under it: one list for both."""
-    from fxviz.analyze.inside.overlay import unmapped_note
+    from fxviz.analyze.inside.overlay import notes
 
-    inside = cmap.inside
-    if inside is None:
-        return list(cmap.notes)
-    return [*cmap.notes, *inside.notes, *(n for g in inside.graphs if (n := unmapped_note(g)) is not None)]
+    return [*cmap.notes, *(notes(cmap.inside) if cmap.inside is not None else ())]
 
 
 def _graphs_panel(cmap: CompileMap) -> None:
