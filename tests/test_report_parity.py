@@ -211,3 +211,32 @@ def test_inside_from_a_trace_every_kernel_and_note_in_every_output() -> None:
     assert sorted(r["cells"][0] for r in rows if r["cells"][3] == "backward (inferred)") == sorted(k.name for k in inferred)
     assert " backward (inferred) " in text
     assert "... 187 more rows (the report and the JSON" in tree_text(page, width=400)  # a caption, wrapped
+
+
+def test_partition_rows_name_their_graph_and_partitioner() -> None:
+    """A training step broken in two has a partition per compiled graph: the terminal prints a table
+    per graph titled with its partitioner; the report's rows say which graph each value is of, its
+    note which partitioner (torch's events) split each."""
+    from rich.console import Console
+
+    from fxviz.analyze.inside import overlay
+    from fxviz.analyze.inside.saved import from_trace
+    from fxviz.cli.inside import partition_table
+    from tests.test_inside_build import TRACE
+
+    inside, _ = from_trace(str(TRACE))
+    parted = [g for g in inside.graphs if g.partition is not None]
+    assert parted and all(g.partition.partitioner for g in parted)  # type: ignore[union-attr]
+    console = Console(record=True, width=300)
+    for g in parted:
+        console.print(partition_table(g))
+    text = console.export_text()
+    page = Graph(name="p")
+    overlay.write(page, inside)
+    spec = page.annotations["panels"]["partition"]
+    for g in parted:
+        p = g.partition
+        assert p is not None and f"{g.id} ({g.compile_id}) partition ({p.partitioner} partitioner)" in text
+        assert f"{g.id}: {p.partitioner} partitioner" in spec["note"]
+        mine = [r["cells"][2] for r in spec["rows"] if r["cells"][0] == g.id]
+        assert mine == [s.node for s in p.saved] + [c.node for c in p.recomputed]

@@ -97,7 +97,8 @@ def write(graph: Graph, inside: Inside) -> Graph:
                     description="measured time (torch.profiler, per forward) of the kernels that run each op, a "
                                 "kernel's time split evenly over the ops it runs")
     panels(graph, inside)
-    write_partition(graph, [g.partition for g in inside.graphs if g.partition is not None])
+    parted = [g for g in inside.graphs if g.partition is not None]
+    write_partition(graph, [g.partition for g in parted if g.partition is not None], [g.id for g in parted])
     if not headline(graph):  # read from a trace (no compile map's answer): the summary the terminal prints first
         set_headline(graph, f"inside torch.compile: {inside.summary()}", panel="kernels" if inside.kernels else None,
                      notes=notes(inside))
