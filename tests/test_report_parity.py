@@ -240,3 +240,36 @@ def test_partition_rows_name_their_graph_and_partitioner() -> None:
         assert f"{g.id}: {p.partitioner} partitioner" in spec["note"]
         mine = [r["cells"][2] for r in spec["rows"] if r["cells"][0] == g.id]
         assert mine == [s.node for s in p.saved] + [c.node for c in p.recomputed]
+
+
+def test_a_training_steps_answer_is_printed_saved_and_reported(tmp_path: Path) -> None:
+    """``--backward``: the report opens with the saved activations' total and peak; the tree now
+    prints the same sentence first, live and from the saved graph. The total is what torch's
+    saved_tensors_hooks packs (parameters and the input cost nothing: they are alive anyway)."""
+    from fxviz.passes.training import saved_summary
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    x = torch.rand(2, 8)
+    kept: dict[int, int] = {}
+    free = {p.untyped_storage().data_ptr() for p in model.parameters()} | {x.untyped_storage().data_ptr()}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.untyped_storage().data_ptr() not in free:
+            kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x).sum()
+    factory = tmp_path / "m.py"
+    factory.write_text("import torch\nfrom torch import nn\n\ndef build():\n    torch.manual_seed(0)\n"
+                       "    return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4)), (torch.rand(2, 8),)\n")
+    for method in ("eager", "export"):
+        code, out = invoke("tree", f"{factory}:build", "--backward", "--method", method)
+        js = tmp_path / f"{method}.json"
+        assert code == 0 and invoke("json", f"{factory}:build", "--backward", "--method", method, "-o", str(js))[0] == 0
+        saved = Graph.from_json(js.read_text())
+        answer = saved_summary(saved)
+        assert answer.startswith(f"{sum(kept.values())} B of saved activations ({sum(kept.values())} bytes")
+        assert out.splitlines()[0] == answer == page_data(to_html(saved))["analysis"]["text"]
+        code, again = invoke("tree", str(js))
+        assert code == 0 and again == out

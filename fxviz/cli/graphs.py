@@ -44,14 +44,17 @@ def tree(target: str, input_shapes: tuple[str, ...], dtype: str, method: str,
          depth: int | None, unfold: bool, plumbing: bool, overlays_given: tuple[str, ...]) -> None:
     """Print the forward graph of TARGET as a tree; --overlay adds a column of its values."""
     from fxviz.passes.panels import headline
+    from fxviz.passes.training import saved_summary
 
     graph = target_graph(target, input_shapes, dtype, method)
     overlay = add_overlays(graph, overlays_given)
     console = out_console()
-    if headline(graph):  # an analysis's graph read back (fxviz compile --json): its answer first, as it printed it
-        spec = graph.annotations["headline"]
-        console.print(one_line(headline(graph), limit=1000), markup=False)
-        for note in spec.get("notes") or ():
+    # the answer the report opens with: an analysis's read back (fxviz compile --json) with its
+    # notes, as it printed them, or a training step's saved activations
+    answer = headline(graph) or saved_summary(graph)
+    if answer:
+        console.print(one_line(answer, limit=1000), markup=False)
+        for note in (graph.annotations.get("headline") or {}).get("notes") or ():
             console.print(f"note: {one_line(note, limit=1000)}", markup=False)
     console.print(graph.tree(depth=depth, unfold=unfold, plumbing=plumbing, overlay=overlay))
 
