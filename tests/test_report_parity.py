@@ -8,6 +8,8 @@ import dataclasses
 import html
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -101,6 +103,11 @@ def test_the_recompile_limit_note_is_whole_in_the_terminal_the_json_and_the_repo
     assert code == 0 and again.splitlines()[0] == d["headline"] and said(again, "note: ") == [note]
     code, _ = invoke("html", str(js), "-o", str(tmp_path / "again.html"), "--overlay", "compiled")
     assert code == 0 and page_data((tmp_path / "again.html").read_text()) == page_data(text)
+    probe = ("import sys; from click.testing import CliRunner; from fxviz.cli import cli; "
+             f"r = CliRunner().invoke(cli, ['tree', {str(js)!r}]); print(r.exit_code, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.stdout.split() == ["0", "False"]  # read back without torch, as the README promises
 
 
 def test_inside_notes_are_under_the_compile_answer() -> None:
@@ -178,6 +185,10 @@ def test_a_capture_note_reaches_the_report_and_a_bad_analysis_json_still_fails(t
     bad.write_text(json.dumps({"graph": 3}))
     code, _ = invoke("tree", str(bad))
     assert code == 2
+    bad.write_text(json.dumps({"headline": "x", "stages": [{}, {}], "notes": []}))
+    r = CliRunner().invoke(cli, ["tree", str(bad)])
+    assert r.exit_code == 2 and "fxviz passes' JSON, a pipeline of 2 stages, not one graph" in r.stderr
+    assert "--stage N --html" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_inside_from_a_trace_every_kernel_and_note_in_every_output() -> None:
