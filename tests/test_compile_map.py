@@ -457,7 +457,8 @@ def test_cli_fail_on_break_writes_outputs_first(tmp_path: Path) -> None:
     # the answer, once: the terminal's first line (after the name), JSON's headline, the report's
     headline = "torch.compile: 4 graphs, 1 break (1 cause), 89% of ops compiled (8/9)  ·  backend eager"
     assert out.splitlines()[0] == f"ItemBreak  {headline}" and d["headline"] == headline
-    assert d["graph"]["annotations"]["headline"] == {"text": headline, "level": "warn", "panel": "breaks", "node": "item"}
+    assert d["graph"]["annotations"]["headline"] == {"text": headline, "level": "warn", "panel": "breaks", "node": "item",
+                                                     "overlay": "compiled"}
     code, _, _ = invoke("compile", f"{TARGET}:clean", "-b", "eager", "--fail-on-break")
     assert code == 0
 

@@ -162,7 +162,7 @@ def test_the_first_divergence_names_the_pass_and_the_node() -> None:
     notes = [line.removeprefix("note: ") for line in summary_lines(p, False)]
     assert notes[0] == "1 stage without changes hidden (--all shows them)" and "rtol 0.0001" in notes[1]
     assert g.annotations["headline"] == {
-        "text": p.headline(), "panel": PANEL, "level": "error", "node": "add", "notes": notes}
+        "text": p.headline(), "panel": PANEL, "level": "error", "node": "add", "notes": notes, "overlay": OVERLAY}
     assert p.headline().startswith("CoolCNN: 4 stages (export → decompose → swap_add_for_sub → do_nothing), ")
     assert p.headline().endswith(f"numbers first diverge at {div}")
     assert json.loads(p.to_json())["headline"] == p.headline()

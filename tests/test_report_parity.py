@@ -101,7 +101,7 @@ def test_the_recompile_limit_note_is_whole_in_the_terminal_the_json_and_the_repo
     # the saved map is a target: the tree prints the answer and the note first, the report is the live one
     code, again = invoke("tree", str(js))
     assert code == 0 and again.splitlines()[0] == d["headline"] and said(again, "note: ") == [note]
-    code, _ = invoke("html", str(js), "-o", str(tmp_path / "again.html"), "--overlay", "compiled")
+    code, _ = invoke("html", str(js), "-o", str(tmp_path / "again.html"))  # coloured as the live one
     assert code == 0 and page_data((tmp_path / "again.html").read_text()) == page_data(text)
     probe = ("import sys; from click.testing import CliRunner; from fxviz.cli import cli; "
              f"r = CliRunner().invoke(cli, ['tree', {str(js)!r}]); print(r.exit_code, 'torch' in sys.modules)")
@@ -142,6 +142,10 @@ def test_numerics_gradients_and_notes_are_in_every_output(tmp_path: Path) -> Non
     assert nt == static == [grads, *said(out, "note: ")] == [grads, *d["notes"]]
     # a gradient beyond tolerance is not an all-clear
     assert page_data(page.read_text())["analysis"]["lv"] == "warn"
+    # the saved result renders the live report, coloured by the error as it was
+    code, _ = invoke("html", str(js), "-o", str(tmp_path / "again.html"))
+    again = page_data((tmp_path / "again.html").read_text())
+    assert code == 0 and again == page_data(page.read_text()) and again["overlay"] == "error"
 
 
 def test_passes_summary_is_under_the_pipeline_answer() -> None:

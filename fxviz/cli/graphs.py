@@ -111,7 +111,9 @@ def html(target: str, input_shapes: tuple[str, ...], dtype: str, method: str, ou
     --overlay). When the model raises, the report of the graph up to the failure is written."""
 
     def write(graph: Graph) -> None:
-        graph.to_html(output, overlay=add_overlays(graph, overlays_given))
+        # an analysis's graph read back opens coloured as its own report did
+        graph.to_html(output, overlay=add_overlays(graph, overlays_given)
+                      or (graph.annotations.get("headline") or {}).get("overlay"))
         what = "the partial graph up to where the model raised" if graph.partial else "open it in a browser"
         click.echo(f"wrote {output} ({os.path.getsize(output) / 1e6:.2f} MB): {what}")
 

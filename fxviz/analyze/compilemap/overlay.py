@@ -112,7 +112,8 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
     set_headline(graph, cmap.headline(), level="error" if cmap.limits else "warn" if cmap.break_count else "ok",
                  panel="recompiles" if cmap.limits else "breaks" if cmap.breaks else "modules" if ranked
                  else "graphs" if cmap.graphs else None,
-                 node=first if first in {n.name for n in graph.nodes} else None, notes=report_notes(cmap))
+                 node=first if first in {n.name for n in graph.nodes} else None, notes=report_notes(cmap),
+                 overlay="compiled")
     return graph
 
 

@@ -209,6 +209,8 @@ def _inside(cmap: CompileMap, live: LiveRun, rec: Recording) -> None:
         head["text"] = cmap.headline()
         if notes := report_notes(cmap):
             head["notes"] = notes
+        if "kernel" in (cmap.graph.annotations.get("overlays") or {}):
+            head["overlay"] = "kernel"
 
 
 def dynamo_to_eager(graph: Graph, rec: Recording) -> dict[str, dict[str, str]]:

@@ -101,7 +101,7 @@ def write(graph: Graph, inside: Inside) -> Graph:
     write_partition(graph, [g.partition for g in parted if g.partition is not None], [g.id for g in parted])
     if not headline(graph):  # read from a trace (no compile map's answer): the summary the terminal prints first
         set_headline(graph, f"inside torch.compile: {inside.summary()}", panel="kernels" if inside.kernels else None,
-                     notes=notes(inside))
+                     notes=notes(inside), overlay=KERNEL if nodes else None)
     return graph
 
 

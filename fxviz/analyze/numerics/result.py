@@ -247,7 +247,7 @@ def annotate(result: Numerics) -> None:
     said = [result.grads.headline()] if result.grads is not None else []
     set_headline(g, result.headline(), panel="divergence", node=result.first,
                  level="warn" if result.first is not None or (result.grads is not None and result.grads.first)
-                 else "ok", notes=[*said, *result.notes])
+                 else "ok", notes=[*said, *result.notes], overlay="error")
 
 
 def _snr(e: Error) -> str:

@@ -156,7 +156,7 @@ def annotate(p: Pipeline, index: int, *, show_unchanged: bool = False,
     set_headline(graph, p.headline(), panel=PANEL,
                  level="error" if failed is not None or div is not None else "ok",
                  node=div.node if div is not None and div.stage == index and div.node else None,
-                 notes=[line.removeprefix("note: ") for line in summary_lines(p, show_unchanged)])
+                 notes=[line.removeprefix("note: ") for line in summary_lines(p, show_unchanged)], overlay=OVERLAY)
     return graph
 
 
