@@ -180,7 +180,8 @@ def test_a_capture_note_reaches_the_report_and_a_bad_analysis_json_still_fails(t
     page = to_html(g)
     banners = re.findall(r'<div class="fx-banner fx-banner-info">ℹ (.*?)</div>', page, re.S)
     assert page_data(page)["notes"] == [html.unescape(b) for b in banners] == g.notes
-    assert "fx-banner-info" in (Path(fxviz.__file__).parent / "render" / "static" / "report.js").read_text()
+    bundle = (Path(fxviz.__file__).parent / "render" / "static" / "report.js").read_text()
+    assert "fx-banner-info" in bundle and "fx-analysis-notes" in bundle  # the script draws both (web/src)
     assert Graph.from_json(g.to_json()).notes == g.notes
     # the saved graph's report is the live one's: no second rounding of an attempt's seconds
     g.attempts = [dataclasses.replace(g.attempts[0], seconds=0.00149)]
