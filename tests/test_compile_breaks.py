@@ -50,9 +50,13 @@ def test_a_break_inside_the_standard_library_is_placed_at_the_users_line() -> No
     assert lines[0].startswith(f"✗ compile_models.py:{cm.LINES['json']}  meta = json.dumps(")
     assert lines[1].startswith(f"    broke inside json/encoder.py:{lib.line} (iterencode)")
     p = panels(cmap.graph)["breaks"]
-    assert p["columns"][-1] == "broke in (library)"
+    # the panel says what the terminal's lines say: the place and its code, the library line and its
+    assert p["columns"][-3:] == ["broke in (library)", "code", "see"]
     assert p["rows"][0]["cells"][0] == f"compile_models.py:{cm.LINES['json']}"
-    assert p["rows"][0]["cells"][-1] == f"json/encoder.py:{lib.line} in iterencode"
+    assert lib.code == next(f.line for f in torch_stack if (f.filename, f.lineno) == (lib.file, lib.line)).strip()
+    assert p["rows"][0]["cells"][-3] == f"json/encoder.py:{lib.line} in iterencode: {lib.code}"
+    assert lines[0].endswith(f"  {p['rows'][0]['cells'][-2]}") and lines[1].endswith(f": {lib.code}")
+    assert lines[2] == f"    see {p['rows'][0]['cells'][-1]}" and b.link
     again = CompileMap.from_json(cmap.to_json()).breaks[0]  # the JSON keeps place and library frame
     assert (again.where, again.library) == (b.where, b.library)
 

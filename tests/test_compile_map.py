@@ -69,7 +69,8 @@ def test_item_break_is_written_on_the_eager_graph() -> None:
     p = panels(cmap.graph)
     assert p["breaks"]["rows"] == [{
         "cells": [f"compile_models.py:{cm.LINES['item']}", "data-dependent .item()",
-                  "Unsupported Tensor.item() call with capture_scalar_outputs=False", 1, cmap.breaks[0].hint],
+                  "Unsupported Tensor.item() call with capture_scalar_outputs=False", 1, cmap.breaks[0].hint,
+                  "s = x.abs().mean().item()  # BREAK:item", cmap.breaks[0].link],
         "node": "item", "module": "scale#0", "level": "error"}]
     assert [r["cells"][:4] for r in p["modules"]["rows"]] == [["scale", "Scale", 1, 5]]
     assert "recompiles" not in p
@@ -456,7 +457,8 @@ def test_cli_fail_on_break_writes_outputs_first(tmp_path: Path) -> None:
     # the answer, once: the terminal's first line (after the name), JSON's headline, the report's
     headline = "torch.compile: 4 graphs, 1 break (1 cause), 89% of ops compiled (8/9)  ·  backend eager"
     assert out.splitlines()[0] == f"ItemBreak  {headline}" and d["headline"] == headline
-    assert d["graph"]["annotations"]["headline"] == {"text": headline, "level": "warn", "panel": "breaks", "node": "item"}
+    assert d["graph"]["annotations"]["headline"] == {"text": headline, "level": "warn", "panel": "breaks", "node": "item",
+                                                     "overlay": "compiled"}
     code, _, _ = invoke("compile", f"{TARGET}:clean", "-b", "eager", "--fail-on-break")
     assert code == 0
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import fxviz
 from fxviz.analyze.pipeline import Pipeline, load_program, pipeline
 from fxviz.analyze.pipeline.result import EXACT, INFERRED
-from fxviz.analyze.pipeline.views import OVERLAY, PANEL, annotate
+from fxviz.analyze.pipeline.views import OVERLAY, PANEL, annotate, summary_lines
 from fxviz.cli import cli
 from fxviz.errors import PassError
 from fxviz.examples import cnn
@@ -158,8 +158,11 @@ def test_the_first_divergence_names_the_pass_and_the_node() -> None:
     assert [s.graph.method for s in p.stages] == [
         "export", "export + decompose", "export + decompose + swap_add_for_sub",
         "export + decompose + swap_add_for_sub + do_nothing"]
+    # under it, what the terminal prints under the stage table (the hidden stage, the tolerance)
+    notes = [line.removeprefix("note: ") for line in summary_lines(p, False)]
+    assert notes[0] == "1 stage without changes hidden (--all shows them)" and "rtol 0.0001" in notes[1]
     assert g.annotations["headline"] == {
-        "text": p.headline(), "panel": PANEL, "level": "error", "node": "add"}
+        "text": p.headline(), "panel": PANEL, "level": "error", "node": "add", "notes": notes, "overlay": OVERLAY}
     assert p.headline().startswith("CoolCNN: 4 stages (export → decompose → swap_add_for_sub → do_nothing), ")
     assert p.headline().endswith(f"numbers first diverge at {div}")
     assert json.loads(p.to_json())["headline"] == p.headline()

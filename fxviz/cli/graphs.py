@@ -25,6 +25,7 @@ from fxviz.cli.base import (
 )
 from fxviz.errors import ModelError, TargetError
 from fxviz.targets.parse import recognise
+from fxviz.text import one_line
 
 if TYPE_CHECKING:
     from fxviz.ir import Graph
@@ -42,9 +43,20 @@ if TYPE_CHECKING:
 def tree(target: str, input_shapes: tuple[str, ...], dtype: str, method: str,
          depth: int | None, unfold: bool, plumbing: bool, overlays_given: tuple[str, ...]) -> None:
     """Print the forward graph of TARGET as a tree; --overlay adds a column of its values."""
+    from fxviz.passes.panels import headline
+    from fxviz.passes.training import saved_summary
+
     graph = target_graph(target, input_shapes, dtype, method)
     overlay = add_overlays(graph, overlays_given)
-    out_console().print(graph.tree(depth=depth, unfold=unfold, plumbing=plumbing, overlay=overlay))
+    console = out_console()
+    # the answer the report opens with: an analysis's read back (fxviz compile --json) with its
+    # notes, as it printed them, or a training step's saved activations
+    answer = headline(graph) or saved_summary(graph)
+    if answer:
+        console.print(one_line(answer, limit=1000), markup=False)
+        for note in (graph.annotations.get("headline") or {}).get("notes") or ():
+            console.print(f"note: {one_line(note, limit=1000)}", markup=False)
+    console.print(graph.tree(depth=depth, unfold=unfold, plumbing=plumbing, overlay=overlay))
 
 
 @cli.command(name="json")
@@ -99,7 +111,9 @@ def html(target: str, input_shapes: tuple[str, ...], dtype: str, method: str, ou
     --overlay). When the model raises, the report of the graph up to the failure is written."""
 
     def write(graph: Graph) -> None:
-        graph.to_html(output, overlay=add_overlays(graph, overlays_given))
+        # an analysis's graph read back opens coloured as its own report did
+        graph.to_html(output, overlay=add_overlays(graph, overlays_given)
+                      or (graph.annotations.get("headline") or {}).get("overlay"))
         what = "the partial graph up to where the model raised" if graph.partial else "open it in a browser"
         click.echo(f"wrote {output} ({os.path.getsize(output) / 1e6:.2f} MB): {what}")
 

@@ -113,9 +113,11 @@ def print_inside(console: Console, inside: Inside, *, stage: int | None, graph: 
             console.print(f"not fused ({len(g.not_fused)}, Inductor's reasons):", markup=False)
             for line in not_fused_lines(g):
                 console.print(line, markup=False)
-        unmapped = [f"{k} ({why})" for k, why in g.unmapped.items() if not why.startswith(("view", "getitem"))]
+        from fxviz.analyze.inside.overlay import unmapped_note
+
+        unmapped = unmapped_note(g)
         if unmapped:
-            console.print(f"post-grad ops without a kernel: {one_line('; '.join(unmapped), limit=400)}", markup=False)
+            console.print(one_line(unmapped, limit=400), markup=False)
         table = cost_table(g)
         if table is not None:
             console.print(table)

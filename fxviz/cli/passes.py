@@ -70,23 +70,9 @@ def stage_table(p: Pipeline, *, show_unchanged: bool, stages: range) -> Table:
 
 
 def _summary(p: Pipeline, show_unchanged: bool) -> list[str]:
-    from fxviz.analyze.pipeline.views import tolerance_note
+    from fxviz.analyze.pipeline.views import summary_lines
 
-    lines = []
-    hidden = len(p.stages) - len(p.visible(show_unchanged=show_unchanged))
-    if hidden:
-        lines.append(f"{hidden} stage{'s' if hidden > 1 else ''} without changes hidden (--all shows them)")
-    failed = p.failed
-    if failed is not None and failed.error is not None:
-        lines.append(f"stage {failed.index} ({one_line(failed.name)}) failed: {one_line(str(failed.error))}")
-        if failed.error.frame is not None and failed.error.frame.code:
-            lines.append(f"    {one_line(failed.error.frame.code)}")
-    if p.first_divergence is not None and p.first_divergence.note:
-        lines.append(f"first divergence: {one_line(p.first_divergence.note)}")
-    if tolerance_note(p):
-        lines.append(tolerance_note(p))
-    lines.extend(f"note: {one_line(n)}" for n in p.notes)
-    return lines
+    return summary_lines(p, show_unchanged)
 
 
 @cli.command()

@@ -62,14 +62,20 @@ def set_panel(graph: Graph, name: str, *, title: str, columns: Sequence[str],
 
 
 def set_headline(graph: Graph, text: str, *, level: str | None = None, panel: str | None = None,
-                 node: str | None = None, module: str | None = None) -> dict[str, Any]:
+                 node: str | None = None, module: str | None = None, notes: Sequence[str] = (),
+                 overlay: str | None = None) -> dict[str, Any]:
     """Write the analysis's answer on ``graph`` (replacing an earlier one): ``text``, the sentence
     the terminal prints; ``panel``, the panel with the facts behind it (the report opens it on a
-    click); ``node``/``module``, what it is about (the report selects it); ``level`` colours it."""
+    click); ``node``/``module``, what it is about (the report selects it); ``level`` colours it;
+    ``notes``, the notes the terminal prints under the answer (``note: ...``), which the report
+    shows under it and JSON keeps, each whole; ``overlay``, the overlay the analysis's report opens
+    coloured by (a saved graph's report opens with it too)."""
     spec: dict[str, Any] = {"text": text}
-    for key, value in (("level", level), ("panel", panel), ("node", node), ("module", module)):
+    for key, value in (("level", level), ("panel", panel), ("node", node), ("module", module), ("overlay", overlay)):
         if value is not None:
             spec[key] = value
+    if notes:
+        spec["notes"] = list(notes)
     check_headline(spec, "headline")
     graph.annotations["headline"] = spec
     return spec

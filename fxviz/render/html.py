@@ -259,7 +259,7 @@ def view_model(graph: Graph, *, budget: int = DEFAULT_BUDGET, overlay: str | Non
         "error": graph.error,
         "headline": headline(graph),
         "attempts": [
-            {"method": a.method, "ok": a.ok, "seconds": round(a.seconds, 3), "reason": a.reason(),
+            {"method": a.method, "ok": a.ok, "seconds": round(a.seconds, 4), "reason": a.reason(),
              "message": a.message, **({"raised": 1} if k == raised else {}),
              **({"skipped": True} if a.skipped else {})}
             for k, a in enumerate(graph.attempts)
@@ -436,20 +436,21 @@ def split_view_model(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
 STATIC_ROWS = 500
 
 
-def page(data_json: str, later_json: str = "null", *, title: str, heading: str = "",
-         analysis: dict[str, Any] | None = None, panels: list[dict[str, Any]] | None = None) -> str:
+def page(data_json: str, later_json: str = "null", *, title: str, heading: str = "", analysis: dict[str, Any] | None = None,
+         panels: list[dict[str, Any]] | None = None, notes: list[str] | None = None) -> str:
     """The report's page (script, styles, the data in its two blocks) around data already made
     safe for a script element (:func:`json_for_script`): a graph's view-model, or the diff page's
     (:mod:`fxviz.render.diffpage`), which the same script draws side by side.
 
     ``heading`` (what the page is of: the model's name), ``analysis`` and ``panels`` (the
-    view-model's answer and tables, :mod:`fxviz.render.panels`): the page also writes them as
+    view-model's answer and tables, :mod:`fxviz.render.panels`; ``notes``, the capture's): the page also writes them as
     plain HTML (escaped), which the script replaces by the
     interactive ones, so that a page whose script is off or failed still says its answer and
     lists its findings (the first :data:`STATIC_ROWS` rows of each table)."""
     js, css = _bundle()
     return _template().render(title=title, data_json=data_json, later_json=later_json, js=js, css=css,
-                              heading=heading, analysis=analysis, panels=panels or [], static_rows=STATIC_ROWS)
+                              heading=heading, analysis=analysis, panels=panels or [], notes=notes or [],
+                              static_rows=STATIC_ROWS)
 
 
 def to_html(
@@ -470,7 +471,7 @@ def to_html(
     """
     first, later = split_view_model(view_model(graph, budget=budget, overlay=overlay))
     text = page(json_for_script(first), json_for_script(later), title=title or f"{graph.name or 'model'} — fxviz",
-                heading=graph.name or "model", analysis=first["analysis"], panels=first["panels"])
+                heading=graph.name or "model", analysis=first["analysis"], panels=first["panels"], notes=first["notes"])
     if path is not None:
         write_text(path, text, what="HTML report")
     return text

@@ -17,6 +17,8 @@ from fxviz.render.view import bounded
 
 #: How a row's level reads in the terminal (red is for errors only, as everywhere).
 LEVEL_STYLES = {"error": "red", "warn": "yellow", "ok": "green", "info": "dim"}
+#: How much of one note the report keeps (the terminal prints a note on up to 1,000 characters).
+NOTE_CHARS = 1000
 
 
 def cell_text(v: Any) -> str:
@@ -100,7 +102,7 @@ def panel_view(graph: Graph, nindex: Mapping[str, int], gindex: Mapping[str, int
 
 def headline_view(graph: Graph, nindex: Mapping[str, int], gindex: Mapping[str, int]) -> dict[str, Any] | None:
     """The view-model's ``analysis``: the analysis's answer (:func:`fxviz.passes.panels.headline`,
-    the very text the terminal prints) as ``{"text", "lv": level, "p": the panel with the facts
+    the very text the terminal prints) as ``{"text", "nt": its notes, "lv": level, "p": the panel with the facts
     behind it, "n": node index, "g": box index}``; ``None`` for a graph no analysis wrote on."""
     text = headline(graph)
     spec = graph.annotations.get("headline")
@@ -109,6 +111,8 @@ def headline_view(graph: Graph, nindex: Mapping[str, int], gindex: Mapping[str, 
     if not text or not isinstance(spec, dict):
         return None
     out: dict[str, Any] = {"text": bounded(text, 600)}
+    if spec.get("notes"):  # what the terminal prints under the answer (``note: ...``), each whole
+        out["nt"] = [bounded(str(note), NOTE_CHARS) for note in spec["notes"]]
     if spec.get("level"):
         out["lv"] = spec["level"]
     if spec.get("panel") in panels(graph):
@@ -120,4 +124,4 @@ def headline_view(graph: Graph, nindex: Mapping[str, int], gindex: Mapping[str, 
     return out
 
 
-__all__ = ["LEVEL_STYLES", "cell_text", "headline_view", "panel_tables", "panel_view"]
+__all__ = ["LEVEL_STYLES", "NOTE_CHARS", "cell_text", "headline_view", "panel_tables", "panel_view"]

@@ -243,10 +243,17 @@ def check_panel(name: Any, spec: Any, where: str) -> dict[str, Any]:
 def check_headline(spec: Any, where: str) -> dict[str, Any]:
     """An analysis's answer in words (:func:`fxviz.passes.panels.set_headline`): ``{"text": the
     sentence, "level": one of PANEL_LEVELS or null, "panel": the panel holding the facts behind it or
-    null, "node": a node name or null, "module": a call id or null}``."""
+    null, "node": a node name or null, "module": a call id or null, "notes": the notes printed under
+    it, a list of text (optional), "overlay": the overlay its report opens with or null}``."""
     d = _object(spec, lambda: where)
     _text(d.get("text"), _const(f"{where} 'text'"), empty=False)
-    for key in ("panel", "node", "module"):
+    if d.get("notes") is not None:
+        notes = d["notes"]
+        if not isinstance(notes, list):
+            _fail(f"{where} 'notes'", "a list of text", notes)
+        for k, note in enumerate(notes):
+            _text(note, _const(f"{where} 'notes'[{k}]"), empty=False)
+    for key in ("panel", "node", "module", "overlay"):
         if d.get(key) is not None:
             _text(d[key], _const(f"{where} {show(key)}"))
     if d.get("level") not in (None, *PANEL_LEVELS):

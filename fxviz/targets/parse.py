@@ -127,9 +127,32 @@ def read_graph(path: str) -> Graph:
     try:
         return Graph.from_json(text)
     except GraphFormatError as e:  # the one error the validating reader raises
+        inner = _analysis_graph(text)
+        if isinstance(inner, Graph):  # fxviz compile/numerics --json: the graph they wrote their findings on
+            return inner
+        if inner:
+            raise GraphFormatError(f"{name} is {inner}") from e
         raise GraphFormatError(
             f"{name} is not a saved fxviz graph: {e} (write one with fxviz json TARGET -o FILE)"
         ) from e
+
+
+def _analysis_graph(text: str) -> Graph | str | None:
+    """The graph an analysis's JSON carries under ``graph`` (``fxviz compile --json``, ``fxviz
+    numerics --json``), with the overlays, panels and headline it wrote on it; what a pass
+    pipeline's JSON is and what to do instead; ``None`` for any other text."""
+    import json
+
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(d, dict) or "schema" in d:
+        return None
+    if isinstance(d.get("stages"), list) and "graph" not in d:
+        return (f"fxviz passes' JSON, a pipeline of {len(d['stages'])} stages, not one graph: write a stage's "
+                "report with fxviz passes TARGET --stage N --html FILE")
+    return Graph.from_json(json.dumps(d["graph"])) if isinstance(d.get("graph"), dict) else None
 
 
 __all__ = ["MAX_SIZE", "METHODS", "TargetKind", "TargetSpec", "parse_shape", "read_graph", "recognise"]

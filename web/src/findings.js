@@ -124,6 +124,8 @@ export class Findings {
         title: "Open the table behind this answer", onclick: () => this.open(panel.name), text: `${panel.title || panel.name} ▾` }));
     }
     if (key) parts.push(h("button", { type: "button", class: "fx-analysis-go", title: "Select it in the graph", onclick: () => this.go(key), text: "show in graph" }));
+    // the notes the terminal prints under the answer ("note: ..."), each whole
+    if (a.nt && a.nt.length) parts.push(h("ul", { class: "fx-analysis-notes" }, a.nt.map((t) => h("li", { text: t }))));
     el.className = `fx-analysis${a.lv ? ` fx-analysis-${a.lv}` : ""}`;
     el.replaceChildren(...parts);
   }

@@ -6,7 +6,7 @@ import { sourceLink } from "./settings.js";
 import { MAX_DEPTH, ROOT } from "./model.js";
 import { clip, counted, visible } from "./text.js";
 
-/** Header text and the banners: capture method, failed attempts, partial graph. */
+/** Header text and the banners: capture method, failed attempts, partial graph, the capture's notes. */
 export function renderHeader(r, data, onShowError) {
   r.model.replaceChildren(h("span", { text: data.name || "model" }));
   r.model.setAttribute("title", visible(data.name || "model"));
@@ -40,6 +40,8 @@ export function renderHeader(r, data, onShowError) {
         h("ul", {}, fell.map((a) => h("li", { title: a.message }, h("code", { text: a.method }), ": ", a.reason)))),
     );
   }
+  // what the capture says a reader should know (the tree prints each as "ℹ ...")
+  for (const note of data.notes || []) banners.push(h("div", { class: "fx-banner fx-banner-info" }, "ℹ ", note));
   r.banners.replaceChildren(...banners);
 }
 

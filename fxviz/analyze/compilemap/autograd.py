@@ -21,9 +21,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from fxviz.analyze.compilemap.overlay import break_lines
+from fxviz.analyze.compilemap.overlay import break_lines, break_panel
 from fxviz.analyze.compilemap.result import (
-    CATEGORIES,
     AutogradGraph,
     CompiledBackward,
     CompileMap,
@@ -31,7 +30,6 @@ from fxviz.analyze.compilemap.result import (
     plural,
 )
 from fxviz.passes.panels import row, set_panel
-from fxviz.text import one_line
 from fxviz.tracefile.records import Trace
 
 _CALL = re.compile(r"code: (\S+) \(NodeCall (\d+)\)")
@@ -92,12 +90,8 @@ def write_backward(cmap: CompileMap) -> None:
     if back is None:
         return
     if back.breaks:
-        set_panel(graph, "backward breaks", title="graph breaks in the backward (compiled autograd)",
-                  columns=["line", "category", "reason", "count", "hint"],
-                  rows=[row(b.line_text(), CATEGORIES.get(b.category, b.category), one_line(b.reason, limit=200),
-                            b.count, b.hint or None, node=b.node, module=b.module or None, level="error")
-                        for b in back.breaks],
-                  note=f"{plural(back.break_count, 'break')}, {plural(len(back.breaks), 'cause')}")
+        break_panel(graph, "backward breaks", "graph breaks in the backward (compiled autograd)", back.breaks,
+                    f"{plural(back.break_count, 'break')}, {plural(len(back.breaks), 'cause')}")
     set_panel(graph, "compiled autograd", title="compiled autograd: the backward's autograd nodes",
               columns=["graph", "call", "autograd node", "modules"],
               rows=[row(f"!{g.id}", c.call, c.name, ", ".join(m or "(model)" for m in c.modules) or None,

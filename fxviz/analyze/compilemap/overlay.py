@@ -82,11 +82,8 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
     for stale in ("breaks", "modules", "graphs", "recompiles", "shapes", "guards"):
         panels.pop(stale, None)
     if cmap.breaks:
-        in_library = any(b.library is not None for b in cmap.breaks)
-        set_panel(graph, "breaks", title="graph breaks",
-                  columns=["line", "category", "reason", "count", "hint"] + (["broke in (library)"] if in_library else []),
-                  rows=[_break_row(b, in_library) for b in cmap.breaks],
-                  note=_plural(cmap.break_count, "break") + ", " + _plural(len(cmap.breaks), "cause"))
+        break_panel(graph, "breaks", "graph breaks", cmap.breaks,
+                    _plural(cmap.break_count, "break") + ", " + _plural(len(cmap.breaks), "cause"))
     ranked = cmap.ranking()
     if ranked:
         set_panel(graph, "modules", title="modules by ops outside graphs",
@@ -113,9 +110,19 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
     _guard_panels(cmap)
     first = cmap.breaks[0].node if cmap.breaks else None
     set_headline(graph, cmap.headline(), level="error" if cmap.limits else "warn" if cmap.break_count else "ok",
-                 panel="breaks" if cmap.breaks else "modules" if ranked else "graphs" if cmap.graphs else None,
-                 node=first if first in {n.name for n in graph.nodes} else None)
+                 panel="recompiles" if cmap.limits else "breaks" if cmap.breaks else "modules" if ranked
+                 else "graphs" if cmap.graphs else None,
+                 node=first if first in {n.name for n in graph.nodes} else None, notes=report_notes(cmap),
+                 overlay="compiled")
     return graph
+
+
+def report_notes(cmap: CompileMap) -> list[str]:
+    """The notes the terminal prints under the headline (``note: ...``: the map's, then what was
+    recorded inside torch.compile), which the report shows under it: one list for both."""
+    from fxviz.analyze.inside.overlay import notes
+
+    return [*cmap.notes, *(notes(cmap.inside) if cmap.inside is not None else ())]
 
 
 def _graphs_panel(cmap: CompileMap) -> None:
@@ -166,13 +173,17 @@ def _guard_panels(cmap: CompileMap) -> None:
 
 @contextlib.contextmanager
 def without_panels(graph: Graph, *names: str) -> Iterator[None]:
-    """The graph without some panels for a while (the terminal pages the long ones itself)."""
+    """The graph without some panels for a while (the terminal pages the long ones itself); they
+    come back in their places (the report written after lists them in the order JSON keeps)."""
     panels = graph.annotations.get("panels") or {}
-    held = {n: panels.pop(n) for n in names if n in panels}
+    before = dict(panels)
+    for n in names:
+        panels.pop(n, None)
     try:
         yield
     finally:
-        panels.update(held)
+        panels.clear()
+        panels.update(before)
 
 
 def guard_lines(cmap: CompileMap, *, limit: int = 10) -> list[str]:
@@ -211,11 +222,23 @@ def guard_lines(cmap: CompileMap, *, limit: int = 10) -> list[str]:
     return out
 
 
+def break_panel(graph: Graph, name: str, title: str, breaks: Sequence[BreakGroup], note: str) -> None:
+    """A panel of ``breaks`` with what :func:`break_lines` prints of each: its place and that line's
+    code, the remedy and the page to read, and the library line it broke inside with its code."""
+    in_library = any(b.library is not None for b in breaks)
+    set_panel(graph, name, title=title,
+              columns=["line", "category", "reason", "count", "hint"] + (["broke in (library)"] if in_library else [])
+              + ["code", "see"],
+              rows=[_break_row(b, in_library) for b in breaks], note=note)
+
+
 def _break_row(b: BreakGroup, in_library: bool = False) -> dict[str, Any]:
-    lib = b.library
-    extra = [f"{lib.short()} in {lib.func}" if lib is not None else None] if in_library else []
+    lib, w = b.library, b.where
+    inside = lib is not None and f"{lib.short()} in {lib.func}" + (f": {one_line(lib.code, limit=100)}" if lib.code else "")
+    extra = [inside or None] if in_library else []
     return row(b.line_text(), CATEGORIES.get(b.category, b.category), one_line(b.reason, limit=200), b.count,
-               b.hint or None, *extra, node=b.node, module=b.module or None, level="error")
+               b.hint or None, *extra, one_line(w.code, limit=120) if w is not None and w.code else None,
+               b.link or None, node=b.node, module=b.module or None, level="error")
 
 
 def _plural(k: int, word: str) -> str:
@@ -239,4 +262,5 @@ def break_lines(breaks: Sequence[BreakGroup]) -> list[str]:
     return out
 
 
-__all__ = ["BREAK", "EAGER", "MIXED", "break_lines", "guard_lines", "module_coverage", "without_panels", "write"]
+__all__ = ["BREAK", "EAGER", "MIXED", "break_lines", "break_panel", "guard_lines", "module_coverage", "report_notes", "without_panels",
+           "write"]

@@ -19,7 +19,7 @@ from fxviz.analyze.compilemap.backward import Autograd as _Autograd
 from fxviz.analyze.compilemap.breaks import RESUME, category, ended_at, group_breaks
 from fxviz.analyze.compilemap.limit import LimitWatch, limits, refused
 from fxviz.analyze.compilemap.match import assign, pair
-from fxviz.analyze.compilemap.overlay import EAGER, module_coverage, write
+from fxviz.analyze.compilemap.overlay import EAGER, module_coverage, report_notes, write
 from fxviz.analyze.compilemap.record import (
     GuardFailRecord,
     Recorder,
@@ -205,8 +205,12 @@ def _inside(cmap: CompileMap, live: LiveRun, rec: Recording) -> None:
     cmap.inside = inside
     overlay.write(cmap.graph, inside)
     head = cmap.graph.annotations.get("headline")
-    if isinstance(head, dict):  # the report opens with the answer, inside's summary included
+    if isinstance(head, dict):  # the report opens with the answer, inside's summary and notes included
         head["text"] = cmap.headline()
+        if notes := report_notes(cmap):
+            head["notes"] = notes
+        if "kernel" in (cmap.graph.annotations.get("overlays") or {}):
+            head["overlay"] = "kernel"
 
 
 def dynamo_to_eager(graph: Graph, rec: Recording) -> dict[str, dict[str, str]]:

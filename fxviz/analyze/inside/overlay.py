@@ -26,15 +26,16 @@ from fxviz.analyze.inside.result import Inside, InsideGraph, Kernel, NotFused
 from fxviz.analyze.pipeline.views import stage_cells, stage_keys
 from fxviz.ir import Graph
 from fxviz.passes.overlays import set_overlay
-from fxviz.passes.panels import row, set_panel
+from fxviz.passes.panels import headline, row, set_headline, set_panel
 from fxviz.tracefile.code import ONE_OP
 
 KERNEL, KERNEL_TIME = "kernel", "kernel time"
 SEVERAL = "several kernels"
 _PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d",
             "#bab0ac", "#1f77b4", "#2ca02c", "#17becf", "#d62728", "#9467bd", "#8c564b")
-#: Rows of the kernels panel (the JSON keeps every kernel).
-KERNEL_ROWS = 200
+#: Rows of the kernels panel a tree prints (a page); the report and the JSON keep every kernel, as the
+#: terminal's kernel table says.
+KERNEL_ROWS = 25
 #: Rows of the not-fused panel, and lines the terminal prints per graph (the JSON keeps all).
 NOT_FUSED_ROWS, NOT_FUSED_LINES = 200, 10
 
@@ -97,8 +98,18 @@ def write(graph: Graph, inside: Inside) -> Graph:
                     description="measured time (torch.profiler, per forward) of the kernels that run each op, a "
                                 "kernel's time split evenly over the ops it runs")
     panels(graph, inside)
-    write_partition(graph, [g.partition for g in inside.graphs if g.partition is not None])
+    parted = [g for g in inside.graphs if g.partition is not None]
+    write_partition(graph, [g.partition for g in parted if g.partition is not None], [g.id for g in parted])
+    if not headline(graph):  # read from a trace (no compile map's answer): the summary the terminal prints first
+        set_headline(graph, f"inside torch.compile: {inside.summary()}", panel="kernels" if inside.kernels else None,
+                     notes=notes(inside), overlay=KERNEL if nodes else None)
     return graph
+
+
+def notes(inside: Inside) -> list[str]:
+    """What the terminal prints under inside's summary: its notes, then each graph's post-grad ops
+    without a kernel (:func:`unmapped_note`)."""
+    return [*inside.notes, *(n for g in inside.graphs if (n := unmapped_note(g)) is not None)]
 
 
 def side(ops: list[str], kernels: list[str], names: dict[str, str]) -> str:
@@ -106,6 +117,14 @@ def side(ops: list[str], kernels: list[str], names: dict[str, str]) -> str:
     what = ", ".join(ops[:4]) + (f" +{len(ops) - 4}" if len(ops) > 4 else "")
     ks = ", ".join(dict.fromkeys(names.get(k, k) for k in kernels)) or "no kernel"
     return f"{what or '?'} in {ks}"
+
+
+def unmapped_note(g: InsideGraph) -> str | None:
+    """The post-grad ops of ``g`` no kernel runs, with the reason (views and ``getitem`` left out:
+    Inductor turns those into ``reinterpret_tensor``), as the terminal prints it and the report shows
+    it under the headline; ``None`` when there is none."""
+    unmapped = [f"{k} ({why})" for k, why in g.unmapped.items() if not why.startswith(("view", "getitem"))]
+    return f"{g.id}: post-grad ops without a kernel: {'; '.join(unmapped)}" if unmapped else None
 
 
 def _names(inside: Inside | InsideGraph) -> dict[str, str]:
@@ -150,11 +169,11 @@ def panels(graph: Graph, inside: Inside) -> None:
     names = _names(inside)
     refused = _refused_with(inside)
     rows = []
-    for k in ks[:KERNEL_ROWS]:
+    for k in ks:
         first = next((e for e in k.eager if e in ops), None)
         mods = ", ".join(m or "(model)" for m in k.modules) + (" (crosses modules)" if k.crosses_modules else "")
         others = [f"{_other(k, n, names)} ({n.reason})" for n in refused.get((k.graph, k.part, k.id), ())]
-        rows.append(row(k.name, k.kind, k.graph, k.part, len(k.ops), ", ".join(k.eager[:8]) or None, mods or None,
+        rows.append(row(k.name, k.kind, k.graph, k.part + (" (inferred)" if k.inferred else ""), len(k.ops), ", ".join(k.eager[:8]) or None, mods or None,
                         f"{k.time_us:.1f} µs" if k.time_us is not None else None,
                         f"{k.share * 100:.1f}%" if k.share is not None else None,
                         "; ".join(dict.fromkeys(others)) or None,
@@ -162,11 +181,11 @@ def panels(graph: Graph, inside: Inside) -> None:
                         sort=[None, None, None, None, len(k.ops), None, None, k.time_us,
                               k.share * 100 if k.share is not None else None, None]))
     if rows:
-        set_panel(graph, "kernels", title="Inductor kernels",
-                  columns=["kernel", "kind", "graph", "part", "post-grad ops", "eager ops", "modules", "time", "share",
-                           "not fused with"],
-                  rows=rows, note="; ".join([inside.summary() + ("" if len(ks) <= KERNEL_ROWS else
-                                             f"; the slowest {KERNEL_ROWS} shown"), *_module_source(inside)]))
+        spec = set_panel(graph, "kernels", title="Inductor kernels",
+                         columns=["kernel", "kind", "graph", "part", "post-grad ops", "eager ops", "modules", "time",
+                                  "share", "not fused with"], rows=rows,
+                         note="; ".join([inside.summary(), *_module_source(inside)]))
+        spec["page"] = KERNEL_ROWS  # the tree prints the slowest; the report and the JSON every one
     frows = []
     for n in inside.not_fused[:NOT_FUSED_ROWS]:
         node = next((e for e in n.eager if e in ops), None)
@@ -203,4 +222,5 @@ def _module_source(inside: Inside) -> list[str]:
     return [n for n in inside.notes if FROM_TORCH in n or INFERRED_MODULES in n]
 
 
-__all__ = ["KERNEL", "KERNEL_TIME", "by_time", "label", "not_fused_lines", "panels", "side", "write"]
+__all__ = ["KERNEL", "KERNEL_TIME", "by_time", "label", "not_fused_lines", "notes", "panels", "side", "unmapped_note",
+           "write"]

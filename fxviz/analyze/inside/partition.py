@@ -24,6 +24,7 @@ inferred); a forward input's from the Dynamo placeholder it is (``PlainAOTInput(
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -169,10 +170,11 @@ def summary(parts: list[Partition]) -> str:
             f"{r} op{'s' if r != 1 else ''}")
 
 
-def write(graph: Graph, parts: list[Partition]) -> None:
+def write(graph: Graph, parts: list[Partition], ids: Sequence[str] = ()) -> None:
     """The overlay ``backward saves`` (bytes per eager op that made a saved value, per module call
-    with its submodules) and the panel ``partition`` (one row per saved value and recomputed op)
-    on the eager ``graph``."""
+    with its submodules) and the panel ``partition`` (one row per saved value and recomputed op,
+    with the compiled graph of ``ids`` it belongs to; the note names each graph's partitioner, as
+    the terminal's tables do) on the eager ``graph``."""
     if not parts:
         return
     ops = {n.name for n in graph.nodes if n.kind == "op"}
@@ -188,18 +190,20 @@ def write(graph: Graph, parts: list[Partition]) -> None:
                     description="bytes the compiled backward keeps from the forward (AOT Autograd's partition: "
                                 "each storage once, inputs and parameters 0), per op that made them")
     rows = []
-    for p in parts:
+    gids = list(ids) if len(ids) == len(parts) else [""] * len(parts)
+    for gid, p in zip(gids, parts, strict=True):
         for s in p.saved:
-            rows.append(row("saved", s.node, _where(s.module), s.eager or None, f"{s.dtype}{s.shape}",
+            rows.append(row(gid or None, "saved", s.node, _where(s.module), s.eager or None, f"{s.dtype}{s.shape}",
                             size(s.bytes) + (f" ({s.shares})" if s.shares else ""),
                             node=s.eager if s.eager in ops else None, level="info" if s.shares else "ok",
-                            sort=[None, None, None, None, None, s.bytes]))
+                            sort=[None, None, None, None, None, None, s.bytes]))
         for c in p.recomputed:
-            rows.append(row("recomputed", c.node, _where(c.module), c.eager or None, c.op, None,
+            rows.append(row(gid or None, "recomputed", c.node, _where(c.module), c.eager or None, c.op, None,
                             node=c.eager if c.eager in ops else None, level="warn"))
+    how = [f"{gid or 'graph'}: {p.partitioner} partitioner" for gid, p in zip(gids, parts, strict=True) if p.partitioner]
     set_panel(graph, "partition", title="forward/backward partition",
-              columns=["what", "node", "module", "eager op", "tensor / op", "bytes"], rows=rows,
-              note=summary(parts) + " (AOT Autograd's forward and backward graphs)")
+              columns=["graph", "what", "node", "module", "eager op", "tensor / op", "bytes"], rows=rows,
+              note=summary(parts) + " (AOT Autograd's forward and backward graphs)" + "".join(f"; {h}" for h in how))
 
 
 def _where(module: str | None) -> str:

@@ -243,8 +243,11 @@ def annotate(result: Numerics) -> None:
               columns=["what", "where", "SNR dB", "max rel", "line"], rows=rows, note=note)
     if result.kernels is not None:
         kernel_panel(g, result.kernels)
+    # under the answer, what the terminal prints under it: the gradients' answer and the notes
+    said = [result.grads.headline()] if result.grads is not None else []
     set_headline(g, result.headline(), panel="divergence", node=result.first,
-                 level="ok" if result.first is None else "warn")
+                 level="warn" if result.first is not None or (result.grads is not None and result.grads.first)
+                 else "ok", notes=[*said, *result.notes], overlay="error")
 
 
 def _snr(e: Error) -> str:

@@ -17,6 +17,7 @@ from fxviz.analyze.pipeline.result import Pipeline, Stage
 from fxviz.ir import Graph
 from fxviz.passes.overlays import set_overlay
 from fxviz.passes.panels import row, set_headline, set_panel
+from fxviz.text import one_line
 
 OVERLAY = "pass_change"
 PANEL = "pipeline"
@@ -154,9 +155,31 @@ def annotate(p: Pipeline, index: int, *, show_unchanged: bool = False,
     div = p.first_divergence
     set_headline(graph, p.headline(), panel=PANEL,
                  level="error" if failed is not None or div is not None else "ok",
-                 node=div.node if div is not None and div.stage == index and div.node else None)
+                 node=div.node if div is not None and div.stage == index and div.node else None,
+                 notes=[line.removeprefix("note: ") for line in summary_lines(p, show_unchanged)], overlay=OVERLAY)
     return graph
 
 
+def summary_lines(p: Pipeline, show_unchanged: bool) -> list[str]:
+    """What the terminal prints under the stage table, which the report shows under the headline:
+    the hidden stages, the pass that failed and its line, where the numbers first diverge and
+    why there, the tolerance, the pipeline's notes."""
+    lines = []
+    hidden = len(p.stages) - len(p.visible(show_unchanged=show_unchanged))
+    if hidden:
+        lines.append(f"{hidden} stage{'s' if hidden > 1 else ''} without changes hidden (--all shows them)")
+    failed = p.failed
+    if failed is not None and failed.error is not None:
+        lines.append(f"stage {failed.index} ({one_line(failed.name)}) failed: {one_line(str(failed.error))}")
+        if failed.error.frame is not None and failed.error.frame.code:
+            lines.append(f"    {one_line(failed.error.frame.code)}")
+    if p.first_divergence is not None and p.first_divergence.note:
+        lines.append(f"first divergence: {one_line(p.first_divergence.note)}")
+    if tolerance_note(p):
+        lines.append(tolerance_note(p))
+    lines.extend(f"note: {one_line(n)}" for n in p.notes)
+    return lines
+
+
 __all__ = ["CATEGORIES", "COLUMNS", "ERROR_COLUMN", "OVERLAY", "PANEL", "annotate", "categories", "fmt_seconds", "provenance_text",
-           "stage_cells", "stage_keys", "tolerance_note"]
+           "stage_cells", "stage_keys", "summary_lines", "tolerance_note"]
