@@ -92,7 +92,7 @@ def print_inside(console: Console, inside: Inside, *, stage: int | None, graph: 
 
     console.print(f"inside torch.compile: {inside.summary()}", markup=False)
     for note in inside.notes:
-        console.print(f"note: {one_line(note, limit=300)}", markup=False)
+        console.print(f"note: {one_line(note)}", markup=False)
     graphs = [pick(inside, graph)] if graph is not None or stage is not None else inside.graphs
     for g in graphs:
         p = g.pipeline

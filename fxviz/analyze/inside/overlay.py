@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from fxviz.analyze.inside.backward import FROM_TORCH, INFERRED_MODULES
 from fxviz.analyze.inside.costs import cost_rows
 from fxviz.analyze.inside.partition import write as write_partition
 from fxviz.analyze.inside.result import Inside, InsideGraph, Kernel, NotFused
@@ -184,7 +183,7 @@ def panels(graph: Graph, inside: Inside) -> None:
         spec = set_panel(graph, "kernels", title="Inductor kernels",
                          columns=["kernel", "kind", "graph", "part", "post-grad ops", "eager ops", "modules", "time",
                                   "share", "not fused with"], rows=rows,
-                         note="; ".join([inside.summary(), *_module_source(inside)]))
+                         note=inside.summary())  # the notes (where the modules came from) are the answer's
         spec["page"] = KERNEL_ROWS  # the tree prints the slowest; the report and the JSON every one
     frows = []
     for n in inside.not_fused[:NOT_FUSED_ROWS]:
@@ -215,11 +214,6 @@ def panels(graph: Graph, inside: Inside) -> None:
     if crows:
         set_panel(graph, "compile cost", title="compile cost", columns=["graph", "what", "seconds / outcome"],
                   rows=crows, note="torch's compilation_metrics, its chromium phases and cache lookups")
-
-
-def _module_source(inside: Inside) -> list[str]:
-    """The notes that say which source gave each backward's kernels their modules."""
-    return [n for n in inside.notes if FROM_TORCH in n or INFERRED_MODULES in n]
 
 
 __all__ = ["KERNEL", "KERNEL_TIME", "by_time", "label", "not_fused_lines", "notes", "panels", "side", "unmapped_note",
