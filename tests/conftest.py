@@ -14,10 +14,13 @@ there means the suite did not run what it claims to, and a green run would hide 
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Generator
 from pathlib import Path
 from types import ModuleType
@@ -26,6 +29,16 @@ from typing import Any, NoReturn
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Inductor's caches (its FX graph and AOT Autograd caches, and fxviz's records kept beside them) are
+# the suite's own, new each run: a run must not read entries that an earlier run, another checkout or
+# a process writing at the same time left in the machine's shared /tmp/torchinductor_<user>. (A test
+# that needs a cache hit makes it in its own run: tests/test_modulerecord.py.) Set before torch is
+# imported; subprocesses (torchrun, notebooks) inherit it.
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    _INDUCTOR_CACHE = tempfile.mkdtemp(prefix="fxviz-tests-inductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _INDUCTOR_CACHE
+    atexit.register(shutil.rmtree, _INDUCTOR_CACHE, ignore_errors=True)
 CHROMIUM = Path("/usr/bin/chromium")
 
 
