@@ -283,3 +283,28 @@ def test_tensor_keyword_arguments_are_recorded_as_the_general_encoding_records_t
         display, exact = encode(t, lambda t: (inputs.append(refs[t]), Ref(refs[t]))[1])
         assert op.attrs[key] == display and op.attrs["py"][key] == exact
     assert [r.node for r in op.inputs][1:] == inputs
+
+
+def test_plain_tuple_arguments_are_recorded_as_the_general_encoding_records_them() -> None:
+    """A shape or a tuple of dims (``x.view(x.size())``, ``layer_norm``'s normalized shape,
+    ``x.permute((1, 0))``) is encoded inline without :func:`encode`: the same display and exact
+    form, and no replay blocker."""
+    from fxviz.fallback.values import encode
+
+    class Shapes(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = x.view(x.size()).permute((1, 0)).reshape((2, 4))
+            y = torch.nn.functional.layer_norm(y, (4,), eps=1e-5)
+            return y.view(torch.Size([8])).sum((0,), keepdim=False) + x.new_zeros((1,), dtype=torch.float32)
+
+    g = trace_eager(Shapes(), (torch.randn(2, 4),))
+    seen = 0
+    for op in g.ops:
+        for key, value in op.attrs.items():
+            if key in ("py", "dtype") or not isinstance(value, list):
+                continue
+            display, exact = encode(tuple(value), lambda t: Ref("unused"))
+            assert value == display and op.attrs["py"][key] == exact, (op.name, key)
+            seen += 1
+    assert seen == 7  # view, permute, reshape, layer_norm, view, sum, new_zeros
+    assert g.annotations["replay"] == {"ok": True}
