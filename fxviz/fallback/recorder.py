@@ -19,7 +19,6 @@ from weakref import ref as _weakref
 
 import torch
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensor
 
 from fxviz.fallback.classify import Action, Kind, Level, kind_of, kinds
 from fxviz.fallback.context import ModuleStack, Names, Sources
@@ -32,8 +31,8 @@ from fxviz.fallback.observe import (
     made_by_parameter,
     observer,
 )
-from fxviz.fallback.tensors import METAS, ModelState, Versions, tensor_meta, version
-from fxviz.fallback.values import encode, has_opaque
+from fxviz.fallback.tensors import METAS, NO_DATA, ModelState, Place, Versions, place, tensor_meta, version
+from fxviz.fallback.values import PLAIN_ITEMS, TUPLES, encode, has_opaque
 from fxviz.ir import ModuleCall, Node, NodeKind, Ref, SourceLoc
 from fxviz.torchbridge.distributed import placement_attrs
 from fxviz.torchbridge.guard import named_modules
@@ -42,7 +41,7 @@ _SKIP = Action.SKIP
 _PLAIN_TYPES = frozenset({int, bool, str})
 #: Tensors that are neither a DTensor nor a shard of one by their type alone. A parameter is looked
 #: for among the sharded values only in a sharded run: outside one, asking a parameter for its
-#: storage (``_place``) went through ``Parameter.__torch_function__`` on every first read.
+#: storage (:func:`~fxviz.fallback.tensors.place`) went through ``Parameter.__torch_function__`` on every first read.
 _PLAIN_TENSORS = PLAIN_TENSORS
 
 
@@ -150,16 +149,16 @@ class Recorder:
             if ref is not None:
                 return ref
             t = local  # a new DTensor around a recorded one's shard or a view of it (a redistribution)
-        place = _place(t)
-        return self._sharded.get(place) if place is not None else None
+        where = place(t)
+        return self._sharded.get(where) if where is not None else None
 
     def _note_sharded(self, out: torch.Tensor, ref: Ref) -> None:
         local = getattr(out, "_local_tensor", None)
         if isinstance(local, torch.Tensor):
-            key = _place(local)
+            key = place(local)
             if key is not None:
                 self._sharded[key] = ref
-                if key[0] == _NO_DATA:
+                if key[0] == NO_DATA:
                     self._held.append(local.untyped_storage())
 
     def _state_node(
@@ -398,6 +397,7 @@ class Recorder:
         arguments with their versions (to see afterwards which ones the call wrote)."""
         exact: dict[str, Any] | None = None
         read: Any = None  # the callback encode() reads nested tensors with: made on first need
+        opaque = False  # encode() made an exact form that may hold an opaque value (see has_opaque)
         for i in range(start, len(args)):
             a = args[i]
             if isinstance(a, torch.Tensor):
@@ -409,12 +409,23 @@ class Recorder:
             if a is None or type(a) in _PLAIN_TYPES or (type(a) is float and isfinite(a)):  # exact as shown
                 attrs[key] = a
                 continue
+            if type(a) in TUPLES:  # a shape, dims: encode()'s plain tuple, without a reader or a call
+                for x in a:
+                    if type(x) not in PLAIN_ITEMS:
+                        break
+                else:
+                    items = list(a)
+                    attrs[key] = items
+                    exact = exact or {}
+                    exact[key] = {"tuple": items}
+                    continue
             read = read or self._reader(inputs, seen)
             display, ex = encode(a, read)
             attrs[key] = display
             if ex is not None:
                 exact = exact or {}
                 exact[key] = ex
+                opaque = True
         for key, a in kwargs.items():
             if a is None or type(a) in _PLAIN_TYPES or (type(a) is float and isfinite(a)):
                 attrs[key] = a
@@ -434,9 +445,12 @@ class Recorder:
             if ex is not None:
                 exact = exact or {}
                 exact[key] = ex
+                opaque = True
         if exact is not None:
             attrs["py"] = exact
-            if has_opaque(exact):
+            # the exact forms made here (a plain tuple, a tensor) hold nothing opaque: only those
+            # encode() made are looked into, and a keyword argument called "opaque"
+            if (opaque or "opaque" in exact) and has_opaque(exact):
                 self.replay_blockers.append("passes a value replay cannot rebuild (a callable?)")
 
     def _reader(self, inputs: list[Ref], seen: list[tuple[torch.Tensor, int]]) -> Any:
@@ -475,24 +489,3 @@ __all__ = ["Recorder", "TracerFault"]
 def _closed(mode: Any, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
     """What a closed recorder does with a call: run it, record nothing."""
     return func(*args, **(kwargs or {}))
-
-
-#: :data:`Place`'s first item: the address is that of the elements, or of a storage without any
-_DATA, _NO_DATA = 0, 1
-#: where a tensor's elements are (:func:`_place`)
-Place = tuple[int, int, int, tuple[int, ...], tuple[int, ...]]
-
-
-def _place(t: torch.Tensor) -> Place | None:
-    """Where a tensor's elements are: its storage's address, offset, shape and strides. A storage
-    without elements (``meta``, where every data pointer is 0; a fake tensor's, whose data pointer
-    torch warns about) is told by its own address instead (the recorder holds it while recording:
-    a LLaMA-70B shape sharded on meta reads each column-parallel output through ``to_local``)."""
-    try:
-        storage = t.untyped_storage()
-        if type(t) is FakeTensor or t.is_meta:
-            return (_NO_DATA, storage._cdata, int(t.storage_offset()), tuple(t.shape), tuple(t.stride()))
-        ptr = storage.data_ptr()
-    except (RuntimeError, NotImplementedError):
-        return None
-    return (_DATA, ptr, int(t.storage_offset()), tuple(t.shape), tuple(t.stride())) if ptr else None

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
 
 from fxviz.ir import Node, NodeKind, Ref, TensorMeta
 from fxviz.torchbridge.normalize import _describe
@@ -290,4 +291,28 @@ class ModelState:
         self._backed.clear()
 
 
-__all__ = ["CPU_METAS", "METAS", "ModelState", "TensorMap", "Versions", "add_output", "tensor_meta", "version"]
+#: :data:`Place`'s first item: the address is that of the elements, or of a storage without any
+DATA, NO_DATA = 0, 1
+#: where a tensor's elements are (:func:`place`)
+Place = tuple[int, int, int, tuple[int, ...], tuple[int, ...]]
+
+
+def place(t: torch.Tensor) -> Place | None:
+    """Where a tensor's elements are: its storage's address, offset, shape and strides. A storage
+    without elements (``meta``, where every data pointer is 0; a fake tensor's, whose data pointer
+    torch warns about) is told by its own address instead (the recorder holds it while recording:
+    a LLaMA-70B shape sharded on meta reads each column-parallel output through ``to_local``)."""
+    try:
+        storage = t.untyped_storage()
+        if type(t) is FakeTensor or t.is_meta:
+            return (NO_DATA, storage._cdata, int(t.storage_offset()), tuple(t.shape), tuple(t.stride()))
+        ptr = storage.data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+    return (DATA, ptr, int(t.storage_offset()), tuple(t.shape), tuple(t.stride())) if ptr else None
+
+
+__all__ = [
+    "CPU_METAS", "DATA", "METAS", "NO_DATA", "ModelState", "Place", "TensorMap", "Versions", "add_output", "place",
+    "tensor_meta", "version",
+]

@@ -28,9 +28,11 @@ from fxviz.torchbridge.values import json_safe
 RESERVED = frozenset({"py", "aliases", "data_dependent", "returns_input", "torch_fn"})
 
 _PLAIN = (type(None), bool, int, str)
-_PLAIN_TYPES = frozenset({int, bool, str, type(None)})
-#: tuples whose plain items are shown and kept as they are (``x.view(x.size())``'s ``torch.Size`` too)
-_TUPLES = frozenset({tuple, torch.Size})
+#: the types of the items of a tuple shown and kept as it is (:data:`TUPLES`)
+PLAIN_ITEMS = frozenset({int, bool, str, type(None)})
+#: tuples whose plain items are shown and kept as they are (``x.view(x.size())``'s ``torch.Size`` too):
+#: ``(items, {"tuple": items})``, which the recorder makes inline for a call's shape argument
+TUPLES = frozenset({tuple, torch.Size})
 #: values replay rebuilds from their text, by type: ``(display, kind, text)`` per value met (a few
 #: dtypes and devices per model) in :data:`_ATOMS`
 _ATOM_TYPES = (torch.dtype, torch.device, torch.memory_format, torch.layout)
@@ -49,9 +51,9 @@ def encode(v: Any, read: Callable[[torch.Tensor], Ref]) -> tuple[Any, Any]:
     if isinstance(v, torch.Tensor):
         name = read(v).node
         return f"%{name}", {"tensor": name}
-    if type(v) in _TUPLES:
+    if type(v) in TUPLES:
         for x in v:  # a loop, not all() over a generator: shapes, dims, strides, on every op's path
-            if type(x) not in _PLAIN_TYPES:
+            if type(x) not in PLAIN_ITEMS:
                 break
         else:
             items = list(v)

@@ -45,6 +45,7 @@ from torch.nn.modules import module as nn_module
 
 from fxviz.torchbridge.distributed import data_alias
 from fxviz.torchbridge.fsdpstate import FsdpState, fsdp_states
+from fxviz.torchbridge.loggers import clear_torch_caches, states, torch_loggers
 from fxviz.torchbridge.walk import modules_of, named_modules, walks_shared
 
 _first, _second = operator.itemgetter(0), operator.itemgetter(1)
@@ -314,19 +315,14 @@ class ProcessState:
     """Process-wide state an attempt may leave changed; :meth:`restore` puts back what differs."""
 
     def __init__(self) -> None:
-        import logging
-
         import torch.fx._symbolic_trace as fx_trace
 
         self._fx = fx_trace
         self.streams = (sys.stdout, sys.stderr)
         self.showwarning = warnings.showwarning
         self.filters = list(warnings.filters)
-        registry = logging.Logger.manager.loggerDict
-        self.loggers = [
-            (lg, lg.level, lg.disabled, lg.propagate) for name, lg in list(registry.items())
-            if (name == "torch" or name.startswith("torch.")) and isinstance(lg, logging.Logger)
-        ]
+        self.loggers = torch_loggers()[1]  # each one's level, disabled and propagate, gathered in C
+        self.logger_states = states(self.loggers)
         self.function_modes = torch._C._len_torch_function_stack()
         self.dispatch_modes = torch._C._len_torch_dispatch_stack()
         self.module_methods = {k: nn.Module.__dict__[k] for k in ("__call__", "__getattr__", "__setattr__")}
@@ -341,8 +337,6 @@ class ProcessState:
         self.dynamo = DynamoCodes()
 
     def restore(self) -> None:
-        import logging
-
         if (sys.stdout, sys.stderr) != self.streams:
             sys.stdout, sys.stderr = self.streams
         if warnings.showwarning is not self.showwarning:
@@ -350,14 +344,15 @@ class ProcessState:
         if warnings.filters != self.filters:
             warnings.filters[:] = self.filters  # type: ignore[index]
             warnings._filters_mutated()  # type: ignore[attr-defined]
-        changed = False
-        for lg, level, disabled, propagate in self.loggers:
-            if lg.level != level:
-                lg.level = level  # setLevel clears every logger's cache: once below is enough
-                changed = True
-            lg.disabled, lg.propagate = disabled, propagate
-        if changed:
-            logging.Logger.manager._clear_cache()  # type: ignore[attr-defined]
+        if states(self.loggers) != self.logger_states:
+            changed = False
+            for lg, level, disabled, propagate in zip(self.loggers, *self.logger_states, strict=True):
+                if lg.level != level:
+                    lg.level = level  # setLevel clears every logger's cache: once below is enough
+                    changed = True
+                lg.disabled, lg.propagate = disabled, propagate
+            if changed:
+                clear_torch_caches()
         _pop_modes(self.function_modes, self.dispatch_modes)
         for k, fn in self.module_methods.items():
             if nn.Module.__dict__[k] is not fn:

@@ -34,6 +34,7 @@ from fxviz.errors import InputError
 from fxviz.ir import Attempt
 from fxviz.torchbridge.apart import ATTEMPT_ATTR
 from fxviz.torchbridge.guard import Snapshot, walks_shared
+from fxviz.torchbridge.loggers import clear_torch_caches, torch_loggers, with_levels
 from fxviz.torchbridge.memory import give_back_memory
 from fxviz.torchbridge.source import error_location
 
@@ -256,11 +257,8 @@ def quiet_torch() -> Iterator[Held]:
 
     Held text is bounded (:class:`Held`) and dropped with the attempt."""
     held = Held()
-    registry = logging.Logger.manager.loggerDict
-    loggers = [logging.getLogger("torch")] + [
-        lg for n, lg in list(registry.items())
-        if n.startswith("torch.") and n != _TRACE_LOG and isinstance(lg, logging.Logger) and lg.level != logging.NOTSET
-    ]
+    root = logging.getLogger("torch")
+    loggers = [root] + [lg for lg in with_levels(torch_loggers()[1]) if lg is not root and lg.name != _TRACE_LOG]
     levels = [lg.level for lg in loggers]
     _set_levels(loggers, [logging.CRITICAL] * len(loggers))
     stderr = sys.stderr
@@ -296,11 +294,12 @@ _TRACE_LOG = "torch.__trace"
 
 
 def _set_levels(loggers: list[logging.Logger], levels: list[int]) -> None:
-    """``lg.setLevel(level)`` for each pair, with one clearing of the loggers' caches for all (each
-    ``setLevel`` clears every logger's cache: ~40 us each with transformers' ~400 loggers)."""
+    """``lg.setLevel(level)`` for each pair of torch's loggers, with one clearing of their caches
+    for all (each ``setLevel`` clears every logger's cache: ~40 us each with transformers' ~400
+    loggers; only torch's depend on these levels)."""
     for lg, level in zip(loggers, levels, strict=True):
         lg.level = logging._checkLevel(level)  # type: ignore[attr-defined]
-    logging.Logger.manager._clear_cache()  # type: ignore[attr-defined]
+    clear_torch_caches()
 
 
 _SHOWWARNING = warnings.showwarning
