@@ -4,12 +4,13 @@ fixed seed."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from tests.numerics_ops import jitter
 
 
 class Block(nn.Module):
@@ -209,19 +210,6 @@ class SetOrder(nn.Module):
 def set_order() -> tuple[nn.Module, tuple[Any, ...]]:
     torch.manual_seed(0)
     return SetOrder().eval(), (torch.randn(3, 4),)
-
-
-@torch.library.custom_op("fxviz_numerics_test::jitter", mutates_args=())
-def jitter(x: torch.Tensor) -> torch.Tensor:
-    """``x`` plus noise of 1e-3 drawn from the operating system's entropy, not torch's RNG: an op
-    whose eager result no seed reproduces (as a kernel that adds in a racing order is)."""
-    g = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
-    return x + 1e-3 * torch.randn(x.shape, generator=g, dtype=x.dtype)
-
-
-@jitter.register_fake
-def _(x: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(x)
 
 
 class Jittery(nn.Module):
