@@ -28,22 +28,34 @@ class _Seen(CustomGraphPass):
         return b"fxviz-test-seen"
 
 
-@pytest.mark.parametrize("shape", ["one", "list", "none"])
+@pytest.mark.parametrize("shape", ["one", "list", "none", "function"])
 def test_the_users_passes_run_first_and_their_setting_is_put_back(shape: str) -> None:
+    """In a real compile the user's passes run, first and once each; the setting inside the block is
+    one ``CustomGraphPass`` (torch 2.11 takes no list), whose uuid keeps the FX graph cache usable
+    exactly where theirs does; their setting is put back, their list untouched."""
     import torch._inductor.config as inductor_config
 
-    from fxviz.torchbridge.modulerecord import Record, recorded_modules
+    from fxviz.torchbridge.modulerecord import Chain, recorded_modules
+    from fxviz.torchbridge.tracelog import structured_trace
 
     a, b = _Seen(), _Seen()
-    users = {"one": a, "list": [a, b], "none": None}[shape]
-    with inductor_config.patch({"post_grad_custom_post_pass": users}):
+    plain_calls: list[int] = []
+    users = {"one": a, "list": [a, b], "none": None, "function": lambda g: plain_calls.append(1)}[shape]
+    torch._dynamo.reset()
+    with inductor_config.patch({"post_grad_custom_post_pass": users, "fx_graph_cache": False}), structured_trace(provenance=False) as events:
         with recorded_modules():
             chain = inductor_config.post_grad_custom_post_pass
-            assert isinstance(chain, list) and isinstance(chain[-1], Record)
-            assert chain[:-1] == {"one": [a], "list": [a, b], "none": []}[shape]
+            assert isinstance(chain, Chain) and isinstance(chain, CustomGraphPass)
+            assert list(chain.theirs) == {"one": [a], "list": [a, b], "none": [], "function": [users]}[shape]
+            assert (chain.uuid() is None) == (shape == "function")
+            torch.compile(lambda x: torch.relu(x) * 2)(torch.randn(4))
         assert inductor_config.post_grad_custom_post_pass is users
         if isinstance(users, list):
             assert users == [a, b]  # the user's list itself is left alone
+    ran = {"one": [a.calls], "list": [a.calls, b.calls], "none": [], "function": [len(plain_calls)]}[shape]
+    assert ran == [1] * len(ran)
+    records = [m for m, _ in events if m.get("artifact", {}).get("name") == NODE_MODULES]
+    assert len(records) == 1  # and fxviz's own record after theirs
 
 
 def test_the_pass_changes_no_graph_and_logs_each_nodes_stack() -> None:

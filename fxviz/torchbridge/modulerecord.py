@@ -5,7 +5,8 @@ forward's source line only, but it does know each backward node's module: AOT Au
 forward op's ``nn_module_stack`` (same ``seq_nr``) into the backward node's
 ``meta["fwd_nn_module_stack"]``. :func:`recorded_modules` adds, for the block, a post-grad custom pass
 (:class:`Record`) after any the user set (``torch._inductor.config.post_grad_custom_post_pass``, a
-pass or a list of them: theirs still run, first, and the setting is put back after the block) that
+pass or a list of them: theirs still run, first, inside one :class:`Chain`, and the setting is put
+back after the block) that
 reads those stacks and writes them with ``torch._logging.trace_structured`` as the
 :data:`~fxviz.tracefile.records.NODE_MODULES` artifact of the graph's compile, so the torch-free
 trace reader finds them in a live run's events and in a ``TORCH_TRACE`` directory written meanwhile.
@@ -31,7 +32,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch._inductor.custom_graph_pass import CustomInferenceAwareGraphPass, get_custom_graph_passes
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+try:  # torch >= 2.12 calls a pass of this kind with ``is_inference`` as well
+    from torch._inductor.custom_graph_pass import CustomInferenceAwareGraphPass as _Pass
+
+    _AWARE: Any = _Pass
+except ImportError:  # torch 2.11 and before call every post-grad pass with the graph alone
+    _Pass = CustomGraphPass  # type: ignore[misc, assignment]
+    _AWARE = None
 
 from fxviz.tracefile.records import NODE_MODULES
 
@@ -58,7 +67,7 @@ def stacks(graph: torch.fx.Graph) -> dict[str, dict[str, list[list[str]]]]:
     return out
 
 
-class Record(CustomInferenceAwareGraphPass):
+class Record(_Pass):
     """Writes each node's module stacks (:func:`stacks`) as a :data:`NODE_MODULES` artifact."""
 
     def __call__(self, graph: torch.fx.Graph, is_inference: bool = False) -> None:
@@ -129,6 +138,31 @@ class _Replay(logging.Handler):
         return os.path.join(cache_dir(), "fxviz_node_modules", f"{h}.json")
 
 
+class Chain(_Pass):
+    """The user's post-grad custom passes (:attr:`theirs`, in their order), then :class:`Record`: one
+    pass, since torch 2.11 takes one only (2.12 and later also take a list)."""
+
+    def __init__(self, theirs: Any) -> None:
+        self.theirs: tuple[Any, ...] = tuple(theirs) if isinstance(theirs, (list, tuple)) else (theirs,) if theirs else ()
+        self.record = Record()
+
+    def __call__(self, graph: torch.fx.Graph, is_inference: bool = False) -> None:
+        for p in self.theirs:
+            if _AWARE is not None and isinstance(p, _AWARE):
+                p(graph, is_inference=is_inference)
+            else:
+                p(graph)
+        self.record(graph, is_inference)
+
+    def uuid(self) -> bytes | None:
+        """Their uuids and fxviz's; none where one of theirs has none (a plain function), which makes
+        Inductor bypass its FX graph cache, as their pass alone does."""
+        ids = [p.uuid() if isinstance(p, CustomGraphPass) else None for p in self.theirs]
+        if not all(ids):
+            return None
+        return hashlib.sha256(repr([*ids, self.record.uuid()]).encode()).digest()
+
+
 @contextlib.contextmanager
 def recorded_modules() -> Iterator[None]:
     """:class:`Record` runs after the user's post-grad custom passes while the block runs, and
@@ -136,7 +170,7 @@ def recorded_modules() -> Iterator[None]:
     from torch._inductor import config
     from torch._logging._internal import trace_log
 
-    chain = [*get_custom_graph_passes(config.post_grad_custom_post_pass), Record()]
+    chain = Chain(config.post_grad_custom_post_pass)
     replay = _Replay()
     trace_log.addHandler(replay)
     try:
@@ -146,4 +180,4 @@ def recorded_modules() -> Iterator[None]:
         trace_log.removeHandler(replay)
 
 
-__all__ = ["KEYS", "Record", "recorded_modules", "stacks"]
+__all__ = ["KEYS", "Chain", "Record", "recorded_modules", "stacks"]
