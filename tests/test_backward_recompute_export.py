@@ -318,6 +318,24 @@ def test_strict_export_of_a_plain_checkpoint_is_its_regions() -> None:
         assert ops and all("checkpoint" in [r[2] for r in n.attrs.get("region", [])] for n in ops)
 
 
+def test_strict_export_needs_no_private_name_torch_2_11_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.11 has no ``_always_prefer_recompute`` (2.13 names the policy it runs a plain
+    checkpoint with): every strict export failed there with ImportError (the GPU machine's torch, 65
+    tests). Without the name, a plain model and a checkpointed one export strictly, the same regions."""
+    import torch._higher_order_ops.wrap as wrap
+
+    from tests import capture_models as cm
+
+    model, args, _ = cm.checkpoint_plain()
+    want = fxviz.capture(model, args, method="export-strict")
+    monkeypatch.delattr(wrap, "_always_prefer_recompute")
+    got = fxviz.capture(model, args, method="export-strict")
+    assert got.method == "export-strict"
+    assert [(n.module, n.attrs.get("region")) for n in got.ops] == [(n.module, n.attrs.get("region")) for n in want.ops]
+    plain = fxviz.capture(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), (torch.randn(2, 4),), method="export-strict")
+    assert [n.target for n in plain.ops] == ["aten.linear.default", "aten.relu.default"]
+
+
 class TwoCalls(nn.Module):
     """Two checkpoint calls from two lines; ``c`` runs on the line of the second call, outside it."""
 

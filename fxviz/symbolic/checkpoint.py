@@ -48,15 +48,26 @@ def checkpoint_calls(model: torch.nn.Module | None = None) -> Iterator[Checkpoin
         yield seen
 
 
+def _prefer_recompute(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
 @contextlib.contextmanager
 def plain_checkpoints_as_selective() -> Iterator[None]:
     """torch 2.13's strict export traces ``tag_activation_checkpoint`` (pre-dispatch) by reading its
     body's ``_checkpoint_context_fn``, which Dynamo sets only for a call given a ``context_fn``: a plain
     checkpoint fails with ``KeyError``. Give such a body the context torch itself runs a plain
     checkpoint with (``tag_activation_checkpoint_impl``: a selective policy that always recomputes)."""
-    from torch._higher_order_ops.wrap import _always_prefer_recompute, tag_activation_checkpoint
+    from torch._higher_order_ops.wrap import tag_activation_checkpoint
     from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode
     from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    try:
+        from torch._higher_order_ops.wrap import _always_prefer_recompute
+    except ImportError:  # torch 2.11 runs a plain checkpoint outside this path and has no name for it
+        _always_prefer_recompute = _prefer_recompute
 
     table = tag_activation_checkpoint.python_key_table
     traced = table[ProxyTorchDispatchMode]
