@@ -102,3 +102,18 @@ def test_cli_passes_refuses_a_stage_beyond_the_passes_before_exporting() -> None
         res.output
     res = CliRunner().invoke(cli, ["passes", "fxviz.examples:cnn", "--stage", "0", "--before-after", "x.html"])
     assert res.exit_code == TargetError.exit_code and "stage 0 has no stage before it" in res.output, res.output
+
+
+@pytest.mark.usefixtures("no_work")
+def test_compile_mode_of_another_backend_is_refused_before_any_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused by the recording backend's constructor, after the model was built (CLI) and a lazy
+    model's first forward ran (API); now first."""
+    import fxviz.analyze.compilemap.run as compile_run
+    from fxviz.analyze.compilemap import compile_map
+
+    monkeypatch.setattr(compile_run, "initialised", lambda *_a, **_k: (_ for _ in ()).throw(Ran("initialised")))
+    with pytest.raises(TargetError, match="mode 'max-autotune' applies to the inductor backend only"):
+        compile_map(*_net(), backend="aot_eager", mode="max-autotune")
+    res = CliRunner().invoke(cli, ["compile", "fxviz.examples:cnn", "--backend", "aot_eager", "--mode", "max-autotune"])
+    assert res.exit_code == TargetError.exit_code and "--mode max-autotune applies to the inductor backend only" \
+        in res.output, res.output
