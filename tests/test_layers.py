@@ -205,3 +205,22 @@ def test_a_saved_graph_renders_without_torch(tmp_path: Path) -> None:
     assert out["torch"] is False
     assert out["lines"] >= 5 and out["html"] > 10_000 and out["diff"] == 0
     assert "torch" in out["lazy"], "capture needs torch and says so when it is missing"
+
+
+#: Public class names fxviz defines twice, each for its own thing (a test model beside a pass's
+#: class; the compile map's recording backend beside the eager tracer's recorder). Keep this short.
+TWICE = {"Block": {"fxviz.examples", "fxviz.passes.structure"},
+         "Recorder": {"fxviz.fallback.recorder", "fxviz.analyze.compilemap.record"}}
+
+
+def test_a_public_class_name_names_one_class() -> None:
+    """Two public classes of one name are two things a reader (and a grep) takes for one: the
+    eager tracer's register of the model's tensors was ``ModelState``, as the snapshot every capture
+    restores the model from (torchbridge.guard) is."""
+    where: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                where.setdefault(node.name, set()).add(module)
+    twice = {name: mods for name, mods in where.items() if len(mods) > 1}
+    assert twice == TWICE

@@ -14,7 +14,7 @@ from torch import nn
 
 from fxviz.fallback import trace_eager
 from fxviz.fallback.classify import kind_of
-from fxviz.fallback.tensors import ModelState
+from fxviz.fallback.tensors import ModelTensors
 
 
 class Lookup(nn.Module):
@@ -40,15 +40,15 @@ class Lookup(nn.Module):
 def _copied_names(model: nn.Module, monkeypatch: pytest.MonkeyPatch, ids: torch.Tensor) -> list[str]:
     """Trace ``model`` and name the model tensors the tracer copied to put back afterwards."""
     copied: list[torch.Tensor] = []
-    original = ModelState._backup
+    original = ModelTensors._backup
 
-    def spy(self: ModelState, t: torch.Tensor) -> None:
+    def spy(self: ModelTensors, t: torch.Tensor) -> None:
         if id(t) not in self._backed:  # copied now (a tensor is copied once per capture)
             copied.append(t)
         original(self, t)
 
     with monkeypatch.context() as m:
-        m.setattr(ModelState, "_backup", spy)
+        m.setattr(ModelTensors, "_backup", spy)
         trace_eager(model, (ids,))
     names = {id(t): n for n, t in model.state_dict(keep_vars=True).items()}
     return [names.get(id(t), "?") for t in copied]

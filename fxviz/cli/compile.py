@@ -123,6 +123,8 @@ def compile_cmd(target: str | None, backend: str, mode: str | None, dynamic: boo
     if autograd and (inside or budget is not None or stage_index is not None or graph_id is not None):
         raise TargetError("--compiled-autograd is not covered with --inside, --activation-memory-budget, --stage or "
                           "--graph (Inductor's records of the compiled autograd graph): leave those out")
+    if mode is not None and backend != "inductor":
+        raise TargetError(f"--mode {mode} applies to the inductor backend only, not {backend!r}: leave --mode out")
     if (inside or grad) and backend == "eager" and not autograd:
         raise TargetError("--inside and --backward read AOT Autograd's records: use --backend inductor or aot_eager")
     inside = inside or (grad and not autograd)

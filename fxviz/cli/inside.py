@@ -4,6 +4,7 @@ compile cost table and, with a backward, the partition table; ``--stage N`` prin
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from fxviz.errors import TargetError
@@ -104,7 +105,7 @@ def print_inside(console: Console, inside: Inside, *, stage: int | None, graph: 
         console.print(stage_table(p, show_unchanged=True, stages=range(len(p.stages))))
         for s in p.stages:  # what torch recorded of a stage's passes (buckets, collectives moved)
             for note in s.notes:
-                console.print(f"  stage {s.index} ({s.name}): {one_line(note, limit=300)}", markup=False)
+                console.print(f"  stage {s.index} ({s.name}): {one_line(note, limit=sys.maxsize)}", markup=False)
         if g.kernels or any(s.name.startswith("post-grad") for s in p.stages):  # aot_eager: no kernels
             console.print(kernel_table(g))
         if g.not_fused:

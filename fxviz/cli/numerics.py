@@ -61,12 +61,12 @@ def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | No
     if not spec.captures:
         raise TargetError(f"{target!r} is {spec.what}: numerics run the model, give a factory (model.py:build)")
     factory = with_torch(spec)
-    t = factory.load_factory(spec, input_shapes=input_shapes, dtype=dtype)
-    from fxviz.analyze.numerics import numerics
+    from fxviz.analyze.numerics import check_options, numerics
 
-    if passes and not against.startswith("stage:"):
-        raise TargetError("--pass applies to --against stage:N (a stage of the pass pipeline)")
     pass_list = [load_pass(p) for p in passes] or None
+    # a combination of options that cannot run is refused before the model is built, exported or compiled
+    check_options(against, per_kernel=per_kernel, backward=backward, passes=pass_list)
+    t = factory.load_factory(spec, input_shapes=input_shapes, dtype=dtype)
     with t.runs(), spinner(f"running {type(t.model).__name__} eagerly and against {against}"):
         result = numerics(t.model, t.args, t.kwargs, against=against, rtol=rtol, atol=atol, passes=pass_list,
                           per_kernel=per_kernel, backward=backward)

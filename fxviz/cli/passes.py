@@ -118,6 +118,7 @@ def passes(target: str, input_shapes: tuple[str, ...], dtype: str, passes: tuple
     table = import_object(decompose_table, "--decompose-table") if decompose_table else None
     if table is not None and "decompose" not in (pass_list or ["decompose"]):
         pass_list = [*(pass_list or []), "decompose"]
+    _check_stage(pass_list, table, stage_index, before_after is not None)
     with spinner(f"running {len(pass_list or ['decompose']) + 1} stages on {one_line(target)}"):
         p = _run(spec, pass_list, table, numbers, input_shapes, dtype)
     last = len(p.stages) - 1
@@ -148,6 +149,21 @@ def passes(target: str, input_shapes: tuple[str, ...], dtype: str, passes: tuple
         ctx.exit(PassError.exit_code)
 
 
+
+
+def _check_stage(pass_list: list[Any] | None, table: Any, stage_index: int | None, before_after: bool) -> None:
+    """Refuse ``--stage`` beyond the stages the passes make (export, then one per pass, a
+    PassManager's each), and ``--before-after`` of stage 0, before anything is exported."""
+    from fxviz.analyze.pipeline.run import DEFAULT_PASSES
+    from fxviz.analyze.pipeline.steps import steps_of
+
+    if stage_index is None:
+        return
+    last = len(steps_of(DEFAULT_PASSES if pass_list is None else pass_list, decompose_table=table))
+    if stage_index > last:
+        raise TargetError(f"--stage {stage_index}: the pipeline has stages 0 to {last}")
+    if stage_index == 0 and before_after:
+        raise TargetError("--before-after: stage 0 has no stage before it; pick a later one with --stage")
 
 
 def _write_before_after(p: Pipeline, index: int, path: str) -> None:

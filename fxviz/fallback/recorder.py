@@ -31,7 +31,7 @@ from fxviz.fallback.observe import (
     made_by_parameter,
     observer,
 )
-from fxviz.fallback.tensors import METAS, NO_DATA, ModelState, Place, Versions, place, tensor_meta, version
+from fxviz.fallback.tensors import METAS, NO_DATA, ModelTensors, Place, Versions, place, tensor_meta, version
 from fxviz.fallback.values import PLAIN_ITEMS, TUPLES, encode, has_opaque
 from fxviz.ir import ModuleCall, Node, NodeKind, Ref, SourceLoc
 from fxviz.torchbridge.distributed import placement_attrs
@@ -86,7 +86,7 @@ class Recorder:
         self.placements: dict[Any, Any] = {}  # placement_attrs' cache, for this recording only (it holds meshes)
         self._by_path: dict[str, nn.Module] | None = None  # module path -> module, made on first need
         self._fsdp: FsdpParams | None = None  # FSDP2's parameters, looked for on first need
-        self.state = ModelState(self.modules, snapshot_buffers=snapshot_buffers)
+        self.state = ModelTensors(self.modules, snapshot_buffers=snapshot_buffers)
         self.failed: Node | None = None
         self.failed_stack: tuple[ModuleCall, ...] = ()
         self.replay_blockers: list[str] = []
@@ -170,7 +170,7 @@ class Recorder:
         its ``inputs`` and ``attrs``, and the module ``owner`` when the name does not say it)."""
         if kind is None:
             e = self.state._names.get(id(t))
-            if e is not None and e[0] is t and e[1] == "parameter":  # ModelState.read, inlined for a parameter
+            if e is not None and e[0] is t and e[1] == "parameter":  # ModelTensors.read, inlined for a parameter
                 kind, name = "parameter", e[2]
             else:
                 kind, name = self.state.read(t)

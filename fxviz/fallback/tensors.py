@@ -4,7 +4,7 @@ own tensors are called.
 * :class:`Versions` maps each tensor to the node output that produced it, with the tensor's version
   counter then: an in-place op bumps the version, so a reader of a mutated tensor is pointed at the
   node that wrote it, also when the write went through a view (views share their base's counter).
-* :class:`ModelState` knows the model's parameters, buffers and tensor attributes by identity, by
+* :class:`ModelTensors` knows the model's parameters, buffers and tensor attributes by identity, by
   their state-dict names, and puts back the buffers a forward writes (BatchNorm's statistics).
 
 Tensors are held weakly (:class:`TensorMap`): the trace never keeps a forward's activations alive.
@@ -162,7 +162,7 @@ class Versions:
         self.pending.clear()
 
 
-class ModelState:
+class ModelTensors:
     """The model's own tensors by identity -> ``(kind, state-dict name)``: parameters and buffers
     (first name wins, as in ``named_parameters()``), and plain tensor attributes of modules as named
     constants. The model keeps every key alive for the whole capture.
@@ -174,7 +174,11 @@ class ModelState:
     attribute just before a call that may write it (:meth:`before_write`), found by identity or by
     storage (``p.data.mul_(m)`` writes ``p`` through an alias); and the existing ``.grad`` of
     every parameter before a ``backward`` (:meth:`before_backward`). Parameters are copied only
-    then: most forwards never write one, and copying them all would double a model's memory."""
+    then: most forwards never write one, and copying them all would double a model's memory.
+
+    The eager tracer's register of the model's tensors, read on every op; not
+    :class:`fxviz.torchbridge.guard.ModelState`, the snapshot every capture method puts the whole
+    model back from (every module's ``__dict__``, hooks and submodules)."""
 
     def __init__(self, modules: list[tuple[str, nn.Module]], *, snapshot_buffers: bool) -> None:
         self._modules = modules
@@ -313,6 +317,6 @@ def place(t: torch.Tensor) -> Place | None:
 
 
 __all__ = [
-    "CPU_METAS", "DATA", "METAS", "NO_DATA", "ModelState", "Place", "TensorMap", "Versions", "add_output", "place",
+    "CPU_METAS", "DATA", "METAS", "NO_DATA", "ModelTensors", "Place", "TensorMap", "Versions", "add_output", "place",
     "tensor_meta", "version",
 ]

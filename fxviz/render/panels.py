@@ -37,16 +37,17 @@ def cell_text(v: Any) -> str:
 def panel_tables(graph: Graph) -> list[Table | Text]:
     """One rich table per panel, in the order they were written; a panel without rows is its title
     and note on one line (an empty table's frame says nothing); a panel with ``page`` prints that
-    many rows and says how many more there are."""
+    many rows and says how many more there are. A note is printed whole (a stages panel's holds
+    every record torch made of its passes), wrapped under the table."""
     out: list[Table | Text] = []
     for spec in panels(graph).values():
         if not spec.get("rows"):
             out.append(Text.assemble((bounded(str(spec.get("title", "")), 120), "bold"), ": ",
-                                     bounded(str(spec.get("note", "")), 400) or "nothing to show"))
+                                     str(spec.get("note", "")) or "nothing to show"))
             continue
         rows = spec.get("rows", [])
         page = spec.get("page")
-        note = bounded(str(spec.get("note", "")), 400)
+        note = str(spec.get("note", ""))  # whole: it is the panel's answer (rich wraps the caption)
         if isinstance(page, int) and not isinstance(page, bool) and 0 < page < len(rows):
             note = f"{note}{'; ' if note else ''}... {len(rows) - page} more rows (the report and the JSON list all)"
             rows = rows[:page]
@@ -95,7 +96,7 @@ def panel_view(graph: Graph, nindex: Mapping[str, int], gindex: Mapping[str, int
                 entry["h"] = r["href"]
             rows.append(entry)
         out.append({"name": name, "title": bounded(str(spec.get("title", "")), 120),
-                    "note": bounded(str(spec.get("note", "")), 400),
+                    "note": str(spec.get("note", "")),  # whole, as the terminal prints it; the page wraps it
                     "columns": [bounded(str(c), 60) for c in spec.get("columns", [])], "rows": rows})
     return out
 

@@ -19,6 +19,14 @@ the block, keeps each record beside the cache entry it went with (``fx_graph_cac
 the compile's Dynamo graph, which names the modules, in ``<Inductor cache dir>/fxviz_node_modules``)
 and logs it again, the same way, when torch logs a hit of that key (``fx_graph_cache_hit``). Where no
 record was kept (a cache filled outside fxviz), the reader falls back, and says so.
+
+Installed where backward kernels are named (:mod:`fxviz.analyze.inside.live`). Not needed elsewhere,
+measured on torch 2.13: under compiled autograd the AOT backward is inlined into the captured graph
+(``aot0_*`` nodes) with no ``fwd_nn_module_stack`` or ``nn_module_stack`` on any node, of the
+Dynamo graph or of the AOT graph compiled from it, so there is nothing to record
+(:mod:`fxviz.analyze.compilemap.autograd` names autograd nodes, not kernels); numerics' per-kernel
+watch compiles under ``torch.no_grad()``, inference graphs only, whose kernels take their modules
+from the Dynamo nodes' own ``nn_module_stack`` (``postToPre``).
 """
 
 from __future__ import annotations

@@ -123,6 +123,8 @@ def compile_map(
         notes.append(f"the target is torch.compile'd: its original module ({type(orig).__name__}) is analysed, "
                      "its own compiled code is not used")
         model = orig
+    if mode is not None and backend != "inductor":  # before any run, as every refusal of options
+        raise TargetError(f"mode {mode!r} applies to the inductor backend only, not {_name(backend)!r}: leave --mode out")
     if inside and _name(backend) == "eager":
         raise TargetError("inside=True reads AOT Autograd's and Inductor's records: use backend='inductor' or "
                           "'aot_eager', not 'eager'")

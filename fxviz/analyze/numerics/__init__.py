@@ -43,12 +43,15 @@ from fxviz.analyze.numerics.program import ProgramWatcher, aligned, export_progr
 from fxviz.analyze.numerics.result import Error, Numerics, annotate
 from fxviz.analyze.numerics.run import SameRng, Watcher, Watchers, run_eager
 from fxviz.analyze.numerics.shadow import ShadowWatcher
+from fxviz.analyze.pipeline.run import DEFAULT_PASSES
+from fxviz.analyze.pipeline.steps import steps_of
 from fxviz.errors import InputError, TargetError
 from fxviz.fallback.trace import uses_meta
 from fxviz.ir import Graph
 from fxviz.torchbridge.lazy import initialised
 from fxviz.torchbridge.normalize import flatten_inputs
 from fxviz.torchbridge.run import normalize_args, quiet_torch
+from fxviz.torchbridge.training import check_trainable
 
 #: The sides :func:`numerics` compares against (``compile`` takes ``:backend``).
 SIDES = ("export", "decompose", "compile", "dtype:bfloat16", "dtype:float16", "autocast:bfloat16", "stage:N")
@@ -111,16 +114,54 @@ def numerics(
         torch.set_rng_state(rng)
 
 
-def _numerics(model: nn.Module, args: Any, kwargs: dict[str, Any] | None, *, against: str, rtol: float | None,
-              atol: float | None, seed: int | None, decompositions: Mapping[Any, Any] | None,
-              passes: Sequence[Any] | None, per_kernel: bool, backward: bool, loss: Any) -> Numerics:
-    args, kwargs = normalize_args(model, args, kwargs)
+def check_options(against: str, *, per_kernel: bool = False, backward: bool = False,
+                  passes: Sequence[Any] | None = None,
+                  decompositions: Mapping[Any, Any] | None = None) -> tuple[str, str, str]:
+    """``against`` in full, its side and its detail, or the :class:`~fxviz.errors.TargetError` that
+    refuses the combination of options, before anything runs: every refusal that needs only the
+    options (not the model) is made here, so a wrong combination costs no export, compile or run.
+
+        >>> check_options("bf16")
+        ('dtype:bfloat16', 'dtype', 'bfloat16')
+        >>> check_options("stage:1", backward=True)   # raises TargetError: --backward compares gradients ...
+    """
     against = _ALIASES.get(against, against)
     side, _, detail = against.partition(":")
     if side not in ("export", "decompose", "compile", "dtype", "autocast", "stage"):
         raise TargetError(f"--against {against!r} is not one of {', '.join(SIDES)} (compile takes :backend)")
+    if side in ("dtype", "autocast") and (detail not in _DTYPES or (side == "autocast" and detail != "bfloat16")):
+        raise TargetError(f"{against!r}: give dtype:bfloat16, dtype:float16 or autocast:bfloat16")
+    if side in ("export", "decompose") and detail:
+        raise TargetError(f"{against!r}: {side} takes no ':' part")
+    if side == "stage" and not detail.isdigit():
+        raise TargetError(f"{against!r}: give stage:N, N a stage of the pass pipeline (0: the export)")
     if per_kernel and (side != "compile" or (detail or "inductor") != "inductor"):
         raise TargetError(f"per-kernel numerics compare Inductor's kernels: use --against compile:inductor, not {against!r}")
+    if passes and side != "stage":
+        raise TargetError("--pass applies to --against stage:N (a stage of the pass pipeline)")
+    if decompositions and not (side == "decompose" or (side == "compile" and detail == "aot_eager")):
+        raise TargetError(f"decompositions apply to --against decompose and compile:aot_eager, not {against}")
+    if backward and side == "stage":
+        raise TargetError(f"--backward compares gradients against compile[:backend], export, decompose, dtype:bfloat16, "
+                          f"dtype:float16 or autocast:bfloat16, not {against!r}: leave --backward out for a stage of "
+                          "the pass pipeline, or compare gradients with --against decompose")
+    if side == "stage":
+        # the stages the pipeline will have (export, then one per pass): known before anything runs
+        names = ["export", *(s.name for s in steps_of(DEFAULT_PASSES if passes is None else passes))]
+        if int(detail) >= len(names):
+            raise TargetError(f"stage:{detail}: the pipeline has stages 0 to {len(names) - 1} "
+                              f"({', '.join(f'{i} {n}' for i, n in enumerate(names))})")
+    return against, side, detail
+
+
+def _numerics(model: nn.Module, args: Any, kwargs: dict[str, Any] | None, *, against: str, rtol: float | None,
+              atol: float | None, seed: int | None, decompositions: Mapping[Any, Any] | None,
+              passes: Sequence[Any] | None, per_kernel: bool, backward: bool, loss: Any) -> Numerics:
+    against, side, detail = check_options(against, per_kernel=per_kernel, backward=backward, passes=passes,
+                                          decompositions=decompositions)
+    args, kwargs = normalize_args(model, args, kwargs)
+    if backward:
+        check_trainable(model, args)  # before the forward's runs: a model with nothing to train is refused now
     _check_real(model, args, kwargs)
     model, notes = initialised(model, args, kwargs)  # a copy, when lazy modules wait for a first forward
     t0 = time.perf_counter()
@@ -135,9 +176,7 @@ def _numerics(model: nn.Module, args: Any, kwargs: dict[str, Any] | None, *, aga
     prints = Prints(), Prints()  # two eager runs' fingerprints: the noise floor
     with quiet_torch():
         if side in ("dtype", "autocast"):
-            dtype = _DTYPES.get(detail)
-            if dtype is None or (side == "autocast" and detail != "bfloat16"):
-                raise TargetError(f"{against!r}: give dtype:bfloat16, dtype:float16 or autocast:bfloat16")
+            dtype = _DTYPES[detail]
             expected = detail if rtol is None and atol is None else ""
             r_default, a_default = tolerance(dtype)
             rtol, atol = (rtol if rtol is not None else r_default), (atol if atol is not None else a_default)
@@ -147,10 +186,6 @@ def _numerics(model: nn.Module, args: Any, kwargs: dict[str, Any] | None, *, aga
             errors, random = shadow.errors, shadow.random
             seconds = {"run": time.perf_counter() - t0}
         elif side in ("export", "decompose", "stage"):
-            if detail and side != "stage":
-                raise TargetError(f"{against!r}: {side} takes no ':' part")
-            if side == "stage" and not detail.isdigit():
-                raise TargetError(f"{against!r}: give stage:N, N a stage of the pass pipeline (0: the export)")
             rtol, atol = (rtol if rtol is not None else FLOAT32[0]), (atol if atol is not None else FLOAT32[1])
             if side == "stage":
                 ep, program_graph, inputs, name = stage_program(model, args, kwargs, int(detail), passes)
@@ -218,4 +253,4 @@ def _check_real(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any])
             "cuda and pass real tensors (fxviz.capture works on meta)")
 
 
-__all__ = ["SIDES", "TOLERANCES", "Error", "Numerics", "numerics"]
+__all__ = ["SIDES", "TOLERANCES", "Error", "Numerics", "check_options", "numerics"]
