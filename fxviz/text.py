@@ -43,6 +43,12 @@ def clean(text: str, *, newlines: bool = True) -> str:
     return text
 
 
+#: How much of an analysis's answer, and of each note under it, the terminal prints and the report
+#: shows: the same in both (a note cut in one output and whole in the other says two things).
+ANSWER_CHARS = 600
+NOTE_CHARS = 2000
+
+
 def one_line(text: str, *, limit: int = 2000) -> str:
     """``text`` cleaned and on one line (line breaks become `` ⏎ ``), cut at ``limit`` characters."""
     text = _SPACE.sub(" ⏎ ", clean(str(text)).strip()).replace("\t", " ")

@@ -289,3 +289,30 @@ def test_a_training_steps_answer_is_printed_saved_and_reported(tmp_path: Path) -
         assert out.splitlines()[0] == answer == page_data(to_html(saved))["analysis"]["text"]
         code, again = invoke("tree", str(js))
         assert code == 0 and again == out
+
+
+def test_a_long_numerics_note_is_the_same_whole_note_in_every_output(tmp_path: Path, monkeypatch: Any) -> None:
+    """The terminal printed each numerics note cut at 400 characters while the report kept 1,000:
+    a 1,500-character note (what a long list of ops not comparable makes) is whole in all three."""
+    import fxviz.analyze.numerics as numerics_pkg
+    from fxviz.analyze.numerics.result import annotate
+
+    real = numerics_pkg.numerics
+    note = "ops not comparable: " + ", ".join(f"aten.op_{k}.default" for k in range(80))
+    assert 1400 < len(note) < 2000
+
+    def with_long_note(*a: Any, **k: Any) -> Any:
+        result = real(*a, **k)
+        result.notes.append(note)
+        annotate(result)  # as numerics() ends: its graph's answer and notes
+        return result
+
+    monkeypatch.setattr(numerics_pkg, "numerics", with_long_note)
+    js, page = tmp_path / "n.json", tmp_path / "n.html"
+    code, out = invoke("numerics", "fxviz.examples:cnn", "--against", "dtype:bfloat16", "--json", str(js),
+                       "--html", str(page))
+    assert code == 0
+    assert note in said(out, "note: ")
+    assert note in json.loads(js.read_text())["notes"]
+    nt, static = under_answer(page.read_text())
+    assert note in nt and note in static

@@ -21,7 +21,7 @@ from fxviz.cli.base import (
 )
 from fxviz.errors import TargetError
 from fxviz.targets.parse import recognise
-from fxviz.text import one_line
+from fxviz.text import NOTE_CHARS, one_line
 
 if TYPE_CHECKING:
     from fxviz.analyze.compilemap.result import CompileMap
@@ -206,7 +206,7 @@ def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_ou
         console = out_console()
         console.print(f"{one_line(cmap.graph.name)}  {cmap.headline()}", markup=False)
         for note in cmap.notes:
-            console.print(f"note: {one_line(note)}", markup=False)
+            console.print(f"note: {one_line(note, limit=NOTE_CHARS)}", markup=False)
         # shapes and guards: a page of them below; graphs: the header counts them; all in --json/--html
         inside = cmap.inside
         have = cmap.graph.annotations.get("overlays") or {}

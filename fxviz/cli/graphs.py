@@ -25,7 +25,7 @@ from fxviz.cli.base import (
 )
 from fxviz.errors import ModelError, TargetError
 from fxviz.targets.parse import recognise
-from fxviz.text import one_line
+from fxviz.text import ANSWER_CHARS, NOTE_CHARS, one_line
 
 if TYPE_CHECKING:
     from fxviz.ir import Graph
@@ -53,9 +53,9 @@ def tree(target: str, input_shapes: tuple[str, ...], dtype: str, method: str,
     # notes, as it printed them, or a training step's saved activations
     answer = headline(graph) or saved_summary(graph)
     if answer:
-        console.print(one_line(answer, limit=1000), markup=False)
+        console.print(one_line(answer, limit=ANSWER_CHARS), markup=False)
         for note in (graph.annotations.get("headline") or {}).get("notes") or ():
-            console.print(f"note: {one_line(note, limit=1000)}", markup=False)
+            console.print(f"note: {one_line(note, limit=NOTE_CHARS)}", markup=False)
     console.print(graph.tree(depth=depth, unfold=unfold, plumbing=plumbing, overlay=overlay))
 
 

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from fxviz.errors import TargetError
-from fxviz.text import clean, one_line
+from fxviz.text import NOTE_CHARS, clean, one_line
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -93,7 +93,7 @@ def print_inside(console: Console, inside: Inside, *, stage: int | None, graph: 
 
     console.print(f"inside torch.compile: {inside.summary()}", markup=False)
     for note in inside.notes:
-        console.print(f"note: {one_line(note)}", markup=False)
+        console.print(f"note: {one_line(note, limit=NOTE_CHARS)}", markup=False)
     graphs = [pick(inside, graph)] if graph is not None or stage is not None else inside.graphs
     for g in graphs:
         p = g.pipeline

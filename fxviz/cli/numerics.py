@@ -12,7 +12,7 @@ from fxviz.cli.base import cli, out_console, spinner, verbose_option, with_torch
 from fxviz.cli.passes import load_pass
 from fxviz.errors import TargetError
 from fxviz.targets.parse import recognise
-from fxviz.text import one_line
+from fxviz.text import ANSWER_CHARS, NOTE_CHARS, one_line
 
 _SIDES = ("export, decompose, compile[:backend] (compile:aot_eager per op; other backends, inductor by default, "
           "where values enter or leave each compiled graph), dtype:bfloat16, dtype:float16, autocast:bfloat16, "
@@ -74,14 +74,14 @@ def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | No
         write_json(result.to_json(indent=1), json_out, what="numerics JSON")
     if json_out != "-":
         console = out_console()
-        console.print(one_line(result.headline(), limit=400))
+        console.print(one_line(result.headline(), limit=ANSWER_CHARS))
         if result.first is not None:
             console.print(f"first divergence: {one_line(result.where(result.first), limit=400)}  "
                           f"[{result.nodes[result.first].text()}]")
         if result.grads is not None:
-            console.print(one_line(result.grads.headline(), limit=400))
+            console.print(one_line(result.grads.headline(), limit=NOTE_CHARS))
         for note in result.notes:
-            console.print(f"note: {one_line(note, limit=400)}")
+            console.print(f"note: {one_line(note, limit=NOTE_CHARS)}")
         if result.kernels is not None:
             _print_kernels(console, result)
         console.print(result.tree(depth=depth, unfold=unfold))

@@ -12,7 +12,7 @@ import click
 from fxviz.cli.base import cli, out_console, refuse_capture_options, spinner, verbose_option, write_json
 from fxviz.errors import PassError, TargetError
 from fxviz.targets.parse import recognise
-from fxviz.text import clean, one_line
+from fxviz.text import ANSWER_CHARS, clean, one_line
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -128,7 +128,7 @@ def passes(target: str, input_shapes: tuple[str, ...], dtype: str, passes: tuple
     if stage_index is not None and stage_index > last:
         raise TargetError(f"--stage {stage_index}: the pipeline has stages 0 to {last}")
     if to_stdout:  # the answer first, as the report opens with it (annotate writes the same sentence)
-        console.print(one_line(p.headline(), limit=600), markup=False, soft_wrap=True)
+        console.print(one_line(p.headline(), limit=ANSWER_CHARS), markup=False, soft_wrap=True)
     if to_stdout and stage_index is None:
         console.print(stage_table(p, show_unchanged=show_all, stages=shown))
     elif to_stdout and stage_index is not None:  # the tree prints the stage table under it, as its panel

@@ -14,11 +14,10 @@ from fxviz.ir import Graph
 from fxviz.passes.panels import headline, panels
 from fxviz.passes.training import saved_panel, saved_summary
 from fxviz.render.view import bounded
+from fxviz.text import ANSWER_CHARS, NOTE_CHARS
 
 #: How a row's level reads in the terminal (red is for errors only, as everywhere).
 LEVEL_STYLES = {"error": "red", "warn": "yellow", "ok": "green", "info": "dim"}
-#: How much of one note the report keeps (the terminal prints a note on up to 1,000 characters).
-NOTE_CHARS = 1000
 
 
 def cell_text(v: Any) -> str:
@@ -108,10 +107,10 @@ def headline_view(graph: Graph, nindex: Mapping[str, int], gindex: Mapping[str, 
     text = headline(graph)
     spec = graph.annotations.get("headline")
     if not text and graph.saved:  # a training step: its saved activations, the table behind them
-        return {"text": bounded(saved_summary(graph), 600), "p": "saved"}
+        return {"text": bounded(saved_summary(graph), ANSWER_CHARS), "p": "saved"}
     if not text or not isinstance(spec, dict):
         return None
-    out: dict[str, Any] = {"text": bounded(text, 600)}
+    out: dict[str, Any] = {"text": bounded(text, ANSWER_CHARS)}
     if spec.get("notes"):  # what the terminal prints under the answer (``note: ...``), each whole
         out["nt"] = [bounded(str(note), NOTE_CHARS) for note in spec["notes"]]
     if spec.get("level"):
@@ -125,4 +124,4 @@ def headline_view(graph: Graph, nindex: Mapping[str, int], gindex: Mapping[str, 
     return out
 
 
-__all__ = ["LEVEL_STYLES", "NOTE_CHARS", "cell_text", "headline_view", "panel_tables", "panel_view"]
+__all__ = ["LEVEL_STYLES", "cell_text", "headline_view", "panel_tables", "panel_view"]

@@ -17,7 +17,7 @@ from fxviz.analyze.pipeline.result import Pipeline, Stage
 from fxviz.ir import Graph
 from fxviz.passes.overlays import set_overlay
 from fxviz.passes.panels import row, set_headline, set_panel
-from fxviz.text import one_line
+from fxviz.text import NOTE_CHARS, one_line
 
 OVERLAY = "pass_change"
 PANEL = "pipeline"
@@ -177,7 +177,7 @@ def summary_lines(p: Pipeline, show_unchanged: bool) -> list[str]:
         lines.append(f"first divergence: {one_line(p.first_divergence.note)}")
     if tolerance_note(p):
         lines.append(tolerance_note(p))
-    lines.extend(f"note: {one_line(n)}" for n in p.notes)
+    lines.extend(f"note: {one_line(n, limit=NOTE_CHARS)}" for n in p.notes)
     return lines
 
 
