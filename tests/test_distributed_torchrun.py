@@ -227,13 +227,16 @@ class StaticStage(nn.Module):
     says so and skips the shape inference; with ``loss`` (shapes inferred) the schedule's backward
     runs too, its step inside ``torch.enable_grad()`` (fxviz records a forward under ``no_grad``)."""
 
-    def __init__(self, loss: bool) -> None:
+    def __init__(self, loss: bool, static: bool | None = None, grad: bool = False) -> None:
         super().__init__()
         from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
         self.rank, self.loss = dist.get_rank(), loss
         self.part = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
-        shapes = {} if loss else {"input_args": torch.empty(2, 8), "output_args": torch.empty(2, 8)}
+        # the example tensors with requires_grad where a gradient flows (grad: the workaround for torch's
+        # static metadata, which reads requires_grad from them)
+        shapes = {"input_args": torch.empty(2, 8, requires_grad=grad and self.rank > 0),
+                  "output_args": torch.empty(2, 8, requires_grad=grad)} if (not loss if static is None else static) else {}
         stage = PipelineStage(self.part, self.rank, 2, torch.device("cpu"), **shapes)
         self.schedule = ScheduleGPipe(stage, n_microbatches=2,
                                       loss_fn=(lambda o, t: (o - t).pow(2).mean()) if loss else None)
@@ -255,6 +258,49 @@ def static_stage_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
 def loss_stage_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
     torch.manual_seed(0)
     return StaticStage(loss=True), (torch.randn(4, 8),)
+
+
+def static_loss_stage_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return StaticStage(loss=True, static=True), (torch.randn(4, 8),)
+
+
+def static_loss_grad_stage_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return StaticStage(loss=True, static=True, grad=True), (torch.randn(4, 8),)
+
+
+def test_torchrun_a_stage_given_its_shapes_with_a_loss_is_torchs_failure_said_with_its_workaround(
+        tmp_path: Path) -> None:
+    """A stage given its shapes (``input_args``/``output_args`` as ``torch.empty``) with a loss_fn:
+    plain torch's own run, no fxviz (``tests/torch_pipeline_static.py``), fails on rank 0 with "Output
+    gradient: ('None',)" (its static metadata takes ``requires_grad`` from the example tensors, so
+    stage 0's output expects no gradient), and rank 1 completes. fxviz said torch's multi-line
+    words; now one line naming torch's cause and the workaround, which runs: the example tensors made
+    with ``requires_grad=True``, rank 0 receives each microbatch's gradient (the dispatcher's
+    ``recv_`` of 64 bytes, twice) as in torch's run of the same workaround."""
+    plain = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                            str(_free_port()), str(REPO / "tests" / "torch_pipeline_static.py"), str(tmp_path / "t")],
+                           capture_output=True, text=True, timeout=300, cwd=REPO)
+    torch0, torch1 = (json.loads((tmp_path / f"t.{r}").read_text()) for r in (0, 1))
+    assert torch1["without"] == "ok" and torch1["with"] == "ok", plain.stderr[-2000:]
+    assert torch0["without"].startswith("RuntimeError: ") and "Output gradient: ('None',)" in torch0["without"]
+    assert torch0["with"] == "ok"
+    proc = _torchrun_json(f"{Path(__file__)}:static_loss_stage_factory", timeout=60)
+    assert proc.returncode != 0
+    said = ("error: a pipeline stage given its shapes (PipelineStage input_args/output_args) with a loss_fn fails in "
+            "torch's own backward, fxviz or not: torch's static metadata takes requires_grad from those example "
+            "tensors, made without it, so stage 0's output expects no gradient (torch: \"Output gradient: None\"); "
+            "make them with requires_grad=True (output_args of every stage but the last, input_args of every stage "
+            "but the first), or give no shapes and let the stage infer them")
+    assert said in proc.stderr.splitlines(), proc.stderr[-3000:]
+    proc = _torchrun_json(f"{Path(__file__)}:static_loss_grad_stage_factory", timeout=120,
+                          FXVIZ_TEST_C10D=str(tmp_path / "c10d"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = json.loads(proc.stdout)
+    log0 = json.loads((tmp_path / "c10d.0").read_text())
+    assert [[r["op"], r["peer"], r["bytes"]] for r in d["annotations"]["collectives"]] == log0
+    assert [b for op, _, b in log0 if op == "c10d.recv_"][-2:] == [64, 64]
 
 
 def test_torchrun_a_stage_given_its_shapes_skips_what_the_fake_group_makes_it_infer(tmp_path: Path) -> None:
