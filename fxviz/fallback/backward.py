@@ -26,8 +26,6 @@ shapes; a backward that raises marks its node and leaves the forward graph with 
 from __future__ import annotations
 
 import contextlib
-import heapq
-import re
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -41,6 +39,7 @@ from torch.overrides import TorchFunctionMode
 from fxviz.errors import ModelError
 from fxviz.fallback.fsdp import unsharded_names
 from fxviz.fallback.observe import PLAIN_TENSORS
+from fxviz.fallback.ownbackward import snake, walk
 from fxviz.fallback.recompute import Recompute, cache_filled, place, policy_saved, storage_key, would_save
 from fxviz.fallback.recorder import Recorder
 from fxviz.fallback.tensors import tensor_meta
@@ -315,39 +314,6 @@ def _step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], loss:
     return graph
 
 
-def _snake(name: str) -> str:
-    name = re.sub(r"\d+$", "", name)
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower() or "backward"
-
-
-def _walk(root: Any) -> tuple[list[Any], dict[Any, list[tuple[Any, int]]]]:
-    """Every autograd node reachable from ``root``, in the order autograd runs them (ready nodes by
-    descending sequence number), and each node's consumers as (consumer, edge index)."""
-    consumers: dict[Any, list[tuple[Any, int]]] = {root: []}
-    todo, seen = [root], {root}
-    while todo:
-        f = todo.pop()
-        for i, (g, _) in enumerate(f.next_functions):
-            if g is None:
-                continue
-            consumers.setdefault(g, []).append((f, i))
-            if g not in seen:
-                seen.add(g)
-                todo.append(g)
-    waiting = {f: len({id(c) for c, _ in cs}) for f, cs in consumers.items()}
-    heap: list[tuple[int, int, Any]] = [(-root._sequence_nr(), 0, root)]
-    order, k = [], 1
-    while heap:
-        _, _, f = heapq.heappop(heap)
-        order.append(f)
-        for g in dict.fromkeys(g for g, _ in f.next_functions if g is not None):
-            waiting[g] -= 1
-            if waiting[g] == 0:
-                heapq.heappush(heap, (-g._sequence_nr(), k, g))
-                k += 1
-    return order, consumers
-
-
 def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...], loss: torch.Tensor, watch: Watch,
                  checkpoints: Checkpoints | None = None, outputs: Any = None) -> None:
     """Append the backward of ``loss`` to the forward ``graph`` (see the module's docstring); the
@@ -387,7 +353,7 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
         if value and value in nodes:
             saved_by.setdefault(saver, []).append(Ref(value))
 
-    order, consumers = _walk(loss.grad_fn)
+    order, consumers = walk([loss.grad_fn])
     seed = Node(unique("grad of loss"), "input", target="grad of loss", outputs=(tensor_meta(loss),), phase="backward")
     graph.nodes.append(seed)
     bnode: dict[Any, Node] = {}
@@ -411,7 +377,7 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
             attrs["stack_inferred"] = True
             if watch.made_by.get(f) in nodes:  # DTensor's redistribution in a parallel style's hook: its last op
                 attrs["made_by"] = watch.made_by[f]
-        node = Node(unique(_snake(type(f).__name__)), "op", target=type(f).__name__, inputs=tuple(ins), stack=stack,
+        node = Node(unique(snake(type(f).__name__)), "op", target=type(f).__name__, inputs=tuple(ins), stack=stack,
                     attrs=attrs, phase="backward")
         ran[node.name] = len(ran)
         bnode[f] = node
