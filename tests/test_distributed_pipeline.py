@@ -221,6 +221,16 @@ def test_the_backward_a_schedule_runs_in_its_step_is_the_autograd_nodes_torch_ra
         assert [n.outputs[0].shape for n in twice] == [(2, 8), (2, 8)]  # the gradient each handed on
         plain = fxviz.capture(Doubled(), (torch.randn(2, 8, requires_grad=True),), method="eager", backward=True)
         assert "TwiceBackward" in {n.target for n in plain.nodes if n.phase == "backward"}
+        # backward=True differentiates the step's output again, after the step's own backward freed its graph:
+        # torch's error in the backward was all fxviz said; now what to do, the forward graph kept
+        with pytest.raises(ModelError) as e:
+            fxviz.capture(custom_loss_factory, world_size=1, backward=True)
+        assert str(e.value) == (
+            "the model's forward ran a backward itself (2 torch.autograd.backward calls: a pipeline schedule's step "
+            "with a loss_fn runs each microbatch's), which freed the graph backward=True differentiates again: capture "
+            "it without backward=True; that graph has the backward the forward ran, node by node")
+        assert isinstance(e.value.__cause__, RuntimeError) and "a second time" in str(e.value.__cause__)
+        assert e.value.graph is not None and e.value.graph.error.startswith("the backward raised RuntimeError")
     finally:
         dist.destroy_process_group()
 

@@ -58,6 +58,10 @@ from fxviz.torchbridge.training import (
 )
 
 _plain = torch._C.DisableTorchFunction
+#: a forward that ran a backward itself, whose graph the step's backward then found freed
+OWN_BACKWARD = ("the model's forward ran a backward itself ({n} torch.autograd.backward calls: a pipeline schedule's "
+                "step with a loss_fn runs each microbatch's), which freed the graph backward=True differentiates again: "
+                "capture it without backward=True; that graph has the backward the forward ran, node by node")
 
 
 class Watch(TorchFunctionMode):
@@ -81,6 +85,7 @@ class Watch(TorchFunctionMode):
         self.counted: set[tuple[int, str]] = set()
         self.saved_values: set[tuple[str, int]] = set()  # forward values (node, output) something saved
         self.holders: list[list[Any]] = []  # what pack gave autograd: [tensor, its version]
+        self.own_backward = 0  # backward calls the forward made
         self.state: dict[tuple[int, str], str] = {}
         for p in model.parameters():
             self.state[storage_key(p)] = "parameter"
@@ -187,6 +192,8 @@ class Watch(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         rec = self.rec
         assert rec is not None
+        if func is torch.autograd.backward or func is torch.Tensor.backward:
+            self.own_backward += 1  # the forward runs a backward itself (a pipeline schedule's step)
         with _plain():  # reading grad_fn is a call the recorder's mode would see
             for a in args:  # a grad_fn set after the tensor was made (a custom autograd.Function's output)
                 gf = a.grad_fn if isinstance(a, torch.Tensor) else None
@@ -310,6 +317,8 @@ def _step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], loss:
     try:
         add_backward(graph, model, inputs, value, watch, checkpoints, output)
     except BackwardError as e:  # the forward graph, with what the backward got to and where it raised
+        if watch.own_backward:
+            raise ModelError(OWN_BACKWARD.format(n=watch.own_backward), graph=graph) from e.__cause__
         raise ModelError(str(e), graph=graph) from e.__cause__
     return graph
 
