@@ -243,10 +243,16 @@ class StaticStage(nn.Module):
 
     def forward(self, x: torch.Tensor) -> Any:
         kw = {"target": torch.zeros(4, 8)} if self.loss and self.rank == 1 else {}
-        with C10dLog() as log, torch.enable_grad() if self.loss else contextlib.nullcontext():
+        with (C10dLog() as log, torch.enable_grad() if self.loss else contextlib.nullcontext(),
+              torch.profiler.profile() as prof):
             out = self.schedule.step(x, **kw) if self.rank == 0 else self.schedule.step(**kw)
         if "FXVIZ_TEST_C10D" in os.environ:
             Path(f"{os.environ['FXVIZ_TEST_C10D']}.{self.rank}").write_text(json.dumps(log.ops))
+            # the autograd nodes the step's backward ran, in order: torch's profiler's record
+            ran = sorted((e for e in prof.events() if e.name.startswith("autograd::engine::evaluate_function: ")),
+                         key=lambda e: e.time_range.start)
+            Path(f"{os.environ['FXVIZ_TEST_C10D']}.autograd.{self.rank}").write_text(json.dumps(
+                [e.name.split(": ", 1)[1].removeprefix("torch::autograd::") for e in ran]))
         return out
 
 
@@ -341,4 +347,11 @@ def test_torchrun_a_schedule_with_a_loss_runs_as_the_hint_says(tmp_path: Path) -
     assert [[r["op"], r["peer"], r["bytes"]] for r in d["annotations"]["collectives"]] == torch0
     assert [b for op, _, b in torch0 if op == "c10d.recv_"][-2:] == [64, 64]  # each microbatch's gradient
     assert d["annotations"]["rank_mismatches"] == []
+    # the backward the step ran on rank 0, node by node as torch's profiler saw it, each microbatch's
+    # first node reading the gradient rank 0 received for it
+    g = fxviz.Graph.from_json(proc.stdout)
+    backward = [n for n in g.nodes if n.phase == "backward"]
+    assert [n.target for n in backward] == json.loads((tmp_path / "c10d.autograd.0").read_text())
+    recvs = [n.name for n in g.ops if n.target.endswith("irecv")][-2:]
+    assert [n.inputs[0].node for n in backward if n.target == "ReluBackward0"] == recvs
     assert " at 0x" not in proc.stdout and "Work object>" in proc.stdout
