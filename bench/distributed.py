@@ -16,7 +16,11 @@
    figure fxviz controls is the per-op ratio of the added costs. The fake group runs rank 0's
    shard only: each sharded linear computes an eighth of the unsharded one, so the capture ratio
    falls as the model grows (about 1.7x at hidden 512, 1.5x at 1024, 0.2x at 4096) and says
-   little there; at 1024 and up the forwards' own noise is larger than fxviz's added cost.
+   little there; at 1024 and up the forwards' own noise is larger than fxviz's added cost. Beside
+   them, DTensor's forward under a dispatch mode that does nothing (:class:`PassThrough`): what
+   recording collectives at the dispatcher would cost if the mode stayed on for the whole forward
+   (+9.7 ms on 23.9 at hidden 256, this stop); fxviz's is on only for calls that may issue one, and
+   the capture's floor (no recorder at all) is within 2 ms of it.
 2. The LLaMA-70B shape (hidden 8192, 80 layers, 64 heads, 8 KV heads, MLP 28672, vocab 128256) on
    meta, sharded 8 ways: time and peak memory (target < 30 s, < 2 GB).
 3. CommDebugMode alone on the same sharded model, for comparison: its time and its counts.
@@ -55,8 +59,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import fxviz
 import fxviz.fallback.comms as comms
@@ -173,6 +179,22 @@ class CommDebugRecorder(CommDebugMode):  # type: ignore[misc]
                                  "module": self.advanced_module_tracker.name.partition(".")[2],
                                  "source": comms._user_line()})
         return out
+
+
+class PassThrough(TorchDispatchMode):
+    """A dispatch mode that does nothing (DTensor desugars, every op runs as it is): what being a
+    dispatch mode at all costs DTensor's forward, which any recorder of its collectives at the
+    dispatcher (fxviz's, CommDebugMode) pays before doing anything."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if DTensor in types:
+            return NotImplemented
+        return func(*args, **(kwargs or {}))
+
+
+def _under_mode(model: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+    with torch.no_grad(), PassThrough():
+        model(*args)
 
 
 class NoRecorder(contextlib.nullcontext):  # type: ignore[type-arg]
@@ -306,6 +328,7 @@ def small_decoder(hidden: int, reps: int) -> None:
         old_capture(sharded, args)
         base, tp, old, comm, walls, old_walls, fwd, floor, plain_fwd = [], [], [], [], [], [], [], [], []
         base_walls: list[float] = []
+        moded: list[float] = []
         for _ in range(reps):  # interleaved
             w = time.perf_counter()
             base.append(cpu(lambda: fxviz.capture(plain, plain_args, method="eager")))
@@ -325,6 +348,7 @@ def small_decoder(hidden: int, reps: int) -> None:
             comm.append(cpu(run))
             fwd.append(cpu(lambda: _no_grad(sharded, args)))  # DTensor's own dispatch, nothing recorded
             plain_fwd.append(cpu(lambda: _no_grad(plain, plain_args)))
+            moded.append(cpu(lambda: _under_mode(sharded, args)))
         g = fxviz.capture(sharded, args, world_size=8)
         ops = (_ops(fxviz.capture(plain, plain_args, method="eager")), _ops(g))
     b, t, c = statistics.median(base), statistics.median(tp), statistics.median(comm)
@@ -338,6 +362,10 @@ def small_decoder(hidden: int, reps: int) -> None:
     o = statistics.median(old)
     print(f"  before (recording through CommDebugMode): TP x8 {o * 1e3:.0f} ms CPU "
           f"({statistics.median(old_walls) * 1e3:.0f} ms wall), ratio {o / b:.2f}x; light recorder {o / t:.1f}x faster")
+    m = statistics.median(moded)
+    print(f"  torch's price of a dispatch mode: the sharded forward under one that does nothing {m * 1e3:.1f} ms "
+          f"CPU, +{(m - f) * 1e3:.1f} ms on its {f * 1e3:.1f} (DTensor desugars each op again through Python); fxviz "
+          f"records collectives with such a mode (on only for calls that may issue one)")
     print(f"  floor (the same capture recording no collectives): {statistics.median(floor) * 1e3:.1f} ms CPU, "
           f"ratio {statistics.median(floor) / b:.2f}x")
     print(f"  CommDebugMode alone on the sharded forward: {c * 1e3:.0f} ms CPU; "

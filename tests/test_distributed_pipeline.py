@@ -25,15 +25,35 @@ from fxviz.torchbridge.distributed import fake_world
 from tests.test_distributed_p2p import C10dLog
 
 
+class Twice(torch.autograd.Function):
+    """A custom autograd Function: its backward is Python code the autograd engine calls."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return grad * 2 + x * 0
+
+
+class Doubled(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return Twice.apply(x)  # type: ignore[no-any-return]
+
+
 class Step(nn.Module):
     """One step of this rank's stage (GPipe, two microbatches), as training code calls it; with
-    ``loss`` the schedule runs the backward too, inside ``torch.enable_grad()`` when ``grad``."""
+    ``loss`` the schedule runs the backward too, inside ``torch.enable_grad()`` when ``grad``;
+    ``custom``: the stage's second layer is a custom autograd Function's (:class:`Twice`)."""
 
-    def __init__(self, loss: bool = False, grad: bool = False, static: bool = False) -> None:
+    def __init__(self, loss: bool = False, grad: bool = False, static: bool = False, custom: bool = False) -> None:
         super().__init__()
         from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
-        self.part = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+        self.part = nn.Sequential(nn.Linear(8, 8), Doubled() if custom else nn.ReLU())
         shapes: dict[str, Any] = {"input_args": torch.empty(2, 8), "output_args": torch.empty(2, 8)} if static else {}
         stage = PipelineStage(self.part, dist.get_rank(), dist.get_world_size(), torch.device("cpu"), **shapes)
         self.schedule = ScheduleGPipe(stage, n_microbatches=2,
@@ -160,6 +180,57 @@ def test_the_no_grad_hint_on_a_real_group_does_not_blame_the_fake_one(tmp_path: 
         g = fxviz.capture(loss_factory, world_size=1)
         assert len(tree_of(g).calls("part")) == 3  # the shape inference's forward and two microbatches
         assert dist.is_initialized()  # the caller's group, left as it was
+    finally:
+        dist.destroy_process_group()
+
+
+def custom_loss_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return Step(loss=True, grad=True, custom=True), (torch.randn(4, 8),)
+
+
+def test_the_backward_a_schedule_runs_in_its_step_is_the_autograd_nodes_torch_ran(tmp_path: Any) -> None:
+    """A schedule with a loss_fn runs each microbatch's backward inside ``step()``, in C++ where no
+    torch-function mode looks: the graph had the step's forward ops and nothing of its backward,
+    not even the custom Function's (``TwiceBackward``, which ``capture(backward=True)`` of the
+    unpipelined stage shows). Now each autograd node the step ran is a backward node, in the order
+    torch's profiler recorded them running (``autograd::engine::evaluate_function``), the custom
+    Function's in the module call that ran its forward, for each microbatch (the stage module's
+    calls 2 and 3: the forward hooks saw the shape inference's call first), and the gradients
+    accumulate into the stage's parameters. A real group (gloo, one rank: a single stage)."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model, args = custom_loss_factory()
+        calls: list[int] = []
+        model.part.register_forward_hook(lambda *_: calls.append(1))
+        with torch.profiler.profile() as prof:
+            model(*args)
+        ran = sorted((e for e in prof.events() if e.name.startswith("autograd::engine::evaluate_function: ")),
+                     key=lambda e: e.time_range.start)
+        torch_ran = [e.name.split(": ", 1)[1].removeprefix("torch::autograd::") for e in ran]
+        assert torch_ran.count("TwiceBackward") == 2 and len(calls) == 3
+        g = fxviz.capture(custom_loss_factory, world_size=1)
+        backward = [n for n in g.nodes if n.phase == "backward"]
+        assert [n.target for n in backward] == torch_ran
+        twice = [n for n in backward if n.target == "TwiceBackward"]
+        assert [n.stack[-1] for n in twice] == [("part.1", 1), ("part.1", 2)]
+        assert all(n.attrs["forward"] == g.node(n.attrs["forward"]).name and
+                   g.node(n.attrs["forward"]).stack == n.stack for n in twice)
+        assert {n.attrs["grad_of"] for n in backward if n.target == "AccumulateGrad"} == {"part.0.weight",
+                                                                                          "part.0.bias"}
+        assert [n.outputs[0].shape for n in twice] == [(2, 8), (2, 8)]  # the gradient each handed on
+        plain = fxviz.capture(Doubled(), (torch.randn(2, 8, requires_grad=True),), method="eager", backward=True)
+        assert "TwiceBackward" in {n.target for n in plain.nodes if n.phase == "backward"}
+        # backward=True differentiates the step's output again, after the step's own backward freed its graph:
+        # torch's error in the backward was all fxviz said; now what to do, the forward graph kept
+        with pytest.raises(ModelError) as e:
+            fxviz.capture(custom_loss_factory, world_size=1, backward=True)
+        assert str(e.value) == (
+            "the model's forward ran a backward itself (2 torch.autograd.backward calls: a pipeline schedule's step "
+            "with a loss_fn runs each microbatch's), which freed the graph backward=True differentiates again: capture "
+            "it without backward=True; that graph has the backward the forward ran, node by node")
+        assert isinstance(e.value.__cause__, RuntimeError) and "a second time" in str(e.value.__cause__)
+        assert e.value.graph is not None and e.value.graph.error.startswith("the backward raised RuntimeError")
     finally:
         dist.destroy_process_group()
 

@@ -227,23 +227,32 @@ class StaticStage(nn.Module):
     says so and skips the shape inference; with ``loss`` (shapes inferred) the schedule's backward
     runs too, its step inside ``torch.enable_grad()`` (fxviz records a forward under ``no_grad``)."""
 
-    def __init__(self, loss: bool) -> None:
+    def __init__(self, loss: bool, static: bool | None = None, grad: bool = False) -> None:
         super().__init__()
         from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
         self.rank, self.loss = dist.get_rank(), loss
         self.part = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
-        shapes = {} if loss else {"input_args": torch.empty(2, 8), "output_args": torch.empty(2, 8)}
+        # the example tensors with requires_grad where a gradient flows (grad: the workaround for torch's
+        # static metadata, which reads requires_grad from them)
+        shapes = {"input_args": torch.empty(2, 8, requires_grad=grad and self.rank > 0),
+                  "output_args": torch.empty(2, 8, requires_grad=grad)} if (not loss if static is None else static) else {}
         stage = PipelineStage(self.part, self.rank, 2, torch.device("cpu"), **shapes)
         self.schedule = ScheduleGPipe(stage, n_microbatches=2,
                                       loss_fn=(lambda o, t: (o - t).pow(2).mean()) if loss else None)
 
     def forward(self, x: torch.Tensor) -> Any:
         kw = {"target": torch.zeros(4, 8)} if self.loss and self.rank == 1 else {}
-        with C10dLog() as log, torch.enable_grad() if self.loss else contextlib.nullcontext():
+        with (C10dLog() as log, torch.enable_grad() if self.loss else contextlib.nullcontext(),
+              torch.profiler.profile() as prof):
             out = self.schedule.step(x, **kw) if self.rank == 0 else self.schedule.step(**kw)
         if "FXVIZ_TEST_C10D" in os.environ:
             Path(f"{os.environ['FXVIZ_TEST_C10D']}.{self.rank}").write_text(json.dumps(log.ops))
+            # the autograd nodes the step's backward ran, in order: torch's profiler's record
+            ran = sorted((e for e in prof.events() if e.name.startswith("autograd::engine::evaluate_function: ")),
+                         key=lambda e: e.time_range.start)
+            Path(f"{os.environ['FXVIZ_TEST_C10D']}.autograd.{self.rank}").write_text(json.dumps(
+                [e.name.split(": ", 1)[1].removeprefix("torch::autograd::") for e in ran]))
         return out
 
 
@@ -255,6 +264,49 @@ def static_stage_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
 def loss_stage_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
     torch.manual_seed(0)
     return StaticStage(loss=True), (torch.randn(4, 8),)
+
+
+def static_loss_stage_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return StaticStage(loss=True, static=True), (torch.randn(4, 8),)
+
+
+def static_loss_grad_stage_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return StaticStage(loss=True, static=True, grad=True), (torch.randn(4, 8),)
+
+
+def test_torchrun_a_stage_given_its_shapes_with_a_loss_is_torchs_failure_said_with_its_workaround(
+        tmp_path: Path) -> None:
+    """A stage given its shapes (``input_args``/``output_args`` as ``torch.empty``) with a loss_fn:
+    plain torch's own run, no fxviz (``tests/torch_pipeline_static.py``), fails on rank 0 with "Output
+    gradient: ('None',)" (its static metadata takes ``requires_grad`` from the example tensors, so
+    stage 0's output expects no gradient), and rank 1 completes. fxviz said torch's multi-line
+    words; now one line naming torch's cause and the workaround, which runs: the example tensors made
+    with ``requires_grad=True``, rank 0 receives each microbatch's gradient (the dispatcher's
+    ``recv_`` of 64 bytes, twice) as in torch's run of the same workaround."""
+    plain = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                            str(_free_port()), str(REPO / "tests" / "torch_pipeline_static.py"), str(tmp_path / "t")],
+                           capture_output=True, text=True, timeout=300, cwd=REPO)
+    torch0, torch1 = (json.loads((tmp_path / f"t.{r}").read_text()) for r in (0, 1))
+    assert torch1["without"] == "ok" and torch1["with"] == "ok", plain.stderr[-2000:]
+    assert torch0["without"].startswith("RuntimeError: ") and "Output gradient: ('None',)" in torch0["without"]
+    assert torch0["with"] == "ok"
+    proc = _torchrun_json(f"{Path(__file__)}:static_loss_stage_factory", timeout=60)
+    assert proc.returncode != 0
+    said = ("error: a pipeline stage given its shapes (PipelineStage input_args/output_args) with a loss_fn fails in "
+            "torch's own backward, fxviz or not: torch's static metadata takes requires_grad from those example "
+            "tensors, made without it, so stage 0's output expects no gradient (torch: \"Output gradient: None\"); "
+            "make them with requires_grad=True (output_args of every stage but the last, input_args of every stage "
+            "but the first), or give no shapes and let the stage infer them")
+    assert said in proc.stderr.splitlines(), proc.stderr[-3000:]
+    proc = _torchrun_json(f"{Path(__file__)}:static_loss_grad_stage_factory", timeout=120,
+                          FXVIZ_TEST_C10D=str(tmp_path / "c10d"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = json.loads(proc.stdout)
+    log0 = json.loads((tmp_path / "c10d.0").read_text())
+    assert [[r["op"], r["peer"], r["bytes"]] for r in d["annotations"]["collectives"]] == log0
+    assert [b for op, _, b in log0 if op == "c10d.recv_"][-2:] == [64, 64]
 
 
 def test_torchrun_a_stage_given_its_shapes_skips_what_the_fake_group_makes_it_infer(tmp_path: Path) -> None:
@@ -295,4 +347,11 @@ def test_torchrun_a_schedule_with_a_loss_runs_as_the_hint_says(tmp_path: Path) -
     assert [[r["op"], r["peer"], r["bytes"]] for r in d["annotations"]["collectives"]] == torch0
     assert [b for op, _, b in torch0 if op == "c10d.recv_"][-2:] == [64, 64]  # each microbatch's gradient
     assert d["annotations"]["rank_mismatches"] == []
+    # the backward the step ran on rank 0, node by node as torch's profiler saw it, each microbatch's
+    # first node reading the gradient rank 0 received for it
+    g = fxviz.Graph.from_json(proc.stdout)
+    backward = [n for n in g.nodes if n.phase == "backward"]
+    assert [n.target for n in backward] == json.loads((tmp_path / "c10d.autograd.0").read_text())
+    recvs = [n.name for n in g.ops if n.target.endswith("irecv")][-2:]
+    assert [n.inputs[0].node for n in backward if n.target == "ReluBackward0"] == recvs
     assert " at 0x" not in proc.stdout and "Work object>" in proc.stdout

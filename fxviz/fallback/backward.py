@@ -26,8 +26,6 @@ shapes; a backward that raises marks its node and leaves the forward graph with 
 from __future__ import annotations
 
 import contextlib
-import heapq
-import re
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -41,6 +39,7 @@ from torch.overrides import TorchFunctionMode
 from fxviz.errors import ModelError
 from fxviz.fallback.fsdp import unsharded_names
 from fxviz.fallback.observe import PLAIN_TENSORS
+from fxviz.fallback.ownbackward import snake, walk
 from fxviz.fallback.recompute import Recompute, cache_filled, place, policy_saved, storage_key, would_save
 from fxviz.fallback.recorder import Recorder
 from fxviz.fallback.tensors import tensor_meta
@@ -59,6 +58,10 @@ from fxviz.torchbridge.training import (
 )
 
 _plain = torch._C.DisableTorchFunction
+#: a forward that ran a backward itself, whose graph the step's backward then found freed
+OWN_BACKWARD = ("the model's forward ran a backward itself ({n} torch.autograd.backward calls: a pipeline schedule's "
+                "step with a loss_fn runs each microbatch's), which freed the graph backward=True differentiates again: "
+                "capture it without backward=True; that graph has the backward the forward ran, node by node")
 
 
 class Watch(TorchFunctionMode):
@@ -82,6 +85,7 @@ class Watch(TorchFunctionMode):
         self.counted: set[tuple[int, str]] = set()
         self.saved_values: set[tuple[str, int]] = set()  # forward values (node, output) something saved
         self.holders: list[list[Any]] = []  # what pack gave autograd: [tensor, its version]
+        self.own_backward = 0  # backward calls the forward made
         self.state: dict[tuple[int, str], str] = {}
         for p in model.parameters():
             self.state[storage_key(p)] = "parameter"
@@ -188,6 +192,8 @@ class Watch(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         rec = self.rec
         assert rec is not None
+        if func is torch.autograd.backward or func is torch.Tensor.backward:
+            self.own_backward += 1  # the forward runs a backward itself (a pipeline schedule's step)
         with _plain():  # reading grad_fn is a call the recorder's mode would see
             for a in args:  # a grad_fn set after the tensor was made (a custom autograd.Function's output)
                 gf = a.grad_fn if isinstance(a, torch.Tensor) else None
@@ -311,41 +317,10 @@ def _step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], loss:
     try:
         add_backward(graph, model, inputs, value, watch, checkpoints, output)
     except BackwardError as e:  # the forward graph, with what the backward got to and where it raised
+        if watch.own_backward:
+            raise ModelError(OWN_BACKWARD.format(n=watch.own_backward), graph=graph) from e.__cause__
         raise ModelError(str(e), graph=graph) from e.__cause__
     return graph
-
-
-def _snake(name: str) -> str:
-    name = re.sub(r"\d+$", "", name)
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower() or "backward"
-
-
-def _walk(root: Any) -> tuple[list[Any], dict[Any, list[tuple[Any, int]]]]:
-    """Every autograd node reachable from ``root``, in the order autograd runs them (ready nodes by
-    descending sequence number), and each node's consumers as (consumer, edge index)."""
-    consumers: dict[Any, list[tuple[Any, int]]] = {root: []}
-    todo, seen = [root], {root}
-    while todo:
-        f = todo.pop()
-        for i, (g, _) in enumerate(f.next_functions):
-            if g is None:
-                continue
-            consumers.setdefault(g, []).append((f, i))
-            if g not in seen:
-                seen.add(g)
-                todo.append(g)
-    waiting = {f: len({id(c) for c, _ in cs}) for f, cs in consumers.items()}
-    heap: list[tuple[int, int, Any]] = [(-root._sequence_nr(), 0, root)]
-    order, k = [], 1
-    while heap:
-        _, _, f = heapq.heappop(heap)
-        order.append(f)
-        for g in dict.fromkeys(g for g, _ in f.next_functions if g is not None):
-            waiting[g] -= 1
-            if waiting[g] == 0:
-                heapq.heappush(heap, (-g._sequence_nr(), k, g))
-                k += 1
-    return order, consumers
 
 
 def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...], loss: torch.Tensor, watch: Watch,
@@ -387,7 +362,7 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
         if value and value in nodes:
             saved_by.setdefault(saver, []).append(Ref(value))
 
-    order, consumers = _walk(loss.grad_fn)
+    order, consumers = walk([loss.grad_fn])
     seed = Node(unique("grad of loss"), "input", target="grad of loss", outputs=(tensor_meta(loss),), phase="backward")
     graph.nodes.append(seed)
     bnode: dict[Any, Node] = {}
@@ -411,7 +386,7 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
             attrs["stack_inferred"] = True
             if watch.made_by.get(f) in nodes:  # DTensor's redistribution in a parallel style's hook: its last op
                 attrs["made_by"] = watch.made_by[f]
-        node = Node(unique(_snake(type(f).__name__)), "op", target=type(f).__name__, inputs=tuple(ins), stack=stack,
+        node = Node(unique(snake(type(f).__name__)), "op", target=type(f).__name__, inputs=tuple(ins), stack=stack,
                     attrs=attrs, phase="backward")
         ran[node.name] = len(ran)
         bnode[f] = node

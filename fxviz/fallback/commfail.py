@@ -58,6 +58,12 @@ def fake_cannot(error: BaseException, records: list[dict[str, Any]], fake: bool 
         return ("a pipeline schedule with a loss_fn runs its backward in step(), refused under the torch.no_grad() "
                 "fxviz records a forward in: call step() inside `with torch.enable_grad():` in the model's forward"
                 + (then if fake and size > 1 else ""))
+    if pipelined and "Output gradient: ('None',)" in str(cause) and (stage := _static_stage(cause)) is not None:
+        return (f"a pipeline stage given its shapes (PipelineStage input_args/output_args) with a loss_fn fails in "
+                f"torch's own backward, fxviz or not: torch's static metadata takes requires_grad from those example "
+                f"tensors, made without it, so stage {stage}'s output expects no gradient (torch: \"Output gradient: "
+                f"None\"); make them with requires_grad=True (output_args of every stage but the last, input_args "
+                f"of every stage but the first), or give no shapes and let the stage infer them")
     if pipelined and objects and _raised_in_function(cause, "_backward_metadata_inference"):
         return ("a pipeline schedule (torch.distributed.pipelining) with a loss_fn cannot run its step under the fake "
                 "process group: rank 0's stage takes the next stage's gradient metadata from it (recv_object_list), "
@@ -105,6 +111,21 @@ def uneven_shards(error: BaseException, params: Any) -> str:
                         f"{mesh.size(i)} ranks of {over}, and the tensor-parallel styles take even shards: "
                         f"use a world size that divides it")
     return ""
+
+
+def _static_stage(error: BaseException) -> int | None:
+    """The index of the pipeline stage ``error`` was raised in (a ``self`` on its traceback) when
+    the user gave it its shapes (torch's static metadata) as tensors without ``requires_grad``: its
+    output, torch then takes it, needs no gradient; ``None`` otherwise."""
+    tb = error.__traceback__
+    while tb is not None:
+        stage = tb.tb_frame.f_locals.get("self")
+        meta = getattr(stage, "_user_meta", None)
+        outputs = getattr(meta, "outputs", None)
+        if outputs and not all(getattr(m, "requires_grad", True) for m in outputs):
+            return int(getattr(stage, "stage_index", 0))
+        tb = tb.tb_next
+    return None
 
 
 def _raised_in_module(error: BaseException, prefix: str) -> bool:

@@ -81,6 +81,8 @@ def observer(rec: Any) -> Callable[..., Any]:
     placements = rec.placements
     inner = rec.inner_collectives  # collectives the running call dispatched (a sharded capture's)
     fake = rec.fake  # a run on fake tensors: nn.Parameter's own calls on them are not the model's
+    own = rec.own_backward  # a backward the forward runs: the grad_fn of what is recorded under grad
+    grad_on = torch.is_grad_enabled
 
     def observe(
         mode: Any, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
@@ -224,6 +226,8 @@ def observer(rec: Any) -> Callable[..., Any]:
             elif short in RANDOM or (short in DROPOUTS and _dropout_active(attrs)):
                 blockers.append(f"{kind.target} draws random numbers")
             add_node(node)
+            if own is not None and grad_on():
+                own.note(args, outs, name)
             if inner:
                 claim(node, inner)
             if metas:

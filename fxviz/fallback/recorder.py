@@ -31,6 +31,7 @@ from fxviz.fallback.observe import (
     made_by_parameter,
     observer,
 )
+from fxviz.fallback.ownbackward import OwnBackward
 from fxviz.fallback.tensors import METAS, NO_DATA, ModelTensors, Place, Versions, place, tensor_meta, version
 from fxviz.fallback.values import PLAIN_ITEMS, TUPLES, encode, has_opaque
 from fxviz.ir import ModuleCall, Node, NodeKind, Ref, SourceLoc
@@ -56,7 +57,7 @@ class Recorder:
 
     def __init__(
         self, model: nn.Module, level: Level, *, snapshot_buffers: bool,
-        named: list[tuple[str, nn.Module]] | None = None, fake: bool = False,
+        named: list[tuple[str, nn.Module]] | None = None, fake: bool = False, own_backward: bool = False,
     ) -> None:
         self.level = level
         self.aten = level == "aten"
@@ -101,6 +102,8 @@ class Recorder:
         self.inner_collectives: list[tuple[dict[str, Any], list[torch.Tensor]]] = []
         #: the hot path: ``observed(mode, func, types, args, kwargs)`` runs one call and records it
         #: (at function level, the recording mode's ``__torch_function__`` itself)
+        #: a backward the forward runs itself (a pipeline schedule's step): its autograd nodes
+        self.own_backward = OwnBackward(self) if own_backward and not self.aten else None
         self.observed = observer(self)
 
     # ---- values the graph starts from ----------------------------------------------------------
@@ -260,6 +263,8 @@ class Recorder:
         capture walks when it ends (``capture_session``)."""
         self.module_stack = ModuleStack()
         self.observed = _closed
+        if self.own_backward is not None:
+            self.own_backward.close()
 
     # ---- module calls without ops ------------------------------------------------------------
 
@@ -343,6 +348,8 @@ class Recorder:
             self.state.before_write([seen[i][0] for i in mutated if i < len(seen)])
         elif kind.name == "backward":
             self.state.before_backward()
+            if self.own_backward is not None:
+                self.own_backward.before(kind.target, args, kwargs)
         else:
             self.state.before_write(args)
             self.state.before_write(kwargs.values())

@@ -147,7 +147,7 @@ def _trace(
     lvl: Level = "aten" if level == "aten" else "function"
     kwargs = dict(kwargs or {})
     named = named_modules(model, remove_duplicate=False)
-    rec = Recorder(model, lvl, snapshot_buffers=not fake, named=named, fake=bool(fake))
+    rec = Recorder(model, lvl, snapshot_buffers=not fake, named=named, fake=bool(fake), own_backward=not grad)
     flat = flatten_inputs(model, args, kwargs)
     run: AbstractContextManager[Any] = contextlib.nullcontext()  # the caller's FakeRun, or none
     if fake is True:
