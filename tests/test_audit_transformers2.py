@@ -1,0 +1,99 @@
+"""A fifth audit of ``fxviz compile`` on transformers architectures the rest of the suite leaves
+out (Mixtral's eager experts loop, Whisper, Swin, Mamba, T5), each fact checked against torch's own
+record of the same run: the structured trace (what TORCH_TRACE writes and tlparse reads) taken
+in-process from torch's ``trace_structured`` logger, ``torch._dynamo.explain`` and the compilation
+metrics."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch._logging._internal import trace_log
+
+from fxviz.analyze.compilemap import compile_map
+from fxviz.analyze.compilemap.overlay import guard_lines
+
+
+class Trace(logging.Handler):
+    """torch's structured trace records of a run: ``(kind, metadata)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[tuple[str, dict[str, Any]]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        md = record.metadata  # type: ignore[attr-defined]
+        kind = next(k for k in md if k not in ("frame_id", "frame_compile_id", "attempt", "rank"))
+        body = md.get(kind)
+        if isinstance(body, dict):
+            self.records.append((kind, {**body, "compile_id": f"{md.get('frame_id')}/{md.get('frame_compile_id')}"}))
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [md for k, md in self.records if k == kind]
+
+
+@pytest.fixture
+def trace() -> Iterator[Trace]:
+    h = Trace()
+    trace_log.addHandler(h)
+    try:
+        yield h
+    finally:
+        trace_log.removeHandler(h)
+
+
+class Act(nn.Module):
+    """What Mixtral's eager experts loop does to its activation: each expert's tokens arrive as a
+    non-contiguous half of ``gate_up`` (``chunk(2, -1)``), a new count each call, so the second call
+    recompiles with a symbolic size and a symbolic stride (the view's row stride, which its sizes do
+    not give)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.silu(x) * 2
+
+
+def test_every_symbol_torch_created_is_listed_strides_included(trace: Trace) -> None:
+    first, then = torch.randn(3, 128).chunk(2, -1)[0], torch.randn(5, 128).chunk(2, -1)[0]
+    cmap = compile_map(Act(), (first,), backend="eager", inputs=[(then,)])
+    g = cmap.graphs[-1]
+    created = {md["symbol"]: (md["source"], int(md["val"])) for md in trace.of("create_symbol")}
+    stride = next(k for k, (src, _) in created.items() if src == "L['x'].stride()[0]")
+    # torch's record: the recompile made a stride symbol, and a guard reads it
+    assert any(stride in md["expr"] for md in trace.of("guard_added_fast"))
+    # fxviz: every symbol torch created, one for one (before: the stride symbol was left out, and the
+    # guard Ne(s.., 64) named a symbol the map never defined)
+    assert {s.name: (s.source, s.value) for s in g.symbols} == created
+    assert {x for sg in g.shape_guards for x in sg.symbols} <= {s.name for s in g.symbols}
+    sym = next(s for s in g.symbols if s.name == stride)
+    assert (sym.kind, sym.input, sym.dim, sym.value) == ("stride", "x", 0, 128)
+    assert sym.text().startswith(f"{stride} = x stride 0 in [")
+    assert not sym.advice  # mark_dynamic marks sizes, not strides
+    # the terminal, the JSON and the panel the report draws say the same
+    assert any(sym.text() in line for line in guard_lines(cmap, limit=50))
+    back = type(cmap).from_json(cmap.to_json())
+    assert [s.text() for s in back.graphs[-1].symbols] == [s.text() for s in g.symbols]
+    rows = cmap.graph.annotations["panels"]["shapes"]["rows"]
+    assert any(sym.text() in str(r) for r in rows)
+
+
+class Steps(nn.Module):
+    """An int input under dynamic=True is a symbol of its own (torch's source ``L['n']``)."""
+
+    def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        return x * n + n
+
+
+def test_an_int_inputs_symbol_is_listed(trace: Trace) -> None:
+    cmap = compile_map(Steps(), (torch.randn(4), 3), backend="eager", dynamic=True)
+    (g,) = cmap.graphs
+    created = {md["symbol"]: (md["source"], int(md["val"])) for md in trace.of("create_symbol")}
+    ranges = {md["source"]: md["vr"] for md in trace.of("create_symbol")}
+    assert ranges["L['n']"] == "[-int_oo, int_oo]"
+    assert {s.name: (s.source, s.value) for s in g.symbols} == created
+    n = next(s for s in g.symbols if s.source == "L['n']")
+    assert (n.kind, n.input, n.value) == ("value", "n", 3) and n.text() == f"{n.name} = n in (-∞, ∞)"
