@@ -97,3 +97,54 @@ def test_an_int_inputs_symbol_is_listed(trace: Trace) -> None:
     assert {s.name: (s.source, s.value) for s in g.symbols} == created
     n = next(s for s in g.symbols if s.source == "L['n']")
     assert (n.kind, n.input, n.value) == ("value", "n", 3) and n.text() == f"{n.name} = n in (-∞, ∞)"
+
+
+class InPlace(nn.Module):
+    """T5's relative position buckets (``relative_buckets += ...``) and a tensor ``__setitem__``:
+    Dynamo keeps them as ``operator.iadd``/``operator.setitem`` nodes, which fx prints as the
+    statement and then the node (``h += s;  h_1 = h``, ``h_1[0] = 1.0;  setitem = h_1``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        h += self.b(x).sigmoid()
+        h *= 2
+        h[0] = 1.0
+        h[:, 1] = x[:, 2]
+        return torch.tanh(h)
+
+
+def test_dynamo_graphs_with_in_place_operators_are_read_node_for_node() -> None:
+    from fxviz.tracefile.fxtext import parse_graph
+
+    seen: list[torch.fx.GraphModule] = []
+
+    def keep(gm: torch.fx.GraphModule, example: Any) -> Any:
+        seen.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        torch.compile(InPlace(), backend=keep)(torch.randn(4, 8))
+    finally:
+        torch._dynamo.reset()
+    (gm,) = seen
+    g = parse_graph(gm.print_readable(print_output=False), name="g0")  # before: TraceFileError at 'h += ...'
+    ops = {n.name: n for n in g.nodes if n.kind == "op"}
+    theirs = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
+    assert list(ops) == [n.name for n in theirs]
+    for n in theirs:
+        assert ops[n.name].target.rpartition(".")[2] == (n.target if n.op == "call_method" else n.target.__name__)
+        assert {r.node for r in ops[n.name].inputs} == {a.name for a in n.all_input_nodes}
+    assert [ops[n].target for n in ("h_1", "h_2", "setitem", "setitem_1")] == [
+        "operator.iadd", "operator.imul", "operator.setitem", "operator.setitem"]
+
+
+def test_inside_reads_the_dynamo_graph_of_a_model_with_in_place_operators() -> None:
+    cmap = compile_map(InPlace(), (torch.randn(4, 8),), backend="aot_eager", grad=True, inside=True)
+    assert cmap.inside is not None
+    # before: 'g0 Dynamo graph not read: TraceFileError ... cannot read this statement: h += sigmoid'
+    assert not [n for n in cmap.inside.notes if "not read" in n]
