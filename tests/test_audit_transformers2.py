@@ -148,3 +148,50 @@ def test_inside_reads_the_dynamo_graph_of_a_model_with_in_place_operators() -> N
     assert cmap.inside is not None
     # before: 'g0 Dynamo graph not read: TraceFileError ... cannot read this statement: h += sigmoid'
     assert not [n for n in cmap.inside.notes if "not read" in n]
+
+
+class Gate(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x).sigmoid()
+
+
+class Gated(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.gate = nn.Linear(8, 8), Gate()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        h += self.gate(x)
+        return torch.tanh(h) * 2
+
+
+def _results_saved_by_eager(model: nn.Module, x: torch.Tensor) -> set[str]:
+    """The ops whose own output eager autograd saves (``grad_fn._saved_result``): torch's record."""
+    out, seen, todo = set(), set(), [model(x).grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        if hasattr(fn, "_saved_result"):
+            out.add(type(fn).__name__.removesuffix("Backward0").lower())
+        todo += [f for f, _ in fn.next_functions]
+    return out
+
+
+def test_aot_eager_partition_saves_are_on_the_op_that_made_them() -> None:
+    torch.manual_seed(0)
+    model, x = Gated(), torch.randn(4, 8)
+    cmap = compile_map(model, (x,), backend="aot_eager", grad=True, inside=True)
+    assert cmap.inside is not None
+    (part,) = [g.partition for g in cmap.inside.graphs if g.partition is not None]
+    made = {(s.eager, s.module) for s in part.saved if not s.shares}
+    # AOT Autograd saves detach(detach(tanh)) and detach(sigmoid); before, the first was put on the
+    # mul printed after it on the same line (eager 'mul'), the second on no module at all
+    assert {e for e, _ in made} == _results_saved_by_eager(model, x) == {"tanh", "sigmoid"}
+    assert made == {("tanh", ""), ("sigmoid", "gate")}
