@@ -195,3 +195,39 @@ def test_aot_eager_partition_saves_are_on_the_op_that_made_them() -> None:
     # mul printed after it on the same line (eager 'mul'), the second on no module at all
     assert {e for e, _ in made} == _results_saved_by_eager(model, x) == {"tanh", "sigmoid"}
     assert made == {("tanh", ""), ("sigmoid", "gate")}
+
+
+class Masked(nn.Module):
+    """Mixtral's eager experts build their mask under ``with torch.no_grad():``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            mask = x > 0
+        return self.lin(x) * mask
+
+
+def test_the_forward_is_compiled_as_a_call_under_no_grad_as_the_help_says() -> None:
+    from click.testing import CliRunner
+
+    from fxviz.cli import cli
+
+    model, x = Masked(), torch.randn(2, 4)
+    cmap = compile_map(model, (x,), backend="eager")
+    torch._dynamo.reset()
+    with torch.no_grad():
+        under = torch._dynamo.explain(model)(x)
+    torch._dynamo.reset()
+    plain = torch._dynamo.explain(model)(x)
+    torch._dynamo.reset()
+
+    def calls(e: Any) -> list[int]:
+        return [sum(1 for n in g.graph.nodes if n.op.startswith("call_")) for g in e.graphs]
+
+    # torch's record: grad mode changes the graph (two _set_grad_enabled nodes with grad on)
+    assert calls(plain) == [c + 2 for c in calls(under)]
+    assert [g.ops for g in cmap.graphs] == calls(under)
+    assert "torch.no_grad()" in CliRunner().invoke(cli, ["compile", "--help"]).output
