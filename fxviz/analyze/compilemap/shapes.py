@@ -91,7 +91,9 @@ def _int(v: Any) -> int | None:
 
 def every_guard(guards: Iterable[Any]) -> list[str]:
     """Every guard Dynamo installed for a frame, as ``source: KIND`` (``KIND`` alone for global
-    state), the ShapeEnv's checks one by one as ``SHAPE_ENV: <check>``; sorted, none left out."""
+    state) with what the check compares where its kind takes an argument (``L['kwargs']:
+    DICT_NOT_CONTAINS (key='scale')``: one guard per key, as torch's guard manager checks them), the
+    ShapeEnv's checks one by one as ``SHAPE_ENV: <check>``; sorted, none left out."""
     out: set[str] = set()
     for g in guards:
         try:
@@ -101,8 +103,21 @@ def every_guard(guards: Iterable[Any]) -> list[str]:
         if kind == "SHAPE_ENV":
             out.update(f"SHAPE_ENV: {code}" for code in (g.code_list or ()))
         else:
-            out.add(f"{name}: {kind}" if name else kind)
+            out.add((f"{name}: {kind}" if name else kind) + _argument(getattr(g, "create_fn", None)))
     return sorted(out)
+
+
+def _argument(fn: Any) -> str:
+    """`` (key='scale')``: the arguments a guard's builder was bound to (``functools.partial``): a
+    key or attribute name, a number, a source by its name (not the tensor a TENSOR_MATCH holds a
+    reference to); ``""`` for a kind that takes none."""
+    bound = [*(("", a) for a in getattr(fn, "args", None) or ()), *(getattr(fn, "keywords", None) or {}).items()]
+    parts = []
+    for k, v in bound:
+        text = repr(v) if isinstance(v, (str, int, float, bool)) else _name(v) if hasattr(v, "guard_source") else ""
+        if text:
+            parts.append(f"{k}={text}" if k else text)
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def graph_inputs(gm: torch.fx.GraphModule, aliases: Mapping[str, str] | None = None) -> list[str]:
