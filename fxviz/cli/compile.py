@@ -99,7 +99,9 @@ def compile_cmd(target: str | None, backend: str, mode: str | None, dynamic: boo
                 budget: float | None, stage_index: int | None, graph_id: str | None, from_trace: str | None) -> None:
     """Show which parts of TARGET's forward torch.compile runs compiled: each op and module
     coloured by the Dynamo graph that ran it or marked eager, the share compiled per module, every
-    graph break grouped by cause and line with a hint, and the recompiles --inputs cause.
+    graph break grouped by cause and line with a hint, and the recompiles --inputs cause. The
+    forward runs under torch.no_grad(), as inference does (--backward: with grad), so its graphs,
+    guards and kernels are those of a call under no_grad.
 
     With --inside, what Inductor did to each compiled graph; with --backward, a training step's
     backward too and what it saves and recomputes (with --compiled-autograd, the backward as

@@ -65,6 +65,10 @@ _CALLEE = re.compile(r"^([A-Za-z_][\w.]*)\((.*)\)$", re.DOTALL)
 _INFIX = re.compile(r"^(\S+) (" + "|".join(re.escape(o) for o in sorted(BINARY, key=len, reverse=True))
                     + r") (\S+)$")
 _ATTR = re.compile(r"^(\w+)\.(\w+)$")
+# an in-place operator node (Dynamo's ``operator.iadd``, ``operator.setitem``): fx prints the statement,
+# then names the node after it: ``b += y;  b_1: "f32[3, 4]" = b``, ``b[0] = 1.0;  setitem = b``
+_INPLACE = re.compile(r'^(\w+)(\[.*\])? (' + "|".join(re.escape(o) for o in sorted(BINARY, key=len, reverse=True))
+                      + r')?= (.*);  (\w+)(?:\s*:\s*"([^"]*)")? = \1$', re.DOTALL)
 
 
 def parse_graph(text: str, *, name: str) -> Graph:
@@ -257,6 +261,9 @@ class _Reader:
     def _statement(self, i: int, s: str) -> None:
         if "fx_pytree.tree_flatten_spec(" in s or re.match(r"^\w+(\s*,\s*\w+)*\s*,\s*=", s):
             return  # the joint graph's unpacking of its (primals, tangents) pytree
+        if (inplace := _INPLACE.match(_DELETE.sub("", s).strip())) is not None:
+            self._inplace(i, inplace)
+            return
         m = _ASSIGN.match(s)
         if m is None:
             d = _DECLARE.match(s)
@@ -283,6 +290,17 @@ class _Reader:
         if target == "operator.getitem" and len(outputs) == 1:
             self._fill_output(self.by_name[inputs[0].node], inputs[0].index, outputs[0])
         self.ops.append(self._named(node))
+
+    def _inplace(self, i: int, m: re.Match[str]) -> None:
+        """``b += y;  b_1 = b`` (node ``b_1``, ``operator.iadd(b, y)``) or ``b[0] = v;  setitem = b``
+        (``operator.setitem(b, 0, v)``): one node, named as torch named it."""
+        target, index, op, value, name, ann = m.groups()
+        fn = "setitem" if index else "i" + BINARY[op].rstrip("_")
+        args = f"{target}, {index[1:-1]}, {value}" if index else f"{target}, {value}"
+        outputs, strides = self._meta(ann, i)
+        attrs: dict[str, Any] = {"args": args, **({"strides": strides} if strides else {})}
+        self.ops.append(self._named(Node(name, "op", target=f"operator.{fn}", inputs=(Ref(target), *self._refs(
+            args.split(",", 1)[1])), outputs=outputs, source=self.source, attrs=attrs)))
 
     def _fill_output(self, src: Node, index: int, meta: TensorMeta) -> None:
         """A multi-output op (printed without an annotation) learns output ``index`` from the

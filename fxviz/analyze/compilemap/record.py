@@ -301,7 +301,7 @@ class Recorder:
             ours = f.compile_id == g.compile_id if f.compile_id and g.compile_id else \
                 (f.input_set, f.func, f.file) == (g.input_set, g.func, g.file) and _of(g, f.lines)
             if ours and f.dim is not None and f.reason.startswith(f"{f.input} dim {f.dim} ("):
-                size = next((s.value for s in g.symbols if (s.input, s.dim) == (f.input, f.dim)), None)
+                size = next((s.value for s in g.symbols if (s.kind, s.input, s.dim) == ("size", f.input, f.dim)), None)
                 size = size if size is not None else _traced_size(g.inputs, f.input, f.dim)
                 if size is not None:
                     head = f"{f.input} dim {f.dim} ("

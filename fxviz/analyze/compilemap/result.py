@@ -152,14 +152,17 @@ class Symbol:
     code: str = ""
     advice: str = ""
     zero_one: bool = False  # the lower bound 2 is torch's 0/1 specialisation
+    kind: str = "size"  # or "stride" (dim: its index), "storage_offset", "value" (an int input)
 
     def text(self) -> str:
-        """``s77 = x dim 0 in [2, 4]`` (or ``= 8, specialised``)."""
+        """``s77 = x dim 0 in [2, 4]`` (``x stride 0``, ``x storage offset``, ``n``; or ``= 8 (specialised)``)."""
+        what = {"size": f" dim {self.dim}", "stride": f" stride {self.dim}", "storage_offset": " storage offset"}
+        where = f"{self.name} = {self.input}{what.get(self.kind, '')}"
         if self.specialised is not None:
-            return f"{self.name} = {self.input} dim {self.dim} = {self.specialised} (specialised)"
+            return f"{where} = {self.specialised} (specialised)"
         lo = "(-∞" if self.lo is None else f"[{self.lo}"
         hi = "∞)" if self.hi is None else f"{self.hi}]"
-        return f"{self.name} = {self.input} dim {self.dim} in {lo}, {hi}"
+        return f"{where} in {lo}, {hi}"
 
 
 @dataclass(slots=True)

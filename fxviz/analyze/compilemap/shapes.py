@@ -36,6 +36,7 @@ _LOCAL = re.compile(r"^L\['([^']+)'\]")
 _STATE = ("L['self']", "._modules[", "._parameters[", "._buffers[")
 _STATIC = re.compile(r"tensor '(.+)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)")
 _SPECIALISED_01 = "0/1 specialization"
+_KINDS = {"SIZE": "size", "STRIDE": "stride", "STORAGE_OFFSET": "storage_offset"}  # TensorProperty -> Symbol.kind
 _PIN = re.compile(r"^Eq\((?:[a-z]+\d+, -?\d+|-?\d+, [a-z]+\d+)\)$")
 # a failed check that bounds one size (``2 <= S``, ``S <= 11``): the size is outside the graph's range
 _BOUND = re.compile(r"^(?:-?\d+ <=? S|S <=? -?\d+|S >=? -?\d+|-?\d+ >=? S|-?\d+ <=? S <=? -?\d+)$")
@@ -90,7 +91,9 @@ def _int(v: Any) -> int | None:
 
 def every_guard(guards: Iterable[Any]) -> list[str]:
     """Every guard Dynamo installed for a frame, as ``source: KIND`` (``KIND`` alone for global
-    state), the ShapeEnv's checks one by one as ``SHAPE_ENV: <check>``; sorted, none left out."""
+    state) with what the check compares where its kind takes an argument (``L['kwargs']:
+    DICT_NOT_CONTAINS (key='scale')``: one guard per key, as torch's guard manager checks them), the
+    ShapeEnv's checks one by one as ``SHAPE_ENV: <check>``; sorted, none left out."""
     out: set[str] = set()
     for g in guards:
         try:
@@ -100,8 +103,21 @@ def every_guard(guards: Iterable[Any]) -> list[str]:
         if kind == "SHAPE_ENV":
             out.update(f"SHAPE_ENV: {code}" for code in (g.code_list or ()))
         else:
-            out.add(f"{name}: {kind}" if name else kind)
+            out.add((f"{name}: {kind}" if name else kind) + _argument(getattr(g, "create_fn", None)))
     return sorted(out)
+
+
+def _argument(fn: Any) -> str:
+    """`` (key='scale')``: the arguments a guard's builder was bound to (``functools.partial``): a
+    key or attribute name, a number, a source by its name (not the tensor a TENSOR_MATCH holds a
+    reference to); ``""`` for a kind that takes none."""
+    bound = [*(("", a) for a in getattr(fn, "args", None) or ()), *(getattr(fn, "keywords", None) or {}).items()]
+    parts = []
+    for k, v in bound:
+        text = repr(v) if isinstance(v, (str, int, float, bool)) else _name(v) if hasattr(v, "guard_source") else ""
+        if text:
+            parts.append(f"{k}={text}" if k else text)
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def graph_inputs(gm: torch.fx.GraphModule, aliases: Mapping[str, str] | None = None) -> list[str]:
@@ -177,18 +193,21 @@ def read_shape_env(env: Any, stacks: Mapping[int, tuple[Any, Stack]], files: Seq
     for s, sources in getattr(env, "var_to_sources", {}).items():
         if not sources:
             continue
+        # every symbol torch created (its create_symbol records): an input's size, its stride or
+        # storage offset (a non-contiguous view's, which its sizes do not give), or an int input
         src = sources[0]
-        prop = getattr(src, "prop", None)
-        base = getattr(src, "base", None)
-        if base is None or getattr(prop, "name", "") != "SIZE":
+        prop = getattr(getattr(src, "prop", None), "name", "")
+        base = getattr(src, "base", None) if prop else None
+        if prop and (base is None or prop not in _KINDS):
             continue
         r = env.var_to_range.get(s)
         spec = _int(env.replacements.get(s)) if s in getattr(env, "replacements", {}) else None
         lo_sloc = getattr(getattr(env, "var_to_range_sloc", {}).get(s), "lower", None)
-        sym = Symbol(str(s), _name(src), input_name(_name(base), aliases), getattr(src, "idx", None),
+        sym = Symbol(str(s), _name(src), input_name(_name(base if prop else src), aliases), getattr(src, "idx", None),
                      _int(r.lower) if r is not None else None, _int(r.upper) if r is not None else None,
                      _int(values.get(s)), spec,
-                     zero_one=_SPECIALISED_01 in str(getattr(lo_sloc, "framework_loc", "") or ""))
+                     zero_one=_SPECIALISED_01 in str(getattr(lo_sloc, "framework_loc", "") or ""),
+                     kind=_KINDS.get(prop, "value"))
         on = [g for g in guards if sym.name in g.symbols and g.line]
         where = next((g for g in on if spec is not None and _pins(g.expr)), None) or next(iter(on), None)
         if where is not None:
@@ -204,7 +223,7 @@ def advice(sym: Symbol, branches: Sequence[ShapeGuard]) -> str:
     is dynamic and unguarded (any size in its range reuses the graph), or for a local Dynamo made
     (``___stack0`` of a resume function: the user cannot mark it)."""
     dim = f"{sym.input} dim {sym.dim}"
-    if sym.input.startswith("___"):
+    if sym.input.startswith("___") or sym.kind != "size":  # mark_dynamic marks sizes only
         return ""
     if sym.specialised is not None:
         at = f" at {_short(sym.file)}:{sym.line} ({sym.code})" if sym.line else ""
@@ -269,12 +288,12 @@ def explain_fail(guard: str, symbols: Sequence[Symbol], guards: Sequence[ShapeGu
     if not m:
         return "", None, "", ""
     name, dim = input_name(m.group(1)), int(m.group(2))
-    sym = next((s for s in symbols if s.input == name and s.dim == dim), None)
+    sym = next((s for s in symbols if (s.kind, s.input, s.dim) == ("size", name, dim)), None)
     if sym is None:
         return name, dim, f"{name} dim {dim} failed the guard {check}", ""
 
     def symbol(size: re.Match[str]) -> str:
-        of = next((s for s in symbols if s.input == input_name(size.group(1)) and s.dim == int(size.group(2))), None)
+        of = next((s for s in symbols if (s.kind, s.input, s.dim) == ("size", input_name(size.group(1)), int(size.group(2)))), None)
         return of.name if of is not None else size.group(0)
 
     over = _SIZE.sub(symbol, check)  # the check over the symbols, as the graph's guards print

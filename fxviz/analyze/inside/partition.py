@@ -122,7 +122,7 @@ def read(pipeline: Pipeline, *, partitioner: str = "") -> Partition | None:
         n = fw_nodes.get(p.name, p)
         meta = n.meta or p.meta
         base = _base(n, fw_nodes)
-        module, eager, inferred = origin.of(n if n.kind == "op" else base)
+        module, eager, inferred = origin.of(_aliased(n, fw_nodes) if n.kind == "op" else base)
         shares = ""
         size: int | None = 0
         if meta is None or not meta.is_tensor:
@@ -229,6 +229,15 @@ def _base(n: Node, nodes: dict[str, Node]) -> Node:
             n = src  # an output of split / unbind / chunk: a view of their input
         else:
             break
+    return n
+
+
+def _aliased(n: Node, nodes: dict[str, Node]) -> Node:
+    """The op whose output ``n`` is, through ``detach``/``alias`` (AOT Autograd saves
+    ``detach(detach(tanh))``: the value is tanh's, and it sits on tanh's line, not the line AOT
+    printed the detach under)."""
+    while n.kind == "op" and _short(n.target) in ("detach", "alias") and n.inputs and n.inputs[0].node in nodes:
+        n = nodes[n.inputs[0].node]
     return n
 
 
