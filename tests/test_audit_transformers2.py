@@ -259,3 +259,28 @@ def test_guards_that_differ_by_their_argument_are_each_kept(trace: Trace) -> Non
     # before: both were the one line "L['kwargs']: DICT_NOT_CONTAINS"
     mine = {t for t in g.guards if t.startswith("L['kwargs']: DICT_NOT_CONTAINS")}
     assert mine == {f"L['kwargs']: DICT_NOT_CONTAINS (key={k!r})" for k in absent}
+
+
+def test_values_on_no_module_are_counted_and_explained() -> None:
+    """Mamba's selective scan under aot_eager: AOT Autograd gives some saved values the source line of
+    a torch function (``F.pad`` inside the scan), which no Dynamo op has, so no module is found. The
+    tables showed '?' with no word why; the partition's summary (the terminal's table title, the
+    report's panel note) now counts them, bytes included."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    from fxviz.analyze.inside.partition import size, summary
+
+    torch.manual_seed(0)
+    cfg = MambaConfig(vocab_size=96, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4)
+    model = MambaForCausalLM(cfg).eval()
+    cmap = compile_map(model, (torch.randint(0, 96, (1, 7)),), backend="aot_eager", grad=True, inside=True)
+    assert cmap.inside is not None
+    parts = [g.partition for g in cmap.inside.graphs if g.partition is not None]
+    lost = [s for p in parts for s in p.saved if s.module is None]
+    ops = [c for p in parts for c in p.recomputed if c.module is None]
+    assert lost  # what the audit found: 8 of 54 saved values
+    text = summary(parts)
+    assert f"; {len(lost)} saved value(s) ({size(sum(s.bytes or 0 for s in lost))}) and {len(ops)} recomputed op(s) " \
+           "on no module ('?')" in text
+    note = cmap.graph.annotations["panels"]["partition"]["note"]
+    assert text in note

@@ -166,8 +166,15 @@ def summary(parts: list[Partition]) -> str:
     saved = sum(p.saved_bytes for p in parts)
     n = sum(len(p.saved) for p in parts)
     r = sum(len(p.recomputed) for p in parts)
-    return (f"the compiled backward saves {size(saved)} ({n} value{'s' if n != 1 else ''}) and recomputes "
-            f"{r} op{'s' if r != 1 else ''}")
+    out = (f"the compiled backward saves {size(saved)} ({n} value{'s' if n != 1 else ''}) and recomputes "
+           f"{r} op{'s' if r != 1 else ''}")
+    lost = [s for p in parts for s in p.saved if s.module is None]
+    lost_ops = sum(1 for p in parts for c in p.recomputed if c.module is None)
+    if lost or lost_ops:  # '?' in the tables: say why rather than leave it unexplained
+        out += (f"; {len(lost)} saved value(s) ({size(sum(s.bytes or 0 for s in lost))}) and {lost_ops} recomputed "
+                "op(s) on no module ('?'): no record names one, and the source line AOT Autograd gives them "
+                "(inside a torch function or a higher-order op's body) is on no op of the Dynamo graph")
+    return out
 
 
 def write(graph: Graph, parts: list[Partition], ids: Sequence[str] = ()) -> None:
