@@ -37,6 +37,7 @@ from fxviz.fallback.values import PLAIN_ITEMS, TUPLES, encode, has_opaque
 from fxviz.ir import ModuleCall, Node, NodeKind, Ref, SourceLoc
 from fxviz.torchbridge.distributed import placement_attrs
 from fxviz.torchbridge.guard import named_modules
+from fxviz.torchbridge.walk import is_walk_of, state_of
 
 _SKIP = Action.SKIP
 _PLAIN_TYPES = frozenset({int, bool, str})
@@ -87,7 +88,8 @@ class Recorder:
         self.placements: dict[Any, Any] = {}  # placement_attrs' cache, for this recording only (it holds meshes)
         self._by_path: dict[str, nn.Module] | None = None  # module path -> module, made on first need
         self._fsdp: FsdpParams | None = None  # FSDP2's parameters, looked for on first need
-        self.state = ModelTensors(self.modules, snapshot_buffers=snapshot_buffers)
+        self.state = ModelTensors(self.modules, snapshot_buffers=snapshot_buffers,  # names: the capture's shared walk
+                                  state=state_of(model) if is_walk_of(named, model) else None)
         self.failed: Node | None = None
         self.failed_stack: tuple[ModuleCall, ...] = ()
         self.replay_blockers: list[str] = []

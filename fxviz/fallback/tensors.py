@@ -23,6 +23,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from fxviz.ir import Node, NodeKind, Ref, TensorMeta
 from fxviz.torchbridge.normalize import _describe
 from fxviz.torchbridge.values import meta_from_value
+from fxviz.torchbridge.walk import State
 
 
 class TensorMap:
@@ -180,7 +181,8 @@ class ModelTensors:
     :class:`fxviz.torchbridge.guard.ModelState`, the snapshot every capture method puts the whole
     model back from (every module's ``__dict__``, hooks and submodules)."""
 
-    def __init__(self, modules: list[tuple[str, nn.Module]], *, snapshot_buffers: bool) -> None:
+    def __init__(self, modules: list[tuple[str, nn.Module]], *, snapshot_buffers: bool,
+                 state: State | None = None) -> None:
         self._modules = modules
         # tensor id -> (tensor, kind, name): strong references (the model holds these tensors for
         # the whole capture anyway; a weak reference per parameter cost more than a deep model's
@@ -190,6 +192,10 @@ class ModelTensors:
         #: a tensor the walk met under two names (a tied weight): only then can ``mark_tied`` find
         #: anything among ``modules`` (a module met under two paths is the caller's to tell)
         self.tied = False
+        if state is not None:  # the capture's shared walk of these modules (walk.state_of): a copy
+            self._names = dict(state[0])
+            self.tied = state[2]
+            modules = []
         for path, m in modules:
             prefix = f"{path}." if path else ""
             kinds: tuple[tuple[NodeKind, dict[str, Any]], ...] = (

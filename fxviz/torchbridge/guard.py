@@ -36,7 +36,8 @@ import operator
 import sys
 import warnings
 from collections.abc import Iterable
-from itertools import chain, compress, filterfalse
+from functools import partial
+from itertools import chain, compress, filterfalse, repeat
 from typing import Any
 
 import torch
@@ -51,6 +52,8 @@ from fxviz.torchbridge.walk import modules_of, named_modules, walks_shared
 _first, _second = operator.itemgetter(0), operator.itemgetter(1)
 _PLAIN_TENSORS, _PARAMETER = frozenset((torch.Tensor, nn.Parameter, nn.Buffer)), frozenset((nn.Parameter,))
 _is_meta = operator.attrgetter("is_meta")
+_dict_of = operator.attrgetter("__dict__")
+_not_none = partial(operator.is_not, None)
 _NOT_CONTAINERS = (torch.Tensor, nn.Module)
 _SCALARS = frozenset({int, float, bool, str, bytes, type(None), complex})
 #: Containers walked into at most (a forward's Python caches; a guard against pathological models).
@@ -132,8 +135,9 @@ class _Tensors:
     __slots__ = ("aliases", "grads", "leaves", "other", "real", "signature", "tensors", "values")
 
     def __init__(self, tensors: Iterable[tuple[torch.Tensor, bool]]) -> None:
-        unique = {id(t): (t, copy) for t, copy in tensors}  # a tensor listed twice: the later entry
-        self.tensors = ts = [t for t, _ in unique.values()]
+        tensors = list(tensors)  # (tensor, copy) pairs; a tensor listed twice: the later entry, in C
+        unique = dict(zip(map(id, map(_first, tensors)), tensors, strict=True))
+        self.tensors = ts = list(map(_first, unique.values()))
         # parameters are leaves with storage; tensor attributes and inputs may be neither
         kinds = set(map(type, ts))  # what follows in C where every tensor is plain (most models)
         self.leaves = list(ts) if kinds <= _PARAMETER else [t for t in ts if type(t) is nn.Parameter or t.is_leaf]
@@ -145,7 +149,7 @@ class _Tensors:
             self.other = list(compress(ts, map(operator.not_, real)))  # meta, fake: no storage to compare
         with torch.no_grad():
             self.aliases = list(map(data_alias if self.other else _data_of, ts))
-            self.values = [(t, t.detach().clone()) for t, copy in unique.values() if copy and _real(t)]
+            self.values = [(t, t.detach().clone()) for t, _ in filter(_second, unique.values()) if _real(t)]
         self.signature = self._signature()
         self.grads = self.signature[0]  # neither is ever changed
 
@@ -211,18 +215,18 @@ class ModelState:
     """The model and its inputs as they were; :meth:`restore` puts them back.
 
     Every module's ``__dict__``, its non-empty parameter, buffer, submodule and hook dicts are
-    kept as their keys and one list of all their values (built in C: this runs before every
-    capture, and a Python loop over a large model's modules costs more than the tracer's work on
-    a small one); :meth:`restore` compares lengths and values at once and rebuilds a dict from its
-    keys and its slice of values only where something differs. Dicts that were empty are only
-    checked to be empty still."""
+    kept as a shallow copy each and one list of all their values (built in C: this runs before
+    every capture, and a Python loop over a large model's modules costs more than the tracer's
+    work on a small one); :meth:`restore` compares lengths and values at once and puts a dict
+    back from its copy only where something differs. Dicts that were empty are only checked to
+    be empty still."""
 
     def __init__(self, model: nn.Module, inputs: Iterable[Any]) -> None:
         inputs = list(inputs)
         user: list[Any] = list(inputs)  # roots of the containers walked into
         tensors: list[tuple[torch.Tensor, bool]] = []
         mods = modules_of(model)
-        dicts = [m.__dict__ for m in mods]
+        dicts = list(map(_dict_of, mods))
         states = fsdp_states(mods)  # FSDP2's, outside the modules' dicts
         self._fsdp = FsdpState(states) if states else None
         try:
@@ -234,31 +238,21 @@ class ModelState:
             user += [v for d in dicts if not d.keys() >= _STANDARD for v in d.values()]
             state = list(map(_state_of, standard))
             hooks = list(chain.from_iterable(map(_hooks_of, standard)))
-        own = [d for d, n in zip(standard, map(len, standard), strict=True) if n > _N_STANDARD]
-        extras: dict[tuple[str, ...], list[str]] = {}  # a layout of keys (one per class, mostly) -> own keys
-        for d, keys in zip(own, map(tuple, own), strict=True):
-            ks = extras.get(keys)
-            if ks is None:
-                ks = extras[keys] = [k for k in keys if k not in _STANDARD]
-            for v in map(d.__getitem__, ks):  # a module's own attributes (Linear's in_features)
-                t = type(v)
-                if issubclass(t, torch.Tensor):  # by type: see _Containers
-                    tensors.append((v, True))
-                elif t not in _SCALARS:
-                    user.append(v)
+        _own_attributes(standard, tensors, user)
         state_dicts = list(chain.from_iterable(state))
         params = chain.from_iterable(map(dict.values, map(_first, state)))
         buffers = chain.from_iterable(map(dict.values, map(_second, state)))
-        tensors += [(p, False) for p in params if p is not None]
-        tensors += [(b, True) for b in buffers if b is not None]
-        kept = list(filter(None, hooks))
-        # dicts that were empty only need to stay empty: checked in C
-        self._empty = list(filterfalse(None, hooks)) + list(filterfalse(None, state_dicts))
+        tensors += zip(filter(_not_none, params), repeat(False))
+        tensors += zip(filter(_not_none, buffers), repeat(True))
+        # dicts that were empty only need to stay empty (:meth:`restore` checks them in C, by their
+        # truth, as they were sorted here); most models hold no hook at all: one scan tells
+        kept = list(filter(None, hooks)) if any(hooks) else []
+        self._empty = (list(filterfalse(None, hooks)) if kept else hooks) + list(filterfalse(None, state_dicts))
         self._dicts = dicts + list(filter(None, state_dicts)) + [c for c in kept if isinstance(c, dict)]
         self._signature = _dicts_signature(self._dicts)
-        # every dict's keys in one list, in C (a list per dict cost a Python call each: 1,200 dicts
-        # on a 300-layer stack); each dict's are the slice its length in the signature gives
-        self._keys = list(chain.from_iterable(map(dict.keys, self._dicts)))
+        # every dict's keys and values as they were, for the few a capture changes: a shallow copy
+        # each, in C (a list of all their keys, one Python call per dict before that, cost more)
+        self._copies = list(map(dict.copy, self._dicts))
         self._sets = [(c, c.copy()) for c in kept if not isinstance(c, dict)]
         self._containers = _Containers(user)
         self._tensors = _Tensors(tensors)
@@ -274,7 +268,7 @@ class ModelState:
             if c != saved:
                 c.clear()
                 c.update(saved)
-        if any(map(len, self._empty)):  # a hook, parameter or buffer registered during the attempt
+        if any(self._empty):  # a hook, parameter or buffer registered during the attempt
             for h in self._empty:
                 h.clear()
         self._containers.restore()
@@ -282,15 +276,47 @@ class ModelState:
         self._inputs.restore()
 
     def _restore_dicts(self) -> None:
-        lengths, values = self._signature
-        start = 0
-        for d, n in zip(self._dicts, lengths, strict=True):
-            end = start + n
-            keys = self._keys[start:end]
-            if len(d) != n or list(d) != keys or not all(map(operator.is_, d.values(), values[start:end])):
+        for d, saved in zip(self._dicts, self._copies, strict=True):
+            if len(d) != len(saved) or list(d) != list(saved) or not all(
+                    map(operator.is_, d.values(), saved.values())):
                 d.clear()
-                d.update(zip(keys, values[start:end], strict=True))
-            start = end
+                d.update(saved)
+
+
+def _own_attributes(dicts: list[dict[str, Any]], tensors: list[tuple[torch.Tensor, bool]], user: list[Any]) -> None:
+    """A module's own attributes (``Linear``'s ``in_features``): tensors onto ``tensors`` (copied),
+    other objects than scalars onto ``user`` (containers walked into), in module order. Read per
+    layout of keys (one per class, mostly) in C first: a layout whose attributes are all scalars
+    in every module (most) adds nothing, and only modules of the other layouts are looped over."""
+    own = list(compress(dicts, map(_N_STANDARD.__lt__, map(len, dicts))))
+    if not own:
+        return
+    layouts = list(map(tuple, own))
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for d, keys in zip(own, layouts, strict=True):
+        group = groups.get(keys)
+        if group is None:
+            groups[keys] = [d]
+        else:
+            group.append(d)
+    extras: dict[tuple[str, ...], list[str]] = {}  # the layouts with other values than scalars -> own keys
+    for keys, group in groups.items():
+        ks = [k for k in keys if k not in _STANDARD]
+        values = map(operator.itemgetter(*ks), group)
+        if not set(map(type, values if len(ks) == 1 else chain.from_iterable(values))) <= _SCALARS:
+            extras[keys] = ks
+    if not extras:
+        return
+    for d, keys in zip(own, layouts, strict=True):
+        mixed = extras.get(keys)
+        if mixed is None:
+            continue
+        for v in map(d.__getitem__, mixed):
+            t = type(v)
+            if issubclass(t, torch.Tensor):  # by type: see _Containers
+                tensors.append((v, True))
+            elif t not in _SCALARS:
+                user.append(v)
 
 
 def _dicts_signature(dicts: list[dict[str, Any]]) -> tuple[list[int], list[Any]]:

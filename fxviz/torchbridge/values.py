@@ -6,15 +6,18 @@ at this package (``fxviz.torchbridge``), which ``capture`` and ``fallback`` both
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
+from itertools import compress
 from typing import Any
 
 import torch
 from torch import nn
 
-from fxviz.ir import Graph, ModuleInfo, Node, NodeKind, Ref, TensorMeta
+from fxviz.ir import Graph, ModuleInfo, Node, Ref, TensorMeta
 from fxviz.text import without_address
 from fxviz.torchbridge.guard import named_modules
+from fxviz.torchbridge.walk import state_of
 
 
 def module_infos(
@@ -175,6 +178,9 @@ def output_node(name: str, path: str, ref: Ref | None, const: str | None) -> Nod
     return Node(name, "output", target=path, inputs=(ref,) if ref is not None else (), attrs=attrs)
 
 
+_name_of = operator.itemgetter(2)
+
+
 def add_unread_state(graph: Graph, model: nn.Module) -> None:
     """Give every parameter and buffer of ``model`` that the captured run never read a node (kind
     ``parameter``/``buffer``, in its owning module, no users), as export's graph lists all of them:
@@ -182,25 +188,20 @@ def add_unread_state(graph: Graph, model: nn.Module) -> None:
     tracer list only what the run reads: Dinov2's ``mask_token``, read only with
     ``bool_masked_pos``, was missing from the header's and its module's count)."""
     have = {n.target for n in graph.nodes if n.kind in ("parameter", "buffer")}
-    names: set[str] | None = None  # the nodes' names, made once a name is not among ``have`` (most never)
-    seen: set[int] = set()
+    # each tensor named by its first owner, as named_parameters does (the walk the tracer shared)
+    names, paths, _ = state_of(model)
+    entries = list(names.values())
+    missing = list(compress(zip(entries, paths, strict=True),
+                            map(operator.not_, map(have.__contains__, map(_name_of, entries)))))
+    if not missing:  # (most captures: in C)
+        return
+    taken = {n.name for n in graph.nodes}
     new: list[Node] = []
-    for path, m in named_modules(model):
-        tables: tuple[tuple[NodeKind, dict[str, Any]], ...] = (("parameter", m._parameters), ("buffer", m._buffers))
-        for kind, table in tables:
-            for key, t in table.items():
-                if t is None or id(t) in seen:
-                    continue
-                seen.add(id(t))  # a tied tensor is named by its first owner, as named_parameters does
-                name = f"{path}.{key}" if path else key
-                if name in have:
-                    continue
-                if names is None:
-                    names = {n.name for n in graph.nodes}
-                if name in names or not isinstance(t, torch.Tensor):
-                    continue
-                meta = meta_from_value(t)
-                new.append(Node(name, kind, name, stack=((path, 0),) if path else (),
-                                outputs=(meta,) if meta is not None else ()))
+    for (t, kind, name), path in missing:
+        if name in taken or not isinstance(t, torch.Tensor):
+            continue
+        meta = meta_from_value(t)
+        new.append(Node(name, kind, name, stack=((path, 0),) if path else (),
+                        outputs=(meta,) if meta is not None else ()))
     if new:
         graph.nodes[:0] = new

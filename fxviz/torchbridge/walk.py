@@ -6,9 +6,12 @@ from __future__ import annotations
 import contextlib
 import operator
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
+
+if TYPE_CHECKING:
+    from fxviz.ir import NodeKind
 
 _second = operator.itemgetter(1)
 
@@ -21,7 +24,7 @@ def named_modules(model: nn.Module, *, remove_duplicate: bool = True) -> list[tu
     two lists is made once: the same list is returned to every caller (read it, never change it)."""
     cached = _WALKS.get(id(model))
     if cached is None or cached[0] is not model:
-        cached = [model, _walk(model), None]
+        cached = [model, _walk(model), None, None]
         if _SHARING:
             _WALKS[id(model)] = cached
     if not remove_duplicate:
@@ -63,12 +66,55 @@ def named_state(model: nn.Module, members: str, *, remove_duplicate: bool = True
     return out
 
 
+#: :func:`state_of`'s answer: tensor id -> (tensor, kind, name), each entry's module path, and tied
+State = tuple["dict[int, tuple[Any, NodeKind, str]]", list[str], bool]
+
+
+def state_of(model: nn.Module) -> State:
+    """Every parameter and buffer of ``model`` once, in :func:`named_modules` order (each module's
+    parameters, then its buffers): by id, the tensor, its kind (``"parameter"``, ``"buffer"``) and
+    its first name, as ``named_parameters()`` gives it; the path of the module that owns that name,
+    entry for entry; and whether a tensor was met under a second name (a tied weight). Within
+    :func:`walks_shared`, made once and shared by the tracer and the state a capture adds (the
+    same objects: read them, never change them)."""
+    cached = _WALKS.get(id(model))
+    if cached is not None and cached[0] is model and cached[3] is not None:
+        return cached[3]  # type: ignore[no-any-return]
+    names: dict[int, tuple[Any, NodeKind, str]] = {}
+    paths: list[str] = []
+    tied = False
+    for path, m in named_modules(model):
+        prefix = f"{path}." if path else ""
+        kinds: tuple[tuple[NodeKind, dict[str, Any]], ...] = (("parameter", m._parameters), ("buffer", m._buffers))
+        for kind, members in kinds:
+            if members:
+                for name, t in members.items():
+                    if t is not None:
+                        if id(t) not in names:
+                            names[id(t)] = (t, kind, prefix + name)
+                            paths.append(path)
+                        else:
+                            tied = True
+    state = (names, paths, tied)
+    cached = _WALKS.get(id(model))
+    if cached is not None and cached[0] is model:  # sharing
+        cached[3] = state
+    return state
+
+
+def is_walk_of(named: list[tuple[str, nn.Module]], model: nn.Module) -> bool:
+    """Whether ``named`` is the shared ``named_modules(model, remove_duplicate=False)`` list itself."""
+    cached = _WALKS.get(id(model))
+    return cached is not None and cached[0] is model and named is cached[1]
+
+
 def modules_of(model: nn.Module) -> list[nn.Module]:
     """Every module once, in ``model.modules()`` order."""
     return list(map(_second, named_modules(model)))
 
 
-#: model id -> [the model, its walk, the walk without repeated modules (once asked for)]
+#: model id -> [the model, its walk, the walk without repeated modules, its state (:func:`state_of`);
+#: the last two once asked for]
 _WALKS: dict[int, list[Any]] = {}
 _SHARING = False
 
@@ -88,4 +134,4 @@ def walks_shared() -> Iterator[None]:
             _WALKS.clear()
 
 
-__all__ = ["modules_of", "named_modules", "named_state", "walks_shared"]
+__all__ = ["State", "is_walk_of", "modules_of", "named_modules", "named_state", "state_of", "walks_shared"]
