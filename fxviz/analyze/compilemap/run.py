@@ -148,6 +148,10 @@ def compile_map(
     try:
         t1 = time.perf_counter()
         recorder = Recorder(backend, mode, dynamic, module_paths(model))
+        if live is not None and backend == "aot_eager":  # torch's module of each AOT node, into the trace
+            from fxviz.torchbridge.modulerecord import aot_eager_recorded
+
+            recorder.real = aot_eager_recorded(recorder.paths)
         arithmetic = Arithmetic(recorder)
         watch = LimitWatch()
         try:
