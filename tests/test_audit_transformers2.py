@@ -263,12 +263,13 @@ def test_guards_that_differ_by_their_argument_are_each_kept(trace: Trace) -> Non
 
 def test_values_on_no_module_are_counted_and_explained() -> None:
     """Mamba's selective scan under aot_eager: AOT Autograd gives some saved values the source line of
-    a torch function (``F.pad`` inside the scan), which no Dynamo op has, so no module is found. The
-    tables showed '?' with no word why; the partition's summary (the terminal's table title, the
-    report's panel note) now counts them, bytes included."""
+    a torch function (``F.pad`` inside the scan), which no Dynamo op with a module has. The live run
+    now records torch's own module of each AOT node (``nn_module_stack``), so none is left on '?'
+    (the audit found 8 of 54, 51.5 KB); the summary's "on no module ('?')" clause counts only what a
+    record leaves without one, and says so in the report's panel note too."""
     from transformers import MambaConfig, MambaForCausalLM
 
-    from fxviz.analyze.inside.partition import size, summary
+    from fxviz.analyze.inside.partition import Partition, SavedValue, summary
 
     torch.manual_seed(0)
     cfg = MambaConfig(vocab_size=96, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4)
@@ -276,11 +277,12 @@ def test_values_on_no_module_are_counted_and_explained() -> None:
     cmap = compile_map(model, (torch.randint(0, 96, (1, 7)),), backend="aot_eager", grad=True, inside=True)
     assert cmap.inside is not None
     parts = [g.partition for g in cmap.inside.graphs if g.partition is not None]
-    lost = [s for p in parts for s in p.saved if s.module is None]
-    ops = [c for p in parts for c in p.recomputed if c.module is None]
-    assert lost  # what the audit found: 8 of 54 saved values
+    assert sum(len(p.saved) for p in parts) == 54
+    assert [s for p in parts for s in p.saved if s.module is None] == []
+    assert [c for p in parts for c in p.recomputed if c.module is None] == []
     text = summary(parts)
-    assert f"; {len(lost)} saved value(s) ({size(sum(s.bytes or 0 for s in lost))}) and {len(ops)} recomputed op(s) " \
-           "on no module ('?')" in text
+    assert "on no module" not in text
+    left = Partition([SavedValue("a", None, 2048, [512], "float32"), SavedValue("b", "m", 4, [1], "float32")])
+    assert "; 1 saved value(s) (2.0 KB) and 0 recomputed op(s) on no module ('?')" in summary([left])
     note = cmap.graph.annotations["panels"]["partition"]["note"]
     assert text in note

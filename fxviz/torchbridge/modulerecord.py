@@ -36,7 +36,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -63,26 +63,42 @@ def _type(t: Any) -> str:
     return str(t)
 
 
-def stacks(graph: torch.fx.Graph) -> dict[str, dict[str, list[list[str]]]]:
-    """Per meta key of :data:`KEYS`: node name -> its stack, ``[[path, type], ...]`` outermost first."""
+def stacks(graph: torch.fx.Graph, paths: Mapping[int, str] | None = None) -> dict[str, dict[str, list[list[str]]]]:
+    """Per meta key of :data:`KEYS`: node name -> its stack, ``[[path, type], ...]`` outermost first;
+    with ``paths`` (``id(module)`` -> its path in the model), a module torch keys by its id (as
+    ``nn_module_stack`` does: ``"140109678211920"``, ``"…@1"``) is named by its path there
+    (``backbone.layers.0.mixer``, not the frame's ``L['args'][0].backbone.layers[0].mixer``)."""
     out: dict[str, dict[str, list[list[str]]]] = {k: {} for k in KEYS}
     for n in graph.nodes:
         for key in KEYS:
             stack = n.meta.get(key)
             if isinstance(stack, dict) and stack:
-                out[key][n.name] = [[str(v[0]), _type(v[1])] if isinstance(v, tuple) and len(v) >= 2 else [str(v), ""]
-                                    for v in stack.values()]
+                out[key][n.name] = [[_path(str(k), v, paths), _type(v[1])] if isinstance(v, tuple) and len(v) >= 2
+                                    else [str(v), ""] for k, v in stack.items()]
     return out
 
 
+def _path(key: str, value: tuple[Any, ...], paths: Mapping[int, str] | None) -> str:
+    head = key.split("@", 1)[0]
+    if paths is not None and head.isdigit() and int(head) in paths:
+        return paths[int(head)]
+    return str(value[0])
+
+
 class Record(_Pass):
-    """Writes each node's module stacks (:func:`stacks`) as a :data:`NODE_MODULES` artifact."""
+    """Writes each node's module stacks (:func:`stacks`) as a :data:`NODE_MODULES` artifact; ``graph``
+    in it says whose nodes they are (``post-grad``, or ``aot``: AOT Autograd's forward or backward
+    graph, as ``aot_eager`` compiles it)."""
+
+    def __init__(self, graph: str = "post-grad", paths: Mapping[int, str] | None = None) -> None:
+        self.graph = graph
+        self.paths = paths
 
     def __call__(self, graph: torch.fx.Graph, is_inference: bool = False) -> None:
         try:
             backward = any(n.op == "placeholder" and n.name.startswith("tangents") for n in graph.nodes)
             payload = {"part": "backward" if backward else "inference" if is_inference else "forward",
-                       **stacks(graph)}
+                       "graph": self.graph, **stacks(graph, self.paths)}
             text = json.dumps(payload)
         except Exception:  # noqa: BLE001 - never break the user's compile over fxviz's record
             return
@@ -171,6 +187,25 @@ class Chain(_Pass):
         return hashlib.sha256(repr([*ids, self.record.uuid()]).encode()).digest()
 
 
+def aot_eager_recorded(paths: Mapping[int, str] | None = None) -> Any:
+    """torch's ``aot_eager`` backend whose forward and backward compilers (``boxed_nop``, as
+    ``aot_eager``'s own) first write the AOT graph's module stacks (:class:`Record`, ``graph="aot"``):
+    ``aot_eager`` runs no Inductor pass, so this is where torch's own module of each AOT node is
+    (``nn_module_stack``; ``fwd_nn_module_stack`` in the backward)."""
+    from torch._dynamo.backends.debugging import aot_eager, boxed_nop
+
+    record = Record("aot", paths)
+
+    def compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        record(gm.graph)
+        return boxed_nop(gm, example_inputs)
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Any, **kwargs: Any) -> Any:
+        return aot_eager(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler, **kwargs)
+
+    return backend
+
+
 @contextlib.contextmanager
 def recorded_modules() -> Iterator[None]:
     """:class:`Record` runs after the user's post-grad custom passes while the block runs, and
@@ -188,4 +223,4 @@ def recorded_modules() -> Iterator[None]:
         trace_log.removeHandler(replay)
 
 
-__all__ = ["KEYS", "Chain", "Record", "recorded_modules", "stacks"]
+__all__ = ["KEYS", "Chain", "Record", "aot_eager_recorded", "recorded_modules", "stacks"]

@@ -147,12 +147,16 @@ def group_breaks(breaks: Sequence[BreakRecord], graph: Graph, tree: CallTree, as
             at_line.setdefault((n.source.file, n.source.line), []).append(n.name)
     data_dependent = {n.name for n in graph.ops if n.attrs.get("data_dependent")}
     groups: dict[tuple[str, str, int], BreakGroup] = {}
+    # a frame whose compile failed (torch's compilation metrics) that a logged break already says was skipped
+    told = {(f[0], f[2]) for b in breaks if not b.skipped and category(b.gb_type, b.reason) == "skip" for f in b.stack}
     for b in breaks:
+        if b.skipped and (b.stack[0][0], b.stack[0][2]) in told:
+            continue
         frames = _frames(b.stack)
-        cat = category(b.gb_type, b.reason)
+        cat = "skip" if b.skipped else category(b.gb_type, b.reason)
         at, lib = place(frames, cat)
         where = frames[at] if frames else None
-        key = (b.gb_type, where.file if where else "", where.line if where else 0)
+        key = (b.gb_type + " (skipped)" * b.skipped, where.file if where else "", where.line if where else 0)
         if key in groups:
             groups[key].count += int(logged)
             continue

@@ -110,6 +110,7 @@ class BreakRecord:
     stack: list[tuple[str, int, str, str]]
     input_set: int
     phase: str = "forward"
+    skipped: bool = False  # a frame whose compile failed (torch's compilation metrics' fail_type): it ran eagerly
 
 
 @dataclass(slots=True)
@@ -496,5 +497,4 @@ def dynamo_state() -> Iterator[None]:
 
 
 __all__ = ["BACKENDS", "BreakRecord", "compiled_graph", "GraphRecord", "GuardFailRecord", "OpRecord", "Recorder", "Recording",
-           "compile_id", "dynamo_state", "module_paths", "op_nodes", "op_records", "real_backend",
-           "recompile_fails"]
+           "compile_id", "dynamo_state", "module_paths", "op_nodes", "op_records", "real_backend", "recompile_fails"]

@@ -17,6 +17,7 @@ from torch.utils import _pytree as pytree
 from fxviz.analyze.compilemap.autograd import write_backward
 from fxviz.analyze.compilemap.backward import Autograd as _Autograd
 from fxviz.analyze.compilemap.breaks import RESUME, category, ended_at, group_breaks
+from fxviz.analyze.compilemap.failed import FailedFrames
 from fxviz.analyze.compilemap.limit import LimitWatch, limits, refused
 from fxviz.analyze.compilemap.match import assign, pair
 from fxviz.analyze.compilemap.overlay import EAGER, module_coverage, report_notes, write
@@ -148,6 +149,10 @@ def compile_map(
     try:
         t1 = time.perf_counter()
         recorder = Recorder(backend, mode, dynamic, module_paths(model))
+        if live is not None and backend == "aot_eager":  # torch's module of each AOT node, into the trace
+            from fxviz.torchbridge.modulerecord import aot_eager_recorded
+
+            recorder.real = aot_eager_recorded(recorder.paths)
         arithmetic = Arithmetic(recorder)
         watch = LimitWatch()
         try:
@@ -233,7 +238,8 @@ def _run_compiled(model: nn.Module, recorder: Recorder, watch: LimitWatch, sets:
     """Run each input set through ``model`` compiled with ``recorder``'s backend, Dynamo reset
     before and after; with ``live``, under torch's structured trace, then the first input set
     again, warm, under torch.profiler (the runs it records are taken back)."""
-    with dynamo_state(), recorder.breaks_logged(), quiet_torch(), warnings.catch_warnings():
+    failed = FailedFrames(recorder.rec)  # the frames whose compile failed: Dynamo ran them eagerly
+    with dynamo_state(), recorder.breaks_logged(), failed.kept(), quiet_torch(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Dynamo warns of some breaks too: they are in the map
         compiled = recorder.compile(model)
         recorder.names = [dict(zip(map(id, f.tensors), f.names, strict=True)) for f in (flatten_inputs(model, a, kw) for a, kw in sets)]
@@ -242,7 +248,7 @@ def _run_compiled(model: nn.Module, recorder: Recorder, watch: LimitWatch, sets:
         recording = live.recording() if live is not None else autograd.recording() if autograd is not None \
             else contextlib.nullcontext()
         with grad_mode, recording:
-            _run_sets(compiled, recorder, watch, sets, backend, live, leaves, autograd)
+            _run_sets(compiled, recorder, watch, sets, backend, live, leaves, autograd, failed)
         if live is not None:
             rec = recorder.rec
             runs, counts, now = len(rec.runs), [g.runs for g in rec.graphs], rec.input_set
@@ -258,7 +264,8 @@ def _run_compiled(model: nn.Module, recorder: Recorder, watch: LimitWatch, sets:
 
 
 def _run_sets(compiled: Callable[..., Any], recorder: Recorder, watch: LimitWatch, sets: Sequence[InputSet],
-              backend: str, live: LiveRun | None, leaves: list[torch.Tensor], autograd: _Autograd | None = None) -> None:
+              backend: str, live: LiveRun | None, leaves: list[torch.Tensor], autograd: _Autograd | None = None,
+              failed: FailedFrames | None = None) -> None:
     """Each input set through the compiled model (and, with ``live`` and ``grad``, the first
     set's backward; with ``autograd``, the first set's forward and backward under compiled
     autograd)."""
@@ -274,6 +281,8 @@ def _run_sets(compiled: Callable[..., Any], recorder: Recorder, watch: LimitWatc
                 wait_collectives(out)  # a sharded model's compiled output may be unwaited, as eager's
                 if live is not None and k == 0:
                     live.backward(out, leaves)
+            if failed is not None:
+                failed.take()  # the frames Dynamo ran eagerly in this input set
         except Exception as e:  # told from an eager failure by the caller
             watch.stop()
             raise ModelError(

@@ -54,10 +54,12 @@ def module_path(path: str) -> str:
     return path.lstrip(".")
 
 
-def recorded(c: Compile, part: str, nth: int = 0) -> dict[str, str] | None:
-    """Post-grad node -> the module torch gives it (its innermost stack entry), from the ``nth``
-    :data:`NODE_MODULES` record of ``part`` in compile ``c``; ``None`` when there is none."""
-    recs = [a.payload for a in c.all(NODE_MODULES) if isinstance(a.payload, dict) and a.payload.get("part") == part]
+def recorded(c: Compile, part: str, nth: int = 0, graph: str = "post-grad") -> dict[str, str] | None:
+    """Post-grad node (with ``graph="aot"``: AOT Autograd graph node) -> the module torch gives it
+    (its innermost stack entry), from the ``nth`` :data:`NODE_MODULES` record of ``part`` and
+    ``graph`` in compile ``c``; ``None`` when there is none."""
+    recs = [a.payload for a in c.all(NODE_MODULES) if isinstance(a.payload, dict) and a.payload.get("part") == part
+            and a.payload.get("graph", "post-grad") == graph]
     if nth >= len(recs):
         return None
     out: dict[str, str] = {}

@@ -244,7 +244,8 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
     ig.pipeline.notes = [n for n in notes if n.startswith(f"compile {cid}")]
     refine(ig, torch_modules)  # other backward kernels: the modules of the parameters their ops read or make
     ig.partition = read_partition(ig.pipeline, partitioner="min-cut" if any(
-        p.name == "min_cut_rematerialization_partition" for p in c.phases) else "")
+        p.name == "min_cut_rematerialization_partition" for p in c.phases) else "",
+        record=recorded(c, "forward", graph="aot"))
     return ig
 
 

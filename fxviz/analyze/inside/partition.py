@@ -24,7 +24,7 @@ inferred); a forward input's from the Dynamo placeholder it is (``PlainAOTInput(
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -106,13 +106,15 @@ class Partition:
                    d.get("partitioner", ""))
 
 
-def read(pipeline: Pipeline, *, partitioner: str = "") -> Partition | None:
-    """The partition the stages of one compiled graph record (``None`` without a backward graph)."""
+def read(pipeline: Pipeline, *, partitioner: str = "", record: Mapping[str, str] | None = None) -> Partition | None:
+    """The partition the stages of one compiled graph record (``None`` without a backward graph);
+    ``record``: AOT forward node -> the module torch's own ``nn_module_stack`` gives it, where a live
+    ``aot_eager`` run recorded it (:func:`fxviz.torchbridge.modulerecord.aot_eager_recorded`)."""
     graphs = {s.name: s.graph for s in pipeline.stages}
     fw, bw = graphs.get("AOT forward"), graphs.get("AOT backward")
     if fw is None or bw is None:
         return None
-    origin = _Origin(graphs, fw)
+    origin = _Origin(graphs, fw, record or {})
     fw_nodes = {n.name: n for n in fw.nodes}
     out = Partition(partitioner=partitioner)
     counted: set[str] = set()
@@ -257,7 +259,8 @@ def _bytes(meta: TensorMeta) -> int | None:
 class _Origin:
     """Module paths and eager ops of the forward graph's nodes (see the module's docstring)."""
 
-    def __init__(self, graphs: dict[str, Graph], fw: Graph) -> None:
+    def __init__(self, graphs: dict[str, Graph], fw: Graph, record: Mapping[str, str]) -> None:
+        self.record = record
         self.posts = [g for name, g in graphs.items() if name.startswith("post-grad passes")]
         dyn = graphs.get("Dynamo graph")
         self.dyn_inputs = [n for n in dyn.nodes if n.kind in _INPUT_KINDS] if dyn is not None else []
@@ -288,6 +291,8 @@ class _Origin:
                 if m is not None:
                     return m, _first(eager), "(inferred)" in eager
         d = self.by_line.get(n.name)
+        if n.name in self.record:  # torch's own: a node inside a torch function has no Dynamo op of its line
+            return self.record[n.name], _first(str(d.attrs.get("eager", ""))) if d is not None else "", False
         if d is not None:
             return _module(d), _first(str(d.attrs.get("eager", ""))), True
         return None, "", False
