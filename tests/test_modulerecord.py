@@ -72,7 +72,7 @@ def test_the_pass_changes_no_graph_and_logs_each_nodes_stack() -> None:
         Record()(gm.graph)
     assert (str(gm.graph), [dict(n.meta) for n in gm.graph.nodes]) == before
     payloads = [json.loads(p or "") for m, p in events if m.get("artifact", {}).get("name") == NODE_MODULES]
-    assert payloads == [{"part": "forward", "fwd_nn_module_stack": {},
+    assert payloads == [{"part": "forward", "graph": "post-grad", "fwd_nn_module_stack": {},
                          "nn_module_stack": {relu.name: [["L['self'].act", "torch.nn.modules.activation.ReLU"]]}}]
 
 
