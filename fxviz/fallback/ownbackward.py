@@ -116,10 +116,13 @@ class OwnBackward:
             self.handles.append(f.register_hook(_shapes(node)))
 
     def close(self) -> None:
+        """Hooks off, and the recorder let go: it and this hold each other, a cycle the recorder's
+        own ``close`` must leave for reference counting to free, not the collector."""
         for h in self.handles:
             h.remove()
         self.handles.clear()
         self.fn_node.clear()
+        self.rec = None
 
 
 def _shapes(node: Node) -> Any:
