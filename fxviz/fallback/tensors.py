@@ -23,7 +23,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from fxviz.ir import Node, NodeKind, Ref, TensorMeta
 from fxviz.torchbridge.normalize import _describe
 from fxviz.torchbridge.values import meta_from_value
-from fxviz.torchbridge.walk import State
+from fxviz.torchbridge.walk import State, name_tensors
 
 
 class TensorMap:
@@ -187,27 +187,14 @@ class ModelTensors:
         # tensor id -> (tensor, kind, name): strong references (the model holds these tensors for
         # the whole capture anyway; a weak reference per parameter cost more than a deep model's
         # walk), checked by identity so that a reused id never names another tensor
-        self._names: dict[int, tuple[torch.Tensor, NodeKind, str]] = {}
-        names = self._names
-        #: a tensor the walk met under two names (a tied weight): only then can ``mark_tied`` find
-        #: anything among ``modules`` (a module met under two paths is the caller's to tell)
-        self.tied = False
+        #: ``tied``: a tensor the walk met under two names (a tied weight): only then can ``mark_tied``
+        #: find anything among ``modules`` (a module met under two paths is the caller's to tell)
         if state is not None:  # the capture's shared walk of these modules (walk.state_of): a copy
-            self._names = dict(state[0])
-            self.tied = state[2]
-            modules = []
-        for path, m in modules:
-            prefix = f"{path}." if path else ""
-            kinds: tuple[tuple[NodeKind, dict[str, Any]], ...] = (
-                ("parameter", m._parameters), ("buffer", m._buffers))
-            for kind, members in kinds:
-                if members:
-                    for name, t in members.items():
-                        if t is not None:
-                            if id(t) not in names:
-                                names[id(t)] = (t, kind, prefix + name)
-                            else:
-                                self.tied = True
+            self._names: dict[int, tuple[torch.Tensor, NodeKind, str]] = dict(state[0])
+        else:
+            state = name_tensors(modules)
+            self._names = state[0]
+        self.tied = state[2]
         self._attributes_scanned = False
         self._snapshot_buffers = snapshot_buffers
         self._saved: list[tuple[torch.Tensor, torch.Tensor]] = []  # model tensor, its copy

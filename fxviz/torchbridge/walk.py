@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
@@ -70,20 +70,12 @@ def named_state(model: nn.Module, members: str, *, remove_duplicate: bool = True
 State = tuple["dict[int, tuple[Any, NodeKind, str]]", list[str], bool]
 
 
-def state_of(model: nn.Module) -> State:
-    """Every parameter and buffer of ``model`` once, in :func:`named_modules` order (each module's
-    parameters, then its buffers): by id, the tensor, its kind (``"parameter"``, ``"buffer"``) and
-    its first name, as ``named_parameters()`` gives it; the path of the module that owns that name,
-    entry for entry; and whether a tensor was met under a second name (a tied weight). Within
-    :func:`walks_shared`, made once and shared by the tracer and the state a capture adds (the
-    same objects: read them, never change them)."""
-    cached = _WALKS.get(id(model))
-    if cached is not None and cached[0] is model and cached[3] is not None:
-        return cached[3]  # type: ignore[no-any-return]
+def name_tensors(modules: Iterable[tuple[str, nn.Module]]) -> State:
+    """:func:`state_of`'s walk, over ``modules`` (``(path, module)`` pairs) as given."""
     names: dict[int, tuple[Any, NodeKind, str]] = {}
     paths: list[str] = []
     tied = False
-    for path, m in named_modules(model):
+    for path, m in modules:
         prefix = f"{path}." if path else ""
         kinds: tuple[tuple[NodeKind, dict[str, Any]], ...] = (("parameter", m._parameters), ("buffer", m._buffers))
         for kind, members in kinds:
@@ -95,7 +87,20 @@ def state_of(model: nn.Module) -> State:
                             paths.append(path)
                         else:
                             tied = True
-    state = (names, paths, tied)
+    return names, paths, tied
+
+
+def state_of(model: nn.Module) -> State:
+    """Every parameter and buffer of ``model`` once, in :func:`named_modules` order (each module's
+    parameters, then its buffers): by id, the tensor, its kind (``"parameter"``, ``"buffer"``) and
+    its first name, as ``named_parameters()`` gives it; the path of the module that owns that name,
+    entry for entry; and whether a tensor was met under a second name (a tied weight). Within
+    :func:`walks_shared`, made once and shared by the tracer and the state a capture adds (the
+    same objects: read them, never change them)."""
+    cached = _WALKS.get(id(model))
+    if cached is not None and cached[0] is model and cached[3] is not None:
+        return cached[3]  # type: ignore[no-any-return]
+    state = name_tensors(named_modules(model))
     cached = _WALKS.get(id(model))
     if cached is not None and cached[0] is model:  # sharing
         cached[3] = state
