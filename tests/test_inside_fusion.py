@@ -145,3 +145,34 @@ def test_not_fused_in_json_terminal_and_report(run: Any) -> None:
     assert len(panel["rows"]) == len(inside.not_fused)
     assert all(r["node"] in {o.name for o in cm.graph.ops} for r in panel["rows"])
     assert fxviz.analyze.inside.fusion.NOT_IN_TRACE not in inside.notes
+
+
+def test_every_refusal_in_the_panel_a_page_in_the_tree(run: Any) -> None:
+    """A model with more refusals than the tree's page (Swin logged 233): the panel, the report's
+    data and the JSON keep every one (they were cut at 200); the tree prints a page and says how many
+    more there are."""
+    import copy
+
+    from rich.console import Console
+
+    from fxviz.analyze.inside.overlay import NOT_FUSED_ROWS, write
+    from fxviz.analyze.inside.result import Inside
+    from fxviz.render.html import view_model
+    from fxviz.render.panels import panel_tables
+
+    cm, _, _ = run
+    d = cm.to_dict()
+    many = NOT_FUSED_ROWS * 9 + 7
+    d["fusion"] = [d["fusion"][i % len(d["fusion"])] for i in range(many)]
+    inside = Inside.from_dict(d)
+    graph = write(copy.deepcopy(cm.graph), inside)
+    panel = graph.annotations["panels"]["not fused"]
+    assert len(panel["rows"]) == many and panel["page"] == NOT_FUSED_ROWS
+    assert panel["note"].startswith(f"{many} refusals logged")
+    shown = next(p for p in view_model(graph)["panels"] if p["name"] == "not fused")
+    assert len(shown["rows"]) == many
+    console = Console(record=True, width=400)
+    for t in panel_tables(graph):
+        console.print(t)
+    text = console.export_text()
+    assert f"... {many - NOT_FUSED_ROWS} more rows (the report and the JSON list all)" in text

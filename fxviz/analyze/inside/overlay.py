@@ -35,8 +35,9 @@ _PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#
 #: Rows of the kernels panel a tree prints (a page); the report and the JSON keep every kernel, as the
 #: terminal's kernel table says.
 KERNEL_ROWS = 25
-#: Rows of the not-fused panel, and lines the terminal prints per graph (the JSON keeps all).
-NOT_FUSED_ROWS, NOT_FUSED_LINES = 200, 10
+#: Rows of the not-fused panel a tree prints (a page; the report and the JSON keep every refusal), and
+#: the lines the terminal's compile summary prints per graph.
+NOT_FUSED_ROWS, NOT_FUSED_LINES = 25, 10
 
 
 def label(k: Kernel) -> str:
@@ -186,18 +187,19 @@ def panels(graph: Graph, inside: Inside) -> None:
                          note=inside.summary())  # the notes (where the modules came from) are the answer's
         spec["page"] = KERNEL_ROWS  # the tree prints the slowest; the report and the JSON every one
     frows = []
-    for n in inside.not_fused[:NOT_FUSED_ROWS]:
+    for n in inside.not_fused:
         node = next((e for e in n.eager if e in ops), None)
         frows.append(row(n.graph, n.part, side(n.first_ops, n.first_kernels, names),
                          side(n.second_ops, n.second_kernels, names), n.reason,
                          ", ".join(m or "(model)" for m in n.modules) or None, node=node, level="warn"))
     if frows:
         total = len(inside.not_fused)
-        set_panel(graph, "not fused", title="fusions Inductor refused",
-                  columns=["graph", "part", "first (post-grad ops in kernel)", "second", "reason (torch's)", "modules"],
-                  rows=frows, note=f"{total} refusal{'s' if total != 1 else ''} logged by Inductor's scheduler "
-                                   "(its 'fusion' log), each on the kernels that run its nodes"
-                                   + ("" if total <= NOT_FUSED_ROWS else f"; the first {NOT_FUSED_ROWS} shown"))
+        spec = set_panel(graph, "not fused", title="fusions Inductor refused",
+                         columns=["graph", "part", "first (post-grad ops in kernel)", "second", "reason (torch's)",
+                                  "modules"],
+                         rows=frows, note=f"{total} refusal{'s' if total != 1 else ''} logged by Inductor's scheduler "
+                                          "(its 'fusion' log), each on the kernels that run its nodes")
+        spec["page"] = NOT_FUSED_ROWS  # the tree prints a page; the report and the JSON every refusal
     srows = []
     for g in inside.graphs:
         for s in g.pipeline.stages:
