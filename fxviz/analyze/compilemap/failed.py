@@ -14,13 +14,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from fxviz.analyze.compilemap.limit import limit_refusal
 from fxviz.analyze.compilemap.record import BreakRecord, Recording
 
 #: torch keeps its last 64 compilation metrics: raised for the run so that none is dropped.
 _KEEP = 1 << 20
-#: The break type (first line of ``fail_reason``) of a recompile Dynamo refused at its recompile limit:
-#: the map's recompile limits say it (:mod:`.limit`), with the input sets that ran eagerly.
-_LIMIT = "Dynamo recompile limit exceeded"
 
 
 class FailedFrames:
@@ -57,7 +55,9 @@ class FailedFrames:
         rec = self.rec
         for m in new:
             fail, reason = getattr(m, "fail_type", None), str(getattr(m, "fail_reason", "") or "")
-            if not fail or getattr(m, "is_forward", True) is False or reason.split("\n", 1)[0].strip() == _LIMIT:
+            # a recompile refused at the limit (torch's registry's type): the map's recompile limits say it
+            # (:mod:`.limit`), with the input sets that ran eagerly
+            if not fail or getattr(m, "is_forward", True) is False or limit_refusal(m) is not None:
                 continue
             stack = [(str(m.co_filename or ""), int(m.co_firstlineno or 0), str(m.co_name or ""), "")]
             blamed = getattr(m, "fail_user_frame_filename", None)
