@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Iterator
 
 from fxviz.analyze.compilemap.limit import limit_refusal
-from fxviz.analyze.compilemap.record import BreakRecord, Recording
+from fxviz.analyze.compilemap.records import BreakRecord, Recording, compile_id
 
 #: torch keeps its last 64 compilation metrics: raised for the run so that none is dropped.
 _KEEP = 1 << 20
@@ -65,7 +65,8 @@ class FailedFrames:
                 stack.append((str(blamed), int(getattr(m, "fail_user_frame_lineno", 0) or 0), "", ""))
             kind = reason.split("\n", 1)[0].strip() or str(fail)  # the break type that failed it, as torch names it
             rec.breaks.append(BreakRecord(kind, f"{fail}: {reason}".strip(),
-                                          stack, rec.input_set, rec.phase, skipped=True))
+                                          stack, rec.input_set, rec.phase, skipped=True,
+                                          compile_id=compile_id(getattr(m, "compile_id", None))))
 
 
 __all__ = ["FailedFrames"]

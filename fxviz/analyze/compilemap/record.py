@@ -303,7 +303,7 @@ class Recorder:
                     stack = torch._guards.TracingContext.extract_stack()
                 frames = [(f.filename, f.lineno or 0, f.name, (f.line or "").strip()) for f in stack]
                 rec.breaks.append(BreakRecord(str(getattr(exc, "gb_type", "") or type(exc).__name__),
-                                              str(reason), frames, rec.input_set, rec.phase))
+                                              str(reason), frames, rec.input_set, rec.phase, compile_id=compile_id()))
             original(tx, *args, **kwargs)
 
         InstructionTranslatorBase.log_graph_break = log_graph_break  # type: ignore[method-assign,assignment]

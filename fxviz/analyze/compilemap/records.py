@@ -69,6 +69,7 @@ class BreakRecord:
     input_set: int
     phase: str = "forward"
     skipped: bool = False  # a frame whose compile failed (torch's compilation metrics' fail_type): it ran eagerly
+    compile_id: str = ""  # torch's id of the frame compile it was logged in (or, skipped, that failed)
 
 
 @dataclass(slots=True)
