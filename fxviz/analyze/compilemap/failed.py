@@ -64,9 +64,12 @@ class FailedFrames:
             if blamed:
                 stack.append((str(blamed), int(getattr(m, "fail_user_frame_lineno", 0) or 0), "", ""))
             kind = reason.split("\n", 1)[0].strip() or str(fail)  # the break type that failed it, as torch names it
-            rec.breaks.append(BreakRecord(kind, f"{fail}: {reason}".strip(),
-                                          stack, rec.input_set, rec.phase, skipped=True,
-                                          compile_id=compile_id(getattr(m, "compile_id", None))))
+            cid = compile_id(getattr(m, "compile_id", None))
+            # torch's id says the phase: ``!0/3/0`` is a frame compiled from a compiled autograd graph (the
+            # backward), whatever phase the run is in when the metrics are read
+            phase = "backward" if cid.startswith("!") else rec.phase
+            rec.breaks.append(BreakRecord(kind, f"{fail}: {reason}".strip(), stack, rec.input_set, phase,
+                                          skipped=True, compile_id=cid))
 
 
 __all__ = ["FailedFrames"]
