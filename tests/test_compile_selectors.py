@@ -113,6 +113,11 @@ def test_a_graph_the_run_did_not_compile_is_one_line_of_torchs_compile_ids(model
     assert len(compiled) == 2  # torch's record: the break splits the forward in two graphs
     valid = ", ".join(f"g{k} ({cid})" for k, cid in enumerate(compiled))
     assert _lines(res.output) == [f"error: --graph g7: the run compiled 2 graphs: {valid}"], res.output
+    # every id the line lists, torch's compile ids included, is one --graph takes
+    from fxviz.cli.inside import check_graph_syntax
+
+    for cid in [*compiled, "g0", "g1", "rank 1: 0/0", "!0/1/0", "0/1_1"]:
+        check_graph_syntax(cid)
 
 
 def test_a_stage_the_graph_does_not_have_is_one_line_of_torchs_stages(model_file: str) -> None:

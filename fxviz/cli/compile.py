@@ -210,7 +210,7 @@ def _graphs_only(path: str) -> Any:
     from fxviz.tracefile import read_trace
 
     compiles = [c for c in read_trace(path).compiles if c.first("dynamo_output_graph") is not None]
-    return Inside(graphs=[InsideGraph(f"g{k}", c.compile_id, Pipeline(f"g{k}")) for k, c in enumerate(compiles)])
+    return Inside(graphs=[InsideGraph(f"g{k}", c.label, Pipeline(f"g{k}")) for k, c in enumerate(compiles)])
 
 
 def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_out: str | None,

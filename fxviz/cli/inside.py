@@ -129,8 +129,9 @@ def print_inside(console: Console, inside: Inside, *, stage: int | None, graph: 
 
 
 #: What ``--graph`` names: a graph id (``g0``; ``b0``, a compiled backward) or torch's compile id
-#: (``0/1``, ``0/1_1`` for a second attempt, ``!0/0/1`` under compiled autograd).
-GRAPH_SYNTAX = re.compile(r"[gb]\d+|!?\d+(/\d+){0,2}(_\d+)?")
+#: (``0/1``, ``0/1_1`` for a second attempt, ``!0/0/1`` under compiled autograd, ``rank 1: 0/0`` in a
+#: trace of several ranks).
+GRAPH_SYNTAX = re.compile(r"[gb]\d+|(rank \d+: )?!?\d+(/\d+){0,2}(_\d+)?")
 
 
 def check_graph_syntax(graph: str | None) -> None:
