@@ -110,6 +110,9 @@ def compile_cmd(target: str | None, backend: str, mode: str | None, dynamic: boo
     runs in its own process here).
     """
     ctx = click.get_current_context()
+    from fxviz.cli.inside import check_graph_syntax
+
+    check_graph_syntax(graph_id)
     if from_trace is not None:
         _saved(target, from_trace, input_shapes, dtype, depth, html_out, json_out, stage_index, graph_id, grad)
         return
@@ -163,9 +166,11 @@ def _saved(target: str | None, path: str, input_shapes: tuple[str, ...], dtype: 
     import json
 
     from fxviz.analyze.inside.saved import from_trace
-    from fxviz.cli.inside import print_inside, stage_report
+    from fxviz.cli.inside import check_selection, print_inside, stage_report
 
     eager = None
+    if target is not None and graph is not None:  # a graph the trace does not hold: refused before the model runs
+        check_selection(_graphs_only(path), graph, None)
     if target is not None:
         spec = recognise(target)
         if not spec.captures:
@@ -178,6 +183,7 @@ def _saved(target: str | None, path: str, input_shapes: tuple[str, ...], dtype: 
             eager = trace_eager(t.model, t.args, t.kwargs, level="function", grad=grad)
     with spinner(f"reading {path} …"):
         inside, _ = from_trace(path, eager)
+    check_selection(inside, graph, stage)
     if json_out is not None:
         d = {"format": "fxviz.inside/1", "summary": inside.summary(), **inside.to_dict()}
         if eager is not None:
@@ -197,11 +203,24 @@ def _saved(target: str | None, path: str, input_shapes: tuple[str, ...], dtype: 
         click.echo(f"wrote {html_out}", err=json_out == "-")
 
 
+def _graphs_only(path: str) -> Any:
+    """The compiled graphs a saved trace holds (ids and compile ids, no stages), read without the model."""
+    from fxviz.analyze.inside.result import Inside, InsideGraph
+    from fxviz.analyze.pipeline.result import Pipeline
+    from fxviz.tracefile import read_trace
+
+    compiles = [c for c in read_trace(path).compiles if c.first("dynamo_output_graph") is not None]
+    return Inside(graphs=[InsideGraph(f"g{k}", c.label, Pipeline(f"g{k}")) for k, c in enumerate(compiles)])
+
+
 def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_out: str | None,
            stage: int | None = None, graph: str | None = None) -> None:
     from fxviz.analyze.compilemap.autograd import backward_lines
     from fxviz.analyze.compilemap.overlay import break_lines, guard_lines, without_panels
+    from fxviz.cli.inside import check_selection
 
+    if cmap.inside is not None:  # before anything is written: a graph or stage the run did not produce
+        check_selection(cmap.inside, graph, stage)
     if json_out is not None:
         write_json(cmap.to_json(indent=1), json_out, what="compile map JSON")
     if json_out != "-":

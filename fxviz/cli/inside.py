@@ -4,6 +4,7 @@ compile cost table and, with a backward, the partition table; ``--stage N`` prin
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -127,6 +128,32 @@ def print_inside(console: Console, inside: Inside, *, stage: int | None, graph: 
             console.print(part)
 
 
+#: What ``--graph`` names: a graph id (``g0``; ``b0``, a compiled backward) or torch's compile id
+#: (``0/1``, ``0/1_1`` for a second attempt, ``!0/0/1`` under compiled autograd, ``rank 1: 0/0`` in a
+#: trace of several ranks).
+GRAPH_SYNTAX = re.compile(r"[gb]\d+|(rank \d+: )?!?\d+(/\d+){0,2}(_\d+)?")
+
+
+def check_graph_syntax(graph: str | None) -> None:
+    """Refuse a ``--graph`` that can name no compiled graph, before anything is compiled or read."""
+    if graph is not None and not GRAPH_SYNTAX.fullmatch(graph):
+        raise TargetError(f"--graph {graph!r} names no compiled graph: give a graph id (g0, g1, ...) or a compile "
+                          "id (0/0, 1/0, ...)")
+
+
+def check_selection(inside: Inside, graph: str | None, stage: int | None) -> None:
+    """Refuse a ``--graph`` or ``--stage`` the run did not produce, before anything is printed or
+    written: which graphs and stages there are is known only once torch compiled (or the trace is
+    read), so the line lists them."""
+    if graph is None and stage is None:
+        return
+    g = pick(inside, graph)
+    if stage is not None and not 0 <= stage < len(g.pipeline.stages):
+        names = ", ".join(f"{s.index} {s.name}" for s in g.pipeline.stages)
+        raise TargetError(f"--stage {stage}: {g.id} ({g.compile_id}) has stages 0 to {len(g.pipeline.stages) - 1} "
+                          f"({names})")
+
+
 def pick(inside: Inside, graph: str | None) -> InsideGraph:
     if not inside.graphs:
         raise TargetError("the trace holds no compiled graph with Inductor's records (was it compiled with "
@@ -135,8 +162,10 @@ def pick(inside: Inside, graph: str | None) -> InsideGraph:
         return inside.graphs[0]
     try:
         return inside.graph(graph)
-    except KeyError as e:
-        raise TargetError(f"--graph {graph}: {e.args[0]}") from e
+    except KeyError:
+        valid = ", ".join(f"{g.id} ({g.compile_id})" for g in inside.graphs)
+        raise TargetError(f"--graph {graph}: the run compiled {len(inside.graphs)} graph"
+                          f"{'s' if len(inside.graphs) != 1 else ''}: {valid}") from None
 
 
 def stage_report(inside: Inside, graph: str | None, stage: int | None) -> Graph:
@@ -154,4 +183,4 @@ def stage_report(inside: Inside, graph: str | None, stage: int | None) -> Graph:
     return out
 
 
-__all__ = ["KERNEL_ROWS", "cost_table", "kernel_table", "partition_table", "pick", "print_inside", "stage_report"]
+__all__ = ["GRAPH_SYNTAX", "KERNEL_ROWS", "check_graph_syntax", "check_selection", "cost_table", "kernel_table", "partition_table", "pick", "print_inside", "stage_report"]

@@ -118,7 +118,7 @@ def passes(target: str, input_shapes: tuple[str, ...], dtype: str, passes: tuple
     table = import_object(decompose_table, "--decompose-table") if decompose_table else None
     if table is not None and "decompose" not in (pass_list or ["decompose"]):
         pass_list = [*(pass_list or []), "decompose"]
-    _check_stage(pass_list, table, stage_index, before_after is not None)
+    _check_stage(pass_list, table, stage_index, before_after is not None, from_stage, to_stage)
     with spinner(f"running {len(pass_list or ['decompose']) + 1} stages on {one_line(target)}"):
         p = _run(spec, pass_list, table, numbers, input_shapes, dtype)
     last = len(p.stages) - 1
@@ -151,15 +151,25 @@ def passes(target: str, input_shapes: tuple[str, ...], dtype: str, passes: tuple
 
 
 
-def _check_stage(pass_list: list[Any] | None, table: Any, stage_index: int | None, before_after: bool) -> None:
-    """Refuse ``--stage`` beyond the stages the passes make (export, then one per pass, a
-    PassManager's each), and ``--before-after`` of stage 0, before anything is exported."""
+def _check_stage(pass_list: list[Any] | None, table: Any, stage_index: int | None, before_after: bool,
+                 from_stage: int = 0, to_stage: int | None = None) -> None:
+    """Refuse ``--stage``, ``--from-stage`` or ``--to-stage`` beyond the stages the passes make
+    (export, then one per pass, a PassManager's each), a range that shows nothing, and
+    ``--before-after`` of stage 0, before anything is exported."""
     from fxviz.analyze.pipeline.run import DEFAULT_PASSES
     from fxviz.analyze.pipeline.steps import steps_of
 
-    if stage_index is None:
+    if to_stage is not None and to_stage < from_stage:
+        raise TargetError(f"--from-stage {from_stage} --to-stage {to_stage} shows no stage: give --to-stage "
+                          f"{from_stage} or more")
+    if stage_index is None and from_stage == 0 and to_stage is None:
         return
     last = len(steps_of(DEFAULT_PASSES if pass_list is None else pass_list, decompose_table=table))
+    for option, value in (("--from-stage", from_stage), ("--to-stage", to_stage)):
+        if value is not None and value > last:
+            raise TargetError(f"{option} {value}: the pipeline has stages 0 to {last}")
+    if stage_index is None:
+        return
     if stage_index > last:
         raise TargetError(f"--stage {stage_index}: the pipeline has stages 0 to {last}")
     if stage_index == 0 and before_after:

@@ -149,8 +149,13 @@ def group_breaks(breaks: Sequence[BreakRecord], graph: Graph, tree: CallTree, as
     groups: dict[tuple[str, str, int], BreakGroup] = {}
     # a frame whose compile failed (torch's compilation metrics) that a logged break already says was skipped
     told = {(f[0], f[2]) for b in breaks if not b.skipped and category(b.gb_type, b.reason) == "skip" for f in b.stack}
+    # a break logged in a frame compile that then failed broke no graph: it is why torch ran the frame
+    # eagerly, which the frame's own row says (a comprehension Dynamo cannot trace was listed twice)
+    failed = {b.compile_id for b in breaks if b.skipped and b.compile_id and (b.stack[0][0], b.stack[0][2]) not in told}
     for b in breaks:
         if b.skipped and (b.stack[0][0], b.stack[0][2]) in told:
+            continue
+        if not b.skipped and b.compile_id in failed and category(b.gb_type, b.reason) != "skip":
             continue
         frames = _frames(b.stack)
         cat = "skip" if b.skipped else category(b.gb_type, b.reason)

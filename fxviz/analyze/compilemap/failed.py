@@ -14,13 +14,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from fxviz.analyze.compilemap.record import BreakRecord, Recording
+from fxviz.analyze.compilemap.limit import limit_refusal
+from fxviz.analyze.compilemap.records import BreakRecord, Recording, compile_id
 
 #: torch keeps its last 64 compilation metrics: raised for the run so that none is dropped.
 _KEEP = 1 << 20
-#: The break type (first line of ``fail_reason``) of a recompile Dynamo refused at its recompile limit:
-#: the map's recompile limits say it (:mod:`.limit`), with the input sets that ran eagerly.
-_LIMIT = "Dynamo recompile limit exceeded"
 
 
 class FailedFrames:
@@ -57,15 +55,21 @@ class FailedFrames:
         rec = self.rec
         for m in new:
             fail, reason = getattr(m, "fail_type", None), str(getattr(m, "fail_reason", "") or "")
-            if not fail or getattr(m, "is_forward", True) is False or reason.split("\n", 1)[0].strip() == _LIMIT:
+            # a recompile refused at the limit (torch's registry's type): the map's recompile limits say it
+            # (:mod:`.limit`), with the input sets that ran eagerly
+            if not fail or getattr(m, "is_forward", True) is False or limit_refusal(m) is not None:
                 continue
             stack = [(str(m.co_filename or ""), int(m.co_firstlineno or 0), str(m.co_name or ""), "")]
             blamed = getattr(m, "fail_user_frame_filename", None)
             if blamed:
                 stack.append((str(blamed), int(getattr(m, "fail_user_frame_lineno", 0) or 0), "", ""))
             kind = reason.split("\n", 1)[0].strip() or str(fail)  # the break type that failed it, as torch names it
-            rec.breaks.append(BreakRecord(kind, f"{fail}: {reason}".strip(),
-                                          stack, rec.input_set, rec.phase, skipped=True))
+            cid = compile_id(getattr(m, "compile_id", None))
+            # torch's id says the phase: ``!0/3/0`` is a frame compiled from a compiled autograd graph (the
+            # backward), whatever phase the run is in when the metrics are read
+            phase = "backward" if cid.startswith("!") else rec.phase
+            rec.breaks.append(BreakRecord(kind, f"{fail}: {reason}".strip(), stack, rec.input_set, phase,
+                                          skipped=True, compile_id=cid))
 
 
 __all__ = ["FailedFrames"]

@@ -4,11 +4,13 @@ When a function (a code object: a ``forward``, a resume function after a break) 
 ``torch._dynamo.config.recompile_limit`` times (8), Dynamo compiles it no more: on an input no
 compiled version accepts, it runs the function eagerly, then and on every later such call (its
 compiled versions still run where their guards hold), and says so only in a log warning, once.
-Torch records the refused recompile as a failed compile: an entry
-of its compilation metrics (``torch._dynamo.utils.get_compilation_metrics()``) whose ``fail_reason`` is the
-``Dynamo recompile limit exceeded`` graph break (the same text it counts in
-``counters["unimplemented"]``), with the limit's name and value, the compile id ``frame/n``
-of the refused compile and the guard that failed last (``recompile_reason``).
+Torch records the refused recompile as a failed compile: an entry of its compilation metrics
+(``torch._dynamo.utils.get_compilation_metrics()``) whose ``fail_type`` is Dynamo's ``Unsupported``
+and whose break type (the first line of ``fail_reason``, as ``format_graph_break_message`` writes
+it) is, in torch's graph-break registry, ``GB0039`` (:func:`limit_refusal`: by the id, so that every
+name torch has given the type counts), with the limit's name in the break's context (``Limit type:
+recompile_limit``), the limit's value in the dynamo config torch recorded with it, the compile id
+``frame/n`` of the refused compile and the guard that failed last (``recompile_reason``).
 
 The later eager calls are in no record: the frame is run-only, so on a call no compiled version
 accepts Dynamo's C++ frame evaluation runs it as it is, without calling its Python callback (no
@@ -25,6 +27,7 @@ limited function ran no compiled graph, or ran eagerly on some calls, are known 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,11 +35,14 @@ from typing import Any
 
 import torch
 
+from fxviz.analyze.compilemap.breaks import registry
 from fxviz.analyze.compilemap.record import GuardFailRecord, Recording, compile_id, in_words, recompile_fails
 from fxviz.analyze.compilemap.result import RecompileLimit
 from fxviz.analyze.compilemap.shapes import rename
 
-#: Dynamo's break type for a refused recompile (its graph-break registry's ``gb0039``).
+#: The id of Dynamo's break type for a refused recompile in torch's graph-break registry.
+LIMIT_ID = "GB0039"
+#: That type's name in torch 2.13 (formerly ``Dynamo cache limit exceeded``): what tests read torch's record by.
 LIMIT_BREAK = "Dynamo recompile limit exceeded"
 _LIMIT_TYPE = re.compile(r"Limit type: (\w+)")
 _LIMIT_VALUE = re.compile(r"currently set to (\d+)")
@@ -44,6 +50,31 @@ _COMPILE_ID = re.compile(r"^\[?(\d+)/(\d+)")
 #: a compile id's function: ``0`` of ``0/3``, ``!0/1`` of ``!0/1/0`` (a frame Dynamo compiled from
 #: a compiled autograd graph; ``!0`` alone is the capture, no frame)
 _CODE_KEY = re.compile(r"^\[?((?:!\d+/)?\d+)/\d+")
+
+
+def limit_refusal(m: Any) -> tuple[str, int] | None:
+    """``(setting, value)`` when compilation metrics entry ``m`` is a recompile Dynamo refused at
+    its limit, else ``None``: a compile that raised Dynamo's ``Unsupported`` (``fail_type``) of the
+    break type the registry files as :data:`LIMIT_ID`. The setting is the break's context (``Limit
+    type: ...``, ``recompile_limit`` without one); its value the dynamo config torch recorded with
+    the compile (``torch.compile(recompile_limit=)`` included), else as torch's explanation states it."""
+    from torch._dynamo.exc import Unsupported
+
+    if getattr(m, "fail_type", None) != Unsupported.__qualname__:
+        return None
+    text = str(getattr(m, "fail_reason", "") or "")
+    if registry().get(text.split("\n", 1)[0].strip()) != LIMIT_ID:
+        return None
+    t = _LIMIT_TYPE.search(text)
+    setting = t.group(1) if t else "recompile_limit"
+    try:
+        recorded = json.loads(getattr(m, "dynamo_config", None) or "{}").get(setting)
+    except (TypeError, ValueError, AttributeError):
+        recorded = None
+    if isinstance(recorded, int):
+        return setting, recorded
+    v = _LIMIT_VALUE.search(text)
+    return setting, int(v.group(1)) if v else int(getattr(torch._dynamo.config, setting, 0))
 
 
 def _frame(compile_id: Any) -> int | None:
@@ -163,14 +194,11 @@ class LimitWatch:
                 self.code.setdefault(key, (name, getattr(m, "co_filename", "") or "",
                                            int(getattr(m, "co_firstlineno", 0) or 0)))
             frame = _frame(getattr(m, "compile_id", None))
-            text = str(getattr(m, "fail_reason", "") or "")
-            if frame is not None and text.startswith(LIMIT_BREAK):
-                t, v = _LIMIT_TYPE.search(text), _LIMIT_VALUE.search(text)
-                setting = t.group(1) if t else "recompile_limit"
+            hit = limit_refusal(m) if frame is not None else None
+            if frame is not None and hit is not None:
                 why = re.sub(r"^\d+/\d+: ", "", str(getattr(m, "recompile_reason", "") or "").split("\n", 1)[0])
-                self.hits.append(LimitHit(input_set, frame, setting,
-                                          int(v.group(1)) if v else int(getattr(torch._dynamo.config, setting, 0)),
-                                          in_words(why), compile_id(getattr(m, "compile_id", None))))
+                self.hits.append(LimitHit(input_set, frame, *hit, in_words(why),
+                                          compile_id(getattr(m, "compile_id", None))))
         self._before = []
         for h in self.hits:
             if h.func == "?" and str(h.frame) in self.code:
@@ -222,4 +250,4 @@ def refused(limits_: Sequence[RecompileLimit]) -> Callable[[GuardFailRecord], bo
     return lambda f: f.compile_id in ids if f.compile_id else (f.input_set, f.func, f.file, f.line) in places
 
 
-__all__ = ["LIMIT_BREAK", "LimitHit", "LimitWatch", "limits", "refused"]
+__all__ = ["LIMIT_BREAK", "LIMIT_ID", "LimitHit", "LimitWatch", "limit_refusal", "limits", "refused"]

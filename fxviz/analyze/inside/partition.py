@@ -309,20 +309,25 @@ class _Origin:
 def _align(aot: list[Node], dyn: list[Node]) -> dict[str, Node]:
     """The AOT ops of one source line -> the Dynamo ops of that line (a line runs once per call:
     GPT-2's blocks run the same lines), in order. An AOT op of a Dynamo op's own name is the first
-    such Dynamo op not taken yet, at or after the last one matched; any other comes from decomposing
+    such Dynamo op not taken yet, at or after the last one matched (:func:`_op_name`: ``native_layer_norm``
+    is ``layer_norm``'s); an output of a multi-output op (``getitem``) is that op's; any other comes from decomposing
     a Dynamo op that no AOT op is named after (``linear`` -> ``t``, ``addmm``): the one at or after
     the last matched, the next one when the op that opened its group comes again."""
     if not dyn:
         return {}
-    names = {_short(a.target) for a in aot}
-    dnames = [d.target.rsplit(".", 1)[-1].rstrip("_") for d in dyn]
+    names = {_op_name(_short(a.target)) for a in aot}
+    dnames = [_op_name(d.target.rsplit(".", 1)[-1]) for d in dyn]
     split = [k for k, name in enumerate(dnames) if name not in names]
     taken: set[int] = set()
     opened: dict[int, str] = {}  # a decomposed Dynamo op -> the name of its first AOT op
     out: dict[str, Node] = {}
     p = 0
     for a in aot:
-        name = _short(a.target)
+        name = _op_name(_short(a.target))
+        src = a.inputs[0].node if a.inputs else ""
+        if name == "getitem" and src in out:  # an output of a multi-output op (native_layer_norm's mean): that op's
+            out[a.name] = out[src]
+            continue
         k = next((k for k in range(p, len(dyn)) if dnames[k] == name and k not in taken), None)
         if k is not None:
             taken.add(k)
@@ -333,6 +338,13 @@ def _align(aot: list[Node], dyn: list[Node]) -> dict[str, Node]:
         out[a.name] = dyn[k]
         p = k
     return out
+
+
+def _op_name(name: str) -> str:
+    """An op's name as Dynamo's graph and AOT's graph both spell it: aten's ``native_layer_norm``
+    and ``_softmax`` are Dynamo's ``layer_norm`` and ``softmax``."""
+    name = name.strip("_")
+    return name.removeprefix("native_")
 
 
 def _module(n: Node) -> str | None:
