@@ -33,6 +33,37 @@ def test_an_uneven_shard_the_models_own_view_cannot_use_is_named() -> None:
     assert not dist.is_initialized()
 
 
+def test_more_ranks_than_heads_is_named_with_the_world_sizes_that_work(tmp_path) -> None:
+    """At world size 8 the column-parallel ``q`` (32 output features: 4 heads of 8) shards evenly,
+    4 features per rank, less than one head: the attention's own ``view(b, s, -1, 8)`` of its local
+    output fails (torch's own run below), and the line said only torch's complaint about a shape
+    (the classic mistake: fewer key/value heads than tensor-parallel ranks). It names the parameter,
+    its shard per rank and the world sizes that give each rank whole heads, from the CLI too."""
+    import subprocess
+    import sys
+
+    with fake_world(8):
+        model, args = block_factory()
+        with pytest.raises(RuntimeError, match=r"shape '\[2, 5, -1, 8\]' is invalid for input of size 40"):
+            model(*args)  # torch's own run
+        w = model.q.weight
+        assert (w.placements[0].dim, w.shape[0], w.device_mesh.size(), w.to_local().shape[0]) == (0, 32, 8, 4)
+    said = ("; q.weight's dimension 0 (32: 4 of 8) splits into 4 per rank over the 8 ranks of the mesh, not whole "
+            "units of 8 (the view's last dimension): use a world size that divides 4 (with tensor parallel, each "
+            "rank takes whole heads)")
+    with pytest.raises(ModelError) as e:
+        fxviz.capture(block_factory, world_size=8)
+    msg = str(e.value)
+    assert "\n" not in msg and "is invalid for input of size 40" in msg and msg.endswith(said)
+    assert e.value.graph is not None and any(n.module == "q" for n in e.value.graph.nodes)  # the partial graph
+    assert not dist.is_initialized()
+    out = subprocess.run([sys.executable, "-m", "fxviz", "tree", "tests/test_distributed.py:block_factory",
+                          "--world-size", "8"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].endswith(said) and len(out.stderr.strip().splitlines()) == 1
+    assert "q (Linear)" in out.stdout  # the partial tree
+
+
 @pytest.mark.parametrize(("world", "said"), [
     (3, "the device mesh (dp=2 x tp=1) covers 2 of the 3 ranks: rank 2 holds no shard; tp has one rank: what is "
         "sharded over it moves nothing"),

@@ -96,21 +96,37 @@ def uneven_shards(error: BaseException, params: Any) -> str:
     sharding propagation fails), or the model's own code sees a local shard of a size it cannot use
     (``q.view(b, s, -1, head_dim)`` on 11 of 32 features). ``""`` where no such parameter is found
     or the error is not torch's complaint about a shape (a ``RuntimeError``)."""
-    if not isinstance(error.__cause__ or error, RuntimeError):
+    cause = error.__cause__ or error
+    if not isinstance(cause, RuntimeError):
         return ""
-    for name, p in params:
-        if not isinstance(p, DTensor):
-            continue
-        mesh = p.device_mesh
-        for i, place in enumerate(p.placements):
-            dim = getattr(place, "dim", None)
-            if place.is_shard() and dim is not None and p.shape[dim] % mesh.size(i):
-                dims = mesh.mesh_dim_names
-                over = f"mesh dimension {dims[i]}" if dims else "the mesh"
-                return (f"; {name}'s dimension {dim} ({p.shape[dim]}) does not split evenly over the "
-                        f"{mesh.size(i)} ranks of {over}, and the tensor-parallel styles take even shards: "
-                        f"use a world size that divides it")
+    sharded = [(name, p, i, place.dim) for name, p in params if isinstance(p, DTensor)
+               for i, place in enumerate(p.placements) if place.is_shard() and getattr(place, "dim", None) is not None]
+    for name, p, i, dim in sharded:
+        if p.shape[dim] % p.device_mesh.size(i):
+            return (f"; {name}'s dimension {dim} ({p.shape[dim]}) does not split evenly over the "
+                    f"{p.device_mesh.size(i)} ranks of {_over(p.device_mesh, i)}, and the tensor-parallel styles "
+                    f"take even shards: use a world size that divides it")
+    view = VIEW.search(str(cause))  # the model's own view of a local shard into heads: `[b, s, -1, head_dim]`
+    unit = int(view.group(1)) if view else 0
+    for name, p, i, dim in sharded if unit > 1 else ():
+        n = p.device_mesh.size(i)
+        if p.shape[dim] % unit == 0 and (p.shape[dim] // n) % unit:  # whole heads, but not per rank
+            heads = p.shape[dim] // unit
+            return (f"; {name}'s dimension {dim} ({p.shape[dim]}: {heads} of {unit}) splits into "
+                    f"{p.shape[dim] // n} per rank over the {n} ranks of {_over(p.device_mesh, i)}, not whole "
+                    f"units of {unit} (the view's last dimension): use a world size that divides {heads} "
+                    f"(with tensor parallel, each rank takes whole heads)")
     return ""
+
+
+#: torch's words for a view its input cannot take, and the view's last dimension (a head's size)
+VIEW = re.compile(r"shape '\[[^\]]*?(\d+)\]' is invalid for input of size \d+")
+
+
+def _over(mesh: Any, i: int) -> str:
+    """``mesh dimension tp`` where the mesh names its dimensions, else ``the mesh``."""
+    dims = mesh.mesh_dim_names
+    return f"mesh dimension {dims[i]}" if dims else "the mesh"
 
 
 def _static_stage(error: BaseException) -> int | None:
