@@ -99,8 +99,8 @@ def uneven_shards(error: BaseException, params: Any) -> str:
     cause = error.__cause__ or error
     if not isinstance(cause, RuntimeError):
         return ""
-    sharded = [(name, p, i, place.dim) for name, p in params if isinstance(p, DTensor)
-               for i, place in enumerate(p.placements) if place.is_shard() and getattr(place, "dim", None) is not None]
+    sharded = [(name, p, i, dim) for name, p in params if isinstance(p, DTensor)
+               for i, place in enumerate(p.placements) if place.is_shard() and (dim := getattr(place, "dim", None)) is not None]
     for name, p, i, dim in sharded:
         if p.shape[dim] % p.device_mesh.size(i):
             return (f"; {name}'s dimension {dim} ({p.shape[dim]}) does not split evenly over the "
