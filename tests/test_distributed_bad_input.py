@@ -8,6 +8,7 @@ import torch.distributed as dist
 
 import fxviz
 from fxviz.errors import ModelError
+from fxviz.passes.overlays import overlays
 from fxviz.torchbridge.distributed import fake_world
 from tests.test_distributed import block_factory
 
@@ -89,4 +90,10 @@ def test_a_mesh_that_leaves_ranks_out_says_so(world: int, said: str | None) -> N
     g = fxviz.capture(sp_factory, world_size=world)
     notes = [n for n in g.notes if n.startswith("the device mesh")]
     assert notes == ([said] if said else [])
+    # the comm overlay is there whatever moved (`--overlay comm` said "neither a JSON file nor an
+    # overlay" where nothing did): the model's total is torch's count of bytes, 0 at world size 3
+    comm = overlays(g)["comm"]
+    assert len(g.annotations["collectives"]) == mode.get_total_counts()
+    assert comm["modules"][g.calls.root.id] == sum(r["bytes"] for r in g.annotations["collectives"])
+    assert (comm["modules"][g.calls.root.id] == 0) == (world == 3)
     assert not dist.is_initialized()
