@@ -340,7 +340,7 @@ def _callers_world(model: Any) -> int | None:
 def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, world_size: int,
                          **options: Any) -> Graph:
     """:func:`capture` with ``world_size``: the factory and the capture run in a fake process group."""
-    from fxviz.fallback.commfail import fake_cannot, timed_out, uneven_shards
+    from fxviz.fallback.commfail import fake_cannot, sharded_hint, timed_out
     from fxviz.fallback.comms import CommRecorder, mesh_dims, unused_ranks
     from fxviz.fallback.modes import around_recordings
     from fxviz.passes.tree import sharing
@@ -385,7 +385,7 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
                     raise CollectiveTimeout(hang, graph=e.graph) from e.__cause__
                 if cannot is not None:
                     raise ModelError(cannot, graph=e.graph) from e.__cause__
-                uneven = uneven_shards(e, params.items() if params is not None else
+                uneven = sharded_hint(e, params.items() if params is not None else
                                        model.named_parameters() if isinstance(model, nn.Module) else ())
                 if uneven:
                     raise ModelError(str(e) + uneven, graph=e.graph) from e.__cause__

@@ -97,3 +97,68 @@ def test_a_mesh_that_leaves_ranks_out_says_so(world: int, said: str | None) -> N
     assert comm["modules"][g.calls.root.id] == sum(r["bytes"] for r in g.annotations["collectives"])
     assert (comm["modules"][g.calls.root.id] == 0) == (world == 3)
     assert not dist.is_initialized()
+
+
+GPU_FACTORIES = '''
+import torch, torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = nn.Linear(16, 64), nn.Linear(64, 16)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x.cuda())))  # the training code's own move to its GPU
+
+
+def set_device():  # as training code starts: each rank picks its GPU
+    torch.cuda.set_device(dist.get_rank())
+    return nn.Linear(4, 4), (torch.randn(2, 4),)
+
+
+def cuda_in_forward():
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    return parallelize_module(MLP(), mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()}), (torch.randn(4, 16),)
+'''
+
+GPU_HINT = ("; the fake process group runs in this process, on its CPU: build the mesh with init_device_mesh('cpu', "
+            "...) and the model on the CPU (or under torch.device('meta') for one too big), or launch it with torchrun "
+            "where the GPUs are")
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a GPU")
+def test_a_factory_or_forward_that_needs_a_gpu_is_one_line_that_says_what_to_do(tmp_path) -> None:
+    """``torch.cuda.set_device(rank)`` in the factory (torch: ``no attribute '_cuda_setDevice'``
+    without CUDA) and ``x.cuda()`` in the forward (torch: ``not compiled with CUDA``) said torch's
+    words alone; each now says that the fake group runs on the CPU and what to do, from the CLI in
+    one line, the forward's with its partial graph (the recorded ops up to the move)."""
+    import subprocess
+    import sys
+
+    import torch
+
+    f = tmp_path / "gpu.py"
+    f.write_text(GPU_FACTORIES)
+    ns: dict[str, object] = {}
+    exec(compile(GPU_FACTORIES, str(f), "exec"), ns)  # noqa: S102 - the factories, run by torch alone
+    with fake_world(2):
+        with pytest.raises(AttributeError, match="_cuda_setDevice"):
+            ns["set_device"]()  # type: ignore[operator]
+        model, args = ns["cuda_in_forward"]()  # type: ignore[operator]
+        with pytest.raises(AssertionError, match="not compiled with CUDA"):
+            model(*args)
+    with pytest.raises(ModelError) as e:
+        fxviz.capture(ns["cuda_in_forward"], world_size=2)
+    assert "\n" not in str(e.value) and str(e.value).endswith(GPU_HINT) and "not compiled with CUDA" in str(e.value)
+    assert e.value.graph is not None and [n.name for n in e.value.graph.inputs] == ["x"]  # the partial graph
+    assert not dist.is_initialized() and not torch.distributed.is_initialized()
+    for name, code, torchs in (("set_device", 2, "_cuda_setDevice"), ("cuda_in_forward", 1, "not compiled with CUDA")):
+        out = subprocess.run([sys.executable, "-m", "fxviz", "tree", f"{f}:{name}", "--world-size", "2"],
+                             capture_output=True, text=True, timeout=120)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == code and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+        assert lines[0].startswith("error: ") and torchs in lines[0] and lines[0].endswith(GPU_HINT)

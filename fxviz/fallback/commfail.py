@@ -88,6 +88,16 @@ def fake_cannot(error: BaseException, records: list[dict[str, Any]], fake: bool 
             f"one marked with its error)")
 
 
+def sharded_hint(error: BaseException, params: Any) -> str:
+    """What to do about a sharded model whose run failed in the fake process group: shards that do
+    not split (:func:`uneven_shards`), or a forward that needs what the fake group has not (a GPU:
+    ``x.cuda()``; the factory's own failures get the same words,
+    :func:`~fxviz.torchbridge.distributed.fake_world_hint`). ``""`` where nothing fits."""
+    from fxviz.torchbridge.distributed import fake_world_hint
+
+    return uneven_shards(error, params) or fake_world_hint(error.__cause__ or error)
+
+
 def uneven_shards(error: BaseException, params: Any) -> str:
     """Why DTensor's sharding propagation failed, where a parameter's sharded dimension does not
     split evenly over its mesh dimension (``params``: ``(name, parameter)`` pairs): the
@@ -176,4 +186,4 @@ def _raised_in(error: BaseException, func: Any) -> bool:
     return False
 
 
-__all__ = ["fake_cannot", "first_line", "timed_out", "uneven_shards"]
+__all__ = ["fake_cannot", "first_line", "sharded_hint", "timed_out", "uneven_shards"]
