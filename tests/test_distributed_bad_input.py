@@ -49,6 +49,12 @@ def test_more_ranks_than_heads_is_named_with_the_world_sizes_that_work(tmp_path)
             model(*args)  # torch's own run
         w = model.q.weight
         assert (w.placements[0].dim, w.shape[0], w.device_mesh.size(), w.to_local().shape[0]) == (0, 32, 8, 4)
+        # a view that fails on features no parameter's shard gives (a whole activation: 30 per
+        # position) is the model's own error, no sharding's: nothing added
+        from fxviz.fallback.commfail import uneven_shards
+
+        other = RuntimeError("shape '[2, 5, -1, 8]' is invalid for input of size 300")
+        assert uneven_shards(other, model.named_parameters()) == ""
     said = ("; q.weight's dimension 0 (32: 4 of 8) splits into 4 per rank over the 8 ranks of the mesh, not whole "
             "units of 8 (the view's last dimension): use a world size that divides 4 (with tensor parallel, each "
             "rank takes whole heads)")

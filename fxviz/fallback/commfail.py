@@ -6,6 +6,7 @@ the exception torch raised and the collectives recorded up to it (:mod:`fxviz.fa
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from typing import Any
 
@@ -116,11 +117,17 @@ def uneven_shards(error: BaseException, params: Any) -> str:
             return (f"; {name}'s dimension {dim} ({p.shape[dim]}) does not split evenly over the "
                     f"{p.device_mesh.size(i)} ranks of {_over(p.device_mesh, i)}, and the tensor-parallel styles "
                     f"take even shards: use a world size that divides it")
-    view = VIEW.search(str(cause))  # the model's own view of a local shard into heads: `[b, s, -1, head_dim]`
-    unit = int(view.group(1)) if view else 0
-    for name, p, i, dim in sharded if unit > 1 else ():
+    # the model's own view of a local shard into heads (`[b, s, -1, head_dim]`): the features it was
+    # given (its input's size over the leading dimensions) are a parameter's shard per rank
+    view = VIEW.search(str(cause))
+    shape = [int(d) for d in view.group(1).split(",")] if view else []
+    lead = math.prod(shape[:-2]) if len(shape) >= 2 and min(shape[:-2], default=1) > 0 else 0
+    unit = shape[-1] if lead else 0
+    size = int(view.group(2)) if view else 0
+    features = size // lead if unit > 1 and size % lead == 0 else 0
+    for name, p, i, dim in sharded if features else ():
         n = p.device_mesh.size(i)
-        if p.shape[dim] % unit == 0 and (p.shape[dim] // n) % unit:  # whole heads, but not per rank
+        if p.shape[dim] // n == features and p.shape[dim] % unit == 0 and features % unit:  # whole heads, not per rank
             heads = p.shape[dim] // unit
             return (f"; {name}'s dimension {dim} ({p.shape[dim]}: {heads} of {unit}) splits into "
                     f"{p.shape[dim] // n} per rank over the {n} ranks of {_over(p.device_mesh, i)}, not whole "
@@ -130,7 +137,7 @@ def uneven_shards(error: BaseException, params: Any) -> str:
 
 
 #: torch's words for a view its input cannot take, and the view's last dimension (a head's size)
-VIEW = re.compile(r"shape '\[[^\]]*?(\d+)\]' is invalid for input of size \d+")
+VIEW = re.compile(r"shape '\[([-\d, ]+)\]' is invalid for input of size (\d+)")
 
 
 def _over(mesh: Any, i: int) -> str:
