@@ -181,18 +181,23 @@ def place_parameters(graph: Any, model: Any) -> None:
     to the op that reads it shows it (and the JSON keeps it). An FSDP2 parameter is left alone: its
     node is the unsharded parameter the unit's all-gather gives, its shard the ``<name>.shard`` node
     (``shard_placements``), and the model holds the shard again after the step."""
-    from fxviz.torchbridge.distributed import placement_attrs
+    from fxviz.torchbridge.distributed import format_placement
 
     if not isinstance(model, torch.nn.Module):
         return
     shards = {n.attrs.get("shard_of") for n in graph.nodes if n.kind == "parameter" and "shard_of" in n.attrs}
-    cache: dict[Any, Any] = {}
+    texts: dict[Any, dict[str, str]] = {}  # formatted once per placement and mesh shape (a mesh["tp"] per layer)
     for name, p in model.named_parameters():
         if not isinstance(p, DTensor) or name in shards or name not in graph:
             continue
         node = graph.node(name)
         if node.kind == "parameter" and "placements" not in node.attrs:
-            node.attrs.update(placement_attrs(p, cache))
+            mesh = p.device_mesh
+            key = (tuple(p.placements), tuple(mesh.shape), mesh.mesh_dim_names)
+            text = texts.get(key)
+            if text is None:
+                text = texts[key] = format_placement(key[0], mesh)
+            node.attrs.update(text)
 
 
 def unused_ranks(objs: Any, world_size: int) -> str | None:
