@@ -340,7 +340,7 @@ def _callers_world(model: Any) -> int | None:
 def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, world_size: int,
                          **options: Any) -> Graph:
     """:func:`capture` with ``world_size``: the factory and the capture run in a fake process group."""
-    from fxviz.fallback.commfail import fake_cannot, timed_out, uneven_shards
+    from fxviz.fallback.commfail import fake_cannot, sharded_hint, timed_out
     from fxviz.fallback.comms import CommRecorder, mesh_dims, unused_ranks
     from fxviz.fallback.modes import around_recordings
     from fxviz.passes.tree import sharing
@@ -380,12 +380,12 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
                 if e.graph is not None:
                     e.graph.annotations["rank"] = torch.distributed.get_rank()
                     _write_comm(e.graph, recorder.records, mesh_dims(_state_and_inputs(model, args, kwargs, params),
-                                                                     {r["group"] for r in recorder.records}))
+                                                                     {r["group"] for r in recorder.records}), model)
                 if hang is not None:
                     raise CollectiveTimeout(hang, graph=e.graph) from e.__cause__
                 if cannot is not None:
                     raise ModelError(cannot, graph=e.graph) from e.__cause__
-                uneven = uneven_shards(e, params.items() if params is not None else
+                uneven = sharded_hint(e, params.items() if params is not None else
                                        model.named_parameters() if isinstance(model, nn.Module) else ())
                 if uneven:
                     raise ModelError(str(e) + uneven, graph=e.graph) from e.__cause__
@@ -395,12 +395,15 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
             unused = unused_ranks(_state_and_inputs(model, args, kwargs, params), world_size)
             graph.notes += [unused] if unused else []
             graph.annotations["rank"] = torch.distributed.get_rank()
-            _write_comm(graph, recorder.records, dims)
+            _write_comm(graph, recorder.records, dims, model)
     return graph
 
 
-def _write_comm(graph: Graph, records: list[dict[str, Any]], dims: dict[str, str]) -> None:
+def _write_comm(graph: Graph, records: list[dict[str, Any]], dims: dict[str, str], model: Any = None) -> None:
+    from fxviz.fallback.comms import place_parameters
     from fxviz.passes.comm import write_comm
+
+    place_parameters(graph, model)  # each DTensor parameter's placement, as an op's DTensor output has it
 
     for r in records:
         r["mesh_dim"] = dims.get(r["group"], "")

@@ -8,6 +8,7 @@ import torch.distributed as dist
 
 import fxviz
 from fxviz.errors import ModelError
+from fxviz.passes.overlays import overlays
 from fxviz.torchbridge.distributed import fake_world
 from tests.test_distributed import block_factory
 
@@ -31,6 +32,43 @@ def test_an_uneven_shard_the_models_own_view_cannot_use_is_named() -> None:
                         "tensor-parallel styles take even shards: use a world size that divides it")
     assert e.value.graph is not None and any(n.module == "q" for n in e.value.graph.nodes)  # the partial graph
     assert not dist.is_initialized()
+
+
+def test_more_ranks_than_heads_is_named_with_the_world_sizes_that_work(tmp_path) -> None:
+    """At world size 8 the column-parallel ``q`` (32 output features: 4 heads of 8) shards evenly,
+    4 features per rank, less than one head: the attention's own ``view(b, s, -1, 8)`` of its local
+    output fails (torch's own run below), and the line said only torch's complaint about a shape
+    (the classic mistake: fewer key/value heads than tensor-parallel ranks). It names the parameter,
+    its shard per rank and the world sizes that give each rank whole heads, from the CLI too."""
+    import subprocess
+    import sys
+
+    with fake_world(8):
+        model, args = block_factory()
+        with pytest.raises(RuntimeError, match=r"shape '\[2, 5, -1, 8\]' is invalid for input of size 40"):
+            model(*args)  # torch's own run
+        w = model.q.weight
+        assert (w.placements[0].dim, w.shape[0], w.device_mesh.size(), w.to_local().shape[0]) == (0, 32, 8, 4)
+        # a view that fails on features no parameter's shard gives (a whole activation: 30 per
+        # position) is the model's own error, no sharding's: nothing added
+        from fxviz.fallback.commfail import uneven_shards
+
+        other = RuntimeError("shape '[2, 5, -1, 8]' is invalid for input of size 300")
+        assert uneven_shards(other, model.named_parameters()) == ""
+    said = ("; q.weight's dimension 0 (32: 4 of 8) splits into 4 per rank over the 8 ranks of the mesh, not whole "
+            "units of 8 (the view's last dimension): use a world size that divides 4 (with tensor parallel, each "
+            "rank takes whole heads)")
+    with pytest.raises(ModelError) as e:
+        fxviz.capture(block_factory, world_size=8)
+    msg = str(e.value)
+    assert "\n" not in msg and "is invalid for input of size 40" in msg and msg.endswith(said)
+    assert e.value.graph is not None and any(n.module == "q" for n in e.value.graph.nodes)  # the partial graph
+    assert not dist.is_initialized()
+    out = subprocess.run([sys.executable, "-m", "fxviz", "tree", "tests/test_distributed.py:block_factory",
+                          "--world-size", "8"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].endswith(said) and len(out.stderr.strip().splitlines()) == 1
+    assert "q (Linear)" in out.stdout  # the partial tree
 
 
 @pytest.mark.parametrize(("world", "said"), [
@@ -58,4 +96,75 @@ def test_a_mesh_that_leaves_ranks_out_says_so(world: int, said: str | None) -> N
     g = fxviz.capture(sp_factory, world_size=world)
     notes = [n for n in g.notes if n.startswith("the device mesh")]
     assert notes == ([said] if said else [])
+    # the comm overlay is there whatever moved (`--overlay comm` said "neither a JSON file nor an
+    # overlay" where nothing did): the model's total is torch's count of bytes, 0 at world size 3
+    comm = overlays(g)["comm"]
+    assert len(g.annotations["collectives"]) == mode.get_total_counts()
+    assert comm["modules"][g.calls.root.id] == sum(r["bytes"] for r in g.annotations["collectives"])
+    assert (comm["modules"][g.calls.root.id] == 0) == (world == 3)
     assert not dist.is_initialized()
+
+
+GPU_FACTORIES = '''
+import torch, torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = nn.Linear(16, 64), nn.Linear(64, 16)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x.cuda())))  # the training code's own move to its GPU
+
+
+def set_device():  # as training code starts: each rank picks its GPU
+    torch.cuda.set_device(dist.get_rank())
+    return nn.Linear(4, 4), (torch.randn(2, 4),)
+
+
+def cuda_in_forward():
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    return parallelize_module(MLP(), mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()}), (torch.randn(4, 16),)
+'''
+
+GPU_HINT = ("; the fake process group runs in this process, on its CPU: build the mesh with init_device_mesh('cpu', "
+            "...) and the model on the CPU (or under torch.device('meta') for one too big), or launch it with torchrun "
+            "where the GPUs are")
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a GPU")
+def test_a_factory_or_forward_that_needs_a_gpu_is_one_line_that_says_what_to_do(tmp_path) -> None:
+    """``torch.cuda.set_device(rank)`` in the factory (torch: ``no attribute '_cuda_setDevice'``
+    without CUDA) and ``x.cuda()`` in the forward (torch: ``not compiled with CUDA``) said torch's
+    words alone; each now says that the fake group runs on the CPU and what to do, from the CLI in
+    one line, the forward's with its partial graph (the recorded ops up to the move)."""
+    import subprocess
+    import sys
+
+    import torch
+
+    f = tmp_path / "gpu.py"
+    f.write_text(GPU_FACTORIES)
+    ns: dict[str, object] = {}
+    exec(compile(GPU_FACTORIES, str(f), "exec"), ns)  # noqa: S102 - the factories, run by torch alone
+    with fake_world(2):
+        with pytest.raises(AttributeError, match="_cuda_setDevice"):
+            ns["set_device"]()  # type: ignore[operator]
+        model, args = ns["cuda_in_forward"]()  # type: ignore[operator]
+        with pytest.raises(AssertionError, match="not compiled with CUDA"):
+            model(*args)
+    with pytest.raises(ModelError) as e:
+        fxviz.capture(ns["cuda_in_forward"], world_size=2)
+    assert "\n" not in str(e.value) and str(e.value).endswith(GPU_HINT) and "not compiled with CUDA" in str(e.value)
+    assert e.value.graph is not None and [n.name for n in e.value.graph.inputs] == ["x"]  # the partial graph
+    assert not dist.is_initialized() and not torch.distributed.is_initialized()
+    for name, code, torchs in (("set_device", 2, "_cuda_setDevice"), ("cuda_in_forward", 1, "not compiled with CUDA")):
+        out = subprocess.run([sys.executable, "-m", "fxviz", "tree", f"{f}:{name}", "--world-size", "2"],
+                             capture_output=True, text=True, timeout=120)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == code and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+        assert lines[0].startswith("error: ") and torchs in lines[0] and lines[0].endswith(GPU_HINT)

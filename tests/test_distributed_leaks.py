@@ -123,3 +123,63 @@ def test_a_model_sharded_in_the_callers_group_has_its_collectives_recorded_witho
         assert dist.is_initialized() and dist.distributed_c10d._get_default_group() is group
     finally:
         dist.destroy_process_group()
+
+
+#: the graph's own data: its call tree's calls point to their parent (a cycle by design, holding
+#: names, shapes and lines, nothing of the model's or torch's)
+_IR = ("fxviz.ir", "fxviz.calls", "fxviz.callbounds", "fxviz.nodelist", "fxviz.facts")
+
+
+def _fxviz_garbage(garbage: list[Any]) -> list[str]:
+    """The objects of fxviz's own classes and functions among what the collector freed, but the
+    graph's data (:data:`_IR`)."""
+    import types
+
+    out = []
+    for o in garbage:
+        fn = o.__func__ if isinstance(o, types.MethodType) else o
+        where = fn.__module__ if isinstance(fn, types.FunctionType) else type(o).__module__
+        if (where or "").startswith("fxviz") and where not in _IR:
+            out.append(f"{type(o).__name__} {getattr(fn, '__qualname__', '')}".strip())
+    return out
+
+
+@pytest.mark.parametrize("options", [{}, {"backward": True}], ids=["forward", "backward"])
+def test_a_sharded_capture_leaves_no_reference_cycle_of_fxvizs(options: dict[str, Any]) -> None:
+    """After a capture nothing of fxviz's is left for the collector: reference counting frees the
+    recording, and the model the factory made (a tensor-parallel decoder on a 2-D mesh) with its
+    parameters. torch's own objects may be (a DeviceMesh, FSDP2's state hold themselves); fxviz's
+    were not: the checkpoint patch's per-capture class held the recording (its ``Recorder``,
+    ``Watch``, names, versions) until the collector ran."""
+    import gc
+    import weakref
+
+    from tests.test_distributed import sp_factory
+
+    made: list[Any] = []
+
+    def factory() -> Any:
+        model, args = sp_factory()
+        made.append(weakref.ref(model))
+        made.extend(weakref.ref(p) for p in model.parameters())
+        return model, args
+
+    fxviz.capture(sp_factory, world_size=8, **options)  # warm: torch's lazy state, made once per process
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.garbage.clear()
+        fxviz.capture(factory, world_size=8, **options)
+        alive = [r() is not None for r in made]
+        gc.collect()
+        left = _fxviz_garbage(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if enabled:
+            gc.enable()
+    assert len(made) > 10 and not any(alive)  # the model and its parameters: freed by reference counting
+    assert left == []
+    assert not dist.is_initialized()

@@ -157,6 +157,40 @@ def test_placements_are_on_the_tree_and_the_reports_edges() -> None:
     assert data["metas"][data["nodes"]["out"][first_out]] == ["[2, 16, 64] S(1)", "float32", "2×16×64 f32 S(1)"]
 
 
+def test_each_sharded_parameter_carries_torchs_placement_and_fsdp_ones_stay_unsharded() -> None:
+    """A tensor-parallel weight is a DTensor (a column-parallel ``S(0)``, a row-parallel ``S(1)``,
+    its bias ``R``): its node had no placement, so the edge into the linear said nothing of how it
+    lies on the mesh. Each parameter's node now has torch's own placement and mesh (the factory's
+    model, built again in a fake group of the test's own), in the report's edges and the JSON; an
+    FSDP2 parameter's node is the unsharded one its all-gather gives, and stays without one."""
+    from fxviz.render.html import view_model
+    from fxviz.torchbridge.distributed import fake_world
+    from tests.test_distributed import block_factory, sp_factory
+
+    for factory, world in ((block_factory, 4), (sp_factory, 8)):
+        with fake_world(world):
+            model, _ = factory()
+            torchs = {n: (", ".join(str(p) for p in t.placements), "x".join(map(str, t.device_mesh.shape)))
+                      for n, t in model.named_parameters()}
+            names = {n: t.device_mesh.mesh_dim_names for n, t in model.named_parameters()}
+        g = fxviz.capture(factory, world_size=world)
+        read = {n.name for n in g.nodes if n.kind == "parameter"}
+        assert read == set(torchs)
+        for name, (place, shape) in torchs.items():
+            mesh = f"{names[name][0]}={shape}" if names[name] else shape
+            assert g.node(name).attrs == {"placements": place, "mesh": mesh}, name
+        if factory is block_factory:
+            assert [g.node(f"{m}.weight").attrs["placements"] for m in ("q", "o")] == ["S(0)", "S(1)"]
+            assert g.node("o.bias").attrs["placements"] == "R"
+        back = fxviz.Graph.from_json(g.to_json())
+        assert {n: back.node(n).attrs for n in torchs} == {n: g.node(n).attrs for n in torchs}
+        data = view_model(back)  # the report's edge out of the weight: its shape and placement
+        row = data["nodes"]["n"].index("layers.0.self_attn.q_proj.weight" if factory is sp_factory else "q.weight")
+        assert data["metas"][data["nodes"]["out"][sum(data["nodes"]["no"][:row])]][0].endswith(" S(0)")
+    g = fxviz.capture(fsdp_factory, world_size=4)
+    assert all("placements" not in n.attrs for n in g.nodes if n.kind == "parameter")
+
+
 def test_in_a_callers_process_group_the_graphs_have_the_models_own_collectives() -> None:
     """A compile map, or a plain capture, in a process group the caller made (no ``world_size``):
     the tracer still learns from c10d's dispatch what ``dist.all_reduce`` wrote, so the eager graph

@@ -6,6 +6,7 @@ the exception torch raised and the collectives recorded up to it (:mod:`fxviz.fa
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from typing import Any
 
@@ -88,6 +89,16 @@ def fake_cannot(error: BaseException, records: list[dict[str, Any]], fake: bool 
             f"one marked with its error)")
 
 
+def sharded_hint(error: BaseException, params: Any) -> str:
+    """What to do about a sharded model whose run failed in the fake process group: shards that do
+    not split (:func:`uneven_shards`), or a forward that needs what the fake group has not (a GPU:
+    ``x.cuda()``; the factory's own failures get the same words,
+    :func:`~fxviz.torchbridge.distributed.fake_world_hint`). ``""`` where nothing fits."""
+    from fxviz.torchbridge.distributed import fake_world_hint
+
+    return uneven_shards(error, params) or fake_world_hint(error.__cause__ or error)
+
+
 def uneven_shards(error: BaseException, params: Any) -> str:
     """Why DTensor's sharding propagation failed, where a parameter's sharded dimension does not
     split evenly over its mesh dimension (``params``: ``(name, parameter)`` pairs): the
@@ -96,21 +107,43 @@ def uneven_shards(error: BaseException, params: Any) -> str:
     sharding propagation fails), or the model's own code sees a local shard of a size it cannot use
     (``q.view(b, s, -1, head_dim)`` on 11 of 32 features). ``""`` where no such parameter is found
     or the error is not torch's complaint about a shape (a ``RuntimeError``)."""
-    if not isinstance(error.__cause__ or error, RuntimeError):
+    cause = error.__cause__ or error
+    if not isinstance(cause, RuntimeError):
         return ""
-    for name, p in params:
-        if not isinstance(p, DTensor):
-            continue
-        mesh = p.device_mesh
-        for i, place in enumerate(p.placements):
-            dim = getattr(place, "dim", None)
-            if place.is_shard() and dim is not None and p.shape[dim] % mesh.size(i):
-                dims = mesh.mesh_dim_names
-                over = f"mesh dimension {dims[i]}" if dims else "the mesh"
-                return (f"; {name}'s dimension {dim} ({p.shape[dim]}) does not split evenly over the "
-                        f"{mesh.size(i)} ranks of {over}, and the tensor-parallel styles take even shards: "
-                        f"use a world size that divides it")
+    sharded = [(name, p, i, dim) for name, p in params if isinstance(p, DTensor)
+               for i, place in enumerate(p.placements) if place.is_shard() and (dim := getattr(place, "dim", None)) is not None]
+    for name, p, i, dim in sharded:
+        if p.shape[dim] % p.device_mesh.size(i):
+            return (f"; {name}'s dimension {dim} ({p.shape[dim]}) does not split evenly over the "
+                    f"{p.device_mesh.size(i)} ranks of {_over(p.device_mesh, i)}, and the tensor-parallel styles "
+                    f"take even shards: use a world size that divides it")
+    # the model's own view of a local shard into heads (`[b, s, -1, head_dim]`): the features it was
+    # given (its input's size over the leading dimensions) are a parameter's shard per rank
+    view = VIEW.search(str(cause))
+    shape = [int(d) for d in view.group(1).split(",")] if view else []
+    lead = math.prod(shape[:-2]) if len(shape) >= 2 and min(shape[:-2], default=1) > 0 else 0
+    unit = shape[-1] if lead else 0
+    size = int(view.group(2)) if view else 0
+    features = size // lead if unit > 1 and size % lead == 0 else 0
+    for name, p, i, dim in sharded if features else ():
+        n = p.device_mesh.size(i)
+        if p.shape[dim] // n == features and p.shape[dim] % unit == 0 and features % unit:  # whole heads, not per rank
+            heads = p.shape[dim] // unit
+            return (f"; {name}'s dimension {dim} ({p.shape[dim]}: {heads} of {unit}) splits into "
+                    f"{p.shape[dim] // n} per rank over the {n} ranks of {_over(p.device_mesh, i)}, not whole "
+                    f"units of {unit} (the view's last dimension): use a world size that divides {heads} "
+                    f"(with tensor parallel, each rank takes whole heads)")
     return ""
+
+
+#: torch's words for a view its input cannot take, and the view's last dimension (a head's size)
+VIEW = re.compile(r"shape '\[([-\d, ]+)\]' is invalid for input of size (\d+)")
+
+
+def _over(mesh: Any, i: int) -> str:
+    """``mesh dimension tp`` where the mesh names its dimensions, else ``the mesh``."""
+    dims = mesh.mesh_dim_names
+    return f"mesh dimension {dims[i]}" if dims else "the mesh"
 
 
 def _static_stage(error: BaseException) -> int | None:
@@ -160,4 +193,4 @@ def _raised_in(error: BaseException, func: Any) -> bool:
     return False
 
 
-__all__ = ["fake_cannot", "first_line", "timed_out", "uneven_shards"]
+__all__ = ["fake_cannot", "first_line", "sharded_hint", "timed_out", "uneven_shards"]

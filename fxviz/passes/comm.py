@@ -206,7 +206,9 @@ def write_comm(graph: Graph, records: Sequence[dict[str, Any]]) -> None:
     unfilled = _unfilled_reads(graph, records)
     graph.notes += [unfilled] if unfilled else []
     tree = graph.calls if added else tree_of(graph)
-    total: Counter[str] = Counter()  # a module's total: its own collectives and those of its submodules
+    # a module's total: its own collectives and those of its submodules; the model's always, so a
+    # sharded capture that moved nothing (a mesh dimension of one rank) has the overlay, at 0 bytes
+    total: Counter[str] = Counter({"": 0})
     for r in records:
         parts = r.get("module", "").split(".") if r.get("module") else []
         for k in range(len(parts) + 1):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -168,16 +169,18 @@ class Checkpoints:
             me._leave()
             yield from inner
 
-        class Reentrant:
-            @staticmethod
-            def apply(fn: Any, *args: Any) -> Any:
-                call = me._new("reentrant")
-                with me._saving(call):  # saves the inputs once its forward has run
-                    me._enter(call)
-                    try:
-                        return function.apply(me._again(fn, call), *args)
-                    finally:
-                        me._leave()
+        def apply(fn: Any, *args: Any) -> Any:
+            call = me._new("reentrant")
+            with me._saving(call):  # saves the inputs once its forward has run
+                me._enter(call)
+                try:
+                    return function.apply(me._again(fn, call), *args)
+                finally:
+                    me._leave()
+
+        # torch calls only ``CheckpointFunction.apply``; a class made per attach would be a
+        # reference cycle (a class refers to itself) holding ``me``, and through it the recording
+        Reentrant = types.SimpleNamespace(apply=apply)
 
         cp._checkpoint_without_reentrant_generator = non_reentrant  # type: ignore[assignment]
         cp.CheckpointFunction = Reentrant  # type: ignore[assignment,misc]

@@ -55,7 +55,7 @@ def fake_world(world_size: int) -> Iterator[bool]:
 _MESH_TOO_BIG = re.compile(r"bigger than default world size (\d+), but found (\d+) ranks")
 #: torch's words for a factory that needs a GPU this process does not have
 _NO_GPU = re.compile(r"not compiled with (CUDA|ROCm)|no (CUDA|NVIDIA) (GPUs are available|driver)|"
-                     r"Found no NVIDIA driver|nccl", re.I)
+                     r"Found no NVIDIA driver|nccl|has no attribute '_cuda_", re.I)
 
 
 def made_group_hint(e: BaseException) -> str:
