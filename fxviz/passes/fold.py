@@ -64,7 +64,6 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[Token, ..
     op_levels: dict[int, list[tuple[list[Token], str, Any]]] = {}
     state_levels: dict[str, list[tuple[list[Token], str, Any]]] = {}
     around: dict[str, list[str]] = {"": []}  # module path -> the candidates it is in, outer first
-    same: dict[Any, Any] = {}  # relative paths and call indices: one object per value (_op_levels)
     for n in graph.nodes:
         kind = n.kind
         if kind == "op":
@@ -73,7 +72,7 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[Token, ..
             if levels is None:
                 # the call index is structure too: a block that calls a child twice differs from
                 # one that calls it once
-                levels = op_levels[id(stack)] = _op_levels(stack, candidates, tokens, same)
+                levels = op_levels[id(stack)] = _op_levels(stack, candidates, tokens)
         elif kind == "input" or kind == "output":
             continue
         else:  # state belongs to its owner and to every module around it
@@ -114,13 +113,10 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[Token, ..
 
 
 def _op_levels(
-    stack: tuple[tuple[str, int], ...], candidates: set[str], tokens: dict[str, list[Token]],
-    same: dict[Any, Any],
+    stack: tuple[tuple[str, int], ...], candidates: set[str], tokens: dict[str, list[Token]]
 ) -> list[tuple[list[Token], str, Any]]:
     """For the ops of one stack: per candidate around them, outer first, the candidate's token
-    list, the ops' module relative to it and the call indices below it. Equal relative paths and
-    call indices are one object each (``same``): siblings' signatures are then compared by
-    identity, field by field, where equal text made apart is compared character by character."""
+    list, the ops' module relative to it and the call indices below it."""
     levels: list[tuple[list[Token], str, Any]] = []
     last = len(stack) - 1
     module = stack[last][0] if stack else ""
@@ -129,9 +125,8 @@ def _op_levels(
             if d == last:  # the ops' own module: nothing below it
                 levels.append((tokens.setdefault(path, []), "", ()))
             else:  # _relative(), inlined
-                rel = module[len(path) + 1 :] if path != module else ""
-                calls = tuple(map(_call_index, stack[d + 1 :]))
-                levels.append((tokens.setdefault(path, []), same.setdefault(rel, rel), same.setdefault(calls, calls)))
+                levels.append((tokens.setdefault(path, []), module[len(path) + 1 :] if path != module else "",
+                               tuple(map(_call_index, stack[d + 1 :]))))
     return levels
 
 
