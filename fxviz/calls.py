@@ -309,12 +309,12 @@ class CallTree:
         return self.root.walk()
 
 
-def _fill_nodes(root: Call, nodes: Sequence[Node]) -> None:
+def _fill_nodes(root: Call, at: dict[str, int]) -> None:
     """Each call's ``nodes``, its children's before it: its own ops and its children's ``nodes``,
     joined as blocks where they ran one after the other (the usual case: read in ``steps`` order,
     no sort), merged by position where they interleave. Appending every op to each call around it
-    cost the depth of the op in Python; sorting each call's blocks, a third of the call tree."""
-    at = {n.name: i for i, n in enumerate(nodes) if n.kind == "op"}
+    cost the depth of the op in Python; sorting each call's blocks, a third of the call tree.
+    ``at``: each op's position in the graph's nodes."""
     for c in reversed(root.listed()):
         if not c.children:  # a leaf call: its own ops, already in order
             c.nodes = list(c.ops)
@@ -428,9 +428,11 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
     # the ops of one call share one stack tuple: found by its id, where a lookup in ``by_stack``
     # hashes every level of the stack again (the nodes keep each stack, so an id is never reused)
     of_stack: dict[int, Call] = {}
-    for n in nodes:
+    at: dict[str, int] = {}  # op name -> its position in ``nodes``, for _fill_nodes
+    for i, n in enumerate(nodes):
         kind, name = n.kind, n.name
         if kind == "op":
+            at[name] = i
             attrs = n.attrs
             if attrs and attrs.get("region") is not None and (entries := region_entries(n)):
                 c, inner = get_in_regions(n.stack, entries, name)
@@ -464,7 +466,7 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
             owner = by_path[path][0] if path else root
         node_call[n.name] = owner
         owner.state.append(n.name)
-    _fill_nodes(root, nodes)
+    _fill_nodes(root, at)
     if regions:
         shared = RegionBoundaries(nodes)
         for r in regions:

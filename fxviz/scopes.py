@@ -98,8 +98,9 @@ def build_scopes(
         return parent
 
     for c in tree.walk() if calls is None else calls:
-        if c.stack:
-            get(c.stack[-1][0])  # Call.path, without the property call
+        stack = c.stack
+        if stack and stack[-1][0] not in scopes:  # Call.path, without the property call
+            get(stack[-1][0])
     for path, of_path in tree.by_path.items():
         # distinct Call.index; a module called once (most) has one
         scopes[path].calls = 1 if len(of_path) == 1 else len({c.stack[-1][1] for c in of_path})

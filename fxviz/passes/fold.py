@@ -207,14 +207,16 @@ def fold_repeats(graph: Graph) -> Graph:
     for scope in parents:
         # every child counts, in execution order: any other sibling in between ends a run
         children = list(scope.children.values())
+        # what two neighbours must share, worked out once per child (it is compared on both sides)
+        keys = [(c.cls, sigs.get(c.path), c.calls) for c in children]
         i = 0
         while i < len(children):
             j = i + 1
-            key = (children[i].cls, sigs.get(children[i].path), children[i].calls)
+            key = keys[i]
             while (
                 key[1] is not None
                 and j < len(children)
-                and (children[j].cls, sigs.get(children[j].path), children[j].calls) == key
+                and keys[j] == key
                 and _chained(children[j - 1].path, children[j].path, members)
             ):
                 j += 1
