@@ -33,8 +33,6 @@ stays valid), and only where a value differs.
 from __future__ import annotations
 
 import operator
-import sys
-import warnings
 from collections.abc import Iterable
 from functools import partial
 from itertools import chain, compress, filterfalse, repeat
@@ -42,11 +40,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.modules import module as nn_module
 
 from fxviz.torchbridge.distributed import data_alias
 from fxviz.torchbridge.fsdpstate import FsdpState, fsdp_states
-from fxviz.torchbridge.loggers import clear_torch_caches, states, torch_loggers
+from fxviz.torchbridge.process import DynamoCodes, ProcessState
 from fxviz.torchbridge.walk import modules_of, named_modules, walks_shared
 
 _first, _second = operator.itemgetter(0), operator.itemgetter(1)
@@ -58,9 +55,6 @@ _NOT_CONTAINERS = (torch.Tensor, nn.Module)
 _SCALARS = frozenset({int, float, bool, str, bytes, type(None), complex})
 #: Containers walked into at most (a forward's Python caches; a guard against pathological models).
 _MAX_CONTAINERS = 200_000
-_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-                 "_global_backward_pre_hooks", "_global_forward_hooks_always_called",
-                 "_global_forward_hooks_with_kwargs")
 
 
 def _real(t: torch.Tensor) -> bool:
@@ -215,10 +209,10 @@ class ModelState:
     """The model and its inputs as they were; :meth:`restore` puts them back.
 
     Every module's ``__dict__``, its non-empty parameter, buffer, submodule and hook dicts are
-    kept as a shallow copy each and one list of all their values (built in C: this runs before
-    every capture, and a Python loop over a large model's modules costs more than the tracer's
-    work on a small one); :meth:`restore` compares lengths and values at once and puts a dict
-    back from its copy only where something differs. Dicts that were empty are only checked to
+    kept as one list of all their keys and one of all their values, with each dict's length (built
+    in C: this runs before every capture, and a Python loop over a large model's modules costs
+    more than the tracer's work on a small one); :meth:`restore` compares lengths and values at
+    once and puts a dict back from its slice of the lists only where something differs. Dicts that were empty are only checked to
     be empty still."""
 
     def __init__(self, model: nn.Module, inputs: Iterable[Any]) -> None:
@@ -250,9 +244,10 @@ class ModelState:
         self._empty = (list(filterfalse(None, hooks)) if kept else hooks) + list(filterfalse(None, state_dicts))
         self._dicts = dicts + list(filter(None, state_dicts)) + [c for c in kept if isinstance(c, dict)]
         self._signature = _dicts_signature(self._dicts)
-        # every dict's keys and values as they were, for the few a capture changes: a shallow copy
-        # each, in C (a list of all their keys, one Python call per dict before that, cost more)
-        self._copies = list(map(dict.copy, self._dicts))
+        # every dict's keys as they were, all in one list made in C (their values are the
+        # signature's): a copy of each dict, for the few a capture changes, was 1,200 dicts made,
+        # walked by the collector and freed per capture of a 300-layer stack
+        self._keys = list(chain.from_iterable(self._dicts))
         self._sets = [(c, c.copy()) for c in kept if not isinstance(c, dict)]
         self._containers = _Containers(user)
         self._tensors = _Tensors(tensors)
@@ -276,11 +271,12 @@ class ModelState:
         self._inputs.restore()
 
     def _restore_dicts(self) -> None:
-        for d, saved in zip(self._dicts, self._copies, strict=True):
-            if len(d) != len(saved) or list(d) != list(saved) or not all(
-                    map(operator.is_, d.values(), saved.values())):
+        (lengths, values), keys, at = self._signature, self._keys, 0
+        for d, n in zip(self._dicts, lengths, strict=True):
+            start, at = at, at + n
+            if len(d) != n or list(d) != keys[start:at] or not all(map(operator.is_, d.values(), values[start:at])):
                 d.clear()
-                d.update(saved)
+                d.update(zip(keys[start:at], values[start:at], strict=True))
 
 
 def _own_attributes(dicts: list[dict[str, Any]], tensors: list[tuple[torch.Tensor, bool]], user: list[Any]) -> None:
@@ -335,131 +331,6 @@ def _tensors_in(roots: list[Any]) -> Iterable[torch.Tensor]:
         elif id(v) not in seen and isinstance(v, (dict, list, tuple)):
             seen.add(id(v))
             todo.extend(v.values() if isinstance(v, dict) else v)
-
-
-class ProcessState:
-    """Process-wide state an attempt may leave changed; :meth:`restore` puts back what differs."""
-
-    def __init__(self) -> None:
-        import torch.fx._symbolic_trace as fx_trace
-
-        self._fx = fx_trace
-        self.streams = (sys.stdout, sys.stderr)
-        self.showwarning = warnings.showwarning
-        self.filters = list(warnings.filters)
-        self.loggers = torch_loggers()[1]  # each one's level, disabled and propagate, gathered in C
-        self.logger_states = states(self.loggers)
-        self.function_modes = torch._C._len_torch_function_stack()
-        self.dispatch_modes = torch._C._len_torch_dispatch_stack()
-        self.module_methods = {k: nn.Module.__dict__[k] for k in ("__call__", "__getattr__", "__setattr__")}
-        self.fx_flag = fx_trace._is_fx_tracing_flag
-        self.grad = torch.is_grad_enabled()
-        self.autocast = torch.is_autocast_enabled("cpu")
-        self.default_dtype = torch.get_default_dtype()
-        self.recursion_limit = sys.getrecursionlimit()
-        self.hooks = {name: dict(getattr(nn_module, name)) for name in _GLOBAL_HOOKS}
-        self.rng = torch.get_rng_state()
-        self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-        self.dynamo = DynamoCodes()
-
-    def restore(self) -> None:
-        if (sys.stdout, sys.stderr) != self.streams:
-            sys.stdout, sys.stderr = self.streams
-        if warnings.showwarning is not self.showwarning:
-            warnings.showwarning = self.showwarning
-        if warnings.filters != self.filters:
-            warnings.filters[:] = self.filters  # type: ignore[index]
-            warnings._filters_mutated()  # type: ignore[attr-defined]
-        if states(self.loggers) != self.logger_states:
-            changed = False
-            for lg, level, disabled, propagate in zip(self.loggers, *self.logger_states, strict=True):
-                if lg.level != level:
-                    lg.level = level  # setLevel clears every logger's cache: once below is enough
-                    changed = True
-                lg.disabled, lg.propagate = disabled, propagate
-            if changed:
-                clear_torch_caches()
-        _pop_modes(self.function_modes, self.dispatch_modes)
-        for k, fn in self.module_methods.items():
-            if nn.Module.__dict__[k] is not fn:
-                setattr(nn.Module, k, fn)
-        self._fx._is_fx_tracing_flag = self.fx_flag
-        torch.set_grad_enabled(self.grad)
-        if torch.is_autocast_enabled("cpu") != self.autocast:
-            torch.set_autocast_enabled("cpu", self.autocast)
-        if torch.get_default_dtype() != self.default_dtype:
-            torch.set_default_dtype(self.default_dtype)
-        if sys.getrecursionlimit() != self.recursion_limit:
-            sys.setrecursionlimit(self.recursion_limit)
-        for name, saved in self.hooks.items():
-            hooks = getattr(nn_module, name)
-            if hooks.keys() != saved.keys():
-                hooks.clear()
-                hooks.update(saved)
-        if not torch.equal(torch.get_rng_state(), self.rng):
-            torch.set_rng_state(self.rng)
-        if self.cuda_rng is not None:
-            torch.cuda.set_rng_state_all(self.cuda_rng)
-        self.dynamo.restore()
-
-
-def _pop_modes(function_modes: int, dispatch_modes: int) -> None:
-    """Pop torch modes an attempt left pushed (a mode pushed by another thread cannot be here:
-    mode stacks are per thread)."""
-    from torch.utils._python_dispatch import _pop_mode
-
-    while torch._C._len_torch_function_stack() > function_modes:
-        torch._C._pop_torch_function_stack()
-    while torch._C._len_torch_dispatch_stack() > dispatch_modes:
-        _pop_mode()
-
-
-class DynamoCodes:
-    """Code objects Dynamo saw during an attempt (compiled, or marked to skip), put back to the
-    state of code Dynamo never saw. Only code first seen during the attempt is reset: a user's own
-    compiled functions keep their caches. Nothing is done when Dynamo was never imported (an eager
-    capture does not load it)."""
-
-    def __init__(self) -> None:
-        self.seen = self._seen()
-        self.callback = self._callback()
-
-    @staticmethod
-    def _callback() -> Any:
-        if "torch._dynamo" not in sys.modules:
-            return None
-        from torch._C._dynamo.eval_frame import get_eval_frame_callback
-
-        return get_eval_frame_callback()
-
-    @staticmethod
-    def _trackers() -> list[Any]:
-        convert_frame = sys.modules.get("torch._dynamo.convert_frame")
-        return [] if convert_frame is None else [convert_frame.input_codes, convert_frame.output_codes]
-
-    def _seen(self) -> set[int]:
-        return {i for tracker in self._trackers() for i in tracker.seen_ids}
-
-    def restore(self) -> None:
-        trackers = self._trackers()
-        if not trackers:
-            return
-        from torch._C._dynamo.eval_frame import reset_code, set_eval_frame
-
-        if self._callback() is not self.callback:
-            set_eval_frame(self.callback)
-        for tracker in trackers:
-            new = [ref for ref in tracker.seen if id(ref()) not in self.seen]
-            for ref in new:
-                code = ref()
-                if code is not None:
-                    reset_code(code)
-                    tracker.seen_ids.discard(id(code))
-            if new:
-                # forgotten with their weak references, whose callbacks then never run (each
-                # would remove its id from ``seen_ids`` a second time)
-                gone = set(map(id, new))
-                tracker.seen[:] = [ref for ref in tracker.seen if id(ref) not in gone]
 
 
 class Snapshot:

@@ -371,7 +371,9 @@ def capture_session(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
         try:
             yield session
         finally:
-            del snapshot
+            # the snapshot (a copy of every module's dicts, an alias of every tensor) is freed first,
+            # by reference counting: the collection below walks only what the attempts left
+            del snapshot, session.snapshot
             # the collector is paused while a capture runs (``gc_paused``): the cycles its attempts
             # left (export's graph modules, fake tensors, frames) are freed here, so that the heap
             # they sat on can be given back. Only the young generation, which holds everything the
