@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch._dynamo.utils import get_compilation_metrics
+from torch._dynamo.utils import clear_compilation_metrics, get_compilation_metrics
 
 from fxviz.analyze.compilemap import compile_map
 
@@ -33,6 +33,7 @@ class Hooked(nn.Module):
 
 def test_a_frame_that_failed_in_the_compiled_backward_is_the_backwards() -> None:
     torch.manual_seed(0)
+    clear_compilation_metrics()  # torch keeps its last 64: a full record would hide this run's entries
     before = len(get_compilation_metrics())
     cmap = compile_map(Hooked(), (torch.randn(3, 8),), backend="eager", grad=True, compiled_autograd=True)
     failed = [m for m in get_compilation_metrics()[before:] if m.fail_type]

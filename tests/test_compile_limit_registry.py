@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 from torch._dynamo.exc import _load_gb_type_to_gb_id_map
-from torch._dynamo.utils import get_compilation_metrics
+from torch._dynamo.utils import clear_compilation_metrics, get_compilation_metrics
 
 from fxviz.analyze.compilemap import compile_map
 from fxviz.analyze.compilemap.failed import FailedFrames
@@ -35,6 +35,7 @@ def _sets(n: int) -> list[tuple[torch.Tensor]]:
 @pytest.fixture(scope="module")
 def run() -> dict[str, Any]:
     """Eleven batch sizes, dynamic=False: the eighth recompile is refused (torch's default limit, 8)."""
+    clear_compilation_metrics()  # torch keeps its last 64: a full record would hide this run's entries
     before = len(get_compilation_metrics())
     args, *more = _sets(11)
     cmap = compile_map(Sine(), args, backend="eager", dynamic=False, inputs=more)
