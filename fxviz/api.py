@@ -380,7 +380,7 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
                 if e.graph is not None:
                     e.graph.annotations["rank"] = torch.distributed.get_rank()
                     _write_comm(e.graph, recorder.records, mesh_dims(_state_and_inputs(model, args, kwargs, params),
-                                                                     {r["group"] for r in recorder.records}), model)
+                                                                     {r["group"] for r in recorder.records}))
                 if hang is not None:
                     raise CollectiveTimeout(hang, graph=e.graph) from e.__cause__
                 if cannot is not None:
@@ -395,15 +395,12 @@ def _capture_distributed(model: Any, args: Any, kwargs: dict[str, Any] | None, w
             unused = unused_ranks(_state_and_inputs(model, args, kwargs, params), world_size)
             graph.notes += [unused] if unused else []
             graph.annotations["rank"] = torch.distributed.get_rank()
-            _write_comm(graph, recorder.records, dims, model)
+            _write_comm(graph, recorder.records, dims)
     return graph
 
 
-def _write_comm(graph: Graph, records: list[dict[str, Any]], dims: dict[str, str], model: Any = None) -> None:
-    from fxviz.fallback.comms import place_parameters
+def _write_comm(graph: Graph, records: list[dict[str, Any]], dims: dict[str, str]) -> None:
     from fxviz.passes.comm import write_comm
-
-    place_parameters(graph, model)  # each DTensor parameter's placement, as an op's DTensor output has it
 
     for r in records:
         r["mesh_dim"] = dims.get(r["group"], "")

@@ -242,3 +242,19 @@ def test_sends_and_receives_are_nodes_on_the_values_they_move() -> None:
     assert inputs(g, nodes[0].name) == ["linear"] and nodes[0].outputs == ()
     add = next(n for n in g.nodes if n.target == "Tensor.add")
     assert [r.node for r in add.inputs][1] == nodes[-1].name  # buf, as the last receive filled it
+
+
+def test_a_model_sharded_in_the_callers_group_has_its_parameters_placements() -> None:
+    """A tensor-parallel model the caller sharded in a group of its own, captured without
+    ``world_size`` (and by a compile map's eager graph): each DTensor parameter's node has torch's
+    placement, as with ``world_size`` (the recorder's state node takes it as inputs and outputs do;
+    it was a pass run only on the ``world_size`` path)."""
+    from fxviz.torchbridge.distributed import fake_world
+    from tests.test_distributed import block_factory
+
+    with fake_world(4):
+        model, args = block_factory()
+        torchs = {n: ", ".join(str(p) for p in t.placements) for n, t in model.named_parameters()}
+        g = fxviz.capture(model, args, method="eager")
+    assert {n.name: n.attrs.get("placements") for n in g.nodes if n.kind == "parameter"} == torchs
+    assert torchs["q.weight"] == "S(0)" and torchs["o.weight"] == "S(1)" and torchs["o.bias"] == "R"

@@ -175,31 +175,6 @@ def mesh_dims(objs: Any, groups: Any = None) -> dict[str, str]:
     return out
 
 
-def place_parameters(graph: Any, model: Any) -> None:
-    """Each DTensor parameter's node gets its placement on its mesh (``attrs["placements"]``,
-    ``"mesh"``: a column-parallel weight's ``S(0)``), as an op's DTensor output has it, so the edge
-    to the op that reads it shows it (and the JSON keeps it). An FSDP2 parameter is left alone: its
-    node is the unsharded parameter the unit's all-gather gives, its shard the ``<name>.shard`` node
-    (``shard_placements``), and the model holds the shard again after the step."""
-    from fxviz.torchbridge.distributed import format_placement
-
-    if not isinstance(model, torch.nn.Module):
-        return
-    shards = {n.attrs.get("shard_of") for n in graph.nodes if n.kind == "parameter" and "shard_of" in n.attrs}
-    texts: dict[Any, dict[str, str]] = {}  # formatted once per placement and mesh shape (a mesh["tp"] per layer)
-    for name, p in model.named_parameters():
-        if not isinstance(p, DTensor) or name in shards or name not in graph:
-            continue
-        node = graph.node(name)
-        if node.kind == "parameter" and "placements" not in node.attrs:
-            mesh = p.device_mesh
-            key = (tuple(p.placements), tuple(mesh.shape), mesh.mesh_dim_names)
-            text = texts.get(key)
-            if text is None:
-                text = texts[key] = format_placement(key[0], mesh)
-            node.attrs.update(text)
-
-
 def unused_ranks(objs: Any, world_size: int) -> str | None:
     """A note when the device mesh of the first DTensor among ``objs`` (its root mesh) holds fewer
     ranks than the world, or has a dimension of one rank: what it shards over that dimension moves
@@ -414,4 +389,4 @@ def collectives_seen() -> contextlib.AbstractContextManager[Any]:
     return around_recordings(CommRecorder())
 
 
-__all__ = ["COLLECTIVES", "P2P", "CommRecorder", "collectives_seen", "mesh_dims", "place_parameters", "unused_ranks"]
+__all__ = ["COLLECTIVES", "P2P", "CommRecorder", "collectives_seen", "mesh_dims", "unused_ranks"]

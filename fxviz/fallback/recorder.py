@@ -198,7 +198,7 @@ class Recorder:
             names._taken.add(base)
         node = Node(
             base, kind, name, inputs, ((owner, 0),) if owner else (),
-            (meta if meta is not None else tensor_meta(t),), attrs=attrs if attrs is not None else {},
+            (meta if meta is not None else tensor_meta(t),), attrs=attrs if attrs is not None else self.sharded_attrs(t),
         )
         self.nodes.append(node)
         ref = Ref(node.name)
