@@ -4,7 +4,7 @@ look at a diff gets this page: ``fxviz diff --html``, ``fxviz passes --before-af
 ``Diff.to_html()`` and a notebook cell showing ``fxviz.compare(...)``. No torch.
 
 :func:`diff_view_model` is the data the page's script draws: each graph's view-model
-(:func:`fxviz.render.html.view_model`) with a category overlay ``diff`` (matched, differs, only in
+(:func:`fxviz.render.viewmodel.view_model`) with a category overlay ``diff`` (matched, differs, only in
 one side, decomposed, ...) so that the colouring is the overlay mechanism (matched muted, every
 difference in colour), the pairs of nodes and of boxes the alignment found (selecting a node
 selects its pair, expanding a box expands its pair), each side's capture in words, and every
@@ -28,9 +28,10 @@ from fxviz.calls import Stack
 from fxviz.graphdiff.result import Diff
 from fxviz.ir import Graph, SourceLoc
 from fxviz.render.files import write_text
-from fxviz.render.html import VIEW_MODEL_VERSION, in_frame, json_for_script, page, view_model
+from fxviz.render.html import in_frame, json_for_script, page
 from fxviz.render.panels import cell_text
 from fxviz.render.view import bounded, module_boxes, node_label
+from fxviz.render.viewmodel import VIEW_MODEL_VERSION, view_model
 
 __all__ = ["DIFF_COLORS", "diff_view_model", "differences_panel", "repr_html", "to_html"]
 
