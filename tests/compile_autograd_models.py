@@ -19,12 +19,12 @@ HOOK_LINE = _hook.__code__.co_firstlineno + 1
 
 
 class MLP(nn.Module):
-    def __init__(self, hook: bool = False) -> None:
+    def __init__(self, hook: bool | Any = False) -> None:
         super().__init__()
         self.fc1 = nn.Linear(8, 16)
         self.fc2 = nn.Linear(16, 4)
         if hook:
-            self.fc2.weight.register_hook(_hook)
+            self.fc2.weight.register_hook(_hook if hook is True else hook)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(torch.relu(self.fc1(x)))
@@ -56,6 +56,12 @@ def mlp() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
 def hooked() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     torch.manual_seed(0)
     return MLP(hook=True), (torch.randn(3, 8),)
+
+
+def printed() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The hook is library code itself (the builtin ``print``): no user frame in the break's stack."""
+    torch.manual_seed(0)
+    return MLP(hook=print), (torch.randn(3, 8),)
 
 
 def square() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:

@@ -122,6 +122,30 @@ def test_backward_graphs_named_as_torch_metrics_name_them(monkeypatch: pytest.Mo
     assert any(f.startswith("torch_dynamo_resume_in_") for f, _, _ in (metrics[c] for c in made))
 
 
+_AT = re.compile(r"Graph break in user code at (.+):(\d+)")
+
+
+@pytest.mark.parametrize("build", [models.hooked, models.printed])
+def test_backward_breaks_placed_where_torch_names_them(monkeypatch: pytest.MonkeyPatch, build: Any) -> None:
+    """Each backward break's place is the frame torch's own break record names ("Graph break in user
+    code at FILE:LINE", the structured trace's ``dynamo_graph_break_reason``), as often as torch logged
+    it there. A hook that is library code (``print``) was placed at the line of compiled autograd's
+    generated graph that calls it (``<eval_with_key>.3:93``, torch's code, not the user's) for the
+    first break and at torch's frame for the next, one break split in two."""
+    cm, seen, _ = _run(monkeypatch, build, "eager")
+    assert cm.backward is not None
+    named = Counter((m.group(1), int(m.group(2))) for c in seen.ca_compiles()
+                    for a in c.all("dynamo_graph_break_reason") if (m := _AT.match(str(a.payload))))
+    shown: Counter[tuple[str, int]] = Counter()
+    for b in cm.backward.breaks:
+        assert b.where is not None and not b.where.file.startswith("<eval_with_key>")
+        if b.category != "skip":  # a skipped frame is placed at the function torch ran eagerly
+            shown[(b.where.file, b.where.line)] += b.count
+    assert shown and all(named[k] >= n for k, n in shown.items()), (shown, named)
+    if build is models.printed:
+        assert shown == named and len(cm.backward.breaks) == 1
+
+
 def test_no_hook_no_backward_break(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same MLP without the hook: one captured graph, compiled whole, no break anywhere."""
     cm, seen, _ = _run(monkeypatch, models.mlp, "eager")

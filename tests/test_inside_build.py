@@ -119,3 +119,29 @@ def test_cli_from_trace(tmp_path: Path) -> None:
     assert {"stages", "kernels", "costs"} <= set(json.loads((tmp_path / "i.json").read_text()))
     out = CliRunner().invoke(cli, ["compile", "--from-trace", str(TRACE), "--graph", "g7"])
     assert out.exit_code == 2 and "g7" in out.output
+
+
+def test_from_trace_with_a_target_and_graph_reads_the_trace_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--from-trace FILE TARGET --graph G`` read the file twice (the graph check before the model
+    ran, then the stages): one read serves both, and the graphs are still the trace's."""
+    import fxviz.tracefile.reader as reader
+
+    files: list[str] = []
+    real = reader._read_file
+
+    def counted(path: Path, grouper: Any) -> int:
+        files.append(str(path))
+        return real(path, grouper)
+
+    monkeypatch.setattr(reader, "_read_file", counted)
+    out = tmp_path / "i.json"
+    res = CliRunner().invoke(cli, ["compile", "--from-trace", str(TRACE), "tests/inside_models.py:block",
+                                   "--graph", "g1", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert files == [str(TRACE)]
+    d = json.loads(out.read_text())
+    assert [g["compile_id"] for g in d["inside"]["graphs"]] == ["0/0", "0/1"]
+    res = CliRunner().invoke(cli, ["compile", "--from-trace", str(TRACE), "tests/inside_models.py:block",
+                                   "--graph", "g7"])
+    assert res.exit_code == 2 and "g7" in res.output
+    assert files == [str(TRACE)] * 2  # refused before the model ran, the file read once

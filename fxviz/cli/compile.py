@@ -25,6 +25,7 @@ from fxviz.text import NOTE_CHARS, one_line
 
 if TYPE_CHECKING:
     from fxviz.analyze.compilemap.result import CompileMap
+    from fxviz.tracefile import Trace
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -167,10 +168,13 @@ def _saved(target: str | None, path: str, input_shapes: tuple[str, ...], dtype: 
 
     from fxviz.analyze.inside.saved import from_trace
     from fxviz.cli.inside import check_selection, print_inside, stage_report
+    from fxviz.tracefile import read_trace
 
     eager = None
+    with spinner(f"reading {path} …"):  # read once: the graph check and the stages both use it
+        trace = read_trace(path)
     if target is not None and graph is not None:  # a graph the trace does not hold: refused before the model runs
-        check_selection(_graphs_only(path), graph, None)
+        check_selection(_graphs_only(trace), graph, None)
     if target is not None:
         spec = recognise(target)
         if not spec.captures:
@@ -181,8 +185,7 @@ def _saved(target: str | None, path: str, input_shapes: tuple[str, ...], dtype: 
 
         with t.runs(), spinner("tracing the eager forward …"):
             eager = trace_eager(t.model, t.args, t.kwargs, level="function", grad=grad)
-    with spinner(f"reading {path} …"):
-        inside, _ = from_trace(path, eager)
+    inside, _ = from_trace(trace, eager)
     check_selection(inside, graph, stage)
     if json_out is not None:
         d = {"format": "fxviz.inside/1", "summary": inside.summary(), **inside.to_dict()}
@@ -203,13 +206,12 @@ def _saved(target: str | None, path: str, input_shapes: tuple[str, ...], dtype: 
         click.echo(f"wrote {html_out}", err=json_out == "-")
 
 
-def _graphs_only(path: str) -> Any:
-    """The compiled graphs a saved trace holds (ids and compile ids, no stages), read without the model."""
+def _graphs_only(trace: Trace) -> Any:
+    """The compiled graphs a saved trace holds (ids and compile ids, no stages), before the model runs."""
     from fxviz.analyze.inside.result import Inside, InsideGraph
     from fxviz.analyze.pipeline.result import Pipeline
-    from fxviz.tracefile import read_trace
 
-    compiles = [c for c in read_trace(path).compiles if c.first("dynamo_output_graph") is not None]
+    compiles = [c for c in trace.compiles if c.first("dynamo_output_graph") is not None]
     return Inside(graphs=[InsideGraph(f"g{k}", c.label, Pipeline(f"g{k}")) for k, c in enumerate(compiles)])
 
 

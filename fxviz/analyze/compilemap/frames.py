@@ -23,9 +23,12 @@ def _library_roots() -> tuple[str, ...]:
 
 def library_of(file: str) -> str:
     """``file`` relative to the library root it lies under (``json/encoder.py``,
-    ``transformers/utils/generic.py``), or ``""`` for the user's own code."""
+    ``transformers/utils/generic.py``), or ``""`` for the user's own code. Code torch.fx generated
+    (``<eval_with_key>.3``: the graph compiled autograd captured, whose line calls a backward hook) is
+    torch's, not the user's: a hook that is itself library code (``print``) breaks where torch names it,
+    not at the generated graph's call of it."""
     if file.startswith("<"):
-        return file if file.startswith("<frozen") else ""
+        return file if file.startswith(("<frozen", "<eval_with_key>")) else ""
     for marker in ("/site-packages/", "/dist-packages/"):
         if marker in file:
             return file.rsplit(marker, 1)[1]

@@ -29,6 +29,9 @@ from fxviz.text import one_line
 _PALETTE = ("#4c78a8", "#54a24b", "#72b7b2", "#b279a2", "#f58518", "#9d755d", "#eeca3b", "#1f77b4", "#2ca02c",
             "#17becf")
 EAGER, MIXED, BREAK = "eager", "mixed", "break"
+#: An op of the eager trace that did not run under torch.compile at all: the forward took another path
+#: when compiling (``torch.compiler.is_compiling()``, transformers' ``is_tracing``). Neither compiled nor eager.
+UNRUN = "unrun"
 #: Rows of the ``guards`` panel the tree prints (a model has a guard per parameter and more).
 GUARD_PAGE = 20
 
@@ -38,7 +41,7 @@ def module_coverage(graph: Graph, assigned: Mapping[str, str]) -> list[ModuleCov
     how many of them ran inside a compiled graph."""
     out = []
     for call in graph.calls.walk():
-        names = [n for n in call.nodes if n in assigned]
+        names = [n for n in call.nodes if n in assigned and assigned[n] != UNRUN]
         ids = [assigned[n] for n in names]
         graphs = sorted({g for g in ids if g != EAGER}, key=lambda g: int(g[1:]) if g[1:].isdigit() else 0)
         out.append(ModuleCoverage(call.id, call.path, module_class(graph, call.path) or graph.name,
@@ -72,9 +75,10 @@ def write(cmap: CompileMap, *, limit: int = 50) -> Graph:
     categories[MIXED] = {"label": "several graphs, or graphs and eager", "color": "#bab0ac"}
     categories[EAGER] = {"label": "ran eagerly (outside every graph)", "color": "#e45756"}
     categories[BREAK] = {"label": "graph break", "color": "#b30000"}
+    categories[UNRUN] = {"label": "not run under torch.compile (a path only eager takes)", "color": "#d9d9d9"}
     set_overlay(graph, "compiled", label="compiled by", kind="category", nodes=node_values, modules=module_values,
                 categories=categories, description=f"torch.compile ({cmap.backend}): {cmap.header()}")
-    ops_share = {n: (0 if g == EAGER else 100) for n, g in cmap.assigned.items()}
+    ops_share = {n: (0 if g == EAGER else 100) for n, g in cmap.assigned.items() if g != UNRUN}
     set_overlay(graph, "coverage", label="compiled", kind="number", unit="%", nodes=ops_share, modules=share,
                 reduce="mean", description="share of each module call's ops that ran inside a compiled graph "
                 "(an op: 100 inside a graph, 0 eager)")
@@ -262,5 +266,5 @@ def break_lines(breaks: Sequence[BreakGroup]) -> list[str]:
     return out
 
 
-__all__ = ["BREAK", "EAGER", "MIXED", "break_lines", "break_panel", "guard_lines", "module_coverage", "report_notes", "without_panels",
+__all__ = ["BREAK", "EAGER", "MIXED", "UNRUN", "break_lines", "break_panel", "guard_lines", "module_coverage", "report_notes", "without_panels",
            "write"]

@@ -343,8 +343,8 @@ class CompiledBackward:
 class CompileMap:
     """What torch.compile did to one forward. ``graph`` is the eager graph with the overlays
     ``compiled`` and ``coverage`` and the panels ``breaks``, ``modules`` and ``recompiles``;
-    ``assigned`` maps each op (node name) to the id of the compiled graph that ran it, or
-    ``"eager"``."""
+    ``assigned`` maps each op (node name) to the id of the compiled graph that ran it, ``"eager"``, or
+    ``"unrun"`` (not run under torch.compile: the forward took a path only eager takes)."""
 
     graph: Graph
     backend: str
@@ -383,12 +383,12 @@ class CompileMap:
         return first - 1 if first else 0
 
     @property
-    def ops(self) -> int:
-        return len(self.assigned)
+    def ops(self) -> int:  # the ops that ran under torch.compile: not those only eager runs ("unrun")
+        return sum(1 for g in self.assigned.values() if g != "unrun")
 
     @property
     def compiled_ops(self) -> int:
-        return sum(1 for g in self.assigned.values() if g != "eager")
+        return sum(1 for g in self.assigned.values() if g not in ("eager", "unrun"))
 
     @property
     def share(self) -> float:

@@ -20,7 +20,7 @@ from fxviz.analyze.compilemap.breaks import RESUME, category, ended_at, group_br
 from fxviz.analyze.compilemap.failed import FailedFrames
 from fxviz.analyze.compilemap.limit import LimitWatch, limits, refused
 from fxviz.analyze.compilemap.match import assign, pair
-from fxviz.analyze.compilemap.overlay import EAGER, module_coverage, report_notes, write
+from fxviz.analyze.compilemap.overlay import EAGER, UNRUN, module_coverage, report_notes, write
 from fxviz.analyze.compilemap.record import (
     GuardFailRecord,
     Recorder,
@@ -304,13 +304,26 @@ def build(graph: Graph, rec: Recording, *, backend: str, mode: str | None, dynam
     ops = graph.ops
     hits = assign(ops, runs)
     assigned = {n.name: hits[n.name][0] if n.name in hits else EAGER for n in ops}
+    notes = list(notes)
+    if runs and not any(b.input_set == 0 and b.phase == "forward" for b in rec.breaks) \
+            and not any(lim.input_set == 0 for lim in limits):
+        # no break, no frame Dynamo ran eagerly: the forward ran inside its graphs, whole, and an
+        # op none holds did not run under torch.compile (a path the forward takes only eagerly)
+        unrun = [n for n in ops if assigned[n.name] == EAGER]
+        assigned.update((n.name, UNRUN) for n in unrun)
+        if unrun:
+            at = ", ".join(dict.fromkeys(f"{n.source.file.rsplit('/', 1)[-1]}:{n.source.line}" if n.source else n.name
+                                         for n in unrun))
+            notes.append(f"{len(unrun)} op{'s' * (len(unrun) != 1)} of the eager forward did not run under "
+                         f"torch.compile (at {at}): the forward takes another path when compiling "
+                         "(torch.compiler.is_compiling()); not counted in the share compiled")
     tree = graph.calls
     graphs = [compiled_graph(g) for g in rec.graphs if g.phase == "forward"]
     forward = [b for b in rec.breaks if b.phase == "forward"]
     cmap = CompileMap(graph=graph, backend=backend, mode=mode, dynamic=dynamic, graphs=graphs,
                       breaks=group_breaks(forward, graph, tree, assigned, _resumed(rec), ended=ended_at(rec)), recompiles=recompiles(rec.guard_fails, refused(limits)),
                       assigned=assigned, modules=module_coverage(graph, assigned), input_sets=input_sets,
-                      notes=list(notes), limits=list(limits))
+                      notes=notes, limits=list(limits))
     write(cmap)
     return cmap
 

@@ -196,8 +196,8 @@ def _graph(c: Compile, gid: str, eager_ops: Mapping[str, str], eager: Graph | No
             torch_modules.update(record)
             keep_recorded(lines, record, lambda d: _module(d, eager_ops, eager, dynamo))
         narrow(post, lines, post_to_pre if exact else fwd_post_to_pre,
-               lambda d: _module(d, eager_ops, eager, dynamo), aot=_stage_graph(stages, "AOT backward"), dyn=dynamo,
-               fwd=_stage_graph(stages, "AOT forward"))
+               lambda d: _module(d, eager_ops, eager, dynamo), aot=_stage_graph(stages, _AOT_OF.get(part, "")),
+               dyn=dynamo, fwd=_stage_graph(stages, "AOT forward") if part == "backward" else None)
         post_to_pre.update(lines)
         resolved = comms.resolve(post, post_to_pre, under, eager) if under and eager is not None else {}
         _set_origin(post, post_to_pre, eager_ops, eager, dynamo, inferred=not exact, resolved=resolved)
@@ -331,6 +331,12 @@ def _kernels_stage(index: int, part: str, graph: Graph, post: Stage, km: Any, se
                  ops_after=after, added=[k for k in kernels if not links.get(k)],
                  removed=list(ops), replaced=[k for k in kernels if links.get(k)], links=links, changed=True,
                  base=None if post.index == index - 1 else post.index)
+
+
+#: The AOT graph each post-grad part comes from: its placeholders say which are parameters (and of
+#: which module), which tells apart the nodes of one source line run by several modules (a layer's
+#: ``self.layer_norm1(x)`` in every layer) in every part, not the backward's alone.
+_AOT_OF = {"backward": "AOT backward", "forward": "AOT forward", "inference": "AOT inference graph"}
 
 
 def _stage_graph(stages: list[Stage], name: str) -> Graph | None:

@@ -36,10 +36,11 @@ class _Op:
     node: str
 
 
-def from_trace(path: str | os.PathLike[str], eager: Graph | None = None) -> tuple[Inside, Trace]:
-    """What ``path``'s structured trace records inside torch.compile; with ``eager`` (the model's
-    eager graph), Dynamo's nodes matched to its ops and the overlays written on it."""
-    trace = read_trace(path)
+def from_trace(path: str | os.PathLike[str] | Trace, eager: Graph | None = None) -> tuple[Inside, Trace]:
+    """What ``path``'s structured trace (or a :class:`Trace` already read from it) records inside
+    torch.compile; with ``eager`` (the model's eager graph), Dynamo's nodes matched to its ops and the
+    overlays written on it."""
+    trace = path if isinstance(path, Trace) else read_trace(path)
     eager_ops = dynamo_to_eager(trace, eager) if eager is not None else None
     inside = build(trace, eager_ops=eager_ops, eager=eager)
     if eager is not None:
