@@ -32,6 +32,7 @@ from fxviz.fallback.comms import CommRecorder, _kind
 from fxviz.ir import Graph
 from fxviz.passes.comm import collectives
 from fxviz.passes.overlays import overlays
+from fxviz.torchbridge.distributed import end_world
 
 
 class MLP(nn.Module):
@@ -110,7 +111,7 @@ def oracle(factory, world_size: int) -> dict[str, dict[str, int]]:
         return {("" if k == "Global" else k.partition(".")[2]): {_kind(str(op)): n for op, n in v["forward"].items() if n}
                 for k, v in mode.comm_module_counts.items()}
     finally:
-        dist.destroy_process_group()
+        end_world()
 
 
 def counts(graph: Graph) -> dict[str, dict[str, int]]:
@@ -192,7 +193,7 @@ def test_caller_group_left_alone() -> None:
             fxviz.capture(mlp_factory, world_size=8)
         assert dist.is_initialized()
     finally:
-        dist.destroy_process_group()
+        end_world()
 
 
 def test_json_round_trip_keeps_collectives_and_overlay() -> None:
@@ -292,7 +293,7 @@ def test_mesh_dimension_names_are_torchs() -> None:
         plain = parallelize_module(MLP(), init_device_mesh("cpu", (8,)), {"up": ColwiseParallel()})
         assert mesh_dims(list(plain.parameters())) == {}  # an unnamed mesh: the group's name only
     finally:
-        dist.destroy_process_group()
+        end_world()
 
 
 FACTORY = '''

@@ -37,6 +37,7 @@ from fxviz.fallback.comms import COLLECTIVES, _kind
 from fxviz.ir import Graph
 from fxviz.passes.comm import collectives
 from fxviz.passes.overlays import overlays
+from fxviz.torchbridge.distributed import end_world
 from fxviz.torchbridge.source import is_user_file
 from tests.test_distributed import FACTORY, MLP, _bench, fsdp_factory, sp_factory
 from tests.test_distributed_fsdp import gpt_factory, meta_factory, units
@@ -79,7 +80,7 @@ def oracle(factory, world_size: int) -> Counts:
                     phase: {_kind(str(op)): n for op, n in v[phase].items() if n} for phase in ("forward", "backward")}
                 for k, v in mode.comm_module_counts.items()}
     finally:
-        dist.destroy_process_group()
+        end_world()
 
 
 def counts(graph: Graph) -> Counts:
@@ -251,7 +252,7 @@ def _read_again(factory: Any, world_size: int) -> tuple[dict[str, int], Counter[
                        for name in {freed[t.untyped_storage()._cdata] for t in ts if t.untyped_storage()._cdata in freed})
         return after, read
     finally:
-        dist.destroy_process_group()
+        end_world()
 
 
 @pytest.mark.parametrize("factory", [gpt_factory, meta_factory], ids=["real", "meta"])
@@ -314,7 +315,7 @@ def anomaly_lines(factory: Any, world_size: int) -> list[tuple[str, str]]:
                     loss.backward()
         return mode.made
     finally:
-        dist.destroy_process_group()
+        end_world()
 
 
 def test_sequence_parallel_backward_collectives_have_the_line_torchs_autograd_record_names() -> None:
@@ -380,6 +381,6 @@ def test_tp_attention_block_step_equals_comm_debug_mode_per_module_with_bytes() 
         with _Sent() as sent:
             model(*args).sum().backward()
     finally:
-        dist.destroy_process_group()
+        end_world()
     assert [(r["op"], r["phase"], r["bytes"]) for r in collectives(g)] == sent.ops
     assert [r["bytes"] for r in collectives(g)] == [2 * 5 * 32 * 4] * 6  # [2, 5, 32] float32, each

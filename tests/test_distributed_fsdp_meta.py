@@ -15,6 +15,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 import fxviz
 from fxviz.passes.comm import collectives
+from fxviz.torchbridge.distributed import end_world
 from tests.test_distributed import counts, oracle, waited
 from tests.test_distributed_fsdp import (
     captured,
@@ -173,7 +174,7 @@ def _scattered(factory: Any, world_size: int) -> list[int]:
             model(*args).sum().backward()
         return seen
     finally:
-        dist.destroy_process_group()
+        end_world()
 
 
 def test_a_training_step_of_a_model_sharded_on_meta_runs_on_fake_shards_and_is_left_as_it_was() -> None:
@@ -256,7 +257,7 @@ def fake_swaps(factory: Any, world_size: int) -> list[tuple[str, str]]:
             runs.append(log.ops)
             waited(out)  # after the log: the wait is the test's, not the forward's
         finally:
-            dist.destroy_process_group()
+            end_world()
     assert len(runs[0]) == len(runs[1])
     return [(r, f) for r, f in zip(*runs, strict=True) if r != f]
 

@@ -23,6 +23,7 @@ from torch import nn
 import fxviz
 from fxviz.errors import CollectiveTimeout, ModelError
 from fxviz.passes.comm import collectives
+from fxviz.torchbridge.distributed import end_world
 
 PEER = """
 import datetime, sys, time, torch, torch.distributed as dist
@@ -49,7 +50,7 @@ def stalled_peer() -> Iterator[None]:
         yield
     finally:
         if dist.is_initialized():
-            dist.destroy_process_group()
+            end_world()
         peer.kill()
         peer.wait()
 

@@ -16,6 +16,7 @@ import torch.distributed as dist
 from torch.distributed.tensor.debug import CommDebugMode
 
 import fxviz
+from fxviz.torchbridge.distributed import end_world
 from tests.test_distributed_fsdp import gpt_factory
 
 Step = tuple[dict[str, dict[str, dict[str, int]]], float]
@@ -53,7 +54,7 @@ def test_an_fsdp2_model_trains_after_a_capture_as_one_never_captured(options: di
         assert got[0] == want[0] and got[1] == pytest.approx(want[1])
         assert dist.is_initialized() and dist.distributed_c10d._get_default_group() is group
     finally:
-        dist.destroy_process_group()
+        end_world()
 
 
 def test_an_fsdp2_model_compiles_as_torch_compiles_it_and_trains_after_as_one_never_compiled() -> None:
@@ -99,7 +100,7 @@ def test_an_fsdp2_model_compiles_as_torch_compiles_it_and_trains_after_as_one_ne
         assert refused[0][1] < group.where.line <= refused[0][1] + 5  # inside GPT.forward: `x = block(x)`
         assert got[0] == want[0] and got[1] == pytest.approx(want[1])
     finally:
-        dist.destroy_process_group()
+        end_world()
 
 
 def test_a_model_sharded_in_the_callers_group_has_its_collectives_recorded_without_world_size() -> None:
@@ -122,7 +123,7 @@ def test_a_model_sharded_in_the_callers_group_has_its_collectives_recorded_witho
         assert g.annotations["rank"] == 0
         assert dist.is_initialized() and dist.distributed_c10d._get_default_group() is group
     finally:
-        dist.destroy_process_group()
+        end_world()
 
 
 #: the graph's own data: its call tree's calls point to their parent (a cycle by design, holding

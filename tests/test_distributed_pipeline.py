@@ -21,7 +21,7 @@ from fxviz.errors import ModelError
 from fxviz.passes.comm import collectives
 from fxviz.passes.tree import tree_of
 from fxviz.render.tree import tree_text
-from fxviz.torchbridge.distributed import fake_world
+from fxviz.torchbridge.distributed import end_world, fake_world
 from tests.test_distributed_p2p import C10dLog
 
 
@@ -181,7 +181,7 @@ def test_the_no_grad_hint_on_a_real_group_does_not_blame_the_fake_one(tmp_path: 
         assert len(tree_of(g).calls("part")) == 3  # the shape inference's forward and two microbatches
         assert dist.is_initialized()  # the caller's group, left as it was
     finally:
-        dist.destroy_process_group()
+        end_world()
 
 
 def custom_loss_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
@@ -232,7 +232,7 @@ def test_the_backward_a_schedule_runs_in_its_step_is_the_autograd_nodes_torch_ra
         assert isinstance(e.value.__cause__, RuntimeError) and "a second time" in str(e.value.__cause__)
         assert e.value.graph is not None and e.value.graph.error.startswith("the backward raised RuntimeError")
     finally:
-        dist.destroy_process_group()
+        end_world()
 
 
 class Raises(nn.Module):

@@ -78,6 +78,13 @@ def test_torchrun_a_model_that_raises_is_one_partial_graph_and_a_line_per_rank()
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert sorted(e.startswith("error: rank 1 of 2: the model raised") for e in errors) == [False, True]
     assert all("the model's own error" in e for e in errors)
+    # torchrun's own summary of the failed ranks (its ChildFailedError, which it always raises)
+    # gives each rank's line, from the error file its agent named, not "To enable traceback see"
+    summary = proc.stderr[proc.stderr.index("Root Cause (first observed failure):"):]
+    root = [line.partition("traceback : ")[2] for line in summary.splitlines() if "traceback : " in line]
+    assert len(root) == 1 and root[0] in errors
+    shown = [line.partition("traceback : ")[2] for line in proc.stderr.splitlines() if "traceback : " in line]
+    assert sorted(shown) == sorted(errors) and "To enable traceback" not in proc.stderr
 
 
 class OnlyRank0Reduces(torch.nn.Module):

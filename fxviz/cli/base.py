@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from types import ModuleType
@@ -155,10 +157,10 @@ def report(e: BaseException, *, verbose: bool, write_partial: Callable[[Graph], 
     if verbose:
         _echo_err(clean("".join(traceback.format_exception(e)).rstrip()))
     if not isinstance(e, FxvizError):
-        _echo_err(
-            f"error: {type(e).__name__}: {one_line(_text(e), limit=500)} (this is a bug in fxviz: "
-            "re-run with --verbose and report the traceback)"
-        )
+        line = (f"error: {type(e).__name__}: {one_line(_text(e), limit=500)} (this is a bug in fxviz: "
+                "re-run with --verbose and report the traceback)")
+        _echo_err(line)
+        _tell_launcher(line)
         return EXIT_BUG
     graph = getattr(e, "graph", None)
     if graph is not None and write_partial is not None:  # write what ran, then say why it stops there
@@ -172,8 +174,22 @@ def report(e: BaseException, *, verbose: bool, write_partial: Callable[[Graph], 
     if verbose and isinstance(e, CaptureError):
         for line in e.details():
             _echo_err(f"  {one_line(line)}")
-    _echo_err(f"error: {one_line(_text(e))}")
+    line = f"error: {one_line(_text(e))}"
+    _echo_err(line)
+    _tell_launcher(line)
     return int(e.exit_code)
+
+
+def _tell_launcher(line: str) -> None:
+    """Under ``torchrun``, give its summary of the failed ranks (its root cause's ``traceback :``
+    field, "To enable traceback see ..." otherwise) this rank's ``line``: through the error file its
+    agent names in ``TORCHELASTIC_ERROR_FILE``, in the format of torch's own ``@record``."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    info = {"py_callstack": line, "timestamp": str(int(time.time()))}
+    with contextlib.suppress(OSError), open(path, "w") as f:
+        json.dump({"message": {"message": line, "extraInfo": info}}, f)
 
 
 # ---- options: each declared once, shared by the commands that take it --------------------------

@@ -46,8 +46,38 @@ def fake_world(world_size: int) -> Iterator[bool]:
     try:
         yield True
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        end_world()
+
+
+def end_world() -> None:
+    """Destroy the default process group, and with it what DTensor keeps of the group's meshes.
+
+    DTensor caches what it derives from its specs in process-wide caches keyed by ``DeviceMesh``,
+    whose equality and hash are its ranks, layout and dimension names, not its process groups: the
+    sharding propagation's (its C++ fast path's and its Python ``lru_cache``'s cached output specs
+    hold the mesh of the run that filled them), the tensor meta propagation's, the redistribution
+    planner's and its transform plans, and the mesh topology of its cost model. In the next group of
+    the process, a mesh equal to one of this group's hits those entries and gets this group's mesh
+    back: its collectives go to group names this group registered, which are gone ("Could not
+    resolve the process group registered under the name 11") or, reused, another group's. They are
+    cleared whole (torch clears them no other way): no group existed before this one (fxviz makes
+    its group only where none is), so each entry belongs to this group or to one already destroyed."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dtensor: Any = sys.modules.get("torch.distributed.tensor")
+    if dtensor is None:  # no DTensor ran: nothing cached
+        return
+    import torch
+    from torch.distributed.tensor import _redistribute
+    from torch.distributed.tensor._collective_utils import MeshTopoInfo
+
+    propagator = dtensor.DTensor._op_dispatcher.sharding_propagator
+    torch._C._clear_DTensor_sharding_propagator_cache()
+    propagator.propagate_op_sharding.cache_clear()
+    propagator._propagate_tensor_meta_cached.cache_clear()
+    _redistribute._gen_transform_infos.cache_clear()
+    _redistribute.clear_redistribute_planner_cache()
+    MeshTopoInfo.build_from_mesh.cache_clear()
 
 
 
@@ -115,8 +145,8 @@ def launched_world() -> Iterator[int]:
     try:
         yield dist.get_rank()
     finally:
-        if made and dist.is_initialized():
-            dist.destroy_process_group()
+        if made:
+            end_world()
 
 
 def _timeout_s() -> float:
@@ -223,7 +253,7 @@ def data_alias(t: Any) -> Any:
     return t.data
 
 
-__all__ = ["data_alias", "fake_world", "fake_world_hint", "made_group_hint", "placement_attrs", "wait_collectives"]
+__all__ = ["data_alias", "end_world", "fake_world", "fake_world_hint", "made_group_hint", "placement_attrs", "wait_collectives"]
 
 
 def wait_collectives(out: Any) -> None:
