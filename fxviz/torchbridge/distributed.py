@@ -68,16 +68,20 @@ def end_world() -> None:
     if dtensor is None:  # no DTensor ran: nothing cached
         return
     import torch
-    from torch.distributed.tensor import _redistribute
-    from torch.distributed.tensor._collective_utils import MeshTopoInfo
+    from torch.distributed.tensor import _collective_utils, _redistribute
 
     propagator = dtensor.DTensor._op_dispatcher.sharding_propagator
-    torch._C._clear_DTensor_sharding_propagator_cache()
-    propagator.propagate_op_sharding.cache_clear()
-    propagator._propagate_tensor_meta_cached.cache_clear()
-    _redistribute._gen_transform_infos.cache_clear()
-    _redistribute.clear_redistribute_planner_cache()
-    MeshTopoInfo.build_from_mesh.cache_clear()
+    clears = (
+        lambda: torch._C._clear_DTensor_sharding_propagator_cache(),
+        lambda: propagator.propagate_op_sharding.cache_clear(),
+        lambda: propagator._propagate_tensor_meta_cached.cache_clear(),
+        lambda: _redistribute._gen_transform_infos.cache_clear(),
+        lambda: _redistribute.clear_redistribute_planner_cache(),
+        lambda: _collective_utils.MeshTopoInfo.build_from_mesh.cache_clear(),
+    )
+    for clear in clears:  # torch's private names: one a later torch renamed must not fail the capture's end
+        with contextlib.suppress(AttributeError):  # (tests/test_distributed_worlds.py checks each on this torch)
+            clear()
 
 
 
