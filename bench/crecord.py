@@ -502,7 +502,10 @@ def main() -> int:
             fidelity(model_name, model, args)
         fns = {k: v for k, v in part_fns(model, args).items() if k in parts}
         cpu = cpu_times(fns, a.reps) if a.reps else {}
-        ins = {p: count(model_name, p, 1, a.stack_layers) for p in a.instructions.split(",") if p}
+        ins = {}
+        for p in filter(None, a.instructions.split(",")):
+            ins[p] = count(model_name, p, 1, a.stack_layers)
+            print(f"{model_name} {p}: {ins[p]} instructions", file=sys.stderr, flush=True)
         ops = a.stack_layers * STACK_OPS_PER_LAYER if model_name == "stack" else None
         for p in parts:
             row = [model_name, p]
@@ -520,6 +523,8 @@ def main() -> int:
     if a.instructions:
         headers += ["instructions", "per op beyond forward"]
     print(table(headers, rows))
+    if os.path.exists(ET_PATH):
+        os.remove(ET_PATH)
     return 0
 
 
