@@ -8,6 +8,7 @@ code does. Only what it created is destroyed: a group the caller made is left al
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
@@ -157,7 +158,7 @@ def _timeout_s() -> float:
     return float(os.environ.get("FXVIZ_COLLECTIVE_TIMEOUT", TIMEOUT_S))
 
 
-#: The launch's store keys: each rank's graph, and rank 0's word that it has read them.
+#: The launch's store keys: each rank's graph, and rank 0's word that it has written them and ends.
 _GRAPH_KEY, _READ_KEY = "graph/", "graphs-read"
 
 
@@ -169,8 +170,8 @@ def exchange_graphs(text: str | None, patient: bool = True) -> list[str | None] 
     collective another rank never issued, the classic hang) and timed out still gives its partial
     graph, so rank 0 can say where the ranks parted. Rank 0 waits for each rank's up to the
     collective timeout and a margin (``None`` for a rank that gave nothing by then); the other
-    ranks wait, as long, for rank 0 to have read them, so that a rank that fails does not end the
-    launch (torchrun stops every rank when one fails) before rank 0 writes. A rank whose capture
+    ranks wait, as long, for rank 0's process to end (it has written by then), so that a rank that
+    fails does not end the launch (torchrun stops every rank when one fails) before rank 0 writes. A rank whose capture
     failed otherwise than by the timeout (``patient`` false: the model raised, and the others may
     wait for it in a collective until their timeout) waits a few seconds only.
 
@@ -199,8 +200,15 @@ def exchange_graphs(text: str | None, patient: bool = True) -> list[str | None] 
     for r in range(1, size):
         got = store.get(f"{_GRAPH_KEY}{r}").decode() if wait(f"{_GRAPH_KEY}{r}") else ""
         out.append(got or None)
-    store.set(_READ_KEY, "1")
+    # the others go on when this process ends, after it wrote what it took: a rank that failed ends
+    # the launch when it exits (torchrun stops the rest), which must not cut rank 0's output short
+    atexit.register(_release, store)
     return out
+
+
+def _release(store: dist.Store) -> None:
+    with contextlib.suppress(RuntimeError, dist.DistError):  # the launch's store is gone: no rank waits
+        store.set(_READ_KEY, "1")
 
 
 def _launch_store() -> dist.Store:
