@@ -66,7 +66,23 @@ class ShadowWatcher(Watcher):
                 out.append(s.clone() if copy and s is x else s)
             else:
                 out.append(x)
+        if not self.autocast and not copy:
+            out = self._one_dtype(leaves, out)
         return pytree.tree_unflatten(out, spec)
+
+    def _one_dtype(self, leaves: list[Any], shadows: list[Any]) -> list[Any]:
+        """Where eager's floating tensors share one dtype but their shadows do not, every shadow in
+        ``dtype``: in the model cast with ``model.to(dtype)`` they are all ``dtype``. Shadows part
+        because the model reads dtypes from its float32 tensors (``x.to(self.weight.dtype)``,
+        ``h.to(input_dtype)`` after a norm computed in float32, ``torch.tensor(s, dtype=q.dtype)``):
+        the cast model reads ``dtype`` there. Without this a linear layer after a LLaMA norm raises
+        on mixed dtypes (its value not compared, and what follows restarted from eager's) and an
+        add keeps the rest of the stream in float32."""
+        eager = {x.dtype for x in leaves if isinstance(x, torch.Tensor) and x.is_floating_point()}
+        mixed = {s.dtype for s in shadows if isinstance(s, torch.Tensor) and s.is_floating_point()}
+        if len(eager) != 1 or len(mixed) < 2 or self.dtype not in mixed:
+            return shadows
+        return [s.to(self.dtype) if isinstance(s, torch.Tensor) and s.is_floating_point() else s for s in shadows]
 
     def after(self, node: Node | None, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
               out: Any, state: Any) -> None:
