@@ -50,7 +50,10 @@ def _truth(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> d
 
     def run(m: nn.Module, key: str) -> None:
         low = key == "bf16"
-        cast = (lambda t: t.to(torch.bfloat16) if low and isinstance(t, torch.Tensor) and t.is_floating_point() else t)
+
+        def cast(t: Any) -> Any:
+            return t.to(torch.bfloat16) if low and isinstance(t, torch.Tensor) and t.is_floating_point() else t
+
         hooks = [mod.register_forward_hook(lambda _m, _a, o, n=n: outs[key].__setitem__(n, o))
                  for n, mod in m.named_modules() if isinstance(mod, nn.Linear)]
         with torch.no_grad():
