@@ -65,7 +65,7 @@ def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | No
 
     pass_list = [load_pass(p) for p in passes] or None
     # a combination of options that cannot run is refused before the model is built, exported or compiled
-    check_options(against, per_kernel=per_kernel, backward=backward, passes=pass_list)
+    check_options(against, per_kernel=per_kernel, backward=backward, passes=pass_list, rtol=rtol, atol=atol)
     t = factory.load_factory(spec, input_shapes=input_shapes, dtype=dtype)
     with t.runs(), spinner(f"running {type(t.model).__name__} eagerly and against {against}"):
         result = numerics(t.model, t.args, t.kwargs, against=against, rtol=rtol, atol=atol, passes=pass_list,
