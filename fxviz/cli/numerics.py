@@ -41,7 +41,7 @@ _SIDES = ("export, decompose, compile[:backend] (compile:aot_eager per op; other
 @click.option("--per-kernel", "per_kernel", is_flag=True,
               help="With --against compile:inductor: compare every Inductor kernel's output buffers with the eager "
                    "values of the ops it replaces, and name the first kernel beyond tolerance (module and line).")
-@click.option("--pass", "passes", multiple=True, metavar="pkg.module:fn",
+@click.option("--pass", "passes", multiple=True, metavar="FILE.py:FN",
               help="With --against stage:N: the passes of the pipeline, in order (as fxviz passes takes them; "
                    "default: decompose).")
 @click.option("--backward", is_flag=True,
