@@ -89,3 +89,23 @@ def test_a_norm_that_casts_back_to_its_inputs_dtype_is_the_cast_models() -> None
 def test_llama_in_bfloat16_is_the_cast_models() -> None:
     model, args, kwargs = zoo.llama()
     _check(model, args, kwargs)
+
+
+class Inverse(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.inv(x) * 2
+
+
+def test_an_op_that_raises_in_bfloat16_is_said() -> None:
+    x = torch.randn(3, 3) + 3 * torch.eye(3)
+    try:  # torch's own record: the op has no bfloat16 kernel here
+        torch.linalg.inv(x.to(torch.bfloat16))
+        raised = ""
+    except RuntimeError as e:
+        raised = str(e)
+    assert raised
+    r = numerics(Inverse(), (x,), against="dtype:bfloat16")
+    inv = next(n.name for n in r.graph.ops if "inv" in n.target)
+    assert not r.nodes[inv].comparable and raised[:40] in r.nodes[inv].note
+    # before: no note, and the panel said every value was within what bfloat16 gives
+    assert any(note.startswith(f"1 op(s) raised in torch.bfloat16 ({inv})") for note in r.notes)

@@ -43,6 +43,7 @@ class ShadowWatcher(Watcher):
         self.shadows: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.errors: dict[str, list[Error]] = {}
         self.random: list[str] = []
+        self.raised: list[str] = []  # ops that raised in ``dtype``: not compared, their users start from eager's value
 
     def shadow(self, t: torch.Tensor) -> torch.Tensor:
         s = self.shadows.get(t)
@@ -104,6 +105,7 @@ class ShadowWatcher(Watcher):
                 s_out = func(*s_args, **s_kwargs)
         except Exception as e:  # noqa: BLE001 - an op without a kernel for this dtype is a finding, not a crash
             self.errors[node.name] = [Error(comparable=False, note=f"{type(e).__name__} in {self.dtype}: {e}"[:200])]
+            self.raised.append(node.name)
             return
         zero_unwritten(op_name(node.target), s_out)
         if s_out is None and out is not None:  # ``x[i] = v`` wrote x's shadow: that is its value
