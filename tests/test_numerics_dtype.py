@@ -108,3 +108,13 @@ def test_cli_bfloat16_gpt2_is_within_what_bfloat16_gives(tmp_path: object) -> No
     head = res.output.splitlines()[0]
     assert head.startswith("GPT2LMHeadModel against dtype:bfloat16:") and WITHIN in " ".join(res.output.split())
     assert "first divergence:" not in res.output
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--rtol", "-1"), ("--atol", "nan")])
+def test_a_tolerance_below_zero_is_refused_in_one_line(flag: str, value: str) -> None:
+    # before: --rtol -1 ran and put every value beyond tolerance ("the error is born at linear")
+    r = CliRunner().invoke(cli, ["numerics", "fxviz.examples:cnn", flag, value])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert r.output.strip().splitlines()[-1] == f"error: {flag} {float(value)}: a tolerance is a number >= 0 (0: only exact values are within)"
+    with pytest.raises(Exception, match="a tolerance is a number >= 0"):
+        numerics(nn.Linear(2, 2), (torch.randn(1, 2),), rtol=-1.0)

@@ -41,7 +41,7 @@ _SIDES = ("export, decompose, compile[:backend] (compile:aot_eager per op; other
 @click.option("--per-kernel", "per_kernel", is_flag=True,
               help="With --against compile:inductor: compare every Inductor kernel's output buffers with the eager "
                    "values of the ops it replaces, and name the first kernel beyond tolerance (module and line).")
-@click.option("--pass", "passes", multiple=True, metavar="pkg.module:fn",
+@click.option("--pass", "passes", multiple=True, metavar="FILE.py:FN",
               help="With --against stage:N: the passes of the pipeline, in order (as fxviz passes takes them; "
                    "default: decompose).")
 @click.option("--backward", is_flag=True,
@@ -65,7 +65,7 @@ def numerics_cmd(target: str, against: str, rtol: float | None, atol: float | No
 
     pass_list = [load_pass(p) for p in passes] or None
     # a combination of options that cannot run is refused before the model is built, exported or compiled
-    check_options(against, per_kernel=per_kernel, backward=backward, passes=pass_list)
+    check_options(against, per_kernel=per_kernel, backward=backward, passes=pass_list, rtol=rtol, atol=atol)
     t = factory.load_factory(spec, input_shapes=input_shapes, dtype=dtype)
     with t.runs(), spinner(f"running {type(t.model).__name__} eagerly and against {against}"):
         result = numerics(t.model, t.args, t.kwargs, against=against, rtol=rtol, atol=atol, passes=pass_list,

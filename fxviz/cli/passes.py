@@ -21,16 +21,23 @@ if TYPE_CHECKING:
 
 
 def import_object(text: str, what: str) -> Any:
-    """``package.module:name`` (dots in ``name`` walk attributes) -> the object."""
+    """``package.module:name`` or ``file.py:name`` (as a target names its factory; dots in ``name``
+    walk attributes) -> the object."""
     mod_name, sep, attr = text.partition(":")
     if not sep or not mod_name or not attr:
-        raise TargetError(f"{what} {text!r} is not package.module:name (e.g. my_passes:fuse_linear_relu)")
+        raise TargetError(f"{what} {text!r} is not file.py:name or package.module:name (e.g. my_passes:fuse_linear_relu)")
     if "" not in sys.path:
         sys.path.insert(0, "")  # a module next to where the user runs fxviz, as python -m does
-    try:
-        obj: Any = importlib.import_module(mod_name)
-    except Exception as e:
-        raise TargetError(f"cannot import {mod_name!r} for {what} {text!r}: {type(e).__name__}: {e}") from e
+    obj: Any
+    if mod_name.endswith(".py"):  # a file: loaded as a factory's file is (it said "No module named '/x/p'")
+        from fxviz.targets import factory
+
+        obj = factory._load_module(recognise(f"{mod_name}:{attr.split('.')[0]}"))
+    else:
+        try:
+            obj = importlib.import_module(mod_name)
+        except Exception as e:
+            raise TargetError(f"cannot import {mod_name!r} for {what} {text!r}: {type(e).__name__}: {e}") from e
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise TargetError(f"{mod_name!r} has no attribute {attr!r} (for {what} {text!r})")
@@ -39,7 +46,7 @@ def import_object(text: str, what: str) -> Any:
 
 
 def load_pass(text: str) -> Any:
-    """A pass named on the command line: ``decompose``, or ``pkg.module:fn`` (a factory without
+    """A pass named on the command line: ``decompose``, or ``file.py:fn`` / ``pkg.module:fn`` (a factory without
     arguments, such as one that builds a PassManager, is called)."""
     if text == "decompose":
         return text
@@ -81,11 +88,11 @@ def _summary(p: Pipeline, show_unchanged: bool) -> list[str]:
 @click.option("--input-shape", "-i", "input_shapes", multiple=True, metavar="1,3,32,32",
               help="Shape of a random input tensor (repeat for several inputs).")
 @click.option("--dtype", default="float32", show_default=True, help="dtype of the --input-shape tensors.")
-@click.option("--pass", "passes", multiple=True, metavar="pkg.mod:fn",
-              help="A pass to run after export, in order (repeatable): a function on a GraphModule or an "
+@click.option("--pass", "passes", multiple=True, metavar="FILE.py:FN",
+              help="A pass to run after export, in order (repeatable; file.py:fn or package.module:fn): a function on a GraphModule or an "
                    "ExportedProgram, a PassBase, a PassManager (or a function returning one), or 'decompose'. "
                    "Default: decompose.")
-@click.option("--decompose-table", metavar="pkg.mod:table", default=None,
+@click.option("--decompose-table", metavar="FILE.py:TABLE", default=None,
               help="The decomposition table for run_decompositions (adds a decompose stage if none is given).")
 @click.option("--from-stage", type=click.IntRange(min=0), default=0, help="First stage to show.")
 @click.option("--to-stage", type=click.IntRange(min=0), default=None, help="Last stage to show.")

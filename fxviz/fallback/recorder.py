@@ -89,7 +89,7 @@ class Recorder:
         self._by_path: dict[str, nn.Module] | None = None  # module path -> module, made on first need
         self._fsdp: FsdpParams | None = None  # FSDP2's parameters, looked for on first need
         self.state = ModelTensors(self.modules, snapshot_buffers=snapshot_buffers,  # names: the capture's shared walk
-                                  state=state_of(model) if is_walk_of(named, model) else None)
+                                  state=state_of(model) if is_walk_of(named, model) else None, made=self._values.get)
         self.failed: Node | None = None
         self.failed_stack: tuple[ModuleCall, ...] = ()
         self.replay_blockers: list[str] = []

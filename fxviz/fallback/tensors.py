@@ -13,7 +13,7 @@ Tensors are held weakly (:class:`TensorMap`): the trace never keeps a forward's 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -182,8 +182,12 @@ class ModelTensors:
     model back from (every module's ``__dict__``, hooks and submodules)."""
 
     def __init__(self, modules: list[tuple[str, nn.Module]], *, snapshot_buffers: bool,
-                 state: State | None = None) -> None:
+                 state: State | None = None, made: Callable[[torch.Tensor], Any] | None = None) -> None:
         self._modules = modules
+        #: what an op of this forward made (the recorder's producer of a tensor, ``None`` if none):
+        #: such a tensor stored on a module (``self.cache = torch.zeros(...)``) is the forward's, not
+        #: the model's: never put back (that wrote the zeros back into the cache the forward filled)
+        self._made = made
         # tensor id -> (tensor, kind, name): strong references (the model holds these tensors for
         # the whole capture anyway; a weak reference per parameter cost more than a deep model's
         # walk), checked by identity so that a reused id never names another tensor
@@ -222,7 +226,8 @@ class ModelTensors:
         self._attributes_scanned = True
         for path, m in modules:
             for attr, v in vars(m).items():
-                if isinstance(v, torch.Tensor) and self._known(v) is None:
+                if isinstance(v, torch.Tensor) and self._known(v) is None \
+                        and (self._made is None or self._made(v) is None):
                     self._names[id(v)] = (v, "constant", f"{path}.{attr}" if path else attr)
 
     def _known(self, t: torch.Tensor) -> tuple[NodeKind, str] | None:

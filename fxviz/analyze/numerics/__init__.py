@@ -115,8 +115,8 @@ def numerics(
 
 
 def check_options(against: str, *, per_kernel: bool = False, backward: bool = False,
-                  passes: Sequence[Any] | None = None,
-                  decompositions: Mapping[Any, Any] | None = None) -> tuple[str, str, str]:
+                  passes: Sequence[Any] | None = None, decompositions: Mapping[Any, Any] | None = None,
+                  rtol: float | None = None, atol: float | None = None) -> tuple[str, str, str]:
     """``against`` in full, its side and its detail, or the :class:`~fxviz.errors.TargetError` that
     refuses the combination of options, before anything runs: every refusal that needs only the
     options (not the model) is made here, so a wrong combination costs no export, compile or run.
@@ -125,6 +125,9 @@ def check_options(against: str, *, per_kernel: bool = False, backward: bool = Fa
         ('dtype:bfloat16', 'dtype', 'bfloat16')
         >>> check_options("stage:1", backward=True)   # raises TargetError: --backward compares gradients ...
     """
+    for flag, value in (("rtol", rtol), ("atol", atol)):
+        if value is not None and not value >= 0:  # a negative or NaN tolerance puts every value beyond it
+            raise TargetError(f"--{flag} {value}: a tolerance is a number >= 0 (0: only exact values are within)")
     against = _ALIASES.get(against, against)
     side, _, detail = against.partition(":")
     if side not in ("export", "decompose", "compile", "dtype", "autocast", "stage"):
@@ -158,7 +161,7 @@ def _numerics(model: nn.Module, args: Any, kwargs: dict[str, Any] | None, *, aga
               atol: float | None, seed: int | None, decompositions: Mapping[Any, Any] | None,
               passes: Sequence[Any] | None, per_kernel: bool, backward: bool, loss: Any) -> Numerics:
     against, side, detail = check_options(against, per_kernel=per_kernel, backward=backward, passes=passes,
-                                          decompositions=decompositions)
+                                          decompositions=decompositions, rtol=rtol, atol=atol)
     args, kwargs = normalize_args(model, args, kwargs)
     if backward:
         check_trainable(model, args)  # before the forward's runs: a model with nothing to train is refused now
@@ -185,6 +188,10 @@ def _numerics(model: nn.Module, args: Any, kwargs: dict[str, Any] | None, *, aga
             graph = run(Watchers(shadow, prints[1]))
             errors, random = shadow.errors, shadow.random
             seconds = {"run": time.perf_counter() - t0}
+            if shadow.raised:  # a finding: without this note the headline said "all within"
+                notes.append(f"{len(shadow.raised)} op(s) raised in {dtype} ({', '.join(shadow.raised[:5])}"
+                             f"{', ...' if len(shadow.raised) > 5 else ''}): not compared, and the ops after them "
+                             "start again from eager's value")
         elif side in ("export", "decompose", "stage"):
             rtol, atol = (rtol if rtol is not None else FLOAT32[0]), (atol if atol is not None else FLOAT32[1])
             if side == "stage":

@@ -80,9 +80,12 @@ class GraphSpec:
             inputs.append((p, j, _tensor_args(ops[j]).index(ph)))
         outputs: list[tuple[int, int] | None] = []
         out = gm.graph.output_node()
+        written = _last_writes(ops)
         for leaf in pytree.tree_leaves(out.args[0] if out.args else ()):
             spec = None
-            if isinstance(leaf, torch.fx.Node) and leaf in index:
+            if isinstance(leaf, torch.fx.Node) and leaf in written:
+                spec = (index[written[leaf]], 0)
+            elif isinstance(leaf, torch.fx.Node) and leaf in index:
                 whole = _tuple_item(leaf)
                 if whole is not None and whole[0] in index:
                     spec = (index[whole[0]], whole[1])
@@ -141,6 +144,22 @@ def _reads(gm: torch.fx.GraphModule, ops: list[torch.fx.Node], index: Mapping[to
         reads.append([index[a] for a in args if a in index])
         anchors.append(frozenset(source[a] for a in args if a in source))
     return Reads(reads, anchors)
+
+
+def _last_writes(ops: list[torch.fx.Node]) -> dict[torch.fx.Node, torch.fx.Node]:
+    """Each op whose tensor a later op of the graph writes in place (``buf.copy_(x)``,
+    ``buf.add_(y)``) -> the last op that writes it: the graph hands the tensor out as that write left
+    it, so that op's eager value is what the output is compared with (a cache's ``torch.zeros``
+    filled by ``copy_``, as Mamba's, is not zeros when it leaves the graph)."""
+    last: dict[torch.fx.Node, torch.fx.Node] = {}
+    for n in ops:
+        name = str(n.target) if n.op == "call_method" else getattr(n.target, "__name__", "")
+        if not (name.endswith("_") and not name.endswith("__")) or not n.args:
+            continue
+        dst = n.args[0]
+        if isinstance(dst, torch.fx.Node) and _tensor(n) and n.meta["example_value"].shape == _value(dst).shape:
+            last[dst] = n
+    return last
 
 
 def _tensor(n: Any) -> bool:

@@ -43,6 +43,7 @@ class ShadowWatcher(Watcher):
         self.shadows: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.errors: dict[str, list[Error]] = {}
         self.random: list[str] = []
+        self.raised: list[str] = []  # ops that raised in ``dtype``: not compared, their users start from eager's value
 
     def shadow(self, t: torch.Tensor) -> torch.Tensor:
         s = self.shadows.get(t)
@@ -66,7 +67,23 @@ class ShadowWatcher(Watcher):
                 out.append(s.clone() if copy and s is x else s)
             else:
                 out.append(x)
+        if not self.autocast and not copy:
+            out = self._one_dtype(leaves, out)
         return pytree.tree_unflatten(out, spec)
+
+    def _one_dtype(self, leaves: list[Any], shadows: list[Any]) -> list[Any]:
+        """Where eager's floating tensors share one dtype but their shadows do not, every shadow in
+        ``dtype``: in the model cast with ``model.to(dtype)`` they are all ``dtype``. Shadows part
+        because the model reads dtypes from its float32 tensors (``x.to(self.weight.dtype)``,
+        ``h.to(input_dtype)`` after a norm computed in float32, ``torch.tensor(s, dtype=q.dtype)``):
+        the cast model reads ``dtype`` there. Without this a linear layer after a LLaMA norm raises
+        on mixed dtypes (its value not compared, and what follows restarted from eager's) and an
+        add keeps the rest of the stream in float32."""
+        eager = {x.dtype for x in leaves if isinstance(x, torch.Tensor) and x.is_floating_point()}
+        mixed = {s.dtype for s in shadows if isinstance(s, torch.Tensor) and s.is_floating_point()}
+        if len(eager) != 1 or len(mixed) < 2 or self.dtype not in mixed:
+            return shadows
+        return [s.to(self.dtype) if isinstance(s, torch.Tensor) and s.is_floating_point() else s for s in shadows]
 
     def after(self, node: Node | None, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
               out: Any, state: Any) -> None:
@@ -88,6 +105,7 @@ class ShadowWatcher(Watcher):
                 s_out = func(*s_args, **s_kwargs)
         except Exception as e:  # noqa: BLE001 - an op without a kernel for this dtype is a finding, not a crash
             self.errors[node.name] = [Error(comparable=False, note=f"{type(e).__name__} in {self.dtype}: {e}"[:200])]
+            self.raised.append(node.name)
             return
         zero_unwritten(op_name(node.target), s_out)
         if s_out is None and out is not None:  # ``x[i] = v`` wrote x's shadow: that is its value
