@@ -71,6 +71,26 @@ def fmt_s(x: float | None) -> str:
     return f"{x:.3g} s"
 
 
+
+def callgrind_count(script: str, model_name: str, part: str, reps: int, layers: int) -> int:
+    """Instructions per call of ``part``: ``script --child MODEL PART REPS LAYERS`` under callgrind,
+    collecting only inside ``functools.reduce`` (the child calls the part ``reps`` times through it)."""
+    import re
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "callgrind.out")
+        proc = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--toggle-collect=functools_reduce",
+             sys.executable, script, "--child", model_name, part, str(reps), str(layers)],
+            capture_output=True, text=True, check=False,
+        )
+    m = re.search(r"Collected : (\d+)", proc.stderr)
+    if proc.returncode != 0 or m is None:
+        raise SystemExit(f"callgrind failed on {model_name} {part}: {proc.stderr[-2000:]}")
+    return int(m.group(1)) // reps
+
 def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"  # noqa: E731

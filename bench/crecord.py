@@ -46,8 +46,6 @@ import argparse
 import functools
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,7 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import med, pin_threads, table  # noqa: E402
+from _common import callgrind_count, med, pin_threads, table  # noqa: E402
 
 STACK_OPS_PER_LAYER = 3
 PARTS = ("forward", "floor", "hooks", "scopes", "prof-noscope", "prof-raw", "prof", "et-noscope", "et-raw", "et",
@@ -464,17 +462,7 @@ def child(model_name: str, part: str, reps: int, layers: int) -> None:
 
 
 def count(model_name: str, part: str, reps: int, layers: int) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "callgrind.out")
-        proc = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--toggle-collect=functools_reduce",
-             sys.executable, __file__, "--child", model_name, part, str(reps), str(layers)],
-            capture_output=True, text=True, check=False,
-        )
-    m = re.search(r"Collected : (\d+)", proc.stderr)
-    if proc.returncode != 0 or m is None:
-        raise SystemExit(f"callgrind failed on {model_name} {part}: {proc.stderr[-2000:]}")
-    return int(m.group(1)) // reps
+    return callgrind_count(__file__, model_name, part, reps, layers)
 
 
 def main() -> int:

@@ -31,11 +31,7 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
-import re
-import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -125,17 +121,10 @@ def passes_fn(model: Any, args: tuple[Any, ...]) -> Callable[[], Any]:
 
 
 def count(model_name: str, part: str, reps: int, layers: int) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "callgrind.out")
-        proc = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--toggle-collect=functools_reduce",
-             sys.executable, __file__, "--child", model_name, part, str(reps), str(layers)],
-            capture_output=True, text=True, check=False,
-        )
-    m = re.search(r"Collected : (\d+)", proc.stderr)
-    if proc.returncode != 0 or m is None:
-        raise SystemExit(f"callgrind failed on {model_name} {part}: {proc.stderr[-2000:]}")
-    return int(m.group(1)) // reps
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _common import callgrind_count
+
+    return callgrind_count(__file__, model_name, part, reps, layers)
 
 
 def main() -> int:
