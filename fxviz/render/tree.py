@@ -21,21 +21,23 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.tree import Tree
 
-from fxviz.calls import Call, CallTree
+from fxviz.calls import Call
 from fxviz.errors import RenderError
 from fxviz.ir import Graph, Node, module_class
 from fxviz.passes.overlays import overlays, reduce_values
 from fxviz.passes.plumbing import plumbing_of, plumbing_summary
 from fxviz.passes.structure import Block, Op, Parallel, Step, step_nodes, structure
-from fxviz.render.overlays import format_value
 from fxviz.render.panels import panel_tables
-from fxviz.render.treelabel import MAX_LEVELS, VALUE_STYLE, levels_for, meta_text, no_outputs, recompute_mark
+from fxviz.render.treehead import DIM as _DIM
+from fxviz.render.treehead import ERR as _ERR
+from fxviz.render.treehead import MODULE as _MODULE
+from fxviz.render.treehead import SHAPE as _SHAPE
+from fxviz.render.treehead import Ctx, call_value, header, io_values, node_value
+from fxviz.render.treelabel import MAX_LEVELS, levels_for, meta_text, no_outputs, recompute_mark
 from fxviz.render.treelabel import Label as _Label
 from fxviz.render.treelabel import Plumbing as _Plumbing
 from fxviz.render.treelabel import fold_plumbing as _fold_plumbing
@@ -43,52 +45,14 @@ from fxviz.render.treelabel import shape_pieces as _shape_pieces
 from fxviz.render.treelabel import shown as _c
 from fxviz.render.view import (
     KIND_COLORS,
-    captured_by,
     counted,
     format_count,
     node_color,
     node_label,
     node_placement,
     placement,
-    value_boxes,
 )
 from fxviz.text import one_line
-
-_DIM = "dim"
-_SHAPE = "cyan"
-_MODULE = "bold"
-_ERR = "bold red"
-_VALUE = VALUE_STYLE
-
-@dataclass
-class _Ctx:
-    graph: Graph
-    depth: int | None
-    unfold: bool
-    calls: CallTree
-    stats: dict[str, Any]
-    folds: dict[tuple[str, ...], dict[str, Any]]
-    main_dtype: str
-    max_levels: int
-    width: int | None
-    plumbing: dict[str, str]  # node -> category, of the plumbing folded into one line per call
-    overlay: dict[str, Any] | None
-    unseen: dict[str, str]  # Call.id -> why a module call's ops are not in the graph
-    base: list[str] = field(default_factory=list)  # paths of the calls being drawn, innermost last
-    #: op -> the parameters whose value it makes (FSDP2's unsharded parameters, views of its all-gather)
-    becomes: dict[str, list[str]] = field(default_factory=dict)
-
-    def avail(self, nesting: int) -> int | None:
-        """Columns left for a label ``nesting`` levels below the root."""
-        return None if self.width is None else self.width - 4 * nesting
-
-    def add(self, parent: Tree, label: _Label, nesting: int, value: Any = None) -> Tree:
-        # on a log scale (parameters, FLOPs, bytes) a zero says nothing a blank does not; on a
-        # linear one it may be the news (0% of a module compiled)
-        shown = "" if self.overlay is None or value is None or (value == 0 and self.overlay.get("scale") == "log") \
-            else format_value(self.overlay, value)
-        return parent.add(label.render(self.avail(nesting), _c(shown)))
-
 
 #: A piece of drawing work: it adds lines and yields the nested pieces to draw next, which
 #: :func:`_draw` runs with a stack of its own instead of recursion.
@@ -121,13 +85,13 @@ def to_tree(graph: Graph, *, depth: int | None = None, unfold: bool = False,
         spec = found[overlay]
     unseen = {calls.of(n.name).id: n.attrs["unseen"] for n in graph.nodes
               if n.kind == "call" and isinstance(n.attrs.get("unseen"), str)}
-    ctx = _Ctx(graph, depth, unfold, calls, stats, folds, dtypes[0] if dtypes else "", max(1, max_levels), width,
+    ctx = Ctx(graph, depth, unfold, calls, stats, folds, dtypes[0] if dtypes else "", max(1, max_levels), width,
                {} if plumbing else plumbing_of(graph), spec, unseen)
     for n in graph.nodes:
         if n.inputs and n.kind == "parameter":
             ctx.becomes.setdefault(n.inputs[0].node, []).append(n.target)
 
-    tree = Tree(_header(graph, ctx).render(width), guide_style="dim")
+    tree = Tree(header(graph, ctx).render(width), guide_style="dim")
     if depth == 0:
         return tree
     for a in graph.attempts:
@@ -137,9 +101,9 @@ def to_tree(graph: Graph, *, depth: int | None = None, unfold: bool = False,
             ctx.add(tree, _Label(f"✗ {_c(a.method)} failed: {one_line(a.reason(), limit=1000)}", "yellow"), 1)
     for note in graph.notes:
         ctx.add(tree, _Label(f"ℹ {one_line(note, limit=1000)}", _DIM), 1)
-    _values(tree, graph, "input", ctx)
+    io_values(tree, graph, "input", ctx)
     _draw(_steps(tree, _fold_plumbing(structure(graph, calls).steps, calls.root, ctx.plumbing), ctx, level=1, nesting=1))
-    _values(tree, graph, "output", ctx)
+    io_values(tree, graph, "output", ctx)
     if graph.error:
         ctx.add(tree, _Label(f"✗ the model raised: {one_line(graph.error)}", _ERR), 1)
     return tree
@@ -186,81 +150,10 @@ class TreeView:
         yield from panel_tables(self.graph)
 
 
-def _header(graph: Graph, ctx: _Ctx) -> _Label:
-    stats = graph.annotations.get("stats", {})
-    t = _Label(_c(graph.name or module_class(graph, "") or "model"), "bold")
-    t.add(f"  {_c(captured_by(graph.method))}", "green" if not graph.partial else _ERR, brk=True)
-    if graph.partial:
-        t.add(" (partial)", _ERR)
-    if stats:
-        t.add(f"  ·  {format_count(stats.get('total_params', 0))} params", _DIM, brk=True)
-        t.add(f"  ·  {counted(stats.get('total_ops', 0), 'op')}", _DIM, brk=True)
-    if ctx.overlay is not None:
-        t.add(f"  ·  {_c(ctx.overlay.get('label', ''))}", _VALUE, brk=True)
-    return t
-
-
-def _values(tree: Tree, graph: Graph, kind: str, ctx: _Ctx) -> None:
-    """The model's inputs or outputs: one line each, and one line per container of three or more
-    (``cache``: 96 tensors of a 48-layer cache are one line, as in the report)."""
-    arrow = "▶" if kind == "input" else "◀"
-    boxes = {names[0]: (container, names) for (k, container), names in value_boxes(graph).items() if k == kind}
-    grouped = {n for _, names in boxes.values() for n in names}
-    for n in (x for x in graph.nodes if x.kind == kind):
-        if n.name in boxes:
-            container, names = boxes[n.name]
-            metas = [graph.node(x).meta for x in names]
-            t = _Label(f"{arrow} ", node_color(n)).add(_c(container), "bold")
-            t.add(f"  {len(names)} {kind}s", _DIM, brk=True)
-            counts: dict[str, int] = {}
-            for m in metas:
-                key = f"{meta_text(m)} {_c(m.dtype)}" if m is not None and m.is_tensor else meta_text(m)
-                counts[key] = counts.get(key, 0) + 1
-            for k, (key, count) in enumerate(list(counts.items())[:3]):
-                label = key + (f" ×{count}" if count > 1 else "")
-                t.add(("  " if k == 0 else ", ") + label, _SHAPE, brk=True)
-            if len(counts) > 3:
-                t.add(f", +{len(counts) - 3} more", _SHAPE, brk=True)
-            ctx.add(tree, t, 1)
-        elif n.name not in grouped:
-            ctx.add(tree, _io_line(arrow, n), 1, _node_value(n.name, ctx))
-
-
-def _io_line(arrow: str, n: Node) -> _Label:
-    t = _Label(f"{arrow} ", node_color(n)).add(_c(n.target or n.name), "bold")
-    if "value" in n.attrs:
-        t.add(f" = {_c(n.attrs['value'])}", _DIM, brk=True)
-    elif n.meta is not None:
-        t.add(f"  {meta_text(n.meta)}", _SHAPE, brk=True)
-        t.add(f" {node_placement(n)}" if node_placement(n) else "", _SHAPE)  # a DTensor: its placement on the mesh
-        if n.meta.is_tensor:
-            t.add(f" {_c(n.meta.dtype)}", _DIM)
-    return t
-
-
-def _node_value(name: str, ctx: _Ctx) -> Any:
-    return None if ctx.overlay is None else (ctx.overlay.get("nodes") or {}).get(name)
-
-
-def _call_value(calls: Sequence[Call], ctx: _Ctx) -> Any:
-    """A call's value: its own, or made from the nodes inside it; a folded run's, from its calls'."""
-    spec = ctx.overlay
-    if spec is None:
-        return None
-    modules, nodes = spec.get("modules") or {}, spec.get("nodes") or {}
-    values = []
-    for c in calls:
-        if c.id in modules:
-            values.append(modules[c.id])
-        else:
-            values.append(reduce_values(spec, (nodes.get(x) for x in [*c.nodes, *c.state])))
-    return values[0] if len(values) == 1 else reduce_values(spec, values)
-
-
 # ---- steps ---------------------------------------------------------------------------------------
 
 
-def _steps(parent: Tree, steps: Sequence[Step | _Plumbing], ctx: _Ctx, level: int, nesting: int) -> Work:
+def _steps(parent: Tree, steps: Sequence[Step | _Plumbing], ctx: Ctx, level: int, nesting: int) -> Work:
     """Draw ``steps`` under ``parent``, which sits ``nesting`` levels below the root; ``level``
     counts module levels only (for ``depth``)."""
     i = 0
@@ -277,10 +170,10 @@ def _steps(parent: Tree, steps: Sequence[Step | _Plumbing], ctx: _Ctx, level: in
             yield from _call(parent, s, ctx, level, nesting)
         elif isinstance(s, Op):
             node = ctx.graph.node(s.node)
-            ctx.add(parent, _op_line(node, ctx), nesting, _node_value(s.node, ctx))
+            ctx.add(parent, _op_line(node, ctx), nesting, node_value(s.node, ctx))
         elif isinstance(s, _Plumbing):
             line = _Label(f"… {plumbing_summary(s.names, ctx.plumbing)}", _DIM)
-            value = None if ctx.overlay is None else reduce_values(ctx.overlay, [_node_value(x, ctx) for x in s.names])
+            value = None if ctx.overlay is None else reduce_values(ctx.overlay, [node_value(x, ctx) for x in s.names])
             ctx.add(parent, line, nesting, value)
         else:
             join = steps[i + 1] if i + 1 < len(steps) else None
@@ -288,7 +181,7 @@ def _steps(parent: Tree, steps: Sequence[Step | _Plumbing], ctx: _Ctx, level: in
         i += 1
 
 
-def _fold_run(steps: Sequence[Step | _Plumbing], i: int, ctx: _Ctx) -> int:
+def _fold_run(steps: Sequence[Step | _Plumbing], i: int, ctx: Ctx) -> int:
     """Length of the folded run starting at ``steps[i]`` (1 when none starts there)."""
     first = steps[i]
     assert isinstance(first, Block)
@@ -302,7 +195,7 @@ def _fold_run(steps: Sequence[Step | _Plumbing], i: int, ctx: _Ctx) -> int:
     return 1
 
 
-def _call_label(call: Block, ctx: _Ctx, fold: list[Block] | None) -> _Label:
+def _call_label(call: Block, ctx: Ctx, fold: list[Block] | None) -> _Label:
     cls = module_class(ctx.graph, call.path)
     if fold:
         label = next(r["label"] for p, r in ctx.folds.items() if p[0] == call.path)
@@ -332,7 +225,7 @@ def _call_label(call: Block, ctx: _Ctx, fold: list[Block] | None) -> _Label:
     return t
 
 
-def _relative(path: str, ctx: _Ctx) -> str:
+def _relative(path: str, ctx: Ctx) -> str:
     """A path relative to the call being drawn (``q`` inside ``blocks.0.attn``), so deep trees
     stay readable; the full path of any line is its ancestors' names joined."""
     base = ctx.base[-1] if ctx.base else ""
@@ -343,10 +236,10 @@ def _single_op(call: Block) -> Op | None:
     return call.steps[0] if len(call.steps) == 1 and isinstance(call.steps[0], Op) else None
 
 
-def _call(parent: Tree, call: Block, ctx: _Ctx, level: int, nesting: int, fold: list[Block] | None = None) -> Work:
+def _call(parent: Tree, call: Block, ctx: Ctx, level: int, nesting: int, fold: list[Block] | None = None) -> Work:
     assert isinstance(call.call, Call)  # a region is drawn by _region
     label = _call_label(call, ctx, fold)
-    value = _call_value([b.call for b in fold if isinstance(b.call, Call)] if fold else [call.call], ctx)
+    value = call_value([b.call for b in fold if isinstance(b.call, Call)] if fold else [call.call], ctx)
     only = _single_op(call)
     if only is not None:
         node = ctx.graph.node(only.node)
@@ -367,7 +260,7 @@ def _call(parent: Tree, call: Block, ctx: _Ctx, level: int, nesting: int, fold: 
     ctx.base.pop()
 
 
-def _region(parent: Tree, block: Block, ctx: _Ctx, level: int, nesting: int) -> Work:
+def _region(parent: Tree, block: Block, ctx: Ctx, level: int, nesting: int) -> Work:
     """A region of a call that ran inside a higher-order op: ``◇ no_grad``, ``◇ cond: true branch
     (taken)``, with what crosses its border, and its steps inside (module levels do not change)."""
     label = _Label(f"◇ {_c(block.call.name)}", "bold cyan")
@@ -387,14 +280,14 @@ def _region(parent: Tree, block: Block, ctx: _Ctx, level: int, nesting: int) -> 
     yield _steps(branch, block.steps, ctx, level, nesting + 1)
 
 
-def _hidden(ops: int, levels: int, ctx: _Ctx) -> _Label:
+def _hidden(ops: int, levels: int, ctx: Ctx) -> _Label:
     """The line that stands for what is nested too deep to draw."""
     what = counted(ops, "op") + (f" in {counted(levels, 'more level')} of modules" if levels else "")
     return _Label(f"⋯ {what} not drawn: the tree stops at {ctx.max_levels} levels (a wider terminal "
                   "shows more; the HTML report shows all)", _DIM)
 
 
-def _op_line(node: Node, ctx: _Ctx) -> _Label:
+def _op_line(node: Node, ctx: Ctx) -> _Label:
     t = _Label(_c(node_label(node)), node_color(node))
     metas = list(node.outputs)
     if metas:
@@ -407,14 +300,14 @@ def _op_line(node: Node, ctx: _Ctx) -> _Label:
     return t
 
 
-def _becomes(t: _Label, name: str, ctx: _Ctx) -> None:
+def _becomes(t: _Label, name: str, ctx: Ctx) -> None:
     """``= attn.weight``: the parameters an op's value is (an FSDP2 unit's unsharded parameters)."""
     params = ctx.becomes.get(name)
     if params:
         t.add(f"  = {_c(', '.join(_relative(p, ctx) for p in params))}", KIND_COLORS["parameter"], brk=True)
 
 
-def _dtype_changed(node: Node, ctx: _Ctx) -> bool:
+def _dtype_changed(node: Node, ctx: Ctx) -> bool:
     """Show a dtype only where it changes: an op whose output dtype differs from its first input."""
     if not node.inputs:
         return True
@@ -434,7 +327,7 @@ def _is_simple(step: Step) -> bool:
     return isinstance(step, Op) or (isinstance(step, Block) and step.region is None and _single_op(step) is not None)
 
 
-def _chain(t: _Label, steps: list[Step], ctx: _Ctx) -> _Label:
+def _chain(t: _Label, steps: list[Step], ctx: Ctx) -> _Label:
     """``initial_conv (Conv2d) → relu → max_pool (MaxPool2d)  → [1, 16, 16, 16]``"""
     for k, s in enumerate(steps):
         if k:
@@ -457,7 +350,7 @@ def _chain(t: _Label, steps: list[Step], ctx: _Ctx) -> _Label:
     return t
 
 
-def _joins(p: Parallel, join: Op | Block, ctx: _Ctx) -> bool:
+def _joins(p: Parallel, join: Op | Block, ctx: Ctx) -> bool:
     """Does ``join`` read what the branches of ``p`` make? (A mask built beside the main path and
     read only deep inside later blocks does not join at the step after it.)"""
     made = set(step_nodes(p))
@@ -465,7 +358,7 @@ def _joins(p: Parallel, join: Op | Block, ctx: _Ctx) -> bool:
     return any(r.node in made for name in names for r in ctx.graph.node(name).inputs)
 
 
-def _parallel(parent: Tree, p: Parallel, join: Op | Block | None, ctx: _Ctx, level: int, nesting: int) -> Work:
+def _parallel(parent: Tree, p: Parallel, join: Op | Block | None, ctx: Ctx, level: int, nesting: int) -> Work:
     join_name = ""
     if join is not None and _joins(p, join, ctx):
         if isinstance(join, Op):
