@@ -39,7 +39,7 @@ def _input_sets(text: str) -> list[Any]:
     if not spec.captures:
         raise TargetError(f"--inputs {text!r} is {spec.what}: give package.module:factory returning a list of input tuples")
     factory = with_torch(spec)
-    module = factory._load_module(spec)
+    module = factory.load_module(spec)
     fn = getattr(module, spec.attr, None)
     if not callable(fn):
         raise TargetError(f"--inputs {text!r}: {spec.attr!r} is not a function of {spec.module or spec.path!r}")

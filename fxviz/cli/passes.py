@@ -3,7 +3,6 @@ tree with what its pass changed; the whole pipeline as JSON; one stage's HTML re
 
 from __future__ import annotations
 
-import importlib
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -28,16 +27,12 @@ def import_object(text: str, what: str) -> Any:
         raise TargetError(f"{what} {text!r} is not file.py:name or package.module:name (e.g. my_passes:fuse_linear_relu)")
     if "" not in sys.path:
         sys.path.insert(0, "")  # a module next to where the user runs fxviz, as python -m does
-    obj: Any
-    if mod_name.endswith(".py"):  # a file: loaded as a factory's file is (it said "No module named '/x/p'")
-        from fxviz.targets import factory
+    from fxviz.targets import factory
 
-        obj = factory._load_module(recognise(f"{mod_name}:{attr.split('.')[0]}"))
-    else:
-        try:
-            obj = importlib.import_module(mod_name)
-        except Exception as e:
-            raise TargetError(f"cannot import {mod_name!r} for {what} {text!r}: {type(e).__name__}: {e}") from e
+    try:  # a file is loaded as a factory's file is (it said "No module named '/x/p'")
+        obj: Any = factory.load_module(recognise(f"{mod_name}:{attr.split('.')[0]}"))
+    except TargetError as e:
+        raise TargetError(f"{e} (for {what} {text!r})") from e
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise TargetError(f"{mod_name!r} has no attribute {attr!r} (for {what} {text!r})")

@@ -122,7 +122,11 @@ def _needs_group(e: BaseException) -> str:
     return ""
 
 
-def _load_module(spec: TargetSpec) -> Any:
+def load_module(spec: TargetSpec) -> Any:
+    """The module ``spec`` names: imported by name, or a ``.py`` file loaded as ``python file.py``
+    would (imports next to it work); its failure is a one-line :class:`TargetError`. Every object a
+    command line names (a target's factory, ``--inputs``, ``--pass``, ``--decompose-table``) is
+    looked up in a module loaded here."""
     if spec.module:
         try:
             return importlib.import_module(spec.module)
@@ -163,7 +167,7 @@ def load_factory(spec: TargetSpec, *, input_shapes: Sequence[str] = (), dtype: s
     """
     target, attr = spec.text, spec.attr
     where = spec.module or spec.path
-    module = _load_module(spec)
+    module = load_module(spec)
     factory = getattr(module, attr, None)
     if factory is None:
         names = sorted(  # what the file itself defines, not what it imported
@@ -237,7 +241,7 @@ def load_function(text: str, option: str) -> Callable[..., Any]:
         spec = None
     if spec is None or not spec.captures or not spec.attr:
         raise TargetError(f"{option} {text!r} is not a function: give file.py:name or package.module:name")
-    fn = getattr(_load_module(spec), spec.attr, None)
+    fn = getattr(load_module(spec), spec.attr, None)
     if not callable(fn):
         raise TargetError(f"{option} {text!r}: {spec.module or spec.path} has no function {spec.attr!r}")
     return fn
