@@ -22,6 +22,7 @@ from fxviz.passes.comm import collectives
 from fxviz.passes.tree import tree_of
 from fxviz.render.tree import tree_text
 from fxviz.torchbridge.distributed import end_world, fake_world
+from fxviz.torchbridge.training import LossError
 from tests.test_distributed_p2p import C10dLog
 
 
@@ -292,3 +293,42 @@ def test_a_receive_of_python_objects_is_one_line() -> None:
                             "unpickles bytes nobody sent; run on real ranks (torchrun --nproc-per-node 2), where the "
                             "other rank sends them")
     assert e.value.graph is not None and [r["kind"] for r in collectives(e.value.graph)][:1] == ["recv"]
+
+
+class SelfTrain(nn.Module):
+    """A forward that runs its own backward, as a pipeline schedule's last stage does, and returns
+    ``None`` (rank 0 of a schedule with a loss_fn) or the detached loss (the last stage's)."""
+
+    def __init__(self, returns: str) -> None:
+        super().__init__()
+        self.lin, self.returns = nn.Linear(4, 4), returns
+
+    def forward(self, x: torch.Tensor) -> Any:
+        with torch.enable_grad():
+            loss = self.lin(x).pow(2).mean()
+            loss.backward()
+        return None if self.returns == "none" else loss.detach()
+
+
+@pytest.mark.parametrize("returns", ["none", "detached"])
+def test_backward_true_on_a_forward_that_ran_its_own_backward_says_to_drop_it(returns: str) -> None:
+    """Under torchrun, ``--backward`` on a zero-bubble schedule's step said "the model's output
+    (NoneType) holds no floating tensor ...: pass loss=fn" on rank 0 and "the loss does not depend
+    on any parameter" on the last rank: a loss would not help, the step had run its backward. Now
+    both say so, as the freed-graph case does; without backward=True the graph holds the backward
+    torch ran (its profiler's autograd nodes, in order)."""
+    torch.manual_seed(0)
+    model, x = SelfTrain(returns), torch.randn(2, 4)
+    with pytest.raises(LossError) as e:
+        fxviz.capture(model, (x,), method="eager", backward=True)
+    assert str(e.value) == (
+        "the model's forward ran a backward itself (1 torch.autograd.backward calls: a pipeline schedule's step with a "
+        "loss_fn runs each microbatch's), and returned no loss for backward=True to differentiate again: capture it "
+        "without backward=True; that graph has the backward the forward ran, node by node")
+    with torch.profiler.profile() as prof:
+        model(x)
+    ran = sorted((ev for ev in prof.events() if ev.name.startswith("autograd::engine::evaluate_function: ")),
+                 key=lambda ev: ev.time_range.start)
+    g = fxviz.capture(model, (x,), method="eager")
+    assert [n.target for n in g.nodes if n.phase == "backward"] == [
+        ev.name.split(": ", 1)[1].removeprefix("torch::autograd::") for ev in ran]

@@ -60,8 +60,11 @@ from fxviz.torchbridge.training import (
 _plain = torch._C.DisableTorchFunction
 #: a forward that ran a backward itself, whose graph the step's backward then found freed
 OWN_BACKWARD = ("the model's forward ran a backward itself ({n} torch.autograd.backward calls: a pipeline schedule's "
-                "step with a loss_fn runs each microbatch's), which freed the graph backward=True differentiates again: "
-                "capture it without backward=True; that graph has the backward the forward ran, node by node")
+                "step with a loss_fn runs each microbatch's), {why}: capture it without backward=True; that graph has "
+                "the backward the forward ran, node by node")
+#: why backward=True cannot differentiate after the forward's own backward
+FREED = "which freed the graph backward=True differentiates again"
+NO_LOSS = "and returned no loss for backward=True to differentiate again"
 
 
 class Watch(TorchFunctionMode):
@@ -303,8 +306,9 @@ def _step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], loss:
         graph = trace_eager(model, args, kwargs, level=level, fake=fake or False, grad=True, watch=watch.attach,
                             checkpoints=checkpoints)
     except ModelError as e:
-        if isinstance(e.__cause__, LossError):
-            raise e.__cause__ from None
+        if isinstance(e.__cause__, LossError):  # the step's own backward, not the loss, is what the user must change
+            raise (LossError(OWN_BACKWARD.format(n=watch.own_backward, why=NO_LOSS)) if watch.own_backward
+                   else e.__cause__) from None
         raise
     finally:
         handle.remove()
@@ -312,13 +316,14 @@ def _step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], loss:
         raise LossError(f"{type(model).__name__} returned without calling its forward hooks: no loss to differentiate")
     value = box.pop()
     if value.grad_fn is None:
-        raise LossError(NOTHING_TO_DIFFERENTIATE)
+        raise LossError(OWN_BACKWARD.format(n=watch.own_backward, why=NO_LOSS) if watch.own_backward
+                        else NOTHING_TO_DIFFERENTIATE)
     graph.method += " (backward)"
     try:
         add_backward(graph, model, inputs, value, watch, checkpoints, output)
     except BackwardError as e:  # the forward graph, with what the backward got to and where it raised
         if watch.own_backward:
-            raise ModelError(OWN_BACKWARD.format(n=watch.own_backward), graph=graph) from e.__cause__
+            raise ModelError(OWN_BACKWARD.format(n=watch.own_backward, why=FREED), graph=graph) from e.__cause__
         raise ModelError(str(e), graph=graph) from e.__cause__
     return graph
 
