@@ -227,8 +227,8 @@ def test_the_backward_a_schedule_runs_in_its_step_is_the_autograd_nodes_torch_ra
         with pytest.raises(ModelError) as e:
             fxviz.capture(custom_loss_factory, world_size=1, backward=True)
         assert str(e.value) == (
-            "the model's forward ran a backward itself (2 torch.autograd.backward calls: a pipeline schedule's step "
-            "with a loss_fn runs each microbatch's), which freed the graph backward=True differentiates again: capture "
+            "the model's forward ran a backward itself (2 torch.autograd.backward or grad calls: a pipeline schedule's "
+            "step with a loss_fn runs each microbatch's), which freed the graph backward=True differentiates again: capture "
             "it without backward=True; that graph has the backward the forward ran, node by node")
         assert isinstance(e.value.__cause__, RuntimeError) and "a second time" in str(e.value.__cause__)
         assert e.value.graph is not None and e.value.graph.error.startswith("the backward raised RuntimeError")
@@ -322,8 +322,8 @@ def test_backward_true_on_a_forward_that_ran_its_own_backward_says_to_drop_it(re
     with pytest.raises(LossError) as e:
         fxviz.capture(model, (x,), method="eager", backward=True)
     assert str(e.value) == (
-        "the model's forward ran a backward itself (1 torch.autograd.backward calls: a pipeline schedule's step with a "
-        "loss_fn runs each microbatch's), and returned no loss for backward=True to differentiate again: capture it "
+        "the model's forward ran a backward itself (1 torch.autograd.backward or grad calls: a pipeline schedule's step "
+        "with a loss_fn runs each microbatch's), and returned no loss for backward=True to differentiate again: capture it "
         "without backward=True; that graph has the backward the forward ran, node by node")
     with torch.profiler.profile() as prof:
         model(x)
@@ -332,3 +332,49 @@ def test_backward_true_on_a_forward_that_ran_its_own_backward_says_to_drop_it(re
     g = fxviz.capture(model, (x,), method="eager")
     assert [n.target for n in g.nodes if n.phase == "backward"] == [
         ev.name.split(": ", 1)[1].removeprefix("torch::autograd::") for ev in ran]
+
+
+class Grads(nn.Module):
+    """A forward that takes gradients itself, as a zero-bubble schedule's stage does: the input's
+    with ``torch.autograd.grad`` on tensors, then the weights' on gradient edges only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.autograd.graph import get_gradient_edge
+
+        with torch.enable_grad():
+            x = x.detach().requires_grad_()
+            y = self.lin(x).relu().sum()
+            (gx,) = torch.autograd.grad(y, x, retain_graph=True)
+            weights = [get_gradient_edge(self.lin.weight), get_gradient_edge(self.lin.bias)]
+            gw = torch.autograd.grad([get_gradient_edge(y)], weights, grad_outputs=[torch.ones(())])
+        return gx + gw[0].sum()
+
+
+def test_a_grad_the_forward_takes_is_the_nodes_torch_ran_and_one_it_cannot_see_is_said() -> None:
+    """``torch.autograd.grad`` in the forward was an op named ``grad`` with nothing of its backward;
+    now its autograd nodes are the graph's, as torch's profiler saw them run: only those that lead
+    to the input (not the weights' ``TBackward0`` and accumulators), the input's accumulator
+    returning its gradient. The weights' pass, given gradient edges only, reaches no torch-function
+    mode: it is not in the graph, and a note says so."""
+    torch.manual_seed(0)
+    model, x = Grads(), torch.randn(2, 4)
+    with torch.profiler.profile() as prof:
+        model(x)
+    ran = [ev.name.split(": ", 1)[1].removeprefix("torch::autograd::") for ev in sorted(
+        (ev for ev in prof.events() if ev.name.startswith("autograd::engine::evaluate_function: ")),
+        key=lambda ev: ev.time_range.start)]
+    assert ran == ["SumBackward0", "ReluBackward0", "AddmmBackward0", "AccumulateGrad",  # the input's pass
+                   "SumBackward0", "ReluBackward0", "AddmmBackward0", "AccumulateGrad", "TBackward0", "AccumulateGrad"]
+    g = fxviz.capture(model, (x,), method="eager")
+    backward = [n for n in g.nodes if n.phase == "backward"]
+    assert [n.target for n in backward] == ran[:4]
+    assert [n.attrs.get("returned", False) for n in backward] == [False, False, False, True]
+    assert backward[-1].attrs["grad_of"] == "Tensor.requires_grad_"  # the op that made the leaf x
+    assert [n for n in g.notes if "torch hands to no torch-function mode" in n] == [
+        "the forward ran backward passes torch hands to no torch-function mode (torch.autograd.grad given gradient "
+        "edges only, as a zero-bubble pipeline schedule's weight passes are): at least 3 autograd nodes ran in them "
+        "that the graph does not show; torch's profiler lists every node that ran (autograd::engine::evaluate_function)"]

@@ -59,8 +59,8 @@ from fxviz.torchbridge.training import (
 
 _plain = torch._C.DisableTorchFunction
 #: a forward that ran a backward itself, whose graph the step's backward then found freed
-OWN_BACKWARD = ("the model's forward ran a backward itself ({n} torch.autograd.backward calls: a pipeline schedule's "
-                "step with a loss_fn runs each microbatch's), {why}: capture it without backward=True; that graph has "
+OWN_BACKWARD = ("the model's forward ran a backward itself ({n} torch.autograd.backward or grad calls: a pipeline "
+                "schedule's step with a loss_fn runs each microbatch's), {why}: capture it without backward=True; that graph has "
                 "the backward the forward ran, node by node")
 #: why backward=True cannot differentiate after the forward's own backward
 FREED = "which freed the graph backward=True differentiates again"
@@ -195,7 +195,7 @@ class Watch(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         rec = self.rec
         assert rec is not None
-        if func is torch.autograd.backward or func is torch.Tensor.backward:
+        if func is torch.autograd.backward or func is torch.Tensor.backward or func is torch.autograd.grad:
             self.own_backward += 1  # the forward runs a backward itself (a pipeline schedule's step)
         with _plain():  # reading grad_fn is a call the recorder's mode would see
             for a in args:  # a grad_fn set after the tensor was made (a custom autograd.Function's output)

@@ -87,6 +87,9 @@ WRITERS = frozenset({
     "__ipow__", "__imatmul__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__",
     "batch_norm", "instance_norm", "native_batch_norm", "backward",
 })
+#: the calls that run a backward (``grad`` too: its hooks may write, and a backward the forward runs
+#: is recorded node by node, :mod:`fxviz.fallback.ownbackward`)
+BACKWARD_CALLS = frozenset({"torch.autograd.backward", "Tensor.backward", "torch.autograd.grad"})
 
 
 #: level -> callable -> its kind. Naming a callable (``resolve_name``) is slow and its answer never
@@ -138,7 +141,7 @@ def classify(func: Any, level: Level) -> Kind:
     if parts[-1] == "__set__" or (name.endswith("_") and not name.startswith("__")):
         return Kind(action, target, short, True)
     when = writes_when(func)
-    return Kind(action, target, short, when is None and name in WRITERS, when)
+    return Kind(action, target, short, when is None and (name in WRITERS or target in BACKWARD_CALLS), when)
 
 
 def _writes(schema: Any) -> tuple[int, ...]:
@@ -214,6 +217,6 @@ def written_tensors(
 
 
 __all__ = [
-    "LEVELS", "WRITERS", "Action", "Kind", "Level", "WritesWhen", "classify", "function_name", "kind_of", "kinds",
+    "BACKWARD_CALLS", "LEVELS", "WRITERS", "Action", "Kind", "Level", "WritesWhen", "classify", "function_name", "kind_of", "kinds",
     "writes_when", "written_tensors",
 ]

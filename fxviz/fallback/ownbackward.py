@@ -28,6 +28,7 @@ import re
 from typing import Any
 
 import torch
+from torch.autograd.graph import GradientEdge, get_gradient_edge
 
 from fxviz.fallback.tensors import tensor_meta
 from fxviz.ir import Node, Ref
@@ -42,8 +43,12 @@ class OwnBackward:
     def __init__(self, rec: Any) -> None:
         self.rec = rec  # the Recorder
         self.fn_node: dict[Any, Ref] = {}  # grad_fn -> the recorded output it belongs to
-        self.handles: list[Any] = []
+        self.hooks: dict[Any, Any] = {}  # autograd node -> the handle of the hook of its latest run's node
         self.runs = 0  # backward calls the forward made
+        #: autograd nodes that ran again in a backward no call the mode saw started (``torch.autograd.grad``
+        #: given gradient edges only, as a zero-bubble schedule's weight pass is: torch hands such a
+        #: call to no torch-function mode), at least; the graph says so in a note
+        self.unseen = 0
 
     def note(self, args: tuple[Any, ...], outs: tuple[Any, ...], name: str) -> None:
         """A call recorded as node ``name`` ran with grad on: map its outputs' ``grad_fn``, and
@@ -62,32 +67,38 @@ class OwnBackward:
                     fn_node[gf] = Ref(name, k)
 
     def before(self, target: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """``torch.autograd.backward(tensors, grad_tensors)`` or ``tensor.backward(gradient)`` is
-        about to run: add its autograd nodes (module docstring)."""
+        """``torch.autograd.backward(tensors, grad_tensors)``, ``tensor.backward(gradient)`` or
+        ``torch.autograd.grad(outputs, inputs, grad_outputs)`` is about to run: add its autograd
+        nodes (module docstring)."""
         with _plain():
+            captured: set[Any] | None = None
             if target == "Tensor.backward":
                 roots, grads = [args[0]], [args[1] if len(args) > 1 else kwargs.get("gradient")]
+            elif target == "torch.autograd.grad":  # a zero-bubble schedule's input and weight passes
+                roots = _listed(args[0] if args else kwargs.get("outputs"))
+                grads = _listed(args[2] if len(args) > 2 else kwargs.get("grad_outputs")) or [None] * len(roots)
+                captured = {_edge_node(x) for x in _listed(args[1] if len(args) > 1 else kwargs.get("inputs"))}
             else:
                 tensors = args[0] if args else kwargs.get("tensors")
                 given = args[1] if len(args) > 1 else kwargs.get("grad_tensors")
-                roots = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors or ())
-                grads = [given] if isinstance(given, torch.Tensor) else list(given or [None] * len(roots))
-            self.note(tuple(roots), (), "")
-            self._add(roots, grads)
+                roots = _listed(tensors)
+                grads = _listed(given) or [None] * len(roots)
+            self.note(tuple(r for r in roots if isinstance(r, torch.Tensor)), (), "")
+            self._add(roots, grads, captured)
 
-    def _add(self, roots: list[Any], grads: list[Any]) -> None:
+    def _add(self, roots: list[Any], grads: list[Any], captured: set[Any] | None = None) -> None:
         rec = self.rec
         values = rec.versions.values
-        fns = [t.grad_fn for t in roots if isinstance(t, torch.Tensor)]
         seeds: dict[Any, list[Ref]] = {}
         for t, g in zip(roots, grads, strict=False):  # a root reads the gradient it is given (or itself: ones)
-            if isinstance(t, torch.Tensor) and t.grad_fn is not None:
-                e = values.get(g) if isinstance(g, torch.Tensor) else values.get(t)
-                seeds.setdefault(t.grad_fn, []).extend([e[0]] if e is not None else [])
+            f = _edge_node(t) if isinstance(t, torch.Tensor | GradientEdge) else None
+            if f is not None:
+                e = values.get(g) if isinstance(g, torch.Tensor) else values.get(t) if isinstance(t, torch.Tensor) else None
+                seeds.setdefault(f, []).extend([e[0]] if e is not None else [])
         if not seeds:
             return
         self.runs += 1
-        order, consumers = walk([f for f in fns if f is not None])
+        order, consumers = walk(list(seeds), captured)
         nodes = {n.name: n for n in rec.nodes}
         bnode: dict[Any, Node] = {}
         ran: dict[str, int] = {}
@@ -98,6 +109,8 @@ class OwnBackward:
             fwd = self.fn_node.get(f)
             handed = [bnode[c] for c, _ in consumers.get(f, []) if c in bnode]
             stack = max(handed, key=lambda n: ran[n.name]).stack if handed else ()
+            if captured is not None and f in captured:  # torch.autograd.grad returns its gradient
+                attrs["returned"] = True
             if isinstance(var, torch.Tensor):  # AccumulateGrad: in the call whose backward made the gradient
                 e = values.get(var)
                 of = nodes.get(e[0].node) if e is not None else None
@@ -113,22 +126,43 @@ class OwnBackward:
             ran[node.name] = len(ran)
             bnode[f] = node
             rec.nodes.append(node)
-            self.handles.append(f.register_hook(_shapes(node)))
+            old = self.hooks.pop(f, None)
+            if old is not None:  # it ran in an earlier run the mode saw (retain_graph): that node is done
+                old.remove()
+            self.hooks[f] = f.register_hook(self._shapes(node))
 
     def close(self) -> None:
         """Hooks off, and the recorder let go: it and this hold each other, a cycle the recorder's
         own ``close`` must leave for reference counting to free, not the collector."""
-        for h in self.handles:
+        for h in self.hooks.values():
             h.remove()
-        self.handles.clear()
+        self.hooks.clear()
         self.fn_node.clear()
         self.rec = None
 
 
-def _shapes(node: Node) -> Any:
-    def post(grad_inputs: Any, _grad_outputs: Any) -> None:
-        node.outputs = tuple(tensor_meta(g) for g in grad_inputs)
-    return post
+    def _shapes(self, node: Node) -> Any:
+        """The hook that records the gradients ``node``'s autograd node hands on when it runs; a
+        second run of it is one of a backward the mode did not see (:attr:`unseen`)."""
+        ran = [False]
+
+        def post(grad_inputs: Any, _grad_outputs: Any) -> None:
+            if ran[0]:
+                self.unseen += 1
+                return
+            ran[0] = True
+            node.outputs = tuple(tensor_meta(g) for g in grad_inputs)
+        return post
+
+
+def unseen_note(own: OwnBackward | None) -> str | None:
+    """The graph's note when the forward ran a backward the mode did not see (:attr:`OwnBackward.unseen`)."""
+    if own is None or not own.unseen:
+        return None
+    return (f"the forward ran backward passes torch hands to no torch-function mode (torch.autograd.grad given "
+            f"gradient edges only, as a zero-bubble pipeline schedule's weight passes are): at least {own.unseen} "
+            "autograd nodes ran in them that the graph does not show; torch's profiler lists every node that ran "
+            "(autograd::engine::evaluate_function)")
 
 
 def snake(name: str) -> str:
@@ -137,10 +171,12 @@ def snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower() or "backward"
 
 
-def walk(roots: list[Any]) -> tuple[list[Any], dict[Any, list[tuple[Any, int]]]]:
-    """Every autograd node reachable from ``roots``, in the order the engine runs them (a ready
+def walk(roots: list[Any], captured: set[Any] | None = None) -> tuple[list[Any], dict[Any, list[tuple[Any, int]]]]:
+    """Every autograd node the engine evaluates from ``roots``, in the order it runs them (a ready
     node by descending sequence number: ``AccumulateGrad``'s is the largest), and each node's
-    consumers as (consumer, edge index)."""
+    consumers as (consumer, edge index). With ``captured`` (``torch.autograd.grad``'s inputs), only
+    the nodes torch's engine evaluates: those that lead to a captured one, and the captured ones,
+    which hand their gradient back and run nothing below them unless they lead to another."""
     consumers: dict[Any, list[tuple[Any, int]]] = {r: [] for r in roots}
     todo, seen = list(roots), set(roots)
     while todo:
@@ -153,21 +189,53 @@ def walk(roots: list[Any]) -> tuple[list[Any], dict[Any, list[tuple[Any, int]]]]
                 seen.add(g)
                 todo.append(g)
     waiting = {f: len({id(c) for c, _ in cs}) for f, cs in consumers.items()}
+    needed = _needed(consumers, captured) if captured is not None else None
+    runs = (lambda f: True) if needed is None else (lambda f: f in needed or f in captured)  # type: ignore[operator]
     heap: list[tuple[int, int, Any]] = []
     for k, r in enumerate(dict.fromkeys(roots)):
-        if waiting[r] == 0:
+        if waiting[r] == 0 and runs(r):
             heap.append((-r._sequence_nr(), k, r))
     heapq.heapify(heap)
     order, k = [], len(heap)
     while heap:
         _, _, f = heapq.heappop(heap)
         order.append(f)
+        if needed is not None and f not in needed:
+            continue  # captured only: its gradient is returned, nothing below it runs
         for g in dict.fromkeys(g for g, _ in f.next_functions if g is not None):
             waiting[g] -= 1
-            if waiting[g] == 0:
+            if waiting[g] == 0 and runs(g):
                 heapq.heappush(heap, (-g._sequence_nr(), k, g))
                 k += 1
     return order, consumers
 
 
-__all__ = ["OwnBackward", "snake", "walk"]
+def _needed(consumers: dict[Any, list[tuple[Any, int]]], captured: set[Any]) -> set[Any]:
+    """The nodes that lead to a captured one (the engine's ``exec_info`` ``needed_``): the
+    consumers, transitively, of every captured node reached."""
+    needed: set[Any] = set()
+    todo = [f for f in captured if f in consumers]
+    while todo:
+        for c, _ in consumers[todo.pop()]:
+            if c not in needed:
+                needed.add(c)
+                todo.append(c)
+    return needed
+
+
+def _listed(x: Any) -> list[Any]:
+    """A tensor, a gradient edge or a sequence of them (or ``None``) as a list."""
+    if x is None:
+        return []
+    return [x] if isinstance(x, torch.Tensor | GradientEdge) else list(x)
+
+
+def _edge_node(x: Any) -> Any:
+    """The autograd node a gradient edge or a tensor's gradient goes to: its ``grad_fn``, or a
+    leaf's gradient accumulator."""
+    if isinstance(x, GradientEdge):
+        return x.node
+    return get_gradient_edge(x).node if x.requires_grad else None
+
+
+__all__ = ["OwnBackward", "snake", "unseen_note", "walk"]

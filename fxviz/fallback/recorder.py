@@ -20,7 +20,7 @@ from weakref import ref as _weakref
 import torch
 from torch import nn
 
-from fxviz.fallback.classify import Action, Kind, Level, kind_of, kinds
+from fxviz.fallback.classify import BACKWARD_CALLS, Action, Kind, Level, kind_of, kinds
 from fxviz.fallback.context import ModuleStack, Names, Sources
 from fxviz.fallback.fsdp import FsdpParams, name_unsharded, shard_attrs, unsharded_source
 from fxviz.fallback.observe import (
@@ -348,7 +348,7 @@ class Recorder:
         the model's it may write (ATen level: exactly what the schema says it writes)."""
         if self.aten:
             self.state.before_write([seen[i][0] for i in mutated if i < len(seen)])
-        elif kind.name == "backward":
+        elif kind.target in BACKWARD_CALLS:
             self.state.before_backward()
             if self.own_backward is not None:
                 self.own_backward.before(kind.target, args, kwargs)
@@ -360,7 +360,7 @@ class Recorder:
         """ATen level: run a torch-function call with :attr:`call` on it, so each ATen op it runs is
         tagged with it (``torch_fn``, as export tags its nodes) and a comparison can fold them back."""
         try:
-            if kind_of(func, "function").name == "backward":
+            if kind_of(func, "function").target in BACKWARD_CALLS:
                 self.state.before_backward()
             own = self.fake and func in PARAMETER_CALLS and made_by_parameter(args)
             call = None if own else self.call_of(func)

@@ -19,6 +19,7 @@ from fxviz.errors import ModelError, TargetError
 from fxviz.fallback.classify import LEVELS, Level
 from fxviz.fallback.context import MODEL_CALLERS
 from fxviz.fallback.modes import module_hooks, recording
+from fxviz.fallback.ownbackward import unseen_note
 from fxviz.fallback.recorder import Recorder, TracerFault
 from fxviz.fallback.tensors import tensor_meta
 from fxviz.ir import Graph
@@ -182,6 +183,7 @@ def _trace(
         if rec.may_tie:
             mark_tied(rec.nodes, model, named)
         graph.nodes = rec.nodes
+        _note_unseen(graph, rec)
         if checkpoints is not None:
             checkpoints.mark(graph.nodes)
         raise _model_error(graph, rec, e) from e
@@ -191,10 +193,17 @@ def _trace(
     if rec.may_tie:
         mark_tied(rec.nodes, model, named)
     graph.nodes = rec.nodes
+    _note_unseen(graph, rec)
     if checkpoints is not None:
         checkpoints.mark(graph.nodes)
     graph.annotations["replay"] = _replay_verdict(rec)
     return graph
+
+
+def _note_unseen(graph: Graph, rec: Recorder) -> None:
+    note = unseen_note(rec.own_backward)
+    if note is not None:
+        graph.notes.append(note)
 
 
 def meta_sharded(model: nn.Module) -> bool:
