@@ -1,9 +1,9 @@
 """Recurrent layers (``aten.lstm``, ``aten.gru``, ``aten.rnn_tanh``, ``aten.rnn_relu``), which export
 decomposes with torch's Python decomposition: the joint graph of such a step differentiates that
 decomposition, not what eager runs (one fused kernel with a workspace of its own: MKLDNN's LSTM on
-CPU, cuDNN's on CUDA; else ATen's C++ cells, which save other tensors: a GRU on CPU saves 7,680
-bytes per layer where the decomposition's graph saves 8,960). :func:`fxviz.symbolic.joint.export_joint`
-refuses them, so that the eager path records the real step."""
+CPU, cuDNN's on CUDA; else ATen's C++ cells, which save other tensors: a 2-layer GRU of hidden 16
+over 5 steps on CPU keeps 7,680 bytes of cell values where the decomposition's graph keeps 8,960).
+:func:`fxviz.symbolic.joint.export_joint` refuses them, so that the eager path records the real step."""
 
 from __future__ import annotations
 
