@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -89,6 +89,8 @@ class Watch(TorchFunctionMode):
         self.saved_values: set[tuple[str, int]] = set()  # forward values (node, output) something saved
         self.holders: list[list[Any]] = []  # what pack gave autograd: [tensor, its version]
         self.own_backward = 0  # backward calls the forward made
+        #: called in the backward with each tensor a checkpoint's unpack hook returns (see :meth:`inside`)
+        self.on_unpack: Callable[[torch.Tensor], None] | None = None
         self.state: dict[tuple[int, str], str] = {}
         for p in model.parameters():
             self.state[storage_key(p)] = "parameter"
@@ -129,6 +131,12 @@ class Watch(TorchFunctionMode):
             self.region_pending.append(t)
             return pack(t)
 
+        def unwrapped(h: Any) -> Any:  # in the backward: a recomputed value, read by the backward op running
+            t = unpack(h)
+            if self.on_unpack is not None and isinstance(t, torch.Tensor):
+                self.on_unpack(t)
+            return t
+
         from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
         caching = [m for m in _get_current_dispatch_mode_stack()
@@ -136,7 +144,7 @@ class Watch(TorchFunctionMode):
         if caching:  # a selective checkpoint: its forward caches what the policy saves (storage[op key][index])
             self.caches.append(caching[-1].storage)
         try:
-            with torch.autograd.graph.saved_tensors_hooks(wrapped, unpack):
+            with torch.autograd.graph.saved_tensors_hooks(wrapped, unwrapped):
                 yield
         finally:
             if caching:
@@ -441,6 +449,7 @@ def _run_backward(graph: Graph, model: nn.Module, loss: torch.Tensor, bnode: dic
 
         handles += [f.register_hook(post), f.register_prehook(pre)]
     recompute = Recompute(graph, model, running, checkpoints)
+    watch.on_unpack = recompute.unpacked
     # a reentrant checkpoint refuses a backward given its inputs (torch.autograd.grad), and its own
     # backward accumulates into .grad: such a step runs as loss.backward() does, every .grad put back
     reentrant = "reentrant" in checkpoints.kinds
@@ -464,6 +473,7 @@ def _run_backward(graph: Graph, model: nn.Module, loss: torch.Tensor, bnode: dic
         graph.error = f"the backward raised {message}" + (f" in {where.target} ({where.module or 'root'})" if where else "")
         raise BackwardError(graph.error) from e
     finally:
+        watch.on_unpack = None
         for h in handles:
             h.remove()
         for t, grad in kept.values():

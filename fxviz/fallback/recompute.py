@@ -99,6 +99,8 @@ class Recompute(TorchFunctionMode):
         self.value_of: dict[int, tuple[Ref, Ref]] = {}  # id(recomputed tensor) -> (forward value, recomputed)
         self.keep: list[torch.Tensor] = []  # recomputed tensors stay alive: their ids stay theirs
         self.nodes: list[tuple[Node, Node]] = []  # (recompute node, backward node running it)
+        self.made: dict[Any, Ref] = {}  # a recomputed value's tensor (storage, offset, shape, stride), its storage -> it
+        self.reads: list[tuple[Node, Ref]] = []  # (backward node, recomputed value it unpacked), as they ran
         self.handles: list[Any] = []
         self.ran = _Aten()
 
@@ -180,9 +182,32 @@ class Recompute(TorchFunctionMode):
                     phase="recompute")
         for i, o in enumerate(outs):
             self.value_of[id(o)] = (Ref(fwd.name, i), Ref(node.name, i))
+            for key in _keys(o):
+                self.made.setdefault(key, Ref(node.name, i))
         self.keep += outs
         self.nodes.append((node, self.running[-1][1]))
         return node
+
+
+    def unpacked(self, t: torch.Tensor) -> None:
+        """A checkpoint's unpack hook returned ``t`` (a recomputed value, detached, or a view of one):
+        the backward op running reads the recompute node that made it."""
+        with _plain():
+            if not self.running or isinstance(self.running[-1][0], _CUSTOM):
+                return
+            keys = _keys(t)
+            ref = self.made.get(keys[0]) or self.made.get(keys[1])
+            if ref is not None:
+                self.reads.append((self.running[-1][1], ref))
+
+
+def _keys(t: torch.Tensor) -> tuple[Any, Any]:
+    """The tensor as a view (its storage, offset, shape, strides), and its storage."""
+    key = storage_key(t)
+    try:
+        return (key, t.storage_offset(), tuple(t.shape), t.stride()), key
+    except Exception:  # no strides (a subclass): the storage alone
+        return key, key
 
 
 def storage_key(t: torch.Tensor) -> tuple[int, str]:
@@ -245,26 +270,34 @@ def policy_saved(graph: Graph, cached: list[tuple[str, torch.Tensor]], state: di
 
 
 def place(graph: Graph, rec: Recompute) -> None:
-    """Insert the recompute nodes before the backward op that ran them (the first of the region's
-    backward ops to unpack a saved value), and let the backward ops of a recomputed forward op read
-    its recomputation."""
+    """Let each backward op read the recomputed values it unpacked (torch's own unpacks: checkpoint's
+    unpack hook hands it each one), and insert the recompute nodes before the backward op that ran
+    them (the first of the region's backward ops to unpack a saved value) or before a reader listed
+    earlier, so that every node reads nodes before it."""
     if not rec.nodes:
         return
-    again = {n.attrs["recomputes"]: n for n, _ in rec.nodes}
+    reads: dict[str, list[Ref]] = {}
+    for b, ref in rec.reads:
+        got = reads.setdefault(b.name, [])
+        if ref not in got:
+            got.append(ref)
     for b in graph.nodes:
-        r = again.get(b.attrs.get("forward", "")) if b.phase == "backward" else None
-        if r is not None:
-            extra = [Ref(r.name, i) for i in range(len(r.outputs))]
-            b.inputs = (*b.inputs, *(x for x in extra if x not in b.inputs))
-    before: dict[str, list[Node]] = {}
-    for n, at in rec.nodes:
-        before.setdefault(at.name, []).append(n)
+        if b.name in reads:
+            b.inputs = (*b.inputs, *(r for r in reads[b.name] if r not in b.inputs))
+    at = {n.name: k for k, n in enumerate(graph.nodes)}
+    readers: dict[str, int] = {}  # recompute node -> the first place of a node that reads it
+    for b, ref in rec.reads:
+        readers[ref.node] = min(readers.get(ref.node, len(at)), at[b.name])
+    anchors = [min(at[runner.name], readers.get(n.name, len(at))) for n, runner in rec.nodes]
+    for k in range(len(anchors) - 2, -1, -1):  # in the order they ran: an earlier one never after a later one
+        anchors[k] = min(anchors[k], anchors[k + 1])
+    before: dict[int, list[Node]] = {}
+    for (n, _), k in zip(rec.nodes, anchors, strict=True):
+        before.setdefault(k, []).append(n)
     nodes: list[Node] = []
-    for n in graph.nodes:
-        nodes += before.pop(n.name, [])
+    for k, n in enumerate(graph.nodes):
+        nodes += before.pop(k, [])
         nodes.append(n)
-    for rest in before.values():
-        nodes += rest
     graph.nodes = nodes  # type: ignore[assignment]
 
 

@@ -48,6 +48,7 @@ from fxviz.symbolic.checkpoint import (
 )
 from fxviz.symbolic.convert import Converter, Placeholder
 from fxviz.symbolic.eager_saved import as_eager
+from fxviz.symbolic.fused import rnn_layers
 from fxviz.torchbridge.normalize import FlatInputs, flatten_inputs
 from fxviz.torchbridge.training import (
     NOTHING_TO_DIFFERENTIATE,
@@ -166,6 +167,12 @@ def export_joint(model: nn.Module, flat: FlatInputs, loss: Loss | None, stack: c
         raise CaptureError(
             f"export inlines the forward of the custom autograd.Function {', '.join(custom)} and differentiates its "
             "ops, not its own backward: the eager path (method='eager') runs the Function's backward")
+    rnns = rnn_layers(ep.graph)
+    if rnns:
+        raise CaptureError(
+            f"export decomposes {', '.join(rnns)} into per-step cell ops, which are not what eager runs (a fused "
+            "kernel: MKLDNN's LSTM on CPU, cuDNN's on CUDA; else ATen's own cells): the joint graph's saved "
+            "activations and backward ops would not be the step's; the eager path (method='eager') records them")
     wrapper.unread.watch = False
     if calls:
         ep = strict_program(wrapper, flat.tensors, calls)
