@@ -19,7 +19,8 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from fxviz.analyze.compilemap.result import CATEGORIES, BreakGroup, CompileMap, ModuleCoverage, percent
+from fxviz.analyze.compilemap.kinds import BREAK, CATEGORIES, EAGER, MIXED, UNRUN
+from fxviz.analyze.compilemap.result import BreakGroup, CompileMap, ModuleCoverage, percent
 from fxviz.ir import Graph, module_class
 from fxviz.passes.overlays import set_overlay
 from fxviz.passes.panels import row, set_headline, set_panel
@@ -28,10 +29,6 @@ from fxviz.text import one_line
 #: Graph colours, cycled; red stays for eager and breaks.
 _PALETTE = ("#4c78a8", "#54a24b", "#72b7b2", "#b279a2", "#f58518", "#9d755d", "#eeca3b", "#1f77b4", "#2ca02c",
             "#17becf")
-EAGER, MIXED, BREAK = "eager", "mixed", "break"
-#: An op of the eager trace that did not run under torch.compile at all: the forward took another path
-#: when compiling (``torch.compiler.is_compiling()``, transformers' ``is_tracing``). Neither compiled nor eager.
-UNRUN = "unrun"
 #: Rows of the ``guards`` panel the tree prints (a model has a guard per parameter and more).
 GUARD_PAGE = 20
 

@@ -12,46 +12,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fxviz.analyze.compilemap.kinds import CATEGORIES, EAGER, HINTS, UNRUN
 from fxviz.analyze.inside.result import Inside
 from fxviz.ir import Graph
-
-#: Break categories, in the order the break list shows them, with a label.
-CATEGORIES: dict[str, str] = {
-    "item": "data-dependent .item()",
-    "value": "data-dependent Python value",
-    "branch": "data-dependent branch",
-    "shape": "data-dependent output shape",
-    "print": "print / logging",
-    "unsupported": "unsupported call",
-    "subclass": "tensor subclass",
-    "skip": "function skipped",
-    "other": "other",
-}
-
-_DOCS = "https://docs.pytorch.org/docs/stable"
-_TROUBLE = f"{_DOCS}/torch.compiler_troubleshooting.html"
-#: One-line remedies by category, with the PyTorch page that explains them; none where none is known.
-HINTS: dict[str, tuple[str, str]] = {
-    "item": ("set torch._dynamo.config.capture_scalar_outputs = True, or keep the value a tensor "
-             "(torch._check to state its range)",
-             _TROUBLE),
-    "value": ("keep the value a tensor (torch.equal(a, b) -> (a == b).all(), and torch.where or torch.cond for a "
-              "branch on it), or wrap the op in a custom op (torch.library.custom_op)",
-              f"{_DOCS}/library.html#torch.library.custom_op"),
-    "shape": ("set torch._dynamo.config.capture_dynamic_output_shape_ops = True (nonzero, unique, boolean "
-              "masks), or keep the op out of the compiled code",
-              _TROUBLE),
-    "branch": ("express the branch with torch.cond, or make it branchless (torch.where)",
-               f"{_DOCS}/cond.html"),
-    "print": ("move the call out of the compiled code (the forward, a backward hook), or list the function in torch._dynamo.config."
-              "reorderable_logging_functions (print) or ignore_logging_functions (logging)",
-              _TROUBLE),
-    "unsupported": ("wrap the call in a custom op (torch.library.custom_op) or move it out of the compiled code",
-                    f"{_DOCS}/library.html#torch.library.custom_op"),
-    "skip": ("Dynamo ran this whole function eagerly (a break inside a loop or a resume it could not "
-             "build): fix the break inside it",
-             _TROUBLE),
-}
 
 
 @dataclass(slots=True)
@@ -343,8 +306,8 @@ class CompiledBackward:
 class CompileMap:
     """What torch.compile did to one forward. ``graph`` is the eager graph with the overlays
     ``compiled`` and ``coverage`` and the panels ``breaks``, ``modules`` and ``recompiles``;
-    ``assigned`` maps each op (node name) to the id of the compiled graph that ran it, ``"eager"``, or
-    ``"unrun"`` (not run under torch.compile: the forward took a path only eager takes)."""
+    ``assigned`` maps each op (node name) to the id of the compiled graph that ran it, :data:`EAGER`, or
+    :data:`UNRUN` (not run under torch.compile: the forward took a path only eager takes)."""
 
     graph: Graph
     backend: str
@@ -383,12 +346,12 @@ class CompileMap:
         return first - 1 if first else 0
 
     @property
-    def ops(self) -> int:  # the ops that ran under torch.compile: not those only eager runs ("unrun")
-        return sum(1 for g in self.assigned.values() if g != "unrun")
+    def ops(self) -> int:  # the ops that ran under torch.compile: not those only eager runs (UNRUN)
+        return sum(1 for g in self.assigned.values() if g != UNRUN)
 
     @property
     def compiled_ops(self) -> int:
-        return sum(1 for g in self.assigned.values() if g not in ("eager", "unrun"))
+        return sum(1 for g in self.assigned.values() if g not in (EAGER, UNRUN))
 
     @property
     def share(self) -> float:

@@ -18,9 +18,10 @@ from fxviz.analyze.compilemap.autograd import write_backward
 from fxviz.analyze.compilemap.backward import Autograd as _Autograd
 from fxviz.analyze.compilemap.breaks import RESUME, category, ended_at, group_breaks
 from fxviz.analyze.compilemap.failed import FailedFrames
+from fxviz.analyze.compilemap.kinds import EAGER, UNRUN
 from fxviz.analyze.compilemap.limit import LimitWatch, limits, refused
 from fxviz.analyze.compilemap.match import assign, pair
-from fxviz.analyze.compilemap.overlay import EAGER, UNRUN, module_coverage, report_notes, write
+from fxviz.analyze.compilemap.overlay import module_coverage, report_notes, write
 from fxviz.analyze.compilemap.record import (
     GuardFailRecord,
     Recorder,
