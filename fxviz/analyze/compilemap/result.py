@@ -138,7 +138,10 @@ class CompiledGraph:
     torch's ``graph_op_count``; ``explain``'s ``op_count`` counts its ``call_function`` nodes only,
     not a method call such as ``y.unflatten(...)``), how often it ran, and every guard that
     must hold for it to be reused (``L['x']: TENSOR_MATCH``, ``GRAD_MODE``, ``SHAPE_ENV: 5 <=
-    L['x'].size()[0]``); ``inputs`` its inputs' shapes as traced (``x: (s77, 8)``), ``symbols`` the
+    L['x'].size()[0]``; each distinct guard once, a ShapeEnv check by check); ``torch_guard_count``
+    what torch's compilation metrics call the frame compile's ``guard_count`` (its ``Guard`` objects:
+    a check Dynamo installed 51 times counts 51 times, the ShapeEnv's checks as one; ``None``
+    where torch recorded none); ``inputs`` its inputs' shapes as traced (``x: (s77, 8)``), ``symbols`` the
     symbolic sizes in them and ``shape_guards`` the guards on those, each with its user line."""
 
     id: str
@@ -154,6 +157,8 @@ class CompiledGraph:
     inputs: list[str] = field(default_factory=list)
     symbols: list[Symbol] = field(default_factory=list)
     shape_guards: list[ShapeGuard] = field(default_factory=list)
+    torch_guard_count: int | None = None
+    compile_id: str = ""  # torch's id of the frame compile that made it (``0/0``, as tlparse names it)
 
 
 @dataclass(slots=True)
@@ -396,7 +401,9 @@ class CompileMap:
             "backend": self.backend, "mode": self.mode, "dynamic": self.dynamic, "input_sets": self.input_sets,
             "summary": {"graphs": len(self.graphs), "breaks": self.break_count, "causes": len(self.breaks),
                         "explain_graph_break_count": self.explain_break_count,
-                        "recompiles": len(self.recompiles), "ops": self.ops, "compiled_ops": self.compiled_ops,
+                        "recompiles": len(self.recompiles), "ops": self.ops,
+                        "guards_distinct": sum(len(g.guards) for g in self.graphs),
+                        "torch_guard_count": torch_guard_count(self.graphs), "compiled_ops": self.compiled_ops,
                         "share": self.share},
             "graphs": [asdict(g) for g in self.graphs],
             "breaks": [{**asdict(b), "hint": b.hint, "link": b.link} for b in self.breaks],
@@ -440,6 +447,13 @@ def _graph(d: dict[str, Any]) -> CompiledGraph:
     return CompiledGraph(**d)
 
 
+def torch_guard_count(graphs: list[CompiledGraph]) -> int | None:
+    """torch's ``guard_count`` summed over ``graphs`` (their frame compiles'; a frame compile that
+    made two graphs counted once); ``None`` where torch recorded it for none."""
+    counts = {g.compile_id or g.id: g.torch_guard_count for g in graphs if g.torch_guard_count is not None}
+    return sum(counts.values()) if counts else None
+
+
 def plural(k: int, word: str) -> str:
     return f"{k} {word}{'' if k == 1 else 's'}"
 
@@ -459,4 +473,4 @@ def percent(share: float | None) -> str:
 
 
 __all__ = ["CATEGORIES", "HINTS", "AutogradGraph", "BreakGroup", "CompiledBackward", "NodeCall", "CompileMap", "CompiledGraph", "Frame", "ModuleCoverage",
-           "Recompile", "RecompileLimit", "ShapeGuard", "Symbol", "percent", "plural"]
+           "Recompile", "RecompileLimit", "ShapeGuard", "Symbol", "percent", "plural", "torch_guard_count"]
