@@ -229,7 +229,7 @@ def test_every_guard_is_kept(trace: Trace) -> None:
     assert f"... {len(g.guards) - 20} more rows (the report and the JSON list all)" in text
     # a page of guards, and g0's own row in the compiled-graphs table above them
     assert sum(1 for ln in text.splitlines() if ln.startswith("│ g0 ")) == 20 + 1
-    assert any(ln.startswith(f"guards: g0 {len(g.guards)}") for ln in guard_lines(cmap))
+    assert any(ln.startswith(f"distinct guards: g0 {len(g.guards)} (torch ") for ln in guard_lines(cmap))
 
 
 def test_the_terminal_pages_shape_guards() -> None:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fxviz.analyze.compilemap.frames import library_of, own_frames
-from fxviz.analyze.compilemap.overlay import EAGER
+from fxviz.analyze.compilemap.kinds import EAGER
 from fxviz.analyze.compilemap.record import BreakRecord, Recording
 from fxviz.analyze.compilemap.result import BreakGroup, Frame
 from fxviz.calls import CallTree

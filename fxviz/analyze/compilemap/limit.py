@@ -125,6 +125,8 @@ class LimitWatch:
         self.hits: list[LimitHit] = []
         # a frame's compile id less its count (:func:`_code_key`) -> (function, file, first line)
         self.code: dict[str, tuple[str, str, int]] = {}
+        #: torch's compile id -> its ``guard_count`` (compilation metrics: the frame's Guard objects)
+        self.guard_counts: dict[str, int] = {}
         #: input set -> how many calls of a function Dynamo no longer compiles ran eagerly in it
         self.run_only: dict[int, int] = {}
         self._before: list[Any] = []
@@ -170,6 +172,7 @@ class LimitWatch:
             key = _code_key(g.compile_id)
             if key is not None and key in self.code:
                 g.func, g.file, g.line = self.code[key]
+            g.torch_guard_count = self.guard_counts.get(g.compile_id)
 
     def stop(self) -> None:
         """Put back the hook that was there (``done`` does; call it when a set raised)."""
@@ -193,6 +196,9 @@ class LimitWatch:
             if key is not None and name:
                 self.code.setdefault(key, (name, getattr(m, "co_filename", "") or "",
                                            int(getattr(m, "co_firstlineno", 0) or 0)))
+            count = getattr(m, "guard_count", None)
+            if isinstance(count, int):
+                self.guard_counts[compile_id(getattr(m, "compile_id", None))] = count
             frame = _frame(getattr(m, "compile_id", None))
             hit = limit_refusal(m) if frame is not None else None
             if frame is not None and hit is not None:

@@ -19,7 +19,8 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from fxviz.analyze.compilemap.result import CATEGORIES, BreakGroup, CompileMap, ModuleCoverage, percent
+from fxviz.analyze.compilemap.kinds import BREAK, CATEGORIES, EAGER, MIXED, UNRUN
+from fxviz.analyze.compilemap.result import BreakGroup, CompileMap, ModuleCoverage, percent, torch_guard_count
 from fxviz.ir import Graph, module_class
 from fxviz.passes.overlays import set_overlay
 from fxviz.passes.panels import row, set_headline, set_panel
@@ -28,10 +29,9 @@ from fxviz.text import one_line
 #: Graph colours, cycled; red stays for eager and breaks.
 _PALETTE = ("#4c78a8", "#54a24b", "#72b7b2", "#b279a2", "#f58518", "#9d755d", "#eeca3b", "#1f77b4", "#2ca02c",
             "#17becf")
-EAGER, MIXED, BREAK = "eager", "mixed", "break"
-#: An op of the eager trace that did not run under torch.compile at all: the forward took another path
-#: when compiling (``torch.compiler.is_compiling()``, transformers' ``is_tracing``). Neither compiled nor eager.
-UNRUN = "unrun"
+#: What fxviz's guard counts count, beside torch's own (the compilation metrics' ``guard_count``).
+GUARDS_COUNTED = ("fxviz counts each distinct guard once, a ShapeEnv check by check; torch's guard_count "
+                  "counts the Guard objects Dynamo installed, a check installed twice twice")
 #: Rows of the ``guards`` panel the tree prints (a model has a guard per parameter and more).
 GUARD_PAGE = 20
 
@@ -140,11 +140,12 @@ def _graphs_panel(cmap: CompileMap) -> None:
         first.setdefault(gid, name)
     held = {g.id: sum(1 for v in cmap.assigned.values() if v == g.id) for g in cmap.graphs}
     set_panel(cmap.graph, "graphs", title="compiled graphs",
-              columns=["graph", "function", "line", "eager ops in it", "runs", "guards", "inputs"],
-              rows=[row(g.id, g.func, _at(g.file, g.line), held[g.id], g.runs, len(g.guards),
+              columns=["graph", "function", "line", "eager ops in it", "runs", "guards (distinct)",
+                       "torch guard_count", "inputs"],
+              rows=[row(g.id, g.func, _at(g.file, g.line), held[g.id], g.runs, len(g.guards), g.torch_guard_count,
                         ", ".join(g.inputs) or None, node=first.get(g.id), level="ok") for g in cmap.graphs],
               note=f"{_plural(len(cmap.graphs), 'graph')}; {_plural(cmap.compiled_ops, 'op')} of {cmap.ops} "
-                   "ran inside one")
+                   f"ran inside one; {GUARDS_COUNTED}")
 
 
 def _at(file: str, line: int) -> str:
@@ -171,8 +172,14 @@ def _guard_panels(cmap: CompileMap) -> None:
     every = [row(g.id, text) for g in cmap.graphs for text in g.guards]
     if every:
         spec = set_panel(graph, "guards", title="guards", columns=["graph", "guard"], rows=every,
-                         note=f"{_plural(len(every), 'guard')} of {_plural(len(cmap.graphs), 'graph')}")
+                         note=f"{_plural(len(every), 'distinct guard')} of {_plural(len(cmap.graphs), 'graph')}"
+                         + _torch_count(cmap) + f" ({GUARDS_COUNTED})")
         spec["page"] = GUARD_PAGE  # the tree prints a page of them; the report and the JSON every one
+
+
+def _torch_count(cmap: CompileMap) -> str:
+    n = torch_guard_count(cmap.graphs)
+    return f"; torch's guard_count {n}" if n is not None else ""
 
 
 @contextlib.contextmanager
@@ -199,7 +206,8 @@ def guard_lines(cmap: CompileMap, *, limit: int = 10) -> list[str]:
     for g in cmap.graphs:
         if not g.symbols and not g.shape_guards:
             continue
-        out.append(f"{g.id} {g.func}  {', '.join(g.inputs)}  ({_plural(len(g.guards), 'guard')})")
+        theirs = f", torch's guard_count {g.torch_guard_count}" if g.torch_guard_count is not None else ""
+        out.append(f"{g.id} {g.func}  {', '.join(g.inputs)}  ({_plural(len(g.guards), 'distinct guard')}{theirs})")
         lines = []
         for sym in g.symbols:
             at = f"  ← {_at(sym.file, sym.line)}  {one_line(sym.code, limit=80)}" if sym.line else ""
@@ -214,9 +222,10 @@ def guard_lines(cmap: CompileMap, *, limit: int = 10) -> list[str]:
         if len(lines) > limit:
             out.append(f"  ... {len(lines) - limit} more (--json and --html keep every one)")
     if any(g.guards for g in cmap.graphs):
-        counts = ", ".join(f"{g.id} {len(g.guards)}" for g in cmap.graphs[:limit])
+        counts = ", ".join(f"{g.id} {len(g.guards)}" + (f" (torch {g.torch_guard_count})" if g.torch_guard_count
+                                                          is not None else "") for g in cmap.graphs[:limit])
         more = f", ... {len(cmap.graphs) - limit} more graphs" if len(cmap.graphs) > limit else ""
-        out.append(f"guards: {counts}{more} (--json and --html list every one)")
+        out.append(f"distinct guards: {counts}{more} (--json and --html list every one; {GUARDS_COUNTED})")
     for r in cmap.recompiles:
         if r.input or r.advice:
             cid = f", compile {r.compile_id}" if r.compile_id else ""

@@ -59,6 +59,7 @@ class GraphRecord:
     # the graph was traced from first; empty where the graph ran to its function's end
     ended: list[tuple[str, int, str, str]] = field(default_factory=list)
     aliases: dict[str, str] = field(default_factory=dict)  # frame local -> the user's input (shapes.user_names)
+    torch_guard_count: int | None = None  # torch's guard_count of the frame compile (LimitWatch.name_graphs)
 
 
 @dataclass(slots=True)
@@ -111,7 +112,7 @@ def compiled_graph(g: GraphRecord) -> CompiledGraph:
     """A recorded Dynamo graph as the map keeps it."""
     return CompiledGraph(g.id, g.func, g.file, g.line, g.input_set, len(g.ops), g.runs, round(g.compile_s, 4),
                          sorted({o.module for o in g.ops if o.module}), list(g.guards), g.inputs, g.symbols,
-                         g.shape_guards)
+                         g.shape_guards, g.torch_guard_count, g.compile_id)
 
 
 def recompile_fails(fails: Sequence[GuardFailRecord]) -> list[GuardFailRecord]:

@@ -12,46 +12,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fxviz.analyze.compilemap.kinds import CATEGORIES, EAGER, HINTS, UNRUN
 from fxviz.analyze.inside.result import Inside
 from fxviz.ir import Graph
-
-#: Break categories, in the order the break list shows them, with a label.
-CATEGORIES: dict[str, str] = {
-    "item": "data-dependent .item()",
-    "value": "data-dependent Python value",
-    "branch": "data-dependent branch",
-    "shape": "data-dependent output shape",
-    "print": "print / logging",
-    "unsupported": "unsupported call",
-    "subclass": "tensor subclass",
-    "skip": "function skipped",
-    "other": "other",
-}
-
-_DOCS = "https://docs.pytorch.org/docs/stable"
-_TROUBLE = f"{_DOCS}/torch.compiler_troubleshooting.html"
-#: One-line remedies by category, with the PyTorch page that explains them; none where none is known.
-HINTS: dict[str, tuple[str, str]] = {
-    "item": ("set torch._dynamo.config.capture_scalar_outputs = True, or keep the value a tensor "
-             "(torch._check to state its range)",
-             _TROUBLE),
-    "value": ("keep the value a tensor (torch.equal(a, b) -> (a == b).all(), and torch.where or torch.cond for a "
-              "branch on it), or wrap the op in a custom op (torch.library.custom_op)",
-              f"{_DOCS}/library.html#torch.library.custom_op"),
-    "shape": ("set torch._dynamo.config.capture_dynamic_output_shape_ops = True (nonzero, unique, boolean "
-              "masks), or keep the op out of the compiled code",
-              _TROUBLE),
-    "branch": ("express the branch with torch.cond, or make it branchless (torch.where)",
-               f"{_DOCS}/cond.html"),
-    "print": ("move the call out of the compiled code (the forward, a backward hook), or list the function in torch._dynamo.config."
-              "reorderable_logging_functions (print) or ignore_logging_functions (logging)",
-              _TROUBLE),
-    "unsupported": ("wrap the call in a custom op (torch.library.custom_op) or move it out of the compiled code",
-                    f"{_DOCS}/library.html#torch.library.custom_op"),
-    "skip": ("Dynamo ran this whole function eagerly (a break inside a loop or a resume it could not "
-             "build): fix the break inside it",
-             _TROUBLE),
-}
 
 
 @dataclass(slots=True)
@@ -175,7 +138,10 @@ class CompiledGraph:
     torch's ``graph_op_count``; ``explain``'s ``op_count`` counts its ``call_function`` nodes only,
     not a method call such as ``y.unflatten(...)``), how often it ran, and every guard that
     must hold for it to be reused (``L['x']: TENSOR_MATCH``, ``GRAD_MODE``, ``SHAPE_ENV: 5 <=
-    L['x'].size()[0]``); ``inputs`` its inputs' shapes as traced (``x: (s77, 8)``), ``symbols`` the
+    L['x'].size()[0]``; each distinct guard once, a ShapeEnv check by check); ``torch_guard_count``
+    what torch's compilation metrics call the frame compile's ``guard_count`` (its ``Guard`` objects:
+    a check Dynamo installed 51 times counts 51 times, the ShapeEnv's checks as one; ``None``
+    where torch recorded none); ``inputs`` its inputs' shapes as traced (``x: (s77, 8)``), ``symbols`` the
     symbolic sizes in them and ``shape_guards`` the guards on those, each with its user line."""
 
     id: str
@@ -191,6 +157,8 @@ class CompiledGraph:
     inputs: list[str] = field(default_factory=list)
     symbols: list[Symbol] = field(default_factory=list)
     shape_guards: list[ShapeGuard] = field(default_factory=list)
+    torch_guard_count: int | None = None
+    compile_id: str = ""  # torch's id of the frame compile that made it (``0/0``, as tlparse names it)
 
 
 @dataclass(slots=True)
@@ -343,8 +311,8 @@ class CompiledBackward:
 class CompileMap:
     """What torch.compile did to one forward. ``graph`` is the eager graph with the overlays
     ``compiled`` and ``coverage`` and the panels ``breaks``, ``modules`` and ``recompiles``;
-    ``assigned`` maps each op (node name) to the id of the compiled graph that ran it, ``"eager"``, or
-    ``"unrun"`` (not run under torch.compile: the forward took a path only eager takes)."""
+    ``assigned`` maps each op (node name) to the id of the compiled graph that ran it, :data:`EAGER`, or
+    :data:`UNRUN` (not run under torch.compile: the forward took a path only eager takes)."""
 
     graph: Graph
     backend: str
@@ -383,12 +351,12 @@ class CompileMap:
         return first - 1 if first else 0
 
     @property
-    def ops(self) -> int:  # the ops that ran under torch.compile: not those only eager runs ("unrun")
-        return sum(1 for g in self.assigned.values() if g != "unrun")
+    def ops(self) -> int:  # the ops that ran under torch.compile: not those only eager runs (UNRUN)
+        return sum(1 for g in self.assigned.values() if g != UNRUN)
 
     @property
     def compiled_ops(self) -> int:
-        return sum(1 for g in self.assigned.values() if g not in ("eager", "unrun"))
+        return sum(1 for g in self.assigned.values() if g not in (EAGER, UNRUN))
 
     @property
     def share(self) -> float:
@@ -433,7 +401,9 @@ class CompileMap:
             "backend": self.backend, "mode": self.mode, "dynamic": self.dynamic, "input_sets": self.input_sets,
             "summary": {"graphs": len(self.graphs), "breaks": self.break_count, "causes": len(self.breaks),
                         "explain_graph_break_count": self.explain_break_count,
-                        "recompiles": len(self.recompiles), "ops": self.ops, "compiled_ops": self.compiled_ops,
+                        "recompiles": len(self.recompiles), "ops": self.ops,
+                        "guards_distinct": sum(len(g.guards) for g in self.graphs),
+                        "torch_guard_count": torch_guard_count(self.graphs), "compiled_ops": self.compiled_ops,
                         "share": self.share},
             "graphs": [asdict(g) for g in self.graphs],
             "breaks": [{**asdict(b), "hint": b.hint, "link": b.link} for b in self.breaks],
@@ -477,6 +447,13 @@ def _graph(d: dict[str, Any]) -> CompiledGraph:
     return CompiledGraph(**d)
 
 
+def torch_guard_count(graphs: list[CompiledGraph]) -> int | None:
+    """torch's ``guard_count`` summed over ``graphs`` (their frame compiles'; a frame compile that
+    made two graphs counted once); ``None`` where torch recorded it for none."""
+    counts = {g.compile_id or g.id: g.torch_guard_count for g in graphs if g.torch_guard_count is not None}
+    return sum(counts.values()) if counts else None
+
+
 def plural(k: int, word: str) -> str:
     return f"{k} {word}{'' if k == 1 else 's'}"
 
@@ -496,4 +473,4 @@ def percent(share: float | None) -> str:
 
 
 __all__ = ["CATEGORIES", "HINTS", "AutogradGraph", "BreakGroup", "CompiledBackward", "NodeCall", "CompileMap", "CompiledGraph", "Frame", "ModuleCoverage",
-           "Recompile", "RecompileLimit", "ShapeGuard", "Symbol", "percent", "plural"]
+           "Recompile", "RecompileLimit", "ShapeGuard", "Symbol", "percent", "plural", "torch_guard_count"]

@@ -18,9 +18,10 @@ from fxviz.analyze.compilemap.autograd import write_backward
 from fxviz.analyze.compilemap.backward import Autograd as _Autograd
 from fxviz.analyze.compilemap.breaks import RESUME, category, ended_at, group_breaks
 from fxviz.analyze.compilemap.failed import FailedFrames
+from fxviz.analyze.compilemap.kinds import EAGER, UNRUN
 from fxviz.analyze.compilemap.limit import LimitWatch, limits, refused
 from fxviz.analyze.compilemap.match import assign, pair
-from fxviz.analyze.compilemap.overlay import EAGER, UNRUN, module_coverage, report_notes, write
+from fxviz.analyze.compilemap.overlay import module_coverage, report_notes, write
 from fxviz.analyze.compilemap.record import (
     GuardFailRecord,
     Recorder,
@@ -32,6 +33,7 @@ from fxviz.analyze.compilemap.record import (
 )
 from fxviz.analyze.compilemap.result import CompileMap, Recompile, RecompileLimit
 from fxviz.analyze.compilemap.skim import Arithmetic, eager_graph
+from fxviz.analyze.compilemap.traced import TracedLines
 from fxviz.analyze.flops import CAPTURE_PASSES
 from fxviz.analyze.inside.live import LiveRun
 from fxviz.errors import InputError, ModelError, TargetError
@@ -155,8 +157,10 @@ def compile_map(
             recorder.real = aot_eager_recorded(recorder.paths)
         arithmetic = Arithmetic(recorder)
         watch = LimitWatch()
+        traced = TracedLines(recorder.rec)
         try:
-            _run_compiled(model, recorder, watch, sets, grad, _name(backend), live, autograd)
+            with traced.kept():
+                _run_compiled(model, recorder, watch, sets, grad, _name(backend), live, autograd)
         except ModelError:
             recorder.backups.restore()
             state.restore()
@@ -181,7 +185,7 @@ def compile_map(
         stage("matching the eager ops to the compiled graphs")
         hit = limits(watch.hits, recorder.rec, len(sets), watch.run_only)
         cmap = build(graph, recorder.rec, backend=_name(backend), mode=mode, dynamic=dynamic, input_sets=len(sets),
-                     notes=notes + [lim.note() for lim in hit], limits=hit)
+                     notes=notes + [lim.note() for lim in hit], limits=hit, traced=traced)
         if live is not None:
             _inside(cmap, live, recorder.rec)
     if autograd is not None:
@@ -297,19 +301,26 @@ def _name(backend: str | Callable[..., Any]) -> str:
 
 
 def build(graph: Graph, rec: Recording, *, backend: str, mode: str | None, dynamic: bool | None,
-          input_sets: int = 1, notes: Sequence[str] = (), limits: Sequence[RecompileLimit] = ()) -> CompileMap:
+          input_sets: int = 1, notes: Sequence[str] = (), limits: Sequence[RecompileLimit] = (),
+          traced: TracedLines | None = None) -> CompileMap:
     """The map from a recording: match, group, write the overlays and panels. ``limits``: the
-    recompile limits Dynamo hit (their refused recompiles are not recompiles)."""
+    recompile limits Dynamo hit (their refused recompiles are not recompiles); ``traced``: the lines
+    Dynamo traced, which tell the ops a broken forward did not run under torch.compile."""
     runs = [(rec.graphs[g].id, rec.graphs[g].ops) for g, k in rec.runs if k == 0 and rec.forward(g)]
     ops = graph.ops
     hits = assign(ops, runs)
     assigned = {n.name: hits[n.name][0] if n.name in hits else EAGER for n in ops}
     notes = list(notes)
-    if runs and not any(b.input_set == 0 and b.phase == "forward" for b in rec.breaks) \
-            and not any(lim.input_set == 0 for lim in limits):
+    if runs and not any(lim.input_set == 0 for lim in limits):
         # no break, no frame Dynamo ran eagerly: the forward ran inside its graphs, whole, and an
-        # op none holds did not run under torch.compile (a path the forward takes only eagerly)
-        unrun = [n for n in ops if assigned[n.name] == EAGER]
+        # op none holds did not run under torch.compile (a path the forward takes only eagerly);
+        # with breaks: an op on a line Dynamo never traced in a function it traced (:mod:`.traced`)
+        # (an op the matching filled into a graph as folded away, on a line Dynamo never traced, too)
+        broke = any(b.input_set == 0 and b.phase == "forward" for b in rec.breaks)
+        unrun = traced.unrun(ops, assigned, UNRUN) if traced is not None else []
+        if not broke:
+            untraced = {n.name for n in unrun}
+            unrun = [n for n in ops if assigned[n.name] == EAGER or n.name in untraced]
         assigned.update((n.name, UNRUN) for n in unrun)
         if unrun:
             at = ", ".join(dict.fromkeys(f"{n.source.file.rsplit('/', 1)[-1]}:{n.source.line}" if n.source else n.name

@@ -261,7 +261,28 @@ def _infer(post: Graph, code: OutputCode, handles: list[str],
         i = pinned if pinned in ready else (ready[0] if ready else able[-1])
         covers[handles[i]].append(name)
         placed[name] = i
+    _feeders(code, ops, handles, covers, fused, {n.name for n in post.nodes if n.kind in ("input", "parameter", "buffer")})
     return covers
+
+
+def _feeders(code: OutputCode, ops: Mapping[str, Node], handles: list[str], covers: dict[str, list[str]],
+             fused: list[int], inputs: set[str]) -> None:
+    """A generated kernel left with no node that only prepares a later call's inputs (CLIP's
+    ``cpp_fused_convolution_0`` copies the image and the weight into the layout the
+    ``extern_kernels.convolution`` after it reads): it takes the nodes of the calls that read the
+    buffers it writes whose op its name names (Inductor names a kernel after its origins' ops),
+    as torch's provenance record does (``cppCodeToPost``: ``cpp_fused_convolution_0:1``:
+    ``["convolution"]``)."""
+    first = writers(code)
+    for i in fused:
+        if covers[handles[i]]:
+            continue
+        named = f"_{code.calls[i].name}_"
+        made = {b for b in code.calls[i].args if first.get(b) == i and b not in inputs}
+        for j in range(i + 1, len(code.calls)):
+            if made & set(code.calls[j].args):
+                covers[handles[i]] += [n for n in covers[handles[j]] if n in ops and f"_{short(ops[n].target)}_" in named
+                                       and n not in covers[handles[i]]]
 
 
 def _through_views(name: str, ops: Mapping[str, Node]) -> str:

@@ -1,0 +1,86 @@
+"""A plain ``TORCH_TRACE`` (no provenance tracking) of a patch embedding (CLIP's vision tower:
+``Conv2d(3, hidden, patch, stride=patch, bias=False)``): Inductor writes a kernel,
+``cpp_fused_convolution_0``, that only copies the image and the weight into the layout the
+``extern_kernels.convolution`` after it reads. It showed no op and no module; torch's provenance
+record gives it the convolution (``cppCodeToPost``). Its modules are checked against torch's
+``nn_module_stack`` of the same program's post-grad nodes (a custom post-grad pass)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from fxviz.analyze.inside.saved import from_trace  # noqa: E402
+from fxviz.fallback.trace import trace_eager  # noqa: E402
+from tests.test_inside_plain_trace_layers import _path  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class Patches(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, 32, 8, stride=8, bias=False)
+        self.norm = nn.LayerNorm(32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.patch(x).flatten(2).transpose(1, 2))
+
+
+def build() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    return Patches().eval(), (torch.randn(1, 3, 32, 32),)
+
+
+def _torch_modules() -> dict[str, str]:
+    import torch._inductor.config as cfg
+
+    out: dict[str, str] = {}
+
+    def record(g: Any) -> None:
+        for n in g.nodes:
+            stack = n.meta.get("nn_module_stack") or {}
+            if n.op == "call_function" and stack:
+                out[n.name] = _path(list(stack.values())[-1][0])
+
+    model, args = build()
+    torch._dynamo.reset()
+    try:
+        with cfg.patch(post_grad_custom_post_pass=record, fx_graph_cache=False), torch.no_grad():
+            torch.compile(model)(*args)
+    finally:
+        torch._dynamo.reset()
+    return out
+
+
+def test_a_kernel_that_lays_out_a_convolutions_inputs_has_its_module(tmp_path: Path) -> None:
+    script = textwrap.dedent("""
+        import torch, torch._inductor.config as cfg
+        from tests.test_inside_plain_trace_feeders import build
+        model, args = build()
+        with cfg.patch(fx_graph_cache=False), torch.no_grad():
+            torch.compile(model)(*args)
+    """)
+    env = {**os.environ, "TORCH_TRACE": str(tmp_path), "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    truth = _torch_modules()
+    assert truth.get("convolution") == "patch"
+    model, args = build()
+    inside, _ = from_trace(tmp_path, trace_eager(model, args, None, level="function"))
+    generated = [k for k in inside.kernels if k.calls and not k.name.startswith(("extern_kernels.", "torch.ops."))]
+    assert any("convolution" in k.name for k in generated)  # the layout kernel this is about
+    for k in generated:
+        mods = {truth[op] for op in k.ops if op in truth}
+        assert mods and set(k.modules) >= mods, (k.id, k.ops, k.modules)
+    conv = next(k for k in generated if "convolution" in k.name)
+    assert conv.ops == ["convolution"] and "patch" in conv.modules
