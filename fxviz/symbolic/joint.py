@@ -427,10 +427,13 @@ def inferred_saved(gm: torch.fx.GraphModule, conv: Converter, recomputed: frozen
     regions: a ``recomputed`` op's value is not saved for the backward ops that read it ``again``
     (recomputed), what the recomputation reads is (saved by the op recomputed; a value from outside
     the region, its input, in the module that called checkpoint, ``callers`` by region, as torch packs
-    it; a parameter or buffer, which checkpoint reads again from the module, in the op's module), and so is every value of an op a selective policy ``kept`` (saved by that op)."""
+    it; not a parameter or buffer, which checkpoint reads again from the module and torch packs no
+    tensor for), and so is every value of an op a selective policy ``kept`` (saved by that op)."""
     out: list[Saved] = []
     region, callers = region or {}, callers or {}
     for saver, n, _base_node, shares, nbytes in _saved_pairs(gm, conv, recomputed, kept, again, region):
+        if saver in recomputed and shares in ("parameter", "buffer"):
+            continue  # checkpoint reads it again from the module: torch packs nothing for it
         val = n.meta.get("val")
         saver_node = conv.by_name[conv.refs[saver].node]
         module = saver_node.module
