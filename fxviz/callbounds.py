@@ -42,17 +42,19 @@ def _positions(nodes: Sequence[Node]) -> dict[str, int]:
 def _boundaries(nodes: Sequence[Node], node_call: dict[str, Call], root: Call, position: dict[str, int]) -> None:
     """Fill each call's inputs and outputs from the data edges: an edge from a value made in call
     P to a node in call C crosses every call below their common ancestor, out of P's side and into
-    C's side. Cost per edge: the nesting levels it crosses."""
-    kinds = {n.name: n.kind for n in nodes}
+    C's side. Cost per edge: the nesting levels it crosses. Only the forward's edges: a call of a
+    training step reads and makes what its forward does (its backward ops' gradients are theirs)."""
+    kinds = {n.name: n.kind if n.phase == "forward" else "" for n in nodes}
     ins: dict[int, dict[Ref, None]] = {}
     outs: dict[int, dict[Ref, None]] = {}
     calls: dict[int, Call] = {}
     for n in nodes:
-        if n.kind in STATE_KINDS or not n.inputs:
+        if n.kind in STATE_KINDS or not n.inputs or n.phase != "forward":
             continue
         dst = node_call.get(n.name, root)
         for r in n.inputs:
-            if kinds.get(r.node) in STATE_KINDS:
+            k = kinds.get(r.node)
+            if k in STATE_KINDS or k == "":
                 continue
             src = node_call.get(r.node, root)
             a, b = src, dst
