@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import gc
 import os
 import re
 import resource
@@ -53,6 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -217,35 +219,111 @@ def old_capture(model: nn.Module, args: tuple[torch.Tensor], recorder: type = Co
 #: [process CPU, this thread's CPU] summed over every :func:`cpu` call: what other threads took
 OTHER_THREADS = [0.0, 0.0]
 
+#: part -> summed [process CPU, user, system, other threads, minor faults, gc time, calls] of its
+#: :func:`cpu` calls: where process CPU time goes (what instructions do not show)
+USAGE: dict[str, list[float]] = {}
 
-def cpu(fn: object) -> float:
+#: [seconds in Python's garbage collector, collection start]
+_GC = [0.0, 0.0]
+
+
+def _gc_timer(phase: str, info: dict[str, object]) -> None:
+    if phase == "start":
+        _GC[1] = time.perf_counter()
+    else:
+        _GC[0] += time.perf_counter() - _GC[1]
+
+
+def cpu(fn: object, part: str | None = None) -> float:
+    """Process CPU time of ``fn()``; with ``part``, its user and system time, other threads' CPU,
+    minor page faults and collections are added up under that name (:data:`USAGE`)."""
+    r, g = resource.getrusage(resource.RUSAGE_SELF), _GC[0]
     t, th = time.process_time(), time.thread_time()
     fn()  # type: ignore[operator]
     dt = time.process_time() - t
+    own = time.thread_time() - th
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
     OTHER_THREADS[0] += dt
-    OTHER_THREADS[1] += time.thread_time() - th
+    OTHER_THREADS[1] += own
+    if part is not None:
+        acc = USAGE.setdefault(part, [0.0] * 7)
+        for i, v in enumerate((dt, r1.ru_utime - r.ru_utime, r1.ru_stime - r.ru_stime, max(0.0, dt - own),
+                               r1.ru_minflt - r.ru_minflt, _GC[0] - g, 1)):
+            acc[i] += v
     return dt
+
+
+def usage_lines() -> list[str]:
+    """Per part, per call: user and system CPU, other threads, minor faults, gc (then cleared)."""
+    lines = ["  where process CPU goes, per call (getrusage user/sys, other threads = process - this thread's "
+             "CPU, minor page faults, time in gc.callbacks' collections):"]
+    for part, (dt, user, system, others, faults, gcs, n) in USAGE.items():
+        lines.append(f"    {part:24s} {dt / n * 1e3:6.1f} ms: user {user / n * 1e3:6.1f}, sys {system / n * 1e3:4.1f}, "
+                     f"other threads {others / n * 1e3:4.1f}, faults {faults / n:5.1f}, gc {gcs / n * 1e3:4.2f} ms")
+    USAGE.clear()
+    return lines
+
+
+def python_calls(fn: object) -> tuple[int, int, int, int]:
+    """Python function calls of ``fn()`` (sys.setprofile): all, in ``torch.distributed``, in fxviz,
+    and calls of C functions from Python: how much of a run is interpreted Python."""
+    calls = [0, 0, 0, 0]
+
+    def prof(frame: object, event: str, arg: object) -> None:
+        if event == "call":
+            name = frame.f_code.co_filename  # type: ignore[attr-defined]
+            calls[0] += 1
+            calls[1] += f"torch{os.sep}distributed{os.sep}" in name
+            calls[2] += f"{os.sep}fxviz{os.sep}" in name
+        elif event == "c_call":
+            calls[3] += 1
+    sys.setprofile(prof)
+    try:
+        fn()  # type: ignore[operator]
+    finally:
+        sys.setprofile(None)
+    return calls[0], calls[1], calls[2], calls[3]
 
 
 #: the parts ``--instructions`` counts, by name (each runs inside the fake group)
 PARTS = ("unsharded", "unsharded_forward", "sharded", "floor", "sharded_forward")
 
 
-def _part(name: str, hidden: int) -> None:
-    """Run part ``name`` under callgrind's collection (this process is the one valgrind runs)."""
+@contextlib.contextmanager
+def _parts(hidden: int) -> Iterator[dict[str, Callable[[], object]]]:
+    """The parts ``--instructions`` counts, by name, ready to run inside the fake group."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
     plain, plain_args = Decoder(**small(hidden)), (torch.randint(0, 1000, (2, 16)),)
     with fake_world(8):
         sharded, args = small_sharded(hidden)
-        fn = {"unsharded": lambda: fxviz.capture(plain, plain_args, method="eager"),
-              "unsharded_forward": lambda: _no_grad(plain, plain_args),
-              "sharded": lambda: fxviz.capture(sharded, args, world_size=8),
-              "floor": lambda: old_capture(sharded, args, NoRecorder),
-              "sharded_forward": lambda: _no_grad(sharded, args)}[name]
+        yield {"unsharded": lambda: fxviz.capture(plain, plain_args, method="eager"),
+               "unsharded_forward": lambda: _no_grad(plain, plain_args),
+               "sharded": lambda: fxviz.capture(sharded, args, world_size=8),
+               "floor": lambda: old_capture(sharded, args, NoRecorder),
+               "sharded_forward": lambda: _no_grad(sharded, args)}
+
+
+def _part(name: str, hidden: int) -> None:
+    """Run part ``name`` under callgrind's collection (this process is the one valgrind runs)."""
+    with _parts(hidden) as fns:
+        fn = fns[name]
         for _ in range(2):
             fn()
         functools.reduce(lambda acc, _: fn(), range(3), None)
+
+
+def _rates(names: list[str], hidden: int, reps: int = 9) -> dict[str, float]:
+    """Process CPU seconds per call of each part, natively (interleaved, median): what the counted
+    instructions take on this machine."""
+    with _parts(hidden) as fns:
+        for name in names:
+            fns[name]()
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for _ in range(reps):
+            for name in names:
+                times[name].append(cpu(fns[name]))
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def _no_grad(model: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
@@ -307,9 +385,12 @@ def instructions(parts: list[str], hidden: int) -> None:
             raise SystemExit(f"callgrind failed on {name}: {proc.stderr[-2000:]}")
         got[name] = int(m.group(1)) / 3
     base = got.get("unsharded")
-    print(f"instructions per call (callgrind, hidden {hidden})" + (", ratio to the unsharded capture:" if base else ":"))
+    secs = _rates(list(got), hidden)
+    print(f"instructions per call (callgrind, hidden {hidden})" + (", ratio to the unsharded capture" if base else "")
+          + "; process CPU per call run natively, and the rate:")
     for name, n in got.items():
-        print(f"  {name:18s} {n / 1e6:8.1f} M" + (f"  {n / base:.2f}x" if base else ""))
+        print(f"  {name:18s} {n / 1e6:8.1f} M" + (f"  {n / base:.2f}x" if base else "")
+              + f"  {secs[name] * 1e3:6.1f} ms CPU  {n / secs[name] / 1e9:4.2f} G instructions/s")
     if {"unsharded", "unsharded_forward", "sharded", "sharded_forward"} <= got.keys():
         m = {k: v / 1e6 for k, v in got.items()}
         for line in decomposition(m["unsharded"], m["sharded"], m["unsharded_forward"], m["sharded_forward"],
@@ -331,10 +412,10 @@ def small_decoder(hidden: int, reps: int) -> None:
         moded: list[float] = []
         for _ in range(reps):  # interleaved
             w = time.perf_counter()
-            base.append(cpu(lambda: fxviz.capture(plain, plain_args, method="eager")))
+            base.append(cpu(lambda: fxviz.capture(plain, plain_args, method="eager"), "unsharded capture"))
             base_walls.append(time.perf_counter() - w)
             w = time.perf_counter()
-            tp.append(cpu(lambda: fxviz.capture(sharded, args, world_size=8)))
+            tp.append(cpu(lambda: fxviz.capture(sharded, args, world_size=8), "TP x8 capture"))
             walls.append(time.perf_counter() - w)
             w = time.perf_counter()
             old.append(cpu(lambda: old_capture(sharded, args)))
@@ -346,11 +427,15 @@ def small_decoder(hidden: int, reps: int) -> None:
                 with mode:
                     sharded(*args)
             comm.append(cpu(run))
-            fwd.append(cpu(lambda: _no_grad(sharded, args)))  # DTensor's own dispatch, nothing recorded
-            plain_fwd.append(cpu(lambda: _no_grad(plain, plain_args)))
+            fwd.append(cpu(lambda: _no_grad(sharded, args), "TP x8 forward (DTensor)"))  # DTensor's own dispatch, nothing recorded
+            plain_fwd.append(cpu(lambda: _no_grad(plain, plain_args), "unsharded forward"))
             moded.append(cpu(lambda: _under_mode(sharded, args)))
         g = fxviz.capture(sharded, args, world_size=8)
         ops = (_ops(fxviz.capture(plain, plain_args, method="eager")), _ops(g))
+        calls = {"unsharded forward": python_calls(lambda: _no_grad(plain, plain_args)),
+                 "TP x8 forward": python_calls(lambda: _no_grad(sharded, args)),
+                 "unsharded capture": python_calls(lambda: fxviz.capture(plain, plain_args, method="eager")),
+                 "TP x8 capture": python_calls(lambda: fxviz.capture(sharded, args, world_size=8))}
     b, t, c = statistics.median(base), statistics.median(tp), statistics.median(comm)
     bw, tw = statistics.median(base_walls), statistics.median(walls)
     print(f"small decoder ({SMALL['layers']} layers, hidden {hidden}) eager capture: unsharded {b * 1e3:.1f} ms CPU "
@@ -359,6 +444,11 @@ def small_decoder(hidden: int, reps: int) -> None:
     f, pf = statistics.median(fwd), statistics.median(plain_fwd)
     for line in decomposition(b * 1e3, t * 1e3, pf * 1e3, f * 1e3, ops, "ms"):
         print(line)
+    for line in usage_lines():
+        print(line)
+    print("  Python function calls per run (sys.setprofile; in torch.distributed, in fxviz; C functions called from Python):")
+    for part, (py, td, fx, cc) in calls.items():
+        print(f"    {part:24s} {py:6,d} (torch.distributed {td:5,d}, fxviz {fx:5,d}); C {cc:6,d}")
     o = statistics.median(old)
     print(f"  before (recording through CommDebugMode): TP x8 {o * 1e3:.0f} ms CPU "
           f"({statistics.median(old_walls) * 1e3:.0f} ms wall), ratio {o / b:.2f}x; light recorder {o / t:.1f}x faster")
@@ -393,6 +483,7 @@ def main() -> None:
             instructions(a.instructions.split(","), h)
         return None
     torch.set_num_threads(1)
+    gc.callbacks.append(_gc_timer)
     for h in sizes:
         small_decoder(h, a.reps)
     if a.layers <= 0:
