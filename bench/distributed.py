@@ -28,16 +28,25 @@
 ``--instructions`` instead counts instructions (valgrind's callgrind, as ``bench/instructions.py``:
 a figure a loaded machine does not move) per call of each part of part 1: the unsharded capture
 and forward, the sharded capture, its floor (recording no collectives) and the sharded forward;
-with the four of them, the same decomposition. Counted so (this stop), the sharded capture at hidden
-256 is 1.34x the unsharded one (72.3 M against 54.0 M), while process CPU time says 2.2x. The gap
-is torch's forward, not fxviz and not threads: the two forwards alone run the same instructions
-(29.8 M sharded, 29.4 M unsharded) but the sharded one takes 2.8x the CPU (22.5 ms against 7.9
-ms), 1.3 G instructions/s against 3.7 (likely cause, not measured per function: the sharded one
-does an eighth of the matmul flops and DTensor's Python dispatch in their place). fxviz's added work
-runs at the same rate on both (1.85 and 1.71 G/s). Process CPU is this thread's CPU (the last line
-of part 1 says how much other threads took: none), with no system time, page faults or
-collections to speak of; warm or interleaved, the ratio is the same. So instructions weigh
-DTensor's dispatch as BLAS and understate torch's share of the CPU time the target is stated in.
+with the four of them, the same decomposition, and each part's process CPU run natively and its
+instruction rate. Counted so, the sharded capture at hidden 256 is 1.36x the unsharded one (73.8 M
+against 54.4 M), while process CPU time says 2.1-2.3x. The gap is torch's forward, not fxviz, and
+nothing callgrind misses: the two forwards alone run the same instructions (29.7 M sharded, 29.4 M
+unsharded) but the sharded one takes 2.8-3.1x the CPU. Where that CPU goes (printed by part 1,
+issue 22's third round): all of it is user time of the one thread that runs the forward (system
+time 0-0.1 ms, other threads 0.0 ms: the fake group starts none that works, and
+``torch.set_num_threads(1)``), 1-13 minor page faults per call, no collection inside either
+forward. What differs is what the instructions are. Sampled natively (``perf record -e
+cpu-clock``, the run's samples minus a run without the loop), the unsharded forward spends 6.6 of
+its 16.5 ms in MKL's sgemm (``mkl_blas_def_sgemm_kernel_0_zen`` and its packing), vector code of
+many operations per instruction at the rate of 3 or more G instructions/s; the sharded forward does
+an eighth of those flops (1.0 ms of sgemm) and spends 12.7 of its 24.4 ms in the interpreter
+(``libpython``), 3.5 in ``libtorch_python`` (pybind11, argument parsing) and 1.2 in malloc:
+DTensor's Python dispatch, 7,286 Python calls per forward (2,804 in ``torch.distributed``) against
+the unsharded forward's 290, at about 1 G instructions/s. So instructions weigh a Python
+interpreter's instruction as an FMA of eight floats, and understate torch's share of the CPU time
+the target is stated in; fxviz's added work is interpreted Python on both models, so its share
+counts the same either way (per op, sharded/unsharded 1.0-1.3x in CPU and in instructions).
 """
 
 from __future__ import annotations
