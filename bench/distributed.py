@@ -36,17 +36,21 @@ unsharded) but the sharded one takes 2.8-3.1x the CPU. Where that CPU goes (prin
 issue 22's third round): all of it is user time of the one thread that runs the forward (system
 time 0-0.1 ms, other threads 0.0 ms: the fake group starts none that works, and
 ``torch.set_num_threads(1)``), 1-13 minor page faults per call, no collection inside either
-forward. What differs is what the instructions are. Sampled natively (``perf record -e
-cpu-clock``, the run's samples minus a run without the loop), the unsharded forward spends 6.6 of
-its 16.5 ms in MKL's sgemm (``mkl_blas_def_sgemm_kernel_0_zen`` and its packing), vector code of
-many operations per instruction at the rate of 3 or more G instructions/s; the sharded forward does
-an eighth of those flops (1.0 ms of sgemm) and spends 12.7 of its 24.4 ms in the interpreter
-(``libpython``), 3.5 in ``libtorch_python`` (pybind11, argument parsing) and 1.2 in malloc:
-DTensor's Python dispatch, 7,286 Python calls per forward (2,804 in ``torch.distributed``) against
-the unsharded forward's 290, at about 1 G instructions/s. So instructions weigh a Python
-interpreter's instruction as an FMA of eight floats, and understate torch's share of the CPU time
-the target is stated in; fxviz's added work is interpreted Python on both models, so its share
-counts the same either way (per op, sharded/unsharded 1.0-1.3x in CPU and in instructions).
+forward. What differs is what the instructions are. The unsharded forward's linears alone (part 1
+prints them: ``F.linear`` on the same weights) take 6.1-6.4 of its 8.8-9.0 ms, and callgrind counts
+24.4 M instructions for them (of the forward's 29.4 M): MKL's sgemm at 4-5.7 G instructions/s
+(``perf record -e cpu-clock`` on the forward, its samples minus a run without the loop: 6.6 of
+16.5 ms in ``mkl_blas_def_sgemm_kernel_0_zen`` and its packing). The sharded forward's linears are
+an eighth of that (1.1 ms); the rest of its 19-20 ms is dispatch: ``libpython`` 12.7 of 24.4 ms
+sampled, ``libtorch_python`` (pybind11, argument parsing) 3.5, malloc 1.2; 7,286 Python calls per
+forward (2,804 in ``torch.distributed``) against the unsharded forward's 290, at 1.4-1.9 G
+instructions/s, as the unsharded forward's own non-BLAS part (5 M instructions in 2.6-2.9 ms). Not
+Python's rate as such: a tight loop of attribute reads and small objects runs 7.6-8 G
+instructions/s here; dispatch code walks far more code and data per instruction (the machine
+exposes no hardware counters to say which misses; a callgrind cache simulation of the forwards did
+not finish in 25 minutes under load). So instructions weigh a dispatcher's instruction as one of
+sgemm's FMAs of eight floats, and understate torch's share of the CPU time the target is stated
+in; fxviz's added work is dispatch-like Python on both models, at 1.5-2.7 G instructions/s.
 """
 
 from __future__ import annotations
@@ -342,6 +346,23 @@ def _no_grad(model: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
         model(*args)
 
 
+def _matmuls(model: nn.Module, tokens: int) -> Callable[[], None]:
+    """The forward's linears alone, on this rank's weights (a DTensor's local shard) and inputs of
+    their shapes: the part of torch's cost that is BLAS (MKL's sgemm), the rest being dispatch."""
+    weights = []
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            w = m.weight.detach()
+            w = w.to_local() if isinstance(w, DTensor) else w
+            weights.append((torch.randn(tokens, w.shape[1]), w))
+
+    def run() -> None:
+        with torch.no_grad():
+            for x, w in weights:
+                F.linear(x, w)
+    return run
+
+
 def _ops(graph: fxviz.Graph) -> int:
     return sum(n.kind == "op" for n in graph.nodes)
 
@@ -416,6 +437,7 @@ def small_decoder(hidden: int, reps: int) -> None:
         fxviz.capture(plain, plain_args, method="eager")  # warm both paths
         fxviz.capture(sharded, args, world_size=8)
         old_capture(sharded, args)
+        plain_mm, sharded_mm = _matmuls(plain, plain_args[0].numel()), _matmuls(sharded, args[0].numel())
         base, tp, old, comm, walls, old_walls, fwd, floor, plain_fwd = [], [], [], [], [], [], [], [], []
         base_walls: list[float] = []
         moded: list[float] = []
@@ -439,6 +461,8 @@ def small_decoder(hidden: int, reps: int) -> None:
             fwd.append(cpu(lambda: _no_grad(sharded, args), "TP x8 forward (DTensor)"))  # DTensor's own dispatch, nothing recorded
             plain_fwd.append(cpu(lambda: _no_grad(plain, plain_args), "unsharded forward"))
             moded.append(cpu(lambda: _under_mode(sharded, args)))
+            cpu(plain_mm, "unsharded linears alone")
+            cpu(sharded_mm, "TP x8 linears alone")
         g = fxviz.capture(sharded, args, world_size=8)
         ops = (_ops(fxviz.capture(plain, plain_args, method="eager")), _ops(g))
         calls = {"unsharded forward": python_calls(lambda: _no_grad(plain, plain_args)),
