@@ -46,9 +46,14 @@ sampled, ``libtorch_python`` (pybind11, argument parsing) 3.5, malloc 1.2; 7,286
 forward (2,804 in ``torch.distributed``) against the unsharded forward's 290, at 1.4-1.9 G
 instructions/s, as the unsharded forward's own non-BLAS part (5 M instructions in 2.6-2.9 ms). Not
 Python's rate as such: a tight loop of attribute reads and small objects runs 7.6-8 G
-instructions/s here; dispatch code walks far more code and data per instruction (the machine
-exposes no hardware counters to say which misses; a callgrind cache simulation of the forwards did
-not finish in 25 minutes under load). So instructions weigh a dispatcher's instruction as one of
+instructions/s here. Callgrind's cache and branch simulation (``--cache-sim=yes --branch-sim=yes``,
+per forward; the machine exposes no hardware counters) says what the dispatch code pays: the two
+forwards run 29.4 M and 29.7 M instructions with the same data-cache misses (0.76 M and 0.70 M L1),
+but the sharded one executes 4.2 M branches against 0.92 M, mispredicts 0.80 M against 0.11 M
+(0.36 M of them indirect: calls through the interpreter, pybind11 and the dispatcher, against 0.05
+M) and misses the instruction cache 0.95 M times against 0.18 M. At some 15-20 cycles a
+mispredict and 10-20 an L1i miss served from L2, that is 8-11 ms at 2.45 GHz: the sharded
+forward's whole gap (19-20 ms against 8.8-9.0 for the same instructions). So instructions weigh a dispatcher's instruction as one of
 sgemm's FMAs of eight floats, and understate torch's share of the CPU time the target is stated
 in; fxviz's added work is dispatch-like Python on both models, at 1.5-2.7 G instructions/s.
 """
