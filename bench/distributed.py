@@ -28,16 +28,34 @@
 ``--instructions`` instead counts instructions (valgrind's callgrind, as ``bench/instructions.py``:
 a figure a loaded machine does not move) per call of each part of part 1: the unsharded capture
 and forward, the sharded capture, its floor (recording no collectives) and the sharded forward;
-with the four of them, the same decomposition. Counted so (this stop), the sharded capture at hidden
-256 is 1.34x the unsharded one (72.3 M against 54.0 M), while process CPU time says 2.2x. The gap
-is torch's forward, not fxviz and not threads: the two forwards alone run the same instructions
-(29.8 M sharded, 29.4 M unsharded) but the sharded one takes 2.8x the CPU (22.5 ms against 7.9
-ms), 1.3 G instructions/s against 3.7 (likely cause, not measured per function: the sharded one
-does an eighth of the matmul flops and DTensor's Python dispatch in their place). fxviz's added work
-runs at the same rate on both (1.85 and 1.71 G/s). Process CPU is this thread's CPU (the last line
-of part 1 says how much other threads took: none), with no system time, page faults or
-collections to speak of; warm or interleaved, the ratio is the same. So instructions weigh
-DTensor's dispatch as BLAS and understate torch's share of the CPU time the target is stated in.
+with the four of them, the same decomposition, and each part's process CPU run natively and its
+instruction rate. Counted so, the sharded capture at hidden 256 is 1.36x the unsharded one (73.8 M
+against 54.4 M), while process CPU time says 2.1-2.3x. The gap is torch's forward, not fxviz, and
+nothing callgrind misses: the two forwards alone run the same instructions (29.7 M sharded, 29.4 M
+unsharded) but the sharded one takes 2.8-3.1x the CPU. Where that CPU goes (printed by part 1,
+issue 22's third round): all of it is user time of the one thread that runs the forward (system
+time 0-0.1 ms, other threads 0.0 ms: the fake group starts none that works, and
+``torch.set_num_threads(1)``), 1-13 minor page faults per call, no collection inside either
+forward. What differs is what the instructions are. The unsharded forward's linears alone (part 1
+prints them: ``F.linear`` on the same weights) take 6.1-6.4 of its 8.8-9.0 ms, and callgrind counts
+24.4 M instructions for them (of the forward's 29.4 M): MKL's sgemm at 4-5.7 G instructions/s
+(``perf record -e cpu-clock`` on the forward, its samples minus a run without the loop: 6.6 of
+16.5 ms in ``mkl_blas_def_sgemm_kernel_0_zen`` and its packing). The sharded forward's linears are
+an eighth of that (1.1 ms); the rest of its 19-20 ms is dispatch: ``libpython`` 12.7 of 24.4 ms
+sampled, ``libtorch_python`` (pybind11, argument parsing) 3.5, malloc 1.2; 7,286 Python calls per
+forward (2,804 in ``torch.distributed``) against the unsharded forward's 290, at 1.4-1.9 G
+instructions/s, as the unsharded forward's own non-BLAS part (5 M instructions in 2.6-2.9 ms). Not
+Python's rate as such: a tight loop of attribute reads and small objects runs 7.6-8 G
+instructions/s here. Callgrind's cache and branch simulation (``--cache-sim=yes --branch-sim=yes``,
+per forward; the machine exposes no hardware counters) says what the dispatch code pays: the two
+forwards run 29.4 M and 29.7 M instructions with the same data-cache misses (0.76 M and 0.70 M L1),
+but the sharded one executes 4.2 M branches against 0.92 M, mispredicts 0.80 M against 0.11 M
+(0.36 M of them indirect: calls through the interpreter, pybind11 and the dispatcher, against 0.05
+M) and misses the instruction cache 0.95 M times against 0.18 M. At some 15-20 cycles a
+mispredict and 10-20 an L1i miss served from L2, that is 8-11 ms at 2.45 GHz: the sharded
+forward's whole gap (19-20 ms against 8.8-9.0 for the same instructions). So instructions weigh a dispatcher's instruction as one of
+sgemm's FMAs of eight floats, and understate torch's share of the CPU time the target is stated
+in; fxviz's added work is dispatch-like Python on both models, at 1.5-2.7 G instructions/s.
 """
 
 from __future__ import annotations
@@ -45,6 +63,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import gc
 import os
 import re
 import resource
@@ -53,6 +72,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -217,35 +237,111 @@ def old_capture(model: nn.Module, args: tuple[torch.Tensor], recorder: type = Co
 #: [process CPU, this thread's CPU] summed over every :func:`cpu` call: what other threads took
 OTHER_THREADS = [0.0, 0.0]
 
+#: part -> summed [process CPU, user, system, other threads, minor faults, gc time, calls] of its
+#: :func:`cpu` calls: where process CPU time goes (what instructions do not show)
+USAGE: dict[str, list[float]] = {}
 
-def cpu(fn: object) -> float:
+#: [seconds in Python's garbage collector, collection start]
+_GC = [0.0, 0.0]
+
+
+def _gc_timer(phase: str, info: dict[str, object]) -> None:
+    if phase == "start":
+        _GC[1] = time.perf_counter()
+    else:
+        _GC[0] += time.perf_counter() - _GC[1]
+
+
+def cpu(fn: object, part: str | None = None) -> float:
+    """Process CPU time of ``fn()``; with ``part``, its user and system time, other threads' CPU,
+    minor page faults and collections are added up under that name (:data:`USAGE`)."""
+    r, g = resource.getrusage(resource.RUSAGE_SELF), _GC[0]
     t, th = time.process_time(), time.thread_time()
     fn()  # type: ignore[operator]
     dt = time.process_time() - t
+    own = time.thread_time() - th
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
     OTHER_THREADS[0] += dt
-    OTHER_THREADS[1] += time.thread_time() - th
+    OTHER_THREADS[1] += own
+    if part is not None:
+        acc = USAGE.setdefault(part, [0.0] * 7)
+        for i, v in enumerate((dt, r1.ru_utime - r.ru_utime, r1.ru_stime - r.ru_stime, max(0.0, dt - own),
+                               r1.ru_minflt - r.ru_minflt, _GC[0] - g, 1)):
+            acc[i] += v
     return dt
+
+
+def usage_lines() -> list[str]:
+    """Per part, per call: user and system CPU, other threads, minor faults, gc (then cleared)."""
+    lines = ["  where process CPU goes, per call (getrusage user/sys, other threads = process - this thread's "
+             "CPU, minor page faults, time in gc.callbacks' collections):"]
+    for part, (dt, user, system, others, faults, gcs, n) in USAGE.items():
+        lines.append(f"    {part:24s} {dt / n * 1e3:6.1f} ms: user {user / n * 1e3:6.1f}, sys {system / n * 1e3:4.1f}, "
+                     f"other threads {others / n * 1e3:4.1f}, faults {faults / n:5.1f}, gc {gcs / n * 1e3:4.2f} ms")
+    USAGE.clear()
+    return lines
+
+
+def python_calls(fn: object) -> tuple[int, int, int, int]:
+    """Python function calls of ``fn()`` (sys.setprofile): all, in ``torch.distributed``, in fxviz,
+    and calls of C functions from Python: how much of a run is interpreted Python."""
+    calls = [0, 0, 0, 0]
+
+    def prof(frame: object, event: str, arg: object) -> None:
+        if event == "call":
+            name = frame.f_code.co_filename  # type: ignore[attr-defined]
+            calls[0] += 1
+            calls[1] += f"torch{os.sep}distributed{os.sep}" in name
+            calls[2] += f"{os.sep}fxviz{os.sep}" in name
+        elif event == "c_call":
+            calls[3] += 1
+    sys.setprofile(prof)
+    try:
+        fn()  # type: ignore[operator]
+    finally:
+        sys.setprofile(None)
+    return calls[0], calls[1], calls[2], calls[3]
 
 
 #: the parts ``--instructions`` counts, by name (each runs inside the fake group)
 PARTS = ("unsharded", "unsharded_forward", "sharded", "floor", "sharded_forward")
 
 
-def _part(name: str, hidden: int) -> None:
-    """Run part ``name`` under callgrind's collection (this process is the one valgrind runs)."""
+@contextlib.contextmanager
+def _parts(hidden: int) -> Iterator[dict[str, Callable[[], object]]]:
+    """The parts ``--instructions`` counts, by name, ready to run inside the fake group."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
     plain, plain_args = Decoder(**small(hidden)), (torch.randint(0, 1000, (2, 16)),)
     with fake_world(8):
         sharded, args = small_sharded(hidden)
-        fn = {"unsharded": lambda: fxviz.capture(plain, plain_args, method="eager"),
-              "unsharded_forward": lambda: _no_grad(plain, plain_args),
-              "sharded": lambda: fxviz.capture(sharded, args, world_size=8),
-              "floor": lambda: old_capture(sharded, args, NoRecorder),
-              "sharded_forward": lambda: _no_grad(sharded, args)}[name]
+        yield {"unsharded": lambda: fxviz.capture(plain, plain_args, method="eager"),
+               "unsharded_forward": lambda: _no_grad(plain, plain_args),
+               "sharded": lambda: fxviz.capture(sharded, args, world_size=8),
+               "floor": lambda: old_capture(sharded, args, NoRecorder),
+               "sharded_forward": lambda: _no_grad(sharded, args)}
+
+
+def _part(name: str, hidden: int) -> None:
+    """Run part ``name`` under callgrind's collection (this process is the one valgrind runs)."""
+    with _parts(hidden) as fns:
+        fn = fns[name]
         for _ in range(2):
             fn()
         functools.reduce(lambda acc, _: fn(), range(3), None)
+
+
+def _rates(names: list[str], hidden: int, reps: int = 9) -> dict[str, float]:
+    """Process CPU seconds per call of each part, natively (interleaved, median): what the counted
+    instructions take on this machine."""
+    with _parts(hidden) as fns:
+        for name in names:
+            fns[name]()
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for _ in range(reps):
+            for name in names:
+                times[name].append(cpu(fns[name]))
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def _no_grad(model: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
@@ -253,6 +349,23 @@ def _no_grad(model: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
     from_local/redistribute Functions cost about twice as much)."""
     with torch.no_grad():
         model(*args)
+
+
+def _matmuls(model: nn.Module, tokens: int) -> Callable[[], None]:
+    """The forward's linears alone, on this rank's weights (a DTensor's local shard) and inputs of
+    their shapes: the part of torch's cost that is BLAS (MKL's sgemm), the rest being dispatch."""
+    weights = []
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            w = m.weight.detach()
+            w = w.to_local() if isinstance(w, DTensor) else w
+            weights.append((torch.randn(tokens, w.shape[1]), w))
+
+    def run() -> None:
+        with torch.no_grad():
+            for x, w in weights:
+                F.linear(x, w)
+    return run
 
 
 def _ops(graph: fxviz.Graph) -> int:
@@ -307,9 +420,12 @@ def instructions(parts: list[str], hidden: int) -> None:
             raise SystemExit(f"callgrind failed on {name}: {proc.stderr[-2000:]}")
         got[name] = int(m.group(1)) / 3
     base = got.get("unsharded")
-    print(f"instructions per call (callgrind, hidden {hidden})" + (", ratio to the unsharded capture:" if base else ":"))
+    secs = _rates(list(got), hidden)
+    print(f"instructions per call (callgrind, hidden {hidden})" + (", ratio to the unsharded capture" if base else "")
+          + "; process CPU per call run natively, and the rate:")
     for name, n in got.items():
-        print(f"  {name:18s} {n / 1e6:8.1f} M" + (f"  {n / base:.2f}x" if base else ""))
+        print(f"  {name:18s} {n / 1e6:8.1f} M" + (f"  {n / base:.2f}x" if base else "")
+              + f"  {secs[name] * 1e3:6.1f} ms CPU  {n / secs[name] / 1e9:4.2f} G instructions/s")
     if {"unsharded", "unsharded_forward", "sharded", "sharded_forward"} <= got.keys():
         m = {k: v / 1e6 for k, v in got.items()}
         for line in decomposition(m["unsharded"], m["sharded"], m["unsharded_forward"], m["sharded_forward"],
@@ -326,15 +442,16 @@ def small_decoder(hidden: int, reps: int) -> None:
         fxviz.capture(plain, plain_args, method="eager")  # warm both paths
         fxviz.capture(sharded, args, world_size=8)
         old_capture(sharded, args)
+        plain_mm, sharded_mm = _matmuls(plain, plain_args[0].numel()), _matmuls(sharded, args[0].numel())
         base, tp, old, comm, walls, old_walls, fwd, floor, plain_fwd = [], [], [], [], [], [], [], [], []
         base_walls: list[float] = []
         moded: list[float] = []
         for _ in range(reps):  # interleaved
             w = time.perf_counter()
-            base.append(cpu(lambda: fxviz.capture(plain, plain_args, method="eager")))
+            base.append(cpu(lambda: fxviz.capture(plain, plain_args, method="eager"), "unsharded capture"))
             base_walls.append(time.perf_counter() - w)
             w = time.perf_counter()
-            tp.append(cpu(lambda: fxviz.capture(sharded, args, world_size=8)))
+            tp.append(cpu(lambda: fxviz.capture(sharded, args, world_size=8), "TP x8 capture"))
             walls.append(time.perf_counter() - w)
             w = time.perf_counter()
             old.append(cpu(lambda: old_capture(sharded, args)))
@@ -346,11 +463,17 @@ def small_decoder(hidden: int, reps: int) -> None:
                 with mode:
                     sharded(*args)
             comm.append(cpu(run))
-            fwd.append(cpu(lambda: _no_grad(sharded, args)))  # DTensor's own dispatch, nothing recorded
-            plain_fwd.append(cpu(lambda: _no_grad(plain, plain_args)))
+            fwd.append(cpu(lambda: _no_grad(sharded, args), "TP x8 forward (DTensor)"))  # DTensor's own dispatch, nothing recorded
+            plain_fwd.append(cpu(lambda: _no_grad(plain, plain_args), "unsharded forward"))
             moded.append(cpu(lambda: _under_mode(sharded, args)))
+            cpu(plain_mm, "unsharded linears alone")
+            cpu(sharded_mm, "TP x8 linears alone")
         g = fxviz.capture(sharded, args, world_size=8)
         ops = (_ops(fxviz.capture(plain, plain_args, method="eager")), _ops(g))
+        calls = {"unsharded forward": python_calls(lambda: _no_grad(plain, plain_args)),
+                 "TP x8 forward": python_calls(lambda: _no_grad(sharded, args)),
+                 "unsharded capture": python_calls(lambda: fxviz.capture(plain, plain_args, method="eager")),
+                 "TP x8 capture": python_calls(lambda: fxviz.capture(sharded, args, world_size=8))}
     b, t, c = statistics.median(base), statistics.median(tp), statistics.median(comm)
     bw, tw = statistics.median(base_walls), statistics.median(walls)
     print(f"small decoder ({SMALL['layers']} layers, hidden {hidden}) eager capture: unsharded {b * 1e3:.1f} ms CPU "
@@ -359,6 +482,11 @@ def small_decoder(hidden: int, reps: int) -> None:
     f, pf = statistics.median(fwd), statistics.median(plain_fwd)
     for line in decomposition(b * 1e3, t * 1e3, pf * 1e3, f * 1e3, ops, "ms"):
         print(line)
+    for line in usage_lines():
+        print(line)
+    print("  Python function calls per run (sys.setprofile; in torch.distributed, in fxviz; C functions called from Python):")
+    for part, (py, td, fx, cc) in calls.items():
+        print(f"    {part:24s} {py:6,d} (torch.distributed {td:5,d}, fxviz {fx:5,d}); C {cc:6,d}")
     o = statistics.median(old)
     print(f"  before (recording through CommDebugMode): TP x8 {o * 1e3:.0f} ms CPU "
           f"({statistics.median(old_walls) * 1e3:.0f} ms wall), ratio {o / b:.2f}x; light recorder {o / t:.1f}x faster")
@@ -393,6 +521,7 @@ def main() -> None:
             instructions(a.instructions.split(","), h)
         return None
     torch.set_num_threads(1)
+    gc.callbacks.append(_gc_timer)
     for h in sizes:
         small_decoder(h, a.reps)
     if a.layers <= 0:
