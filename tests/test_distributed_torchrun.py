@@ -230,6 +230,18 @@ def test_torchrun_an_all_to_all_of_each_ranks_own_size_is_no_mismatch() -> None:
     assert any("(an all-to-all's size is each rank's own)" in n for n in d["notes"])
 
 
+def _write_torch_records(rank: int, log: C10dLog, prof: Any) -> None:
+    """Under ``$FXVIZ_TEST_C10D``: the dispatcher's c10d ops of this rank's step, and the autograd
+    nodes its backward ran, in order (torch's profiler's record)."""
+    if "FXVIZ_TEST_C10D" not in os.environ:
+        return
+    Path(f"{os.environ['FXVIZ_TEST_C10D']}.{rank}").write_text(json.dumps(log.ops))
+    ran = sorted((e for e in prof.events() if e.name.startswith("autograd::engine::evaluate_function: ")),
+                 key=lambda e: e.time_range.start)
+    Path(f"{os.environ['FXVIZ_TEST_C10D']}.autograd.{rank}").write_text(json.dumps(
+        [e.name.split(": ", 1)[1].removeprefix("torch::autograd::") for e in ran]))
+
+
 class StaticStage(nn.Module):
     """:class:`Stage` given its shapes (``input_args``, ``output_args``): a real run's warm-up vote
     says so and skips the shape inference; with ``loss`` (shapes inferred) the schedule's backward
@@ -254,13 +266,7 @@ class StaticStage(nn.Module):
         with (C10dLog() as log, torch.enable_grad() if self.loss else contextlib.nullcontext(),
               torch.profiler.profile() as prof):
             out = self.schedule.step(x, **kw) if self.rank == 0 else self.schedule.step(**kw)
-        if "FXVIZ_TEST_C10D" in os.environ:
-            Path(f"{os.environ['FXVIZ_TEST_C10D']}.{self.rank}").write_text(json.dumps(log.ops))
-            # the autograd nodes the step's backward ran, in order: torch's profiler's record
-            ran = sorted((e for e in prof.events() if e.name.startswith("autograd::engine::evaluate_function: ")),
-                         key=lambda e: e.time_range.start)
-            Path(f"{os.environ['FXVIZ_TEST_C10D']}.autograd.{self.rank}").write_text(json.dumps(
-                [e.name.split(": ", 1)[1].removeprefix("torch::autograd::") for e in ran]))
+        _write_torch_records(self.rank, log, prof)
         return out
 
 
@@ -386,12 +392,7 @@ class ZeroBubble(nn.Module):
         target = torch.zeros(8, 8)
         with C10dLog() as log, torch.enable_grad(), torch.profiler.profile() as prof:
             out = self.schedule.step(x, target=target) if self.rank == 0 else self.schedule.step(target=target)
-        if "FXVIZ_TEST_C10D" in os.environ:
-            Path(f"{os.environ['FXVIZ_TEST_C10D']}.{self.rank}").write_text(json.dumps(log.ops))
-            ran = sorted((e for e in prof.events() if e.name.startswith("autograd::engine::evaluate_function: ")),
-                         key=lambda e: e.time_range.start)
-            Path(f"{os.environ['FXVIZ_TEST_C10D']}.autograd.{self.rank}").write_text(json.dumps(
-                [e.name.split(": ", 1)[1].removeprefix("torch::autograd::") for e in ran]))
+        _write_torch_records(self.rank, log, prof)
         return out
 
 
