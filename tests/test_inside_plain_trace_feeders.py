@@ -7,10 +7,6 @@ record gives it the convolution (``cppCodeToPost``). Its modules are checked aga
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +17,7 @@ from torch import nn  # noqa: E402
 
 from fxviz.analyze.inside.saved import from_trace  # noqa: E402
 from fxviz.fallback.trace import trace_eager  # noqa: E402
-from tests.test_inside_plain_trace_layers import _path  # noqa: E402
+from tests.test_inside_plain_trace_layers import _path, plain_trace  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -63,16 +59,7 @@ def _torch_modules() -> dict[str, str]:
 
 
 def test_a_kernel_that_lays_out_a_convolutions_inputs_has_its_module(tmp_path: Path) -> None:
-    script = textwrap.dedent("""
-        import torch, torch._inductor.config as cfg
-        from tests.test_inside_plain_trace_feeders import build
-        model, args = build()
-        with cfg.patch(fx_graph_cache=False), torch.no_grad():
-            torch.compile(model)(*args)
-    """)
-    env = {**os.environ, "TORCH_TRACE": str(tmp_path), "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    plain_trace(tmp_path, "tests.test_inside_plain_trace_feeders")
     truth = _torch_modules()
     assert truth.get("convolution") == "patch"
     model, args = build()

@@ -91,17 +91,23 @@ def _torch_modules() -> tuple[dict[str, str], dict[str, set[str]]]:
     return out, mixed
 
 
-def test_each_kernels_modules_are_torchs_in_a_plain_trace(tmp_path: Path) -> None:
-    script = textwrap.dedent("""
+def plain_trace(directory: Path, module: str) -> None:
+    """A plain ``TORCH_TRACE`` of ``torch.compile`` on ``module``'s ``build()``, written to
+    ``directory`` by a process of its own, as a user's run writes one."""
+    script = textwrap.dedent(f"""
         import torch, torch._inductor.config as cfg
-        from tests.test_inside_plain_trace_layers import build
+        from {module} import build
         model, args = build()
         with cfg.patch(fx_graph_cache=False), torch.no_grad():
             torch.compile(model)(*args)
     """)
-    env = {**os.environ, "TORCH_TRACE": str(tmp_path), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "TORCH_TRACE": str(directory), "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_each_kernels_modules_are_torchs_in_a_plain_trace(tmp_path: Path) -> None:
+    plain_trace(tmp_path, "tests.test_inside_plain_trace_layers")
     truth, mixed = _torch_modules()
     model, args = build()
     eager = trace_eager(model, args, None, level="function")

@@ -188,7 +188,6 @@ class Recompute(TorchFunctionMode):
         self.nodes.append((node, self.running[-1][1]))
         return node
 
-
     def unpacked(self, t: torch.Tensor) -> None:
         """A checkpoint's unpack hook returned ``t`` (a recomputed value, detached, or a view of one):
         the backward op running reads the recompute node that made it."""
