@@ -116,7 +116,7 @@ def uneven_shards(error: BaseException, params: Any) -> str:
         if p.shape[dim] % p.device_mesh.size(i):
             return (f"; {name}'s dimension {dim} ({p.shape[dim]}) does not split evenly over the "
                     f"{p.device_mesh.size(i)} ranks of {_over(p.device_mesh, i)}, and the tensor-parallel styles "
-                    f"take even shards: use a world size that divides it")
+                    f"take even shards: {_even_sizes(p, i, dim, sharded)}")
     # the model's own view of a local shard into heads (`[b, s, -1, head_dim]`): the features it was
     # given (its input's size over the leading dimensions) are a parameter's shard per rank
     view = VIEW.search(str(cause))
@@ -134,6 +134,23 @@ def uneven_shards(error: BaseException, params: Any) -> str:
                     f"units of {unit} (the view's last dimension): use a world size that divides {heads} "
                     f"(with tensor parallel, each rank takes whole heads)")
     return ""
+
+
+def _even_sizes(p: Any, i: int, dim: int, sharded: list[tuple[str, Any, int, int]]) -> str:
+    """What to do about ``p``'s uneven ``dim`` over its mesh dimension ``i``: a world size that
+    divides it, where that evens every dimension sharded over that mesh dimension; else the sizes
+    of the mesh dimension that divide them all (a decoder's vocabulary of 100 and hidden size of 64
+    over 3 ranks: dividing 100 is not enough, 2 or 4 are)."""
+    sizes = sorted({int(q.shape[d]) for _, q, j, d in sharded
+                    if q.device_mesh == p.device_mesh and j == i}, reverse=True)
+    common = math.gcd(*sizes)
+    if common == p.shape[dim]:
+        return "use a world size that divides it"
+    fits = [str(k) for k in range(2, common + 1) if common % k == 0]
+    told = ", ".join(map(str, sizes[:6])) + (", ..." if len(sizes) > 6 else "")
+    return (f"use a world size that gives {_over(p.device_mesh, i)} a size dividing every dimension sharded over "
+            f"it ({told}): " + (" or ".join([", ".join(fits[:-1]), fits[-1]]) if len(fits) > 1 else fits[0] if fits
+                                 else "none but 1 does"))
 
 
 #: torch's words for a view its input cannot take, and the view's last dimension (a head's size)
