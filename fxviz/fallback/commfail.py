@@ -18,6 +18,10 @@ from torch.distributed.tensor import DTensor
 TIMEOUT = re.compile(r"collective operation timeout|timed out waiting|application timeout|timed out after", re.I)
 
 
+#: gloo's words when the rank a collective waits on has ended (its process exited or was killed)
+PEER_GONE = re.compile(r"Connection (?:closed|reset) by peer", re.I)
+
+
 def first_line(e: BaseException) -> str:
     """torch's message without the C++ file gloo puts in front (``[.../unbound_buffer.cc:78] ``)."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -29,12 +33,18 @@ def timed_out(error: BaseException, records: list[dict[str, Any]]) -> str | None
     (the last issued: a blocking collective waits before the next is issued), where, and what torch
     said; ``None`` when ``error`` (or its cause) is no collective timeout."""
     cause = error.__cause__ or error
-    if not records or not (isinstance(cause, dist.DistBackendError) or TIMEOUT.search(str(cause))):
+    gone = PEER_GONE.search(str(cause))
+    if not records or not (isinstance(cause, dist.DistBackendError) or TIMEOUT.search(str(cause)) or gone):
         return None
     last = records[-1]
     last.setdefault("error", first_line(cause))
     last["timed_out"] = True
     where = f" in {last['module'] or 'the model'}" + (f" ({last['source']})" if last.get("source") else "")
+    if gone:  # gloo: the rank it waited on ended first (timed out in another collective, or failed)
+        return (f"a collective never returned: {last['kind']} on group {last['group'] or '?'} "
+                f"({last['group_size'] or '?'} ranks){where} lost its peer ({gone.group(0)}): another rank ended "
+                f"first, timed out in a collective of its own or failed (its line says which); the partial graph "
+                f"(err.graph) keeps the {len(records)} collectives issued, this one marked timed_out")
     return (f"a collective never returned: {last['kind']} on group {last['group'] or '?'} "
             f"({last['group_size'] or '?'} ranks){where} waited past the process group's timeout "
             f"({first_line(cause)}); some rank did not issue it or issued another collective first; the "
