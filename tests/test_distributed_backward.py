@@ -384,3 +384,29 @@ def test_tp_attention_block_step_equals_comm_debug_mode_per_module_with_bytes() 
         end_world()
     assert [(r["op"], r["phase"], r["bytes"]) for r in collectives(g)] == sent.ops
     assert [r["bytes"] for r in collectives(g)] == [2 * 5 * 32 * 4] * 6  # [2, 5, 32] float32, each
+
+
+def hooked_sp_factory():
+    """The TP+SP decoder with the user's own full backward hooks on its attention and MLP (as
+    profilers and debugging tools register): each puts an identity autograd node at the module's
+    input, between its projections' backward and its input redistribution's reduce-scatter."""
+    m, args = sp_factory()
+    for layer in m.layers:
+        for mod in (layer.self_attn, layer.mlp):
+            mod.register_full_backward_hook(lambda *_: None)
+    return m, args
+
+
+def test_a_full_backward_hook_does_not_move_a_redistributions_backward_collective() -> None:
+    # CommDebugMode counts each reduce-scatter in q_proj / gate_proj (the last module whose backward
+    # began), hooks or not; fxviz had it in self_attn / mlp, the module of the hook's identity node
+    g = fxviz.capture(hooked_sp_factory, world_size=8, backward=True)
+    want = oracle(hooked_sp_factory, 8)
+    assert want["layers.0.mlp.gate_proj"]["backward"] == {"reduce_scatter": 1}
+    assert counts(g) == want
+    # and on the same run: CommDebugMode around the capture (it puts such a hook on every module)
+    with CommDebugMode() as mode:
+        g = fxviz.capture(sp_factory, world_size=8, backward=True)
+    same = {k.partition(".")[2]: {_kind(str(op)): n for op, n in v["backward"].items() if n}
+            for k, v in mode.comm_module_counts.items() if "." in k}  # every submodule, backward
+    assert {k: v["backward"] for k, v in counts(g).items() if k} == same

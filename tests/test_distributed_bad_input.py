@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 import fxviz
 from fxviz.errors import ModelError
 from fxviz.passes.overlays import overlays
 from fxviz.torchbridge.distributed import fake_world
-from tests.test_distributed import block_factory
+from tests.test_distributed import block_factory, sp_factory, waited
 
 
 def test_an_uneven_shard_the_models_own_view_cannot_use_is_named() -> None:
@@ -82,8 +83,6 @@ def test_a_mesh_that_leaves_ranks_out_says_so(world: int, said: str | None) -> N
     holds no shard. The capture's 0 collectives are true, but silent about why: a note says it,
     from torch's own mesh; at world size 4 there is none."""
     from torch.distributed.tensor.debug import CommDebugMode
-
-    from tests.test_distributed import sp_factory
 
     with fake_world(world):
         model, args = sp_factory()
@@ -168,3 +167,31 @@ def test_a_factory_or_forward_that_needs_a_gpu_is_one_line_that_says_what_to_do(
         lines = out.stderr.strip().splitlines()
         assert out.returncode == code and len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
         assert lines[0].startswith("error: ") and torchs in lines[0] and lines[0].endswith(GPU_HINT)
+
+
+def test_an_uneven_shard_names_the_sizes_that_even_every_sharded_dimension() -> None:
+    """The TP+SP decoder (vocabulary 100, hidden 64) at world size 6 (dp 2 x tp 3): the line named
+    the embedding's 100 rows and said to use a world size that divides it, but a tp of 5 (100 / 5)
+    fails again on the 64 features. It names the tp sizes that divide every dimension sharded over
+    tp, which torch's own placements give, and torch's own run works at each and fails at 3."""
+    sizes = set()
+    for ws in (6, 4, 8, 10):
+        with fake_world(ws):
+            model, args = sp_factory()
+            if ws == 6:
+                sizes = {int(p.shape[pl.dim]) for p in model.parameters() if isinstance(p, DTensor)
+                         for pl in p.placements if pl.is_shard()}
+            if ws in (6, 10):  # tp 3 and tp 5 (which divides the 100 rows the line named)
+                with pytest.raises(RuntimeError):
+                    model(*args)
+            else:
+                waited(model(*args))
+    assert sizes == {128, 100, 64, 32}
+    with pytest.raises(ModelError) as e:
+        fxviz.capture(sp_factory, world_size=6)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.endswith(
+        "; embed_tokens.weight's dimension 0 (100) does not split evenly over the 3 ranks of mesh dimension tp, and the "
+        "tensor-parallel styles take even shards: use a world size that gives mesh dimension tp a size dividing every "
+        "dimension sharded over it (128, 100, 64, 32): 2 or 4")
+    assert e.value.graph is not None and not dist.is_initialized()

@@ -287,3 +287,53 @@ def meta_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
         fully_shard(block, mesh=mesh)
     fully_shard(m, mesh=mesh)
     return m, (torch.randint(0, 40, (2, 8)),)
+
+
+class TiedGPT(GPT):
+    """GPT with its head's weight tied to the embedding as Hugging Face ties it: one parameter
+    registered under two names (``lm_head.weight`` is ``wte.weight``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lm_head = nn.Linear(16, 40, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.wte(idx)
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+
+def tied_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("dp",))
+    torch.manual_seed(0)
+    m = TiedGPT()
+    for block in m.h:
+        fully_shard(block, mesh=mesh)
+    fully_shard(m, mesh=mesh)
+    return m, (torch.randint(0, 40, (2, 8)),)
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_a_tied_parameter_keeps_its_shard_and_its_unsharded_node(backward: bool) -> None:
+    # the tied weight's shard and unsharded parameter were merged into one node, placed where the
+    # shard was met and reading the copy-out made after it: the all-gather read the unsharded
+    # parameter, and the graph's JSON did not load (which torchrun's ranks hand rank 0)
+    g, model = captured(tied_factory, world_size=2, backward=backward)
+    assert model.lm_head.weight is model.wte.weight
+    Graph.from_json(g.to_json())
+    for path, params in units(model):  # FSDP2's own record: one FSDPParam for the tied weight
+        gather = next(g.node(r["node"]) for r in collectives(g) if r["module"] == path and r["phase"] == "forward")
+        copy_in = producer(g, gather, 0)
+        assert [producer(g, copy_in, k).name for k in range(len(params))] == [f"{p._param_fqn}.shard" for p in params]
+        for p in params:
+            assert producer(g, g.node(p._param_fqn)).target == "torch.as_strided"  # the unsharded one: its copy-out view
+    shard, param = g.node("wte.weight.shard"), g.node("wte.weight")
+    assert shard.attrs["shard_of"] == "wte.weight" and shard.attrs["shared_with"] == param.attrs["shared_with"] == ["lm_head.weight"]
+    (head,) = [n for n in g.nodes if n.kind == "op" and n.phase == "forward" and n.module == "lm_head" and "linear" in n.target]
+    assert "wte.weight" in inputs(g, head.name)
+    total = sum(p._orig_size.numel() for _, params in units(model) for p in params)
+    assert g.annotations["stats"]["modules"][""]["params"] == total == sum(p.numel() for p in TiedGPT().parameters())

@@ -424,3 +424,43 @@ def test_torchrun_a_zero_bubble_schedule_is_rank_0s_step_as_torch_ran_it(tmp_pat
     missing = Counter(ran) - Counter(ours)
     assert set(missing) == {"AddmmBackward0", "TBackward0", "AccumulateGrad"}  # the weight passes' nodes
     assert any(n.startswith("the forward ran backward passes torch hands to no torch-function mode") for n in g.notes)
+
+
+class OtherCollective(nn.Module):
+    """Rank 0 all-reduces where rank 1 broadcasts the same 32 bytes: the classic mismatched
+    collective. torch's record: the ``c10d`` ops each rank dispatched, written to
+    ``$FXVIZ_TEST_C10D.<rank>`` even though the op never returns."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rank = dist.get_rank()
+        try:
+            with C10dLog() as log:
+                dist.all_reduce(x) if rank == 0 else dist.broadcast(x, 0)
+        finally:
+            Path(f"{os.environ['FXVIZ_TEST_C10D']}.{rank}").write_text(json.dumps(log.ops))
+        return x
+
+
+def other_collective_factory() -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
+    return OtherCollective(), (torch.ones(2, 4),)
+
+
+def test_torchrun_ranks_that_issue_different_collectives_say_so_in_their_lines(tmp_path: Path) -> None:
+    """Whichever rank's wait ends first (gloo's timeout), the other's collective loses its peer:
+    its line was "the model raised ... Connection closed by peer ... GLHF!", as if the model had
+    failed; and rank 0's line said only that its collective timed out, where the graph it writes
+    knows that rank 1 issued a broadcast there. Rank 0's line now says which collective each rank
+    issued, as the dispatcher saw them, and a rank whose peer ended says that."""
+    proc = _torchrun_json(f"{Path(__file__)}:other_collective_factory", timeout=5,
+                          FXVIZ_TEST_C10D=str(tmp_path / "c10d"))
+    assert proc.returncode != 0
+    torch_ops = [json.loads((tmp_path / f"c10d.{r}").read_text()) for r in (0, 1)]
+    assert [[(op, b) for op, _, b in ops] for ops in torch_ops] == [[("c10d.allreduce_", 32)], [("c10d.broadcast_", 32)]]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 2 and not any("the model raised" in e for e in errors), proc.stderr[-3000:]
+    [zero] = [e for e in errors if not e.startswith("error: rank 1 of 2: ")]
+    assert zero.startswith("error: a collective never returned: all_reduce on group 0 (2 ranks)")
+    assert zero.endswith("; the ranks issued different collectives: collective 1 on 0 is rank 0's all_reduce (32 B, "
+                         "forward, the model), rank 1's broadcast (32 B, forward, the model)")
+    d = json.loads(proc.stdout)
+    assert [c["kind"] for c in d["annotations"]["collectives"]] == ["all_reduce"]

@@ -354,6 +354,12 @@ def _launched_graph(spec: TargetSpec, ranks: int, **options: Any) -> Graph:
                                         patient=failure is None or isinstance(failure, CollectiveTimeout))
     if rank == 0 and graph is not None and texts is not None:
         compare_ranks([graph, *(Graph.from_json(t) if t else None for t in texts[1:])])
+        differ = next((f for f in graph.annotations.get("rank_mismatches", []) if "index" in f), None)
+        if failure is not None and differ is not None and failure.args:  # why rank 0's collective failed (gloo
+            # says only that the peer closed the connection, or timed out): the ranks issued different ones
+            failure.args = (f"{failure.args[0]}; the ranks issued different collectives: collective {differ['index'] + 1} "
+                            f"on {differ['group'] or 'the default group'} is "
+                            + ", ".join(f"rank {k}'s {v}" for k, v in differ["ranks"].items()), *failure.args[1:])
     if failure is not None:  # rank 0 writes the partial graph and says why; the others only why
         if rank != 0:
             failure.args = (f"rank {rank} of {ranks}: {failure.args[0] if failure.args else failure}",

@@ -39,7 +39,7 @@ from torch.overrides import TorchFunctionMode
 from fxviz.errors import ModelError
 from fxviz.fallback.fsdp import unsharded_names
 from fxviz.fallback.observe import PLAIN_TENSORS
-from fxviz.fallback.ownbackward import snake, walk
+from fxviz.fallback.ownbackward import Stack, handed_stack, hands_on, snake, walk
 from fxviz.fallback.recompute import Recompute, cache_filled, place, policy_saved, storage_key, would_save
 from fxviz.fallback.recorder import Recorder
 from fxviz.fallback.tensors import tensor_meta
@@ -380,6 +380,7 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
     graph.nodes.append(seed)
     bnode: dict[Any, Node] = {}
     ran: dict[str, int] = {}  # backward op (node name) -> its place in the order they run
+    hands: dict[str, Stack] = {}  # backward op -> the stack it hands on (a hook's: what it was handed)
     leaves: dict[Any, Any] = {}  # AccumulateGrad -> its tensor
     for f in order:
         var = getattr(f, "variable", None)
@@ -389,19 +390,20 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
         fwd = watch.fn_node.get(f)
         attrs: dict[str, Any] = {"seq_nr": f._sequence_nr()}
         ins = [Ref(bnode[c].name, i) for c, i in consumers.get(f, []) if c in bnode] or [Ref(seed.name)]
+        handed = [bnode[c] for c, _ in consumers.get(f, []) if c in bnode]
         if fwd is not None and fwd[0] in nodes:
             stack = nodes[fwd[0]].stack
             attrs["forward"] = fwd[0]
             ins += [r for r in saved_by.get(fwd[0], []) if r not in ins]
         else:  # in the module of the backward op that handed it its last gradient: the one run just before it
-            handed = [bnode[c] for c, _ in consumers.get(f, []) if c in bnode]
-            stack = max(handed, key=lambda n: ran[n.name]).stack if handed else ()
+            stack = handed_stack(handed, ran, hands)
             attrs["stack_inferred"] = True
             if watch.made_by.get(f) in nodes:  # DTensor's redistribution in a parallel style's hook: its last op
                 attrs["made_by"] = watch.made_by[f]
         node = Node(unique(snake(type(f).__name__)), "op", target=type(f).__name__, inputs=tuple(ins), stack=stack,
                     attrs=attrs, phase="backward")
         ran[node.name] = len(ran)
+        hands_on(node, handed, ran, hands)
         bnode[f] = node
         graph.nodes.append(node)
     counted = set(watch.state) | watch.counted  # storages the step keeps: none of them is what checkpoint saved

@@ -18,6 +18,10 @@ from torch.distributed.tensor import DTensor
 TIMEOUT = re.compile(r"collective operation timeout|timed out waiting|application timeout|timed out after", re.I)
 
 
+#: gloo's words when the rank a collective waits on has ended (its process exited or was killed)
+PEER_GONE = re.compile(r"Connection (?:closed|reset) by peer", re.I)
+
+
 def first_line(e: BaseException) -> str:
     """torch's message without the C++ file gloo puts in front (``[.../unbound_buffer.cc:78] ``)."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -29,12 +33,18 @@ def timed_out(error: BaseException, records: list[dict[str, Any]]) -> str | None
     (the last issued: a blocking collective waits before the next is issued), where, and what torch
     said; ``None`` when ``error`` (or its cause) is no collective timeout."""
     cause = error.__cause__ or error
-    if not records or not (isinstance(cause, dist.DistBackendError) or TIMEOUT.search(str(cause))):
+    gone = PEER_GONE.search(str(cause))
+    if not records or not (isinstance(cause, dist.DistBackendError) or TIMEOUT.search(str(cause)) or gone):
         return None
     last = records[-1]
     last.setdefault("error", first_line(cause))
     last["timed_out"] = True
     where = f" in {last['module'] or 'the model'}" + (f" ({last['source']})" if last.get("source") else "")
+    if gone:  # gloo: the rank it waited on ended first (timed out in another collective, or failed)
+        return (f"a collective never returned: {last['kind']} on group {last['group'] or '?'} "
+                f"({last['group_size'] or '?'} ranks){where} lost its peer ({gone.group(0)}): another rank ended "
+                f"first, timed out in a collective of its own or failed (its line says which); the partial graph "
+                f"(err.graph) keeps the {len(records)} collectives issued, this one marked timed_out")
     return (f"a collective never returned: {last['kind']} on group {last['group'] or '?'} "
             f"({last['group_size'] or '?'} ranks){where} waited past the process group's timeout "
             f"({first_line(cause)}); some rank did not issue it or issued another collective first; the "
@@ -116,7 +126,7 @@ def uneven_shards(error: BaseException, params: Any) -> str:
         if p.shape[dim] % p.device_mesh.size(i):
             return (f"; {name}'s dimension {dim} ({p.shape[dim]}) does not split evenly over the "
                     f"{p.device_mesh.size(i)} ranks of {_over(p.device_mesh, i)}, and the tensor-parallel styles "
-                    f"take even shards: use a world size that divides it")
+                    f"take even shards: {_even_sizes(p, i, dim, sharded)}")
     # the model's own view of a local shard into heads (`[b, s, -1, head_dim]`): the features it was
     # given (its input's size over the leading dimensions) are a parameter's shard per rank
     view = VIEW.search(str(cause))
@@ -134,6 +144,23 @@ def uneven_shards(error: BaseException, params: Any) -> str:
                     f"units of {unit} (the view's last dimension): use a world size that divides {heads} "
                     f"(with tensor parallel, each rank takes whole heads)")
     return ""
+
+
+def _even_sizes(p: Any, i: int, dim: int, sharded: list[tuple[str, Any, int, int]]) -> str:
+    """What to do about ``p``'s uneven ``dim`` over its mesh dimension ``i``: a world size that
+    divides it, where that evens every dimension sharded over that mesh dimension; else the sizes
+    of the mesh dimension that divide them all (a decoder's vocabulary of 100 and hidden size of 64
+    over 3 ranks: dividing 100 is not enough, 2 or 4 are)."""
+    sizes = sorted({int(q.shape[d]) for _, q, j, d in sharded
+                    if q.device_mesh == p.device_mesh and j == i}, reverse=True)
+    common = math.gcd(*sizes)
+    if common == p.shape[dim]:
+        return "use a world size that divides it"
+    fits = [str(k) for k in range(2, common + 1) if common % k == 0]
+    told = ", ".join(map(str, sizes[:6])) + (", ..." if len(sizes) > 6 else "")
+    return (f"use a world size that gives {_over(p.device_mesh, i)} a size dividing every dimension sharded over "
+            f"it ({told}): " + (" or ".join([", ".join(fits[:-1]), fits[-1]]) if len(fits) > 1 else fits[0] if fits
+                                 else "none but 1 does"))
 
 
 #: torch's words for a view its input cannot take, and the view's last dimension (a head's size)

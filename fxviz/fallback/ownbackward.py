@@ -31,7 +31,9 @@ import torch
 from torch.autograd.graph import GradientEdge, get_gradient_edge
 
 from fxviz.fallback.tensors import tensor_meta
-from fxviz.ir import Node, Ref
+from fxviz.ir import ModuleCall, Node, Ref
+
+Stack = tuple[ModuleCall, ...]
 
 _plain = torch._C.DisableTorchFunction
 
@@ -102,13 +104,14 @@ class OwnBackward:
         nodes = {n.name: n for n in rec.nodes}
         bnode: dict[Any, Node] = {}
         ran: dict[str, int] = {}
+        hands: dict[str, Stack] = {}
         for f in order:
             attrs: dict[str, Any] = {"seq_nr": f._sequence_nr(), "backward_run": self.runs}
             ins = [Ref(bnode[c].name, i) for c, i in consumers.get(f, []) if c in bnode] + seeds.get(f, [])
             var = getattr(f, "variable", None)
             fwd = self.fn_node.get(f)
             handed = [bnode[c] for c, _ in consumers.get(f, []) if c in bnode]
-            stack = max(handed, key=lambda n: ran[n.name]).stack if handed else ()
+            stack = handed_stack(handed, ran, hands)
             if captured is not None and f in captured:  # torch.autograd.grad returns its gradient
                 attrs["returned"] = True
             if isinstance(var, torch.Tensor):  # AccumulateGrad: in the call whose backward made the gradient
@@ -124,6 +127,7 @@ class OwnBackward:
             node = Node(rec.names.unique(snake(target)), "op", target, tuple(ins), stack, attrs=attrs,
                         phase="backward")
             ran[node.name] = len(ran)
+            hands_on(node, handed, ran, hands)
             bnode[f] = node
             rec.nodes.append(node)
             old = self.hooks.pop(f, None)
@@ -163,6 +167,26 @@ def unseen_note(own: OwnBackward | None) -> str | None:
             f"gradient edges only, as a zero-bubble pipeline schedule's weight passes are): at least {own.unseen} "
             "autograd nodes ran in them that the graph does not show; torch's profiler lists every node that ran "
             "(autograd::engine::evaluate_function)")
+
+
+HOOK = "BackwardHookFunctionBackward"  # a module's full backward hooks: identity, hands on its gradient
+
+
+def handed_stack(handed: list[Node], ran: dict[str, int], hands: dict[str, Stack]) -> Stack:
+    """The module stack of the backward op that handed a node its last gradient (the one run just
+    before it). A module's full backward hook node (``register_full_backward_hook``, and the one
+    ``CommDebugMode`` puts on every module) hands on what it was handed, so it is looked through:
+    a hook on ``mlp`` must not move its input redistribution's reduce-scatter from ``gate_proj``
+    (where ``CommDebugMode`` counts it) to ``mlp``. ``hands`` maps each node to the stack it hands on."""
+    if not handed:
+        return ()
+    last = max(handed, key=lambda n: ran[n.name])
+    return hands.get(last.name, last.stack)
+
+
+def hands_on(node: Node, handed: list[Node], ran: dict[str, int], hands: dict[str, Stack]) -> None:
+    """Record the stack ``node`` hands on: its own, or for a hook node what it was handed."""
+    hands[node.name] = handed_stack(handed, ran, hands) if node.target == HOOK and handed else node.stack
 
 
 def snake(name: str) -> str:

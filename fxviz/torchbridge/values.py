@@ -130,39 +130,47 @@ def mark_tied_state(nodes: list[Node], state: Mapping[str, torch.Tensor]) -> Non
 
 
 def _one_node_per_tensor(nodes: list[Node], tied: list[list[str]]) -> None:
-    """The work of :func:`mark_tied`: ``tied`` holds the names of each tied tensor, owner first."""
+    """The work of :func:`mark_tied`: ``tied`` holds the names of each tied tensor, owner first.
+    An FSDP2 parameter is two nodes of one name, its shard (``shard_of``, which the unit's
+    all-gather reads) and the unsharded parameter (the all-gather's copy-out): a tied one keeps
+    both, each standing for its own kind, the shard named ``<owner>.shard``."""
     owner_of = {a: ns[0] for ns in tied for a in ns}
     others = {ns[0]: ns[1:] for ns in tied}
     if not owner_of:
         return
-    keep: dict[str, Node] = {}  # owner name -> the node that stands for the tensor
+    keep: dict[tuple[str, bool], Node] = {}  # (owner name, a shard) -> the node that stands for the tensor
     for n in nodes:
         owner = owner_of.get(n.target) if n.kind in ("parameter", "buffer") else None
-        if owner is not None and (owner not in keep or n.target == owner):
-            keep[owner] = n
+        key = (owner, "shard_of" in n.attrs) if owner is not None else None
+        if key is not None and (key not in keep or n.target == owner):
+            keep[key] = n  # type: ignore[index]
     taken = {n.name for n in nodes}
     rename: dict[str, str] = {}  # node name -> the name of the node that stands for its tensor
-    for owner, n in keep.items():
+    for (owner, shard), n in keep.items():
         n.attrs.pop("tied_to", None)
         n.attrs["shared_with"] = others[owner]
         if n.target != owner:  # the capture knew it by another name only: it becomes the owner's
             n.target = owner
             path = owner.rpartition(".")[0]
             n.stack = ((path, 0),) if path else ()
-            if owner not in taken:
-                rename[n.name] = owner
-                taken.add(owner)
-                n.name = owner
-    placed: set[str] = set()
+            name = f"{owner}.shard" if shard else owner
+            if shard:
+                n.attrs["shard_of"] = owner
+            if name not in taken:
+                rename[n.name] = name
+                taken.add(name)
+                n.name = name
+    placed: set[tuple[str, bool]] = set()
     out: list[Node] = []
     for n in nodes:
         owner = owner_of.get(n.target) if n.kind in ("parameter", "buffer") else None
         if owner is not None:
-            stand = keep[owner]
+            key = (owner, "shard_of" in n.attrs)
+            stand = keep[key]
             if stand is not n:
                 rename[n.name] = stand.name
-            if owner not in placed:  # where the tensor is first met, so it is made before it is read
-                placed.add(owner)
+            if key not in placed:  # where the tensor is first met, so it is made before it is read
+                placed.add(key)
                 out.append(stand)
             continue
         if rename and any(r.node in rename for r in n.inputs):  # none renamed: no input to scan
