@@ -154,10 +154,11 @@ def observer(rec: Any) -> Callable[..., Any]:
                     rec.before_write(kind, args, kwargs, seen, mutated)
         except Exception as e:
             raise TracerFault(f"tracer failed before {func}") from e
+        # ``func(*args, **kwargs)`` builds a new dict even from an empty one: most calls have no kwargs
         if skip:
-            return func(*args, **kwargs)
+            return func(*args, **kwargs) if kwargs else func(*args)
         try:
-            out = func(*args, **kwargs)
+            out = func(*args, **kwargs) if kwargs else func(*args)
         except Exception as e:
             rec.record_failure(kind, inputs, attrs, source, e)
             raise
