@@ -2,7 +2,7 @@
 for the before/after of a change to the tracer, its passes or the snapshot, where process CPU time on
 a shared machine swings by more than the change.
 
-    python bench/instructions.py [--models stack,gpt2-narrow,resnet,gpt2] [--parts capture,tracer,forward,snapshot,passes,
+    python bench/instructions.py [--models stack,gpt2-narrow,gpt2-tiny,resnet,gpt2] [--parts capture,tracer,forward,snapshot,passes,
                                  export,capture-export,capture-export-novalidate,compile,compile-map,
                                  eager-trace,eager-trace-skim]
                                  [--reps 2] [--stack-layers 300]

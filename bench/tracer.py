@@ -142,6 +142,15 @@ def build_models(stack_layers: int) -> dict[str, Callable[[], tuple[Any, tuple[A
         model = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=64, n_head=2, vocab_size=1000)).eval()
         return model, (torch.randint(0, 1000, (1, 128)),), None
 
+    def gpt2_tiny() -> tuple[Any, tuple[Any, ...], int | None]:
+        # two of GPT-2's blocks at width 64, seq 32: what Dynamo traces per block, for callgrind
+        # on a shared machine (gpt2-narrow's compile takes most of an hour there)
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=1000)).eval()
+        return model, (torch.randint(0, 1000, (1, 32)),), None
+
     def resnet() -> tuple[Any, tuple[Any, ...], int | None]:
         torch.manual_seed(0)
         return ResNet18().eval(), (torch.randn(1, 3, 224, 224),), None
@@ -153,6 +162,7 @@ def build_models(stack_layers: int) -> dict[str, Callable[[], tuple[Any, tuple[A
     return {
         "gpt2": gpt2,
         "gpt2-narrow": gpt2_narrow,
+        "gpt2-tiny": gpt2_tiny,
         "resnet": resnet,
         "stack": stack,
     }
@@ -161,6 +171,7 @@ def build_models(stack_layers: int) -> dict[str, Callable[[], tuple[Any, tuple[A
 MODEL_LABELS = {
     "gpt2": "GPT-2 small, seq 128",
     "gpt2-narrow": "GPT-2 small's ops at width 64, seq 128",
+    "gpt2-tiny": "two GPT-2 blocks at width 64, seq 32",
     "resnet": "ResNet-18 (by hand), 1x3x224x224",
     "stack": "residual stack ({n} x Linear 64 + ReLU + add), 8x64",
 }
@@ -362,7 +373,7 @@ COLUMNS = ["mode+hooks floor", "fxviz eager", "fxviz tracer", "torchview", "torc
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="gpt2,resnet,stack", help="comma-separated subset of gpt2,gpt2-narrow,resnet,stack")
+    ap.add_argument("--models", default="gpt2,resnet,stack", help="comma-separated subset of gpt2,gpt2-narrow,gpt2-tiny,resnet,stack")
     ap.add_argument("--reps", type=int, default=None, help="measured rounds (default: 7 GPT-2, 15 others; torchlens at most 5)")
     ap.add_argument("--stack-layers", type=int, default=300)
     ap.add_argument("--threads", type=int, default=1)

@@ -35,6 +35,9 @@ _DUNDER = {
 _ALIASES = {
     "divide": "div", "true_divide": "div", "multiply": "mul", "subtract": "sub", "truediv": "div",
     "floordiv": "floor_divide", "greater": "gt", "less": "lt", "not_equal": "ne", "absolute": "abs",
+    # the operator module's spellings (Dynamo's ``operator.iadd`` for ``x += y``, ``operator.and_``)
+    "iadd": "add", "isub": "sub", "imul": "mul", "itruediv": "div", "ifloordiv": "floor_divide",
+    "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor", "iand": "bitwise_and", "ior": "bitwise_or",
 }
 
 

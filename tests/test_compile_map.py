@@ -452,6 +452,8 @@ def test_cli_fail_on_break_writes_outputs_first(tmp_path: Path) -> None:
     # graph in each of the two frames it is under), as test_item_break_is_written_on_the_eager_graph's explain has it
     guard_counts = d["summary"].pop("guards_distinct"), d["summary"].pop("torch_guard_count")
     assert guard_counts == (sum(len(g["guards"]) for g in d["graphs"]), sum(g["torch_guard_count"] for g in d["graphs"]))
+    op_counts = d["summary"].pop("torch_graph_op_count"), d["summary"].pop("no_eager_op")
+    assert op_counts == (sum(g["torch_op_count"] for g in d["graphs"]), 0)  # the break's item ran eagerly
     assert d["summary"] == {"graphs": 4, "breaks": 1, "causes": 1, "explain_graph_break_count": 3, "recompiles": 0,
                             "ops": 9, "compiled_ops": 8, "share": 8 / 9}
     assert (d["breaks"][0]["category"], d["breaks"][0]["stack"][-1]["line"]) == ("item", cm.LINES["item"])

@@ -218,6 +218,7 @@ def _graphs_only(trace: Trace) -> Any:
 def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_out: str | None,
            stage: int | None = None, graph: str | None = None) -> None:
     from fxviz.analyze.compilemap.autograd import backward_lines
+    from fxviz.analyze.compilemap.opcount import op_count_lines
     from fxviz.analyze.compilemap.overlay import break_lines, guard_lines, without_panels
     from fxviz.cli.inside import check_selection
 
@@ -242,6 +243,8 @@ def _write(cmap: CompileMap, *, depth: int | None, html_out: str | None, json_ou
         for line in break_lines(cmap.breaks):
             console.print(line, markup=False)
         for line in guard_lines(cmap):
+            console.print(line, markup=False)
+        for line in op_count_lines(cmap.graphs):
             console.print(line, markup=False)
         if cmap.backward is not None:
             for line in backward_lines(cmap.backward):

@@ -127,6 +127,8 @@ class LimitWatch:
         self.code: dict[str, tuple[str, str, int]] = {}
         #: torch's compile id -> its ``guard_count`` (compilation metrics: the frame's Guard objects)
         self.guard_counts: dict[str, int] = {}
+        #: torch's compile id -> its ``graph_op_count`` (compilation metrics: the call nodes of its graph)
+        self.op_counts: dict[str, int] = {}
         #: input set -> how many calls of a function Dynamo no longer compiles ran eagerly in it
         self.run_only: dict[int, int] = {}
         self._before: list[Any] = []
@@ -173,6 +175,7 @@ class LimitWatch:
             if key is not None and key in self.code:
                 g.func, g.file, g.line = self.code[key]
             g.torch_guard_count = self.guard_counts.get(g.compile_id)
+            g.torch_op_count = self.op_counts.get(g.compile_id)
 
     def stop(self) -> None:
         """Put back the hook that was there (``done`` does; call it when a set raised)."""
@@ -199,6 +202,9 @@ class LimitWatch:
             count = getattr(m, "guard_count", None)
             if isinstance(count, int):
                 self.guard_counts[compile_id(getattr(m, "compile_id", None))] = count
+            ops = getattr(m, "graph_op_count", None)
+            if isinstance(ops, int):
+                self.op_counts[compile_id(getattr(m, "compile_id", None))] = ops
             frame = _frame(getattr(m, "compile_id", None))
             hit = limit_refusal(m) if frame is not None else None
             if frame is not None and hit is not None:

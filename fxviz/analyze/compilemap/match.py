@@ -71,22 +71,28 @@ def op_key(n: Node) -> tuple[str, int, str]:
     return (src.file, src.line, op_name(n.target)) if src is not None else ("", 0, op_name(n.target))
 
 
-def assign(ops: Sequence[Node], runs: Sequence[Run]) -> dict[str, tuple[str, int]]:
+def assign(ops: Sequence[Node], runs: Sequence[Run], *, rows: Sequence[Sequence[int | None]] | None = None,
+           filled: set[int] | None = None, claimed: set[tuple[int, int]] | None = None) -> dict[str, tuple[str, int]]:
     """Node name -> (graph id, run number) for the eager ``ops`` a compiled graph ran; ops left
-    out ran eagerly."""
+    out ran eagerly. ``rows``: :func:`pair`'s, where the caller has them; ``filled`` gets the
+    indices of the eager ops put in a graph with no Dynamo op of their own (claimed or filled in),
+    ``claimed`` the (run, op) of each Dynamo op that took a call's eager ops (:func:`_claim`)."""
     hit: list[tuple[str, int] | None] = [None] * len(ops)
-    rows = pair(ops, runs)
+    rows = pair(ops, runs) if rows is None else rows
     for r, ((gid, _), row) in enumerate(zip(runs, rows, strict=True)):
         for i in row:
             if i is not None:
                 hit[i] = (gid, r)
-    _claim(ops, runs, rows, hit)
+    _claim(ops, runs, rows, hit, claimed if claimed is not None else set())
     _fill(ops, hit)
+    if filled is not None:
+        paired = {i for row in rows for i in row if i is not None}
+        filled.update(i for i, h in enumerate(hit) if h is not None and i not in paired)
     return {ops[i].name: h for i, h in enumerate(hit) if h is not None}
 
 
 def _claim(ops: Sequence[Node], runs: Sequence[Run], rows: Sequence[Sequence[int | None]],
-           hit: list[tuple[str, int] | None]) -> None:
+           hit: list[tuple[str, int] | None], claimed: set[tuple[int, int]]) -> None:
     """A Dynamo op of a name the tracer never recorded, in module ``M``, stands for a call of ``M``
     whose inside the tracer saw as other ops (eval-mode ``nn.TransformerEncoderLayer`` is one
     ``_transformer_encoder_layer_fwd`` under torch.compile and its Python path while the tracer's
@@ -105,7 +111,8 @@ def _claim(ops: Sequence[Node], runs: Sequence[Run], rows: Sequence[Sequence[int
             cursor = i + 1
             continue
         d = runs[r][1][j]
-        if not d.module or d.name in names:
+        kind: str = getattr(d, "kind", "")  # a getitem of a tuple, a call of no tensor: no call of a module
+        if not d.module or d.name in names or kind:
             continue
         hi = min(after[k], cursor + WINDOW)
         block = _call_of(ops, d.module, cursor, hi)
@@ -113,6 +120,7 @@ def _claim(ops: Sequence[Node], runs: Sequence[Run], rows: Sequence[Sequence[int
             for b in block:
                 hit[b] = (runs[r][0], r)
             cursor = block[-1] + 1
+            claimed.add((r, j))
             continue
         # a library call inside a call of the module (DTensor's from_local / redistribute: their
         # views and collectives): that call's unmatched ops up to the next matched one
@@ -125,6 +133,7 @@ def _claim(ops: Sequence[Node], runs: Sequence[Run], rows: Sequence[Sequence[int
                 break
             hit[b] = (runs[r][0], r)
             cursor = b + 1
+            claimed.add((r, j))
 
 
 def _call_path(path: str, module: str) -> str | None:

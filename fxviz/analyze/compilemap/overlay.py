@@ -20,7 +20,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from fxviz.analyze.compilemap.kinds import BREAK, CATEGORIES, EAGER, MIXED, UNRUN
-from fxviz.analyze.compilemap.result import BreakGroup, CompileMap, ModuleCoverage, percent, torch_guard_count
+from fxviz.analyze.compilemap.opcount import OPS_COUNTED
+from fxviz.analyze.compilemap.result import (
+    BreakGroup,
+    CompileMap,
+    ModuleCoverage,
+    percent,
+    torch_guard_count,
+    torch_op_count,
+)
 from fxviz.ir import Graph, module_class
 from fxviz.passes.overlays import set_overlay
 from fxviz.passes.panels import row, set_headline, set_panel
@@ -141,11 +149,24 @@ def _graphs_panel(cmap: CompileMap) -> None:
     held = {g.id: sum(1 for v in cmap.assigned.values() if v == g.id) for g in cmap.graphs}
     set_panel(cmap.graph, "graphs", title="compiled graphs",
               columns=["graph", "function", "line", "eager ops in it", "runs", "guards (distinct)",
-                       "torch guard_count", "inputs"],
+                       "torch guard_count", "inputs", "torch graph_op_count", "in torch's count, no eager op"],
               rows=[row(g.id, g.func, _at(g.file, g.line), held[g.id], g.runs, len(g.guards), g.torch_guard_count,
-                        ", ".join(g.inputs) or None, node=first.get(g.id), level="ok") for g in cmap.graphs],
+                        ", ".join(g.inputs) or None, g.torch_op_count, _no_eager(g.no_eager_op),
+                        node=first.get(g.id), level="ok") for g in cmap.graphs],
               note=f"{_plural(len(cmap.graphs), 'graph')}; {_plural(cmap.compiled_ops, 'op')} of {cmap.ops} "
-                   f"ran inside one; {GUARDS_COUNTED}")
+                   f"ran inside one{_torch_ops(cmap)}; {OPS_COUNTED}; {GUARDS_COUNTED}")
+
+
+def _no_eager(texts: Sequence[str]) -> str | None:
+    counts: dict[str, int] = {}
+    for t in texts:
+        counts[t] = counts.get(t, 0) + 1
+    return ", ".join(f"{t} x{k}" if k > 1 else t for t, k in counts.items()) or None
+
+
+def _torch_ops(cmap: CompileMap) -> str:
+    n = torch_op_count(cmap.graphs)
+    return f" (torch's graph_op_count {n})" if n is not None else ""
 
 
 def _at(file: str, line: int) -> str:

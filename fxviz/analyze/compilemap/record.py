@@ -22,6 +22,7 @@ and restores Dynamo's config and counters. A reset also drops the compiled code 
 from __future__ import annotations
 
 import contextlib
+import operator
 import re
 import time
 import warnings
@@ -32,6 +33,7 @@ from typing import Any
 import torch
 import torch._dynamo as dynamo
 from torch import nn
+from torch.utils import _pytree as pytree
 
 from fxviz.analyze.compilemap.records import (
     BreakRecord,
@@ -138,8 +140,25 @@ def op_records(gm: torch.fx.GraphModule, paths: dict[int, str]) -> list[OpRecord
             key, value = list(stack.items())[-1]
             module = _dynamo_path(str(key), value, paths)
         file, line = _user_frame(n.meta.get("stack_trace") or "")
-        out.append(OpRecord(op_name(target), module, file, line, n.name))
+        out.append(OpRecord(op_name(target), module, file, line, n.name, call_kind(n)))
     return out
+
+
+def call_kind(n: torch.fx.Node) -> str:
+    """What a call node of a Dynamo graph is where it is no tensor op of the model's, though torch's
+    ``graph_op_count`` counts it (every call node): ``"unpack"``, a ``getitem`` taking one output
+    of a call that returned several (``q, k, v = x.split(...)``: the eager tracer records the split,
+    Python unpacks its tuple); ``"no tensor"``, a call whose value holds no tensor
+    (``torch._C._log_api_usage_once``, which ``nn.Module.__init__`` calls when the forward builds a
+    module, ``ModuleList[:n]``; ``_set_grad_enabled``; size arithmetic); else ``""``."""
+    if n.op == "call_function" and n.target is operator.getitem and n.args and isinstance(n.args[0], torch.fx.Node) \
+            and isinstance(n.args[0].meta.get("example_value"), (tuple, list)):
+        return "unpack"
+    # Dynamo keeps the value it traced of each call (none where it made no tensor: a call it put in
+    # the graph for its side effect)
+    if not any(isinstance(v, torch.Tensor) for v in pytree.tree_leaves(n.meta.get("example_value"))):
+        return "no tensor"
+    return ""
 
 
 class Recorder:

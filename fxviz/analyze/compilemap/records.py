@@ -36,6 +36,9 @@ class OpRecord:
     file: str
     line: int
     node: str = ""  # the fx node's name in the Dynamo graph (as torch's structured trace prints it)
+    # what the call computes, where it is no tensor op of the model's (:func:`~.record.call_kind`):
+    # "unpack" (a getitem taking one output of a call that returned several), "no tensor"
+    kind: str = ""
 
 
 @dataclass(slots=True)
@@ -60,6 +63,7 @@ class GraphRecord:
     ended: list[tuple[str, int, str, str]] = field(default_factory=list)
     aliases: dict[str, str] = field(default_factory=dict)  # frame local -> the user's input (shapes.user_names)
     torch_guard_count: int | None = None  # torch's guard_count of the frame compile (LimitWatch.name_graphs)
+    torch_op_count: int | None = None  # torch's graph_op_count of the frame compile (LimitWatch.name_graphs)
 
 
 @dataclass(slots=True)
@@ -112,7 +116,7 @@ def compiled_graph(g: GraphRecord) -> CompiledGraph:
     """A recorded Dynamo graph as the map keeps it."""
     return CompiledGraph(g.id, g.func, g.file, g.line, g.input_set, len(g.ops), g.runs, round(g.compile_s, 4),
                          sorted({o.module for o in g.ops if o.module}), list(g.guards), g.inputs, g.symbols,
-                         g.shape_guards, g.torch_guard_count, g.compile_id)
+                         g.shape_guards, g.torch_guard_count, g.compile_id, g.torch_op_count)
 
 
 def recompile_fails(fails: Sequence[GuardFailRecord]) -> list[GuardFailRecord]:

@@ -142,7 +142,11 @@ class CompiledGraph:
     what torch's compilation metrics call the frame compile's ``guard_count`` (its ``Guard`` objects:
     a check Dynamo installed 51 times counts 51 times, the ShapeEnv's checks as one; ``None``
     where torch recorded none); ``inputs`` its inputs' shapes as traced (``x: (s77, 8)``), ``symbols`` the
-    symbolic sizes in them and ``shape_guards`` the guards on those, each with its user line."""
+    symbolic sizes in them and ``shape_guards`` the guards on those, each with its user line.
+    ``torch_op_count`` is torch's ``graph_op_count`` of the frame compile (compilation metrics;
+    ``None`` where torch recorded none), ``eager_ops`` how many of the eager graph's ops ran in it
+    (``None`` for a graph the first input set did not run) and ``no_eager_op`` its Dynamo ops that
+    are no eager op (``"getitem (unpacks a tuple) modeling_gpt2.py:187"``, :mod:`.opcount`)."""
 
     id: str
     func: str
@@ -159,6 +163,9 @@ class CompiledGraph:
     shape_guards: list[ShapeGuard] = field(default_factory=list)
     torch_guard_count: int | None = None
     compile_id: str = ""  # torch's id of the frame compile that made it (``0/0``, as tlparse names it)
+    torch_op_count: int | None = None
+    eager_ops: int | None = None
+    no_eager_op: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -404,6 +411,8 @@ class CompileMap:
                         "recompiles": len(self.recompiles), "ops": self.ops,
                         "guards_distinct": sum(len(g.guards) for g in self.graphs),
                         "torch_guard_count": torch_guard_count(self.graphs), "compiled_ops": self.compiled_ops,
+                        "torch_graph_op_count": torch_op_count(self.graphs),
+                        "no_eager_op": sum(len(g.no_eager_op) for g in self.graphs),
                         "share": self.share},
             "graphs": [asdict(g) for g in self.graphs],
             "breaks": [{**asdict(b), "hint": b.hint, "link": b.link} for b in self.breaks],
@@ -454,6 +463,12 @@ def torch_guard_count(graphs: list[CompiledGraph]) -> int | None:
     return sum(counts.values()) if counts else None
 
 
+def torch_op_count(graphs: list[CompiledGraph]) -> int | None:
+    """torch's ``graph_op_count`` summed over ``graphs`` (as :func:`torch_guard_count`)."""
+    counts = {g.compile_id or g.id: g.torch_op_count for g in graphs if g.torch_op_count is not None}
+    return sum(counts.values()) if counts else None
+
+
 def plural(k: int, word: str) -> str:
     return f"{k} {word}{'' if k == 1 else 's'}"
 
@@ -473,4 +488,5 @@ def percent(share: float | None) -> str:
 
 
 __all__ = ["CATEGORIES", "HINTS", "AutogradGraph", "BreakGroup", "CompiledBackward", "NodeCall", "CompileMap", "CompiledGraph", "Frame", "ModuleCoverage",
-           "Recompile", "RecompileLimit", "ShapeGuard", "Symbol", "percent", "plural", "torch_guard_count"]
+           "Recompile", "RecompileLimit", "ShapeGuard", "Symbol", "percent", "plural", "torch_guard_count",
+           "torch_op_count"]

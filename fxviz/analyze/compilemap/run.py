@@ -21,6 +21,7 @@ from fxviz.analyze.compilemap.failed import FailedFrames
 from fxviz.analyze.compilemap.kinds import EAGER, UNRUN
 from fxviz.analyze.compilemap.limit import LimitWatch, limits, refused
 from fxviz.analyze.compilemap.match import assign, pair
+from fxviz.analyze.compilemap.opcount import no_eager_op
 from fxviz.analyze.compilemap.overlay import module_coverage, report_notes, write
 from fxviz.analyze.compilemap.record import (
     GuardFailRecord,
@@ -308,7 +309,10 @@ def build(graph: Graph, rec: Recording, *, backend: str, mode: str | None, dynam
     Dynamo traced, which tell the ops a broken forward did not run under torch.compile."""
     runs = [(rec.graphs[g].id, rec.graphs[g].ops) for g, k in rec.runs if k == 0 and rec.forward(g)]
     ops = graph.ops
-    hits = assign(ops, runs)
+    rows = pair(ops, runs)
+    filled: set[int] = set()
+    claimed: set[tuple[int, int]] = set()
+    hits = assign(ops, runs, rows=rows, filled=filled, claimed=claimed)
     assigned = {n.name: hits[n.name][0] if n.name in hits else EAGER for n in ops}
     notes = list(notes)
     if runs and not any(lim.input_set == 0 for lim in limits):
@@ -317,7 +321,7 @@ def build(graph: Graph, rec: Recording, *, backend: str, mode: str | None, dynam
         # with breaks: an op on a line Dynamo never traced in a function it traced (:mod:`.traced`)
         # (an op the matching filled into a graph as folded away, on a line Dynamo never traced, too)
         broke = any(b.input_set == 0 and b.phase == "forward" for b in rec.breaks)
-        unrun = traced.unrun(ops, assigned, UNRUN) if traced is not None else []
+        unrun = traced.unrun(ops, assigned, UNRUN, filled={ops[i].name for i in filled}) if traced is not None else []
         if not broke:
             untraced = {n.name for n in unrun}
             unrun = [n for n in ops if assigned[n.name] == EAGER or n.name in untraced]
@@ -330,6 +334,8 @@ def build(graph: Graph, rec: Recording, *, backend: str, mode: str | None, dynam
                          "(torch.compiler.is_compiling()); not counted in the share compiled")
     tree = graph.calls
     graphs = [compiled_graph(g) for g in rec.graphs if g.phase == "forward"]
+    if only := no_eager_op(graphs, runs, rows, claimed, assigned):
+        notes.append(only)
     forward = [b for b in rec.breaks if b.phase == "forward"]
     cmap = CompileMap(graph=graph, backend=backend, mode=mode, dynamic=dynamic, graphs=graphs,
                       breaks=group_breaks(forward, graph, tree, assigned, _resumed(rec), ended=ended_at(rec)), recompiles=recompiles(rec.guard_fails, refused(limits)),
