@@ -53,13 +53,13 @@ class GPT(nn.Module):
         return self.ln_f(x) @ self.wte.weight.t()
 
 
-def gpt_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
+def gpt_factory(cls: type[nn.Module] | None = None) -> tuple[nn.Module, tuple[torch.Tensor]]:
     """FSDP2 as GPT-2 training code shards it: each block a unit, the root the rest (wte, ln_f)."""
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("dp",))
     torch.manual_seed(0)
-    m = GPT()
+    m = (cls or GPT)()
     for block in m.h:
         fully_shard(block, mesh=mesh)
     fully_shard(m, mesh=mesh)
@@ -306,15 +306,7 @@ class TiedGPT(GPT):
 
 
 def tied_factory() -> tuple[nn.Module, tuple[torch.Tensor]]:
-    from torch.distributed.fsdp import fully_shard
-
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("dp",))
-    torch.manual_seed(0)
-    m = TiedGPT()
-    for block in m.h:
-        fully_shard(block, mesh=mesh)
-    fully_shard(m, mesh=mesh)
-    return m, (torch.randint(0, 40, (2, 8)),)
+    return gpt_factory(TiedGPT)
 
 
 @pytest.mark.parametrize("backward", [False, True])
