@@ -17,7 +17,7 @@ from torch import nn  # noqa: E402
 
 from fxviz.analyze.inside.saved import from_trace  # noqa: E402
 from fxviz.fallback.trace import trace_eager  # noqa: E402
-from tests.test_inside_plain_trace_layers import _path, plain_trace  # noqa: E402
+from tests.test_inside_plain_trace_layers import _path, plain_trace, post_grad  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -38,8 +38,6 @@ def build() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
 
 
 def _torch_modules() -> dict[str, str]:
-    import torch._inductor.config as cfg
-
     out: dict[str, str] = {}
 
     def record(g: Any) -> None:
@@ -48,13 +46,7 @@ def _torch_modules() -> dict[str, str]:
             if n.op == "call_function" and stack:
                 out[n.name] = _path(list(stack.values())[-1][0])
 
-    model, args = build()
-    torch._dynamo.reset()
-    try:
-        with cfg.patch(post_grad_custom_post_pass=record, fx_graph_cache=False), torch.no_grad():
-            torch.compile(model)(*args)
-    finally:
-        torch._dynamo.reset()
+    post_grad(build, record)
     return out
 
 

@@ -67,8 +67,6 @@ def _torch_modules() -> tuple[dict[str, str], dict[str, set[str]]]:
     """Post-grad node -> the module of its innermost ``nn_module_stack`` entry, as torch keeps it;
     and node -> the blocks of the values it reads, where they are two (the residual add of block 1
     reads block 0's output: what a node reads cannot say its block, so both are allowed there)."""
-    import torch._inductor.config as cfg
-
     out: dict[str, str] = {}
     mixed: dict[str, set[str]] = {}
 
@@ -81,6 +79,14 @@ def _torch_modules() -> tuple[dict[str, str], dict[str, set[str]]]:
                 if len(read) > 1:
                     mixed[n.name] = read
 
+    post_grad(build, record)
+    return out, mixed
+
+
+def post_grad(build: Any, record: Any) -> None:
+    """Compile ``build()``'s model with Inductor (caches off), handing each post-grad graph to ``record``."""
+    import torch._inductor.config as cfg
+
     model, args = build()
     torch._dynamo.reset()
     try:
@@ -88,7 +94,6 @@ def _torch_modules() -> tuple[dict[str, str], dict[str, set[str]]]:
             torch.compile(model)(*args)
     finally:
         torch._dynamo.reset()
-    return out, mixed
 
 
 def plain_trace(directory: Path, module: str) -> None:
