@@ -227,3 +227,17 @@ class Jittery(nn.Module):
 def jittery() -> tuple[nn.Module, tuple[Any, ...]]:
     torch.manual_seed(0)
     return Jittery().eval(), (torch.randn(3, 8),)
+
+
+def gemma2() -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+    """A tiny Gemma2 (transformers, random weights): a full and a sliding-window attention mask,
+    built from ``and_masks(causal, padding)`` under Dynamo and export but not eagerly, and
+    ``repeat_kv`` of the key and the value on one line."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Gemma2Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=4,
+                       max_position_embeddings=64)
+    cfg._attn_implementation = "eager"
+    return Gemma2ForCausalLM(cfg).eval(), (torch.randint(0, 96, (1, 8)),), {"use_cache": False}

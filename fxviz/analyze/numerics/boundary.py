@@ -28,7 +28,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from fxviz.analyze.compilemap.record import Recorder, op_nodes
-from fxviz.analyze.numerics.pairing import Reads
+from fxviz.analyze.numerics.pairing import Reads, passes_through
 from fxviz.analyze.numerics.run import zero_unwritten
 from fxviz.ops import op_name
 
@@ -143,7 +143,8 @@ def _reads(gm: torch.fx.GraphModule, ops: list[torch.fx.Node], index: Mapping[to
         args = n.all_input_nodes
         reads.append([index[a] for a in args if a in index])
         anchors.append(frozenset(source[a] for a in args if a in source))
-    return Reads(reads, anchors)
+    return Reads(reads, anchors, [passes_through(str(n.target) if n.op == "call_method"
+                                                 else getattr(n.target, "__name__", str(n.target))) for n in ops])
 
 
 def _last_writes(ops: list[torch.fx.Node]) -> dict[torch.fx.Node, torch.fx.Node]:

@@ -22,11 +22,11 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from fxviz.analyze.compilemap.match import DynamoOp, pair
+from fxviz.analyze.compilemap.match import DynamoOp, op_key, pair
 from fxviz.analyze.numerics.boundary import GraphSpec
 from fxviz.analyze.numerics.keep import Keeper
 from fxviz.analyze.numerics.metrics import compare
-from fxviz.analyze.numerics.pairing import Reads, refine
+from fxviz.analyze.numerics.pairing import Reads, ambiguous_ops, consistent, refine
 from fxviz.analyze.numerics.result import Error
 from fxviz.analyze.numerics.shadow import is_random, is_uninitialised
 from fxviz.ir import Graph
@@ -64,6 +64,8 @@ class Plan:
         self.specs, self.graph_ops, self.runs = specs, ops, list(runs)
         self.ops = graph.ops
         self.reads = Reads.of_eager(graph)
+        self.keys = [op_key(n) for n in self.ops]
+        self.ambiguous = ambiguous_ops(self.keys)
         self.pairs = [self._refine(g, row) for g, row in zip(self.runs, pairs, strict=True)]
         self.kind = {n.name: n.kind for n in graph.nodes}
         self.random = {n.name for n in self.ops if is_random(n)}
@@ -96,7 +98,12 @@ class Plan:
     def _refine(self, g: int, row: Sequence[int | None]) -> list[int | None]:
         """``row`` with ops of one source line told apart by what they read (:func:`refine`)."""
         ops = self.graph_ops[g]
-        return refine(row, _keys(ops), [o.module for o in ops], self.specs[g].reads, self.ops, self.reads)
+        refined = refine(row, _keys(ops), [o.module for o in ops], self.specs[g].reads, self.ops, self.reads)
+        twice = ambiguous_ops(_keys(ops))  # a line that runs more than once compiled
+        kept = consistent({j: e for j, e in enumerate(refined) if e is not None}, self.reads, self.specs[g].reads,
+                          self.ambiguous | {e for j, e in enumerate(refined) if j in twice and e is not None},
+                          keys=(_keys(ops), self.keys))
+        return [kept.get(j) for j in range(len(refined))]
 
     def uses(self) -> Counter[str]:
         """How often each eager op's value is asked for: it is freed after the last time."""

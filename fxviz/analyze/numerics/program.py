@@ -17,7 +17,9 @@ from torch import nn
 from torch.export.graph_signature import InputKind
 from torch.utils import _pytree as pytree
 
+from fxviz.analyze.compilemap.match import op_key
 from fxviz.analyze.numerics.metrics import compare
+from fxviz.analyze.numerics.pairing import Reads, ambiguous_ops, consistent
 from fxviz.analyze.numerics.result import Error
 from fxviz.analyze.numerics.run import Watcher, zero_unwritten
 from fxviz.analyze.numerics.shadow import UNWRITTEN, is_random, is_uninitialised
@@ -97,6 +99,7 @@ def aligned(program: Graph, eager: Graph) -> dict[str, str]:
     ops matched one for one pair up one for one; a torch-level call spelt differently (decomposed)
     pairs its last op on each side, the one whose output is the call's result."""
     pairs: dict[str, str] = {}
+    decomposed: set[str] = set()
     for md in diff(program, eager).modules:
         for r in md.rows:
             if not (r.a and r.b) or r.status not in _ALIGNED:
@@ -105,7 +108,16 @@ def aligned(program: Graph, eager: Graph) -> dict[str, str]:
                 pairs.update(zip(r.b, r.a, strict=True))
             else:
                 pairs[r.b[-1]] = r.a[-1]
-    return pairs
+                decomposed.add(r.a[-1])
+    # a pair the data flow contradicts is not the same value (Gemma2's masks: pairing.consistent)
+    e_ops, p_ops = eager.ops, program.ops
+    e_at = {n.name: i for i, n in enumerate(e_ops)}
+    p_at = {n.name: i for i, n in enumerate(p_ops)}
+    index = {p_at[x]: e_at[e] for e, x in pairs.items() if e in e_at and x in p_at}
+    kept = consistent(index, Reads.of_eager(eager), Reads.of_eager(program), ambiguous_ops([op_key(n) for n in e_ops]),
+                      loose={p_at[x] for x in decomposed if x in p_at}, settled=False)
+    dropped = {e_ops[e].name for x, e in index.items() if x not in kept}
+    return {e: x for e, x in pairs.items() if e not in dropped}
 
 
 class ProgramWatcher(Watcher):
