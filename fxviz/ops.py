@@ -22,22 +22,24 @@ from functools import lru_cache
 _NAMESPACED = frozenset({"aten", "prims", "quantized", "higher_order", "OpOverload", "OpOverloadPacket"})
 
 # Python operators and their torch spellings -> one name, so ``x + y`` (``Tensor.__add__``) meets
-# ``aten.add.Tensor`` and ``torch.add``
+# ``aten.add.Tensor``, ``torch.add`` and Dynamo's ``operator.add``; the operator module names each
+# operator as its dunder does (``operator.invert`` is ``__invert__``; ``operator.inv`` too)
 _DUNDER = {
     "add": "add", "radd": "add", "iadd": "add", "sub": "sub", "isub": "sub", "rsub": "rsub",
     "mul": "mul", "rmul": "mul", "imul": "mul", "truediv": "div", "rtruediv": "div",
-    "itruediv": "div", "floordiv": "floor_divide", "rfloordiv": "floor_divide", "mod": "remainder",
-    "pow": "pow", "rpow": "pow", "matmul": "matmul", "rmatmul": "matmul", "neg": "neg",
-    "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor", "invert": "bitwise_not",
+    "itruediv": "div", "floordiv": "floor_divide", "rfloordiv": "floor_divide", "ifloordiv": "floor_divide",
+    "mod": "remainder", "rmod": "remainder", "imod": "remainder",
+    "pow": "pow", "rpow": "pow", "ipow": "pow", "matmul": "matmul", "rmatmul": "matmul", "imatmul": "matmul",
+    "neg": "neg", "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor", "iand": "bitwise_and",
+    "ior": "bitwise_or", "ixor": "bitwise_xor", "invert": "bitwise_not", "inv": "bitwise_not",
+    "lshift": "bitwise_left_shift", "ilshift": "bitwise_left_shift", "rshift": "bitwise_right_shift",
+    "irshift": "bitwise_right_shift",
     "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "getitem": "getitem",
-    "setitem": "setitem", "abs": "abs", "iand": "bitwise_and", "ior": "bitwise_or",
+    "setitem": "setitem", "abs": "abs",
 }
 _ALIASES = {
-    "divide": "div", "true_divide": "div", "multiply": "mul", "subtract": "sub", "truediv": "div",
-    "floordiv": "floor_divide", "greater": "gt", "less": "lt", "not_equal": "ne", "absolute": "abs",
-    # the operator module's spellings (Dynamo's ``operator.iadd`` for ``x += y``, ``operator.and_``)
-    "iadd": "add", "isub": "sub", "imul": "mul", "itruediv": "div", "ifloordiv": "floor_divide",
-    "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor", "iand": "bitwise_and", "ior": "bitwise_or",
+    "divide": "div", "true_divide": "div", "multiply": "mul", "subtract": "sub",
+    "greater": "gt", "less": "lt", "not_equal": "ne", "absolute": "abs",
 }
 
 
@@ -70,7 +72,7 @@ def op_name(target: str) -> str:
         return _DUNDER.get(inner, inner)
     if name.endswith("_") and not name.endswith("__") and len(name) > 1:
         name = name[:-1]  # in-place spelling of the same op
-    return _ALIASES.get(name, name)
+    return _ALIASES.get(name) or _DUNDER.get(name, name)  # the operator module's spellings: the dunders'
 
 
 # ---- names with a meaning of their own -------------------------------------------------------------
