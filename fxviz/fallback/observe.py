@@ -178,12 +178,13 @@ def observer(rec: Any) -> Callable[..., Any]:
                     meta = metas_get((out.shape, out.dtype, out.device))  # tensor_meta(), inlined
                     metas = (meta if meta is not None else tensor_meta(out),)
                 has_tensor = True
-                if type(out) is dtensor:  # where it lives, by its spec (placement_attrs's)
-                    attrs.update(spec_attrs(out._spec, placements))  # type: ignore[attr-defined]
-                    out_sharded = out
-                elif type(out) is not tensor and hasattr(out, "placements"):  # a DTensor's subclass
-                    attrs.update(placement_attrs(out, placements))
-                    out_sharded = out
+                if type(out) is not tensor:
+                    if type(out) is dtensor:  # where it lives, by its spec (placement_attrs's)
+                        attrs.update(spec_attrs(out._spec, placements))  # type: ignore[attr-defined]
+                        out_sharded = out
+                    elif hasattr(out, "placements"):  # a DTensor's subclass
+                        attrs.update(placement_attrs(out, placements))
+                        out_sharded = out
             else:
                 if isinstance(out, (tuple, list)) and action is not _EXIT:
                     outs = tuple(out)
