@@ -163,23 +163,27 @@ def test_metadata_reads_skip_the_recorder_check(monkeypatch: pytest.MonkeyPatch)
     ``.requires_grad``, ``.ndim``: most of the calls a tensor-parallel forward hands the tracer)
     leave at the first check: neither the recorder nor the tracer's handler is asked about them,
     only about real ops."""
+    import fxviz.fallback.recorder as recorder
     from fxviz.fallback.classify import Action, kind_of
-    from fxviz.fallback.recorder import Recorder
 
     asked: list[Any] = []
     observed: list[Any] = []
-    needs, observe = comms.CommRecorder.needs, Recorder.observe
+    needs, observer = comms.CommRecorder.needs, recorder.observer
 
     def spy(self: comms.CommRecorder, func: Any, *a: Any) -> bool:
         asked.append(func)
         return needs(self, func, *a)
 
-    def spy_observe(self: Recorder, func: Any, *a: Any) -> Any:
-        observed.append(func)
-        return observe(self, func, *a)
+    def spy_observer(rec: Any) -> Any:  # the tracer's handler, however the mode calls it
+        hot = observer(rec)
+
+        def spied(mode: Any, func: Any, *a: Any) -> Any:
+            observed.append(func)
+            return hot(mode, func, *a)
+        return spied
 
     monkeypatch.setattr(comms.CommRecorder, "needs", spy)
-    monkeypatch.setattr(Recorder, "observe", spy_observe)
+    monkeypatch.setattr(recorder, "observer", spy_observer)
     g = fxviz.capture(mlp_factory, world_size=4)
     assert counts(g) == oracle(mlp_factory, 4)
     for seen in (asked, observed):

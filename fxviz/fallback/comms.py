@@ -282,7 +282,7 @@ class CommRecorder(TorchDispatchMode):
         self.records: list[dict[str, Any]] = []
         self.params = params or {}  # id -> name: whose gradient a hook on AccumulateGrad handles
 
-    def needs(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    def needs(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> bool:
         """Whether the torch-function call ``func(*args, **kwargs)`` may dispatch a collective."""
         own = _OWN_OPS.get(func)
         if own is None:

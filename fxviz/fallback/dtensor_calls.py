@@ -35,13 +35,26 @@ STATIC = ("from_local",)
 _PASSING: list[None] = []
 
 
+#: file name -> whether it is a user's (:func:`~fxviz.torchbridge.source.is_user_file`), per caller:
+#: the parallel styles' hooks call these methods about three times per sharded linear
+_USER_FILES: dict[str, bool] = {}
+
+
 def _seen(func: Callable[..., Any]) -> Callable[..., Any]:
     """``func`` as a torch-function call where the model's code calls it under a torch-function mode."""
+    enabled, getframe, users = torch._C._is_torch_function_mode_enabled, sys._getframe, _USER_FILES
+
     @functools.wraps(func)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if not torch._C._is_torch_function_mode_enabled() or not (
-                _PASSING or is_user_file(sys._getframe(1).f_code.co_filename)):
+        if not enabled():
             return func(*args, **kwargs)
+        if not _PASSING:
+            name = getframe(1).f_code.co_filename
+            user = users.get(name)
+            if user is None:
+                user = users[name] = is_user_file(name)
+            if not user:
+                return func(*args, **kwargs)
         _PASSING.append(None)
         try:
             return handle_torch_function(call, [a for a in args if isinstance(a, torch.Tensor)], *args, **kwargs)

@@ -79,19 +79,31 @@ def recording(rec: Recorder) -> Iterator[None]:
             stack.enter_context(mode("function", rec.observe_call))
         handler: Handler = rec.observe
         watchers = [cm for cm in AROUND if getattr(cm, "needs", None) is not None]
-        if watchers and not rec.aten:
-            handler = _hidden_from(watchers[-1], handler)
-        if rec.aten or watchers or type(rec).observe is not Recorder.observe:
+        direct = type(rec).observe is Recorder.observe  # the handler is the hot path itself
+        if watchers and not rec.aten and direct:
+            # the mode's __torch_function__ is the watcher's switch, calling the hot path itself:
+            # one frame of ours per metadata read and two per call (a sharded forward's DTensor
+            # code reads metadata about twice per recorded call)
+            _direct_mode(stack, _switch(watchers[-1], rec.observed))
+        elif rec.aten or watchers or not direct:
+            if watchers and not rec.aten:
+                handler = _hidden_from(watchers[-1], handler)
             stack.enter_context(mode(rec.level, handler))
         else:  # the recorder's hot path is the mode's __torch_function__: no frame of ours between
-            cls = type("_RecordingMode", (TorchFunctionMode,), {"__torch_function__": rec.observed})
-            # once the mode is off (this runs after its exit), the class, a cycle of its own that
-            # only the collector frees, lets go of the recorder: reference counting frees it
-            stack.callback(delattr, cls, "__torch_function__")
-            stack.enter_context(cls())
+            _direct_mode(stack, rec.observed)
         ACTIVE.append(rec)
         stack.callback(ACTIVE.pop)
         yield
+
+
+def _direct_mode(stack: contextlib.ExitStack, fn: Callable[..., Any]) -> None:
+    """Enter a torch-function mode whose ``__torch_function__`` is ``fn`` itself (called as
+    ``fn(mode, func, types, args, kwargs)``), for ``stack``: no frame of ours between."""
+    cls = type("_RecordingMode", (TorchFunctionMode,), {"__torch_function__": fn})
+    # once the mode is off (this runs after its exit), the class, a cycle of its own that only the
+    # collector frees, lets go of the recorder: reference counting frees it
+    stack.callback(delattr, cls, "__torch_function__")
+    stack.enter_context(cls())
 
 
 def _hidden_from(watcher: Any, handler: Handler) -> Handler:
@@ -125,6 +137,34 @@ def _hidden_from(watcher: Any, handler: Handler) -> Handler:
             push(watcher)
 
     return hidden
+
+
+def _switch(watcher: Any, observed: Callable[..., Any]) -> Callable[..., Any]:
+    """:func:`_hidden_from` as a torch-function mode's ``__torch_function__`` around the recorder's
+    hot path ``observed`` (same signature): what it does, one frame fewer per call."""
+    needs = watcher.needs
+    table, skip = kinds("function"), Action.SKIP
+    depth, at = torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at
+    pop, push = torch._C._pop_torch_dispatch_stack, torch._C._push_on_torch_dispatch_stack
+
+    def switch(mode: Any, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        kind = table.get(func)
+        if kind is None:
+            kind = kind_of(func, "function")
+        if kind.action is skip:
+            return func(*args, **kwargs) if kwargs else func(*args)
+        if needs(func, args, kwargs):  # None for no keyword arguments, as the hot path takes them
+            return observed(mode, func, types, args, kwargs)
+        n = depth()
+        if not n or at(n - 1) is not watcher:
+            return observed(mode, func, types, args, kwargs)
+        pop(None)
+        try:
+            return observed(mode, func, types, args, kwargs)
+        finally:
+            push(watcher)
+
+    return switch
 
 
 @contextlib.contextmanager

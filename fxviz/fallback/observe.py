@@ -27,7 +27,7 @@ from fxviz.fallback.context import MODEL_CALLERS
 from fxviz.fallback.tensors import CPU_METAS, METAS, tensor_meta, version
 from fxviz.ir import Node, Ref
 from fxviz.ops import DROPOUTS, RANDOM
-from fxviz.torchbridge.distributed import placement_attrs
+from fxviz.torchbridge.distributed import placement_attrs, spec_attrs
 from fxviz.torchbridge.source import is_fxviz_file, is_user_file
 
 # Bound once: ``Action.SKIP`` is an attribute lookup on the enum class, ~150 ns on Python 3.11; a
@@ -79,6 +79,7 @@ def observer(rec: Any) -> Callable[..., Any]:
     tensor = torch.Tensor
     getframe = sys._getframe
     placements = rec.placements
+    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)  # None: no DTensor exists yet
     inner = rec.inner_collectives  # collectives the running call dispatched (a sharded capture's)
     fake = rec.fake  # a run on fake tensors: nn.Parameter's own calls on them are not the model's
     own = rec.own_backward  # a backward the forward runs: the grad_fn of what is recorded under grad
@@ -177,9 +178,13 @@ def observer(rec: Any) -> Callable[..., Any]:
                     meta = metas_get((out.shape, out.dtype, out.device))  # tensor_meta(), inlined
                     metas = (meta if meta is not None else tensor_meta(out),)
                 has_tensor = True
-                if type(out) is not tensor and hasattr(out, "placements"):  # a DTensor: where it lives
-                    attrs.update(placement_attrs(out, placements))
-                    out_sharded = out
+                if type(out) is not tensor:
+                    if type(out) is dtensor:  # where it lives, by its spec (placement_attrs's)
+                        attrs.update(spec_attrs(out._spec, placements))  # type: ignore[attr-defined]
+                        out_sharded = out
+                    elif hasattr(out, "placements"):  # a DTensor's subclass
+                        attrs.update(placement_attrs(out, placements))
+                        out_sharded = out
             else:
                 if isinstance(out, (tuple, list)) and action is not _EXIT:
                     outs = tuple(out)

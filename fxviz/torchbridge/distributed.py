@@ -239,6 +239,27 @@ def placement_attrs(t: object, cache: dict[Any, Any] | None = None) -> dict[str,
     return dict(attrs)
 
 
+def spec_attrs(spec: Any, cache: dict[Any, Any]) -> dict[str, str]:
+    """:func:`placement_attrs` of a DTensor by its ``_spec`` (``DTensorSpec``), not to be written
+    (shared): the spec objects of a forward's outputs are few (DTensor's sharding propagation
+    caches them), and a hit by the spec itself neither calls DTensor's ``placements`` and
+    ``device_mesh`` properties nor hashes each placement (Python ``__hash__`` methods)."""
+    placements, mesh = spec.placements, spec.mesh
+    hit = cache.get(id(spec))
+    if hit is not None and hit[0] is spec and hit[1] is placements and hit[2] is mesh:
+        return hit[3]  # type: ignore[no-any-return]
+    placements = tuple(placements)
+    key = (id(mesh), placements)
+    same = cache.get(key)
+    if same is not None and same[0] is mesh:
+        attrs = same[1]
+    else:
+        attrs = format_placement(placements, mesh)
+        cache[key] = (mesh, attrs)
+    cache[id(spec)] = (spec, spec.placements, mesh, attrs)  # holds the spec: its id is not reused
+    return attrs  # type: ignore[no-any-return]
+
+
 def format_placement(placements: tuple[Any, ...], mesh: Any) -> dict[str, str]:
     """:func:`placement_attrs`' text for ``placements`` on ``mesh``."""
     shape = tuple(mesh.shape) if mesh is not None else ()
@@ -265,7 +286,7 @@ def data_alias(t: Any) -> Any:
     return t.data
 
 
-__all__ = ["data_alias", "end_world", "fake_world", "fake_world_hint", "made_group_hint", "placement_attrs", "wait_collectives"]
+__all__ = ["data_alias", "end_world", "fake_world", "fake_world_hint", "made_group_hint", "placement_attrs", "spec_attrs", "wait_collectives"]
 
 
 def wait_collectives(out: Any) -> None:
