@@ -107,41 +107,22 @@ def _direct_mode(stack: contextlib.ExitStack, fn: Callable[..., Any]) -> None:
 
 
 def _hidden_from(watcher: Any, handler: Handler) -> Handler:
-    """``handler`` with the dispatch mode ``watcher`` (one of :data:`AROUND`) off for the calls
-    ``watcher.needs(func, args, kwargs)`` says it need not see: a dispatch mode costs every ATen op
-    a call into Python, and the collectives' recorder looks at none but collectives, which a call
-    of torch's own ops on plain tensors never issues. Off only while ``watcher`` is the innermost
-    dispatch mode (a mode the model entered stays as it is). A metadata read (``x.requires_grad``:
-    most of the calls DTensor's and the parallel styles' own code makes) dispatches nothing and
-    records nothing: it runs at once, without ``handler`` (whose first check would let it through)."""
-    needs = watcher.needs
-    table, skip = kinds("function"), Action.SKIP
-    depth, at = torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at
-    pop, push = torch._C._pop_torch_dispatch_stack, torch._C._push_on_torch_dispatch_stack
-
-    def hidden(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        kind = table.get(func)
-        if kind is None:
-            kind = kind_of(func, "function")
-        if kind.action is skip:
-            return func(*args, **kwargs)
-        if needs(func, args, kwargs):
-            return handler(func, args, kwargs)
-        n = depth()
-        if not n or at(n - 1) is not watcher:
-            return handler(func, args, kwargs)
-        pop(None)
-        try:
-            return handler(func, args, kwargs)
-        finally:
-            push(watcher)
-
-    return hidden
+    """``handler`` behind :func:`_switch` (a mode's handler, not its ``__torch_function__``)."""
+    switch = _switch(watcher, lambda _mode, func, _types, args, kwargs: handler(func, args, kwargs))
+    return lambda func, args, kwargs: switch(None, func, None, args, kwargs)
 
 
 def _switch(watcher: Any, observed: Callable[..., Any]) -> Callable[..., Any]:
-    """:func:`_hidden_from` as a torch-function mode's ``__torch_function__`` around the recorder's
-    hot path ``observed`` (same signature): what it does, one frame fewer per call."""
+    """``observed`` (called as a torch-function mode's ``__torch_function__``: ``(mode, func, types,
+    args, kwargs)``, which the recorder's hot path is) with the dispatch mode ``watcher`` (one of
+    :data:`AROUND`) off for the calls ``watcher.needs(func, args, kwargs)`` says it need not see: a
+    dispatch mode costs every ATen op a call into Python, and the collectives' recorder looks at
+    none but collectives, which a call of torch's own ops on plain tensors never issues. Off only
+    while ``watcher`` is the innermost dispatch mode (a mode the model entered stays as it is). A
+    metadata read (``x.requires_grad``: most of the calls DTensor's and the parallel styles' own code
+    makes) dispatches nothing and records nothing: it runs at once, without ``observed``. Used as
+    the mode's ``__torch_function__`` itself, no frame of ours lies between: a sharded forward's
+    DTensor code reads metadata about twice per recorded call."""
     needs = watcher.needs
     table, skip = kinds("function"), Action.SKIP
     depth, at = torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at
