@@ -5,11 +5,13 @@ them was a third of building the tree. No torch, no import of the IR or of the c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import chain, pairwise
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fxviz.calls import Call
+    from fxviz.ir import Node
 
 
 class NodesFill:
@@ -17,15 +19,16 @@ class NodesFill:
 
     __slots__ = ("args",)
 
-    def __init__(self, root: Call, at: dict[str, int]) -> None:
-        self.args: tuple[Call, dict[str, int]] | None = (root, at)
+    def __init__(self, root: Call, nodes: Sequence[Node]) -> None:
+        self.args: tuple[Call, Sequence[Node]] | None = (root, nodes)
 
     def fill(self) -> None:
         if self.args is None:
             return
-        root, at = self.args
+        root, nodes = self.args
         self.args = None
-        fill_nodes(root, at)
+        # each op's position in the graph's nodes (the last of a name, as the tree's walk noted it)
+        fill_nodes(root, {n.name: i for i, n in enumerate(nodes) if n.kind == "op"})
 
 
 def fill_nodes(root: Call, at: dict[str, int]) -> None:

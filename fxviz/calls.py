@@ -336,8 +336,7 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
     node_call: dict[str, Call] = {}
     # the boundaries of every call, worked out on first use (from what the walk below fills in)
     pending = root._pending = Boundaries(nodes, node_call, root)
-    at: dict[str, int] = {}  # op name -> its position in ``nodes``, for each call's ``nodes``
-    fill = root._fill = NodesFill(root, at)
+    fill = root._fill = NodesFill(root, list(nodes))  # as they are now (a copy of pointers, in C)
     ids: dict[str, int] = {}  # "path#index" -> how many calls end that way so far
     regions: list[Region] = []
     node_region: dict[str, Region] = {}
@@ -411,13 +410,15 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
     # the ops of one call share one stack tuple: found by its id, where a lookup in ``by_stack``
     # hashes every level of the stack again (the nodes keep each stack, so an id is never reused)
     of_stack: dict[int, Call] = {}
-    for i, n in enumerate(nodes):
+    last_stack: Stack | None = None  # the previous op's, and its call (most ops follow one of their call)
+    c = root
+    for n in nodes:
         kind, name = n.kind, n.name
         if kind == "op":
-            at[name] = i
             attrs = n.attrs
             if attrs and attrs.get("region") is not None and (entries := region_entries(n)):
                 c, inner = get_in_regions(n.stack, entries, name)
+                last_stack = None  # ``c`` is this op's call, not the previous op's
                 node_call[name] = c
                 c.ops.append(name)
                 if inner is not None:
@@ -426,10 +427,13 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
                 else:
                     c.steps.append(name)
                 continue
-            hit = of_stack.get(id(n.stack))
-            if hit is None:
-                hit = of_stack[id(n.stack)] = get(n.stack)
-            c = hit
+            stack = n.stack
+            if stack is not last_stack:
+                last_stack = stack
+                hit = of_stack.get(id(stack))
+                if hit is None:
+                    hit = of_stack[id(stack)] = get(stack)
+                c = hit
             node_call[name] = c
             c.ops.append(name)
             c.steps.append(name)

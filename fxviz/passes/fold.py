@@ -91,7 +91,7 @@ def _candidates(parents: list[tuple[str, list[Module]]]) -> set[str]:
 Token = tuple[str, str, str, tuple[int, ...], str]
 
 
-def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[Token, ...]]:
+def _signatures(graph: Graph, candidates: set[str]) -> dict[str, list[Token]]:
     """Module path -> the structure of everything inside it, for the ``candidates`` only (the
     rest can never fold, and hashing every level of every node is the pass's whole cost)."""
     tokens: dict[str, list[Token]] = {}
@@ -106,27 +106,33 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[Token, ..
     op_levels: dict[int, list[tuple[list[Token], str, Any]]] = {}
     state_levels: dict[str, list[tuple[list[Token], str, Any]]] = {}
     around: dict[str, list[str]] = {"": []}  # module path -> the candidates it is in, outer first
+    last_stack = None  # the previous op's stack, and its levels (most ops follow one of their call)
+    op_at: list[tuple[list[Token], str, Any]] = []
     for n in graph.nodes:
         kind = n.kind
         if kind == "op":
             stack = n.stack
-            levels = op_levels.get(id(stack))
-            if levels is None:
-                # the call index is structure too: a block that calls a child twice differs from
-                # one that calls it once
-                levels = op_levels[id(stack)] = _op_levels(stack, candidates, tokens)
+            if stack is not last_stack:
+                known = op_levels.get(id(stack))
+                if known is None:
+                    # the call index is structure too: a block that calls a child twice differs from
+                    # one that calls it once
+                    known = op_levels[id(stack)] = _op_levels(stack, candidates, tokens)
+                last_stack, op_at = stack, known
+            levels = op_at
         elif kind == "input" or kind == "output":
             continue
         else:  # state belongs to its owner and to every module around it
             stack = n.stack
             module = stack[-1][0] if stack else ""
-            levels = state_levels.get(module)
-            if levels is None:
+            at_module = state_levels.get(module)
+            if at_module is None:
                 # _relative(), inlined
-                levels = state_levels[module] = [
+                at_module = state_levels[module] = [
                     (tokens.setdefault(p, []), module[len(p) + 1:] if p != module else "", p)
                     for p in _candidate_prefixes(module, candidates, around)
                 ]
+            levels = at_module
         if not levels:
             continue
         outs = n.outputs
@@ -151,7 +157,7 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[Token, ..
                 # _relative(), inlined
                 name = "" if kind == "constant" or target == path else target[len(path) + 1 :]
                 into.append((kind, name, rel, (), shapes))
-    return {p: tuple(t) for p, t in tokens.items()}
+    return tokens  # lists: only compared
 
 
 def _op_levels(
