@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, pairwise
 from typing import TYPE_CHECKING
 
 from fxviz.callbounds import STATE_KINDS, Boundaries, RegionBoundaries
+from fxviz.callnodes import NodesFill
 
 if TYPE_CHECKING:
     from fxviz.ir import Node, Ref
@@ -71,7 +71,8 @@ class Call:
     children: list[Call] = field(default_factory=list)
     steps: list[Call | Region | str] = field(default_factory=list)
     ops: list[str] = field(default_factory=list)
-    nodes: list[str] = field(default_factory=list)
+    # ``nodes``: filled for the whole tree on first read (:mod:`fxviz.callnodes`)
+    _nodes: list[str] | None = field(default=None, repr=False)
     state: list[str] = field(default_factory=list)
     id: str = ""
     region: Region | None = None
@@ -81,13 +82,14 @@ class Call:
     _inputs: list[Ref] | None = field(default=None, repr=False)
     _outputs: list[Ref] | None = field(default=None, repr=False)
     _pending: Boundaries | None = field(default=None, repr=False)
+    _fill: NodesFill | None = field(default=None, repr=False)
 
     def __init__(
         self, stack: Stack, parent: Call | None = None, children: list[Call] | None = None,
         steps: list[Call | Region | str] | None = None, ops: list[str] | None = None,
         nodes: list[str] | None = None, state: list[str] | None = None, id: str = "",
         region: Region | None = None, regions: list[Region] | None = None, _inputs: list[Ref] | None = None,
-        _outputs: list[Ref] | None = None, _pending: Boundaries | None = None,
+        _outputs: list[Ref] | None = None, _pending: Boundaries | None = None, _fill: NodesFill | None = None,
     ) -> None:
         # the generated __init__, without a call per list: a capture makes a call object per
         # module call, and this was most of making one
@@ -96,7 +98,7 @@ class Call:
         self.children = [] if children is None else children
         self.steps = [] if steps is None else steps
         self.ops = [] if ops is None else ops
-        self.nodes = [] if nodes is None else nodes
+        self._nodes = nodes
         self.state = [] if state is None else state
         self.id = id
         self.region = region
@@ -104,6 +106,20 @@ class Call:
         self._inputs = _inputs
         self._outputs = _outputs
         self._pending = _pending
+        self._fill = _fill
+
+    @property
+    def nodes(self) -> list[str]:
+        if self._nodes is None:
+            if self._fill is not None:
+                self._fill.fill()
+            if self._nodes is None:
+                self._nodes = []
+        return self._nodes
+
+    @nodes.setter
+    def nodes(self, value: list[str]) -> None:
+        self._nodes = value
 
     @property
     def inputs(self) -> list[Ref]:
@@ -276,6 +292,8 @@ class CallTree:
         next young-generation pass. The tree is unusable afterwards: only for the owner of a tree
         no one else holds (:func:`fxviz.passes.tree.sharing`, when a run of passes ends).
         ``calls``: the tree's calls (``list(self.walk())``), when the owner has them."""
+        if self.root._fill is not None:  # the calls' nodes are not filled after this
+            self.root._fill.args = None
         for c in self.root.listed() if calls is None else calls:
             c.parent = None
             c._pending = None
@@ -309,43 +327,6 @@ class CallTree:
         return self.root.walk()
 
 
-def _fill_nodes(root: Call, at: dict[str, int]) -> None:
-    """Each call's ``nodes``, its children's before it: its own ops and its children's ``nodes``,
-    joined as blocks where they ran one after the other (the usual case: read in ``steps`` order,
-    no sort), merged by position where they interleave. Appending every op to each call around it
-    cost the depth of the op in Python; sorting each call's blocks, a third of the call tree.
-    ``at``: each op's position in the graph's nodes."""
-    for c in reversed(root.listed()):
-        if not c.children:  # a leaf call: its own ops, already in order
-            c.nodes = list(c.ops)
-            continue
-        if not c.regions:  # steps: own ops and child calls by first op; joined unless one overlaps the next
-            out: list[str] = []
-            last = -1
-            for s in c.steps:
-                if isinstance(s, str):
-                    if (p := at[s]) < last:
-                        break
-                    out.append(s)
-                    last = p
-                elif block := s.nodes:
-                    if at[block[0]] < last:
-                        break
-                    out += block
-                    last = at[block[-1]]
-            else:
-                c.nodes = out
-                continue
-        blocks = [[op] for op in c.ops] if c.ops else []
-        blocks += [ch.nodes for ch in c.children if ch.nodes]
-        if len(blocks) > 1:
-            blocks.sort(key=lambda b: at[b[0]])
-            if any(at[b[-1]] > at[nb[0]] for b, nb in pairwise(blocks)):
-                c.nodes = sorted(chain.from_iterable(blocks), key=at.__getitem__)
-                continue
-        c.nodes = list(chain.from_iterable(blocks))  # in C: the depth of the ops, times a copy
-
-
 def call_tree(nodes: Sequence[Node]) -> CallTree:
     """Derive the call tree of ``nodes`` (a graph's nodes, in execution order), with the regions
     of higher-order ops inside calls. Linear in the number of nodes times the module nesting depth."""
@@ -355,6 +336,7 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
     node_call: dict[str, Call] = {}
     # the boundaries of every call, worked out on first use (from what the walk below fills in)
     pending = root._pending = Boundaries(nodes, node_call, root)
+    fill = root._fill = NodesFill(root, list(nodes))  # as they are now (a copy of pointers, in C)
     ids: dict[str, int] = {}  # "path#index" -> how many calls end that way so far
     regions: list[Region] = []
     node_region: dict[str, Region] = {}
@@ -369,7 +351,7 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
         s = stack[:d]
         # positional: keywords into a Python __init__ of thirteen parameters cost a fifth more
         c = Call(s, parent, None, None, None, None, None, cid if n == 1 else f"{cid}@{n}", place, None, None, None,
-                 pending)
+                 pending, fill)
         by_stack[s] = c
         same = by_path.get(path)
         if same is None:
@@ -428,14 +410,15 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
     # the ops of one call share one stack tuple: found by its id, where a lookup in ``by_stack``
     # hashes every level of the stack again (the nodes keep each stack, so an id is never reused)
     of_stack: dict[int, Call] = {}
-    at: dict[str, int] = {}  # op name -> its position in ``nodes``, for _fill_nodes
-    for i, n in enumerate(nodes):
+    last_stack: Stack | None = None  # the previous op's, and its call (most ops follow one of their call)
+    c = root
+    for n in nodes:
         kind, name = n.kind, n.name
         if kind == "op":
-            at[name] = i
             attrs = n.attrs
             if attrs and attrs.get("region") is not None and (entries := region_entries(n)):
                 c, inner = get_in_regions(n.stack, entries, name)
+                last_stack = None  # ``c`` is this op's call, not the previous op's
                 node_call[name] = c
                 c.ops.append(name)
                 if inner is not None:
@@ -444,10 +427,13 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
                 else:
                     c.steps.append(name)
                 continue
-            hit = of_stack.get(id(n.stack))
-            if hit is None:
-                hit = of_stack[id(n.stack)] = get(n.stack)
-            c = hit
+            stack = n.stack
+            if stack is not last_stack:
+                last_stack = stack
+                hit = of_stack.get(id(stack))
+                if hit is None:
+                    hit = of_stack[id(stack)] = get(stack)
+                c = hit
             node_call[name] = c
             c.ops.append(name)
             c.steps.append(name)
@@ -466,7 +452,6 @@ def call_tree(nodes: Sequence[Node]) -> CallTree:
             owner = by_path[path][0] if path else root
         node_call[n.name] = owner
         owner.state.append(n.name)
-    _fill_nodes(root, at)
     if regions:
         shared = RegionBoundaries(nodes)
         for r in regions:

@@ -18,7 +18,7 @@ PKG = REPO / "fxviz"
 
 #: Bottom to top. A module may import its own layer and the layers below it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("core", ("fxviz.errors", "fxviz.text", "fxviz.ops", "fxviz.calls", "fxviz.callbounds", "fxviz.scopes", "fxviz.nodelist", "fxviz.schema", "fxviz.saved", "fxviz.facts", "fxviz.ir", "fxviz.progress")),
+    ("core", ("fxviz.errors", "fxviz.text", "fxviz.ops", "fxviz.calls", "fxviz.callbounds", "fxviz.callnodes", "fxviz.scopes", "fxviz.nodelist", "fxviz.schema", "fxviz.saved", "fxviz.facts", "fxviz.ir", "fxviz.progress")),
     ("analysis", ("fxviz.passes", "fxviz.graphdiff", "fxviz.tracefile")),
     ("render", ("fxviz.render",)),
     ("bridge", ("fxviz.torchbridge",)),

@@ -122,23 +122,48 @@ def test_facts_are_worked_out_again_after_a_pass_that_adds_a_node(monkeypatch: p
     assert flops["modules"][call] == before["overlays"]["flops"]["modules"][call] + flops["nodes"]["extra"]
 
 
-def test_fold_s_scope_tree_is_the_graph_s_without_node_lists() -> None:
-    """``fold`` builds the scope tree without each scope's own node list and from the run's walk of
-    the calls: the same hierarchy, classes, call counts and order as :attr:`Graph.scopes`."""
+def test_fold_s_module_hierarchy_is_the_graph_s_scope_tree() -> None:
+    """``fold`` reads the module hierarchy as paths (no scope object per module) from the run's
+    walk of the calls: the same parents with two children or more, in the same order, with the same
+    children, classes and call counts as :attr:`Graph.scopes`."""
+    from fxviz.passes.fold import _parents
     from fxviz.passes.tree import calls_of, sharing, tree_of
-    from fxviz.scopes import build_scopes
 
     model, args, kwargs = fallback_models.ZOO["shared_thrice"].build()
     g = fxviz.capture(model, args, kwargs, method="eager")
     full = g.scopes
     with sharing():
-        lean = build_scopes(g.nodes, g.modules, g.name, tree_of(g), own_nodes=False, calls=calls_of(g))
-    rows = [(s.path, s.cls, s.calls, list(s.children)) for s in full.walk()]
-    assert rows == [(s.path, s.cls, s.calls, list(s.children)) for s in lean.walk()]
-    assert any(s.calls > 1 for s in full.walk())  # a module called thrice counts its calls
-    assert all(not s.nodes for s in lean.walk()) and any(s.nodes for s in full.walk())
-    # torch's own record: every named submodule is a scope
-    assert {p for p, _ in model.named_modules()} <= {s.path for s in lean.walk()}
+        lean = _parents(g, tree_of(g), calls_of(g))
+    rows = [(s.path, [(c.path, c.cls, c.calls) for c in s.children.values()])
+            for s in full.walk() if len(s.children) > 1]
+    assert rows == lean and rows
+    assert any(c[2] > 1 for _, children in lean for c in children)  # a module called thrice counts its calls
+    # torch's own record: every named submodule with a sibling is a child listed there
+    listed = {c[0] for _, children in lean for c in children}
+    assert {p for p, _ in model.named_modules() if p and p.rpartition(".")[0] in dict(lean)} <= listed
+
+
+def test_a_call_s_nodes_are_filled_when_first_read_not_by_the_passes() -> None:
+    """No pass reads a call's ``nodes`` (every op inside it, in execution order): the tree a run of
+    passes builds fills them only when someone reads one, for the whole tree at once, and they are
+    every op of the call's subtree in the graph's order (issue 18, point 9)."""
+    from fxviz.calls import call_tree
+    from fxviz.passes.tree import sharing, tree_of
+
+    for build in (models.residual, models.called_twice, capture_models.checkpoint_plain):
+        model, args, kwargs = build()
+        g = fxviz.capture(model, args, kwargs, method="eager", passes=())
+        with sharing():
+            run_passes(g, CAPTURE_PASSES)
+            tree = tree_of(g)
+            calls = list(tree.walk())
+            assert all(c._nodes is None for c in calls)  # the passes left them unfilled
+            position = {n.name: i for i, n in enumerate(g.nodes)}
+            for c in calls:
+                inside = [op for d in c.walk() for op in d.ops]
+                assert c.nodes == sorted(inside, key=position.__getitem__)
+            assert all(c._nodes is not None for c in calls)  # one read filled every call
+        assert [c.nodes for c in call_tree(g.nodes).walk()] == [c.nodes for c in calls]
 
 
 def test_a_call_s_boundaries_are_one_list_each_made_when_first_read() -> None:

@@ -17,28 +17,70 @@ from __future__ import annotations
 from operator import itemgetter
 from typing import Any
 
-from fxviz.calls import CallTree
+from fxviz.calls import Call, CallTree
 from fxviz.ir import Graph
 from fxviz.passes.tree import calls_of, nodes_by_name, tree_of
-from fxviz.scopes import Scope, build_scopes
 
 
 def _relative(path: str, base: str) -> str:
     return path[len(base) + 1 :] if path != base else ""
 
 
-def _candidates(parents: list[Scope]) -> set[str]:
+#: A module as a run compares it: its path, class and how many times it was called (distinct call
+#: indices; 0 for a container that is never called itself).
+Module = tuple[str, str, int]
+
+
+def _parents(graph: Graph, tree: CallTree, calls: list[Call]) -> list[tuple[str, list[Module]]]:
+    """The modules with more than one child in the module hierarchy (:func:`fxviz.scopes.build_scopes`
+    without its nodes), parents first, each with its children in the order they first ran: where
+    a run may be. Only paths, without a scope object per module (most modules have one child or
+    none)."""
+    kids: dict[str, list[str]] = {"": []}
+    for c in calls:  # parents first: a module's path is added after its parent's
+        stack = c.stack
+        if stack and (path := stack[-1][0]) not in kids:
+            missing = [path]
+            parent = path.rpartition(".")[0]
+            while parent and parent not in kids:  # containers never called themselves (``h``)
+                missing.append(parent)
+                parent = parent.rpartition(".")[0]
+            into = kids[parent]
+            for p in reversed(missing):
+                into.append(p)
+                into = kids[p] = []
+    modules, by_path = graph.modules, tree.by_path
+    out: list[tuple[str, list[Module]]] = []
+    todo = [""]
+    while todo:  # Scope.walk(): parents first, children in order
+        path = todo.pop()
+        children = kids[path]
+        if len(children) > 1:
+            listed: list[Module] = []
+            for p in children:
+                info = modules.get(p)
+                of_path = by_path.get(p)
+                listed.append((p, info.cls if info else "",
+                               0 if of_path is None else 1 if len(of_path) == 1
+                               else len({c.stack[-1][1] for c in of_path})))
+            out.append((path, listed))
+        if children:
+            todo.extend(reversed(children))
+    return out
+
+
+def _candidates(parents: list[tuple[str, list[Module]]]) -> set[str]:
     """Modules that could start or continue a run: those next to a sibling of the same class and
-    call count, in execution order (``parents``: the scopes with more than one child). A run is
+    call count, in execution order (``parents``: the modules with more than one child). A run is
     made of neighbours only, so a module whose neighbours differ from it (GPT-2's ``ln_1`` and
     ``ln_2``, ``mlp.c_fc`` and ``mlp.c_proj``) is never compared: its structure is not read."""
     out: set[str] = set()
-    for scope in parents:
-        prev: Scope | None = None
-        for c in scope.children.values():
-            if prev is not None and c.cls == prev.cls and c.calls == prev.calls:
-                out.add(prev.path)
-                out.add(c.path)
+    for _, children in parents:
+        prev: Module | None = None
+        for c in children:
+            if prev is not None and c[1] == prev[1] and c[2] == prev[2]:
+                out.add(prev[0])
+                out.add(c[0])
             prev = c
     return out
 
@@ -49,7 +91,7 @@ def _candidates(parents: list[Scope]) -> set[str]:
 Token = tuple[str, str, str, tuple[int, ...], str]
 
 
-def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[Token, ...]]:
+def _signatures(graph: Graph, candidates: set[str]) -> dict[str, list[Token]]:
     """Module path -> the structure of everything inside it, for the ``candidates`` only (the
     rest can never fold, and hashing every level of every node is the pass's whole cost)."""
     tokens: dict[str, list[Token]] = {}
@@ -64,27 +106,33 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[Token, ..
     op_levels: dict[int, list[tuple[list[Token], str, Any]]] = {}
     state_levels: dict[str, list[tuple[list[Token], str, Any]]] = {}
     around: dict[str, list[str]] = {"": []}  # module path -> the candidates it is in, outer first
+    last_stack = None  # the previous op's stack, and its levels (most ops follow one of their call)
+    op_at: list[tuple[list[Token], str, Any]] = []
     for n in graph.nodes:
         kind = n.kind
         if kind == "op":
             stack = n.stack
-            levels = op_levels.get(id(stack))
-            if levels is None:
-                # the call index is structure too: a block that calls a child twice differs from
-                # one that calls it once
-                levels = op_levels[id(stack)] = _op_levels(stack, candidates, tokens)
+            if stack is not last_stack:
+                known = op_levels.get(id(stack))
+                if known is None:
+                    # the call index is structure too: a block that calls a child twice differs from
+                    # one that calls it once
+                    known = op_levels[id(stack)] = _op_levels(stack, candidates, tokens)
+                last_stack, op_at = stack, known
+            levels = op_at
         elif kind == "input" or kind == "output":
             continue
         else:  # state belongs to its owner and to every module around it
             stack = n.stack
             module = stack[-1][0] if stack else ""
-            levels = state_levels.get(module)
-            if levels is None:
+            at_module = state_levels.get(module)
+            if at_module is None:
                 # _relative(), inlined
-                levels = state_levels[module] = [
+                at_module = state_levels[module] = [
                     (tokens.setdefault(p, []), module[len(p) + 1:] if p != module else "", p)
                     for p in _candidate_prefixes(module, candidates, around)
                 ]
+            levels = at_module
         if not levels:
             continue
         outs = n.outputs
@@ -109,7 +157,7 @@ def _signatures(graph: Graph, candidates: set[str]) -> dict[str, tuple[Token, ..
                 # _relative(), inlined
                 name = "" if kind == "constant" or target == path else target[len(path) + 1 :]
                 into.append((kind, name, rel, (), shapes))
-    return {p: tuple(t) for p, t in tokens.items()}
+    return tokens  # lists: only compared
 
 
 def _op_levels(
@@ -171,10 +219,15 @@ class _Members:
     def of(self, path: str) -> set[str]:
         found = self.by_path.get(path)
         if found is None:
-            calls = self.tree.by_path.get(path, ())
-            # a module called once (most): its call's names, in C
-            found = self.by_path[path] = (set(calls[0].nodes) if len(calls) == 1
-                                          else {name for c in calls for name in c.nodes})
+            # the ops of every call of it and of every call inside those: the names of their
+            # ``nodes``, which the tree fills only when asked (for every call: more than a run reads)
+            found = self.by_path[path] = set()
+            for call in self.tree.by_path.get(path, ()):
+                if not call.children:  # a leaf call (most compared): its own ops, in C
+                    found.update(call.ops)
+                    continue
+                for c in call.listed():
+                    found.update(c.ops)
         return found
 
 
@@ -194,8 +247,7 @@ def _chained(a: str, b: str, members: _Members) -> bool:
 
 def fold_repeats(graph: Graph) -> Graph:
     tree = tree_of(graph)
-    root = build_scopes(graph.nodes, graph.modules, graph.name, tree, own_nodes=False, calls=calls_of(graph))
-    parents = [scope for scope in root.walk() if len(scope.children) > 1]  # where a run may be
+    parents = _parents(graph, tree, calls_of(graph))  # where a run may be
     candidates = _candidates(parents)
     if not candidates:  # every sibling of another class: no run (most small models)
         graph.annotations["fold"] = []
@@ -204,11 +256,10 @@ def fold_repeats(graph: Graph) -> Graph:
     members = _Members(graph, tree)
     runs: list[dict[str, Any]] = []
 
-    for scope in parents:
+    for parent, children in parents:
         # every child counts, in execution order: any other sibling in between ends a run
-        children = list(scope.children.values())
         # what two neighbours must share, worked out once per child (it is compared on both sides)
-        keys = [(c.cls, sigs.get(c.path), c.calls) for c in children]
+        keys = [(cls, sigs.get(path), calls) for path, cls, calls in children]
         i = 0
         while i < len(children):
             j = i + 1
@@ -217,13 +268,13 @@ def fold_repeats(graph: Graph) -> Graph:
                 key[1] is not None
                 and j < len(children)
                 and keys[j] == key
-                and _chained(children[j - 1].path, children[j].path, members)
+                and _chained(children[j - 1][0], children[j][0], members)
             ):
                 j += 1
             if j - i >= 2:
-                paths = [c.path for c in children[i:j]]
+                paths = [c[0] for c in children[i:j]]
                 runs.append({
-                    "parent": scope.path, "paths": paths, "cls": children[i].cls,
+                    "parent": parent, "paths": paths, "cls": children[i][1],
                     "label": _run_label(paths), "count": len(paths),
                 })
             i = j
