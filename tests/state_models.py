@@ -132,6 +132,23 @@ class MomentumUpdate(nn.Module):
         return q + self.key(x) + self.extra(x)
 
 
+class RebindToOwnView(nn.Module):
+    """Rebinds a parameter and a buffer to views of their own elements (``.data = .data.t()``): the
+    data pointer stays where it was while the strides, the sizes or the dtype move."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.spare = nn.Parameter(torch.randn(6))
+        self.register_buffer("scale", torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.lin.weight.data = self.lin.weight.data.t()  # strides
+        self.spare.data = self.spare.data[:3]  # sizes
+        self.scale.data = self.scale.data.view(torch.int32)  # dtype
+        return self.lin(x)
+
+
 class InputInPlace(nn.Module):
     """Writes its input in place, and an input nested in a dict."""
 
@@ -323,6 +340,7 @@ SCENARIOS: dict[str, Callable[[], Built]] = {
     "momentum_loop": _seeded(lambda: (MomentumLoop().eval(), (torch.randn(3, 4),), {})),
     "input_in_place": _seeded(lambda: (
         InputInPlace().eval(), (torch.randn(3, 4), {"bias": torch.ones(4)}), {})),
+    "rebind_to_own_view": _seeded(lambda: (RebindToOwnView().eval(), (torch.randn(3, 4),), {})),
     "rebind_modules": _seeded(lambda: (RebindModules().eval(), (torch.randn(3, 4),), {})),
     "chatty": _seeded(lambda: (Chatty().eval(), (torch.randn(3, 4),), {})),
     "train_dropout": _seeded(lambda: (TrainDropout().train(), (torch.randn(3, 4),), {})),

@@ -54,7 +54,7 @@ class TensorFP:
             with torch.no_grad():
                 value = t.detach().clone()
         grad = t.grad if isinstance(t, nn.Parameter) or t.is_leaf else None
-        meta = (type(t), t.dtype, tuple(t.shape), t.device, t.requires_grad, id(grad),
+        meta = (type(t), t.dtype, tuple(t.shape), t.stride(), t.device, t.requires_grad, id(grad),
                 None if grad is None else _value(grad))
         return cls(t, value, meta)
 

@@ -201,7 +201,9 @@ class ModelTensors:
         self.tied = state[2]
         self._attributes_scanned = False
         self._snapshot_buffers = snapshot_buffers
-        self._saved: list[tuple[torch.Tensor, torch.Tensor]] = []  # model tensor, its copy
+        #: model tensor, an alias of its elements then (``.data``: a later ``.data = ...`` rebinding
+        #: leaves it on the elements the copy came from), its copy
+        self._saved: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self._backed: set[int] = set()  # ids of the model tensors in _saved
         self._by_storage: dict[int, torch.Tensor] | None = None
         self._grads_saved = False
@@ -238,7 +240,7 @@ class ModelTensors:
         if id(t) not in self._backed:
             self._backed.add(id(t))
             with torch.no_grad():
-                self._saved.append((t, t.detach().clone()))
+                self._saved.append((t, t.data, t.detach().clone()))
 
     def before_write(self, values: Iterable[Any]) -> None:
         """A call is about to run that may write these arguments (tensors, or lists of tensors):
@@ -284,11 +286,14 @@ class ModelTensors:
     def restore(self) -> None:
         """Put back what the forward wrote of what was copied: a capture leaves the model as it
         found it. Through ``.data`` and only where a value differs, so the tensors' version
-        counters do not move (an autograd graph the user holds stays valid)."""
+        counters do not move (an autograd graph the user holds stays valid). Written into the
+        elements copied from, by their alias: a tensor the forward rebound (``w.data = w.data.t()``)
+        gets its elements back from the snapshot (:class:`fxviz.torchbridge.guard.ModelState`),
+        and writing the copy into its new layout would scramble them."""
         with torch.no_grad():
-            for t, saved in self._saved:
-                if t.shape == saved.shape and t.dtype == saved.dtype and not torch.equal(t, saved):
-                    t.data.copy_(saved)
+            for _, alias, saved in self._saved:
+                if not torch.equal(alias, saved):
+                    alias.copy_(saved)
         self._saved.clear()
         self._backed.clear()
 

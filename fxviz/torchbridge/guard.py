@@ -116,6 +116,7 @@ _grad_of = operator.attrgetter("grad")
 _data_of = operator.attrgetter("data")
 _requires_grad_of = operator.attrgetter("requires_grad")
 _shape_of = operator.attrgetter("shape")
+_dtype_of = operator.attrgetter("dtype")
 
 
 class _Tensors:
@@ -126,7 +127,7 @@ class _Tensors:
     attempt almost never changes any, and a Python loop over every parameter of a large model
     after every attempt cost more than the tracer's own work on a small one."""
 
-    __slots__ = ("aliases", "grads", "leaves", "other", "real", "signature", "tensors", "values")
+    __slots__ = ("aliases", "grads", "leaves", "other", "real", "real_aliases", "signature", "tensors", "values")
 
     def __init__(self, tensors: Iterable[tuple[torch.Tensor, bool]]) -> None:
         tensors = list(tensors)  # (tensor, copy) pairs; a tensor listed twice: the later entry, in C
@@ -135,6 +136,7 @@ class _Tensors:
         # parameters are leaves with storage; tensor attributes and inputs may be neither
         kinds = set(map(type, ts))  # what follows in C where every tensor is plain (most models)
         self.leaves = list(ts) if kinds <= _PARAMETER else [t for t in ts if type(t) is nn.Parameter or t.is_leaf]
+        real: list[bool] = []
         if kinds <= _PLAIN_TENSORS and not any(map(_is_meta, ts)):  # _real() of each, in C
             self.real, self.other = list(ts), []
         else:
@@ -144,20 +146,28 @@ class _Tensors:
         with torch.no_grad():
             self.aliases = list(map(data_alias if self.other else _data_of, ts))
             self.values = [(t, t.detach().clone()) for t, _ in filter(_second, unique.values()) if _real(t)]
+        self.real_aliases = list(compress(self.aliases, real)) if self.other else self.aliases
         self.signature = self._signature()
         self.grads = self.signature[0]  # neither is ever changed
 
     def _signature(self) -> tuple[list[Any], ...]:
-        """What a capture could change, in C: ``.grad`` objects, ``requires_grad``, the storage
-        (a ``.data = ...`` rebinding moves it), the shapes of tensors without storage."""
+        """What a capture could change, in C: ``.grad`` objects, ``requires_grad``, the dtype, the
+        shapes of tensors without storage. (Where the elements are, :meth:`_moved`.)"""
         return (list(map(_grad_of, self.leaves)), list(map(_requires_grad_of, self.tensors)),
-                list(map(torch.Tensor.data_ptr, self.real)), list(map(_shape_of, self.other)))
+                list(map(_dtype_of, self.tensors)), list(map(_shape_of, self.other)))
+
+    def _moved(self) -> bool:
+        """Whether a tensor with storage no longer has its storage, offset, sizes and strides (a
+        ``.data = ...`` rebinding, to other memory or to a view of its own: ``w.data = w.data.t()``
+        keeps the data pointer), each compared with its alias in C (``is_set_to``)."""
+        return not all(map(torch.Tensor.is_set_to, self.real, self.real_aliases))
 
     def restore(self) -> None:
         now = self._signature()
         with torch.no_grad():
-            if not all(len(a) == len(b) and all(map(operator.is_ if k == 0 else operator.eq, a, b))
-                       for k, (a, b) in enumerate(zip(now, self.signature, strict=True))):
+            if self._moved() or not all(
+                    len(a) == len(b) and all(map(operator.is_ if k == 0 else operator.eq, a, b))
+                    for k, (a, b) in enumerate(zip(now, self.signature, strict=True))):
                 self._restore_each()
             for t, value in self.values:
                 if not _equal(t, value):
