@@ -127,8 +127,9 @@ def test_a_model_sharded_in_the_callers_group_has_its_collectives_recorded_witho
 
 
 #: the graph's own data: its call tree's calls point to their parent (a cycle by design, holding
-#: names, shapes and lines, nothing of the model's or torch's)
-_IR = ("fxviz.ir", "fxviz.calls", "fxviz.callbounds", "fxviz.nodelist", "fxviz.facts")
+#: names, shapes and lines, nothing of the model's or torch's; its boundaries and its calls' nodes,
+#: worked out on first read, point back at the root)
+_IR = ("fxviz.ir", "fxviz.calls", "fxviz.callbounds", "fxviz.callnodes", "fxviz.nodelist", "fxviz.facts")
 
 
 def _fxviz_garbage(garbage: list[Any]) -> list[str]:
