@@ -19,16 +19,23 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 
 
 def text_of(cell: Any) -> str:
-    """Everything a cell printed or displayed as text (streams, text/plain, images as markup)."""
-    parts = []
+    """Everything a cell printed or displayed as text (streams, text/plain, images as markup). A
+    stream is one text however the kernel flushed it: ``print(n, "bytes")`` can arrive as two
+    outputs, ``"16384"`` and ``" bytes"``, when the kernel flushes between the writes (a loaded machine)."""
+    parts: list[str] = []
+    last = None
     for o in cell.get("outputs", []):
         if o.output_type == "stream":
-            parts.append(o.text)
+            if last is not None and last.output_type == "stream" and last.name == o.name:
+                parts[-1] += o.text
+            else:
+                parts.append(o.text)
         elif o.output_type in ("display_data", "execute_result"):
             parts.append(o.data.get("text/plain", ""))
             parts.append(o.data.get("image/svg+xml", ""))
         elif o.output_type == "error":
             parts.append(f"{o.ename}: {o.evalue}")
+        last = o
     return "\n".join(parts)
 
 
