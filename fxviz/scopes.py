@@ -78,32 +78,29 @@ def build_scopes(
 
     root = Scope("", name or cls_of(""), 1)
     scopes: dict[str, Scope] = {"": root}
+    for path, children in hierarchy(tree.walk() if calls is None else calls).items():
+        below = scopes[path].children  # a parent is listed before its children
+        for p in children:
+            info = modules.get(p)  # cls_of(), inlined
+            below[p] = scopes[p] = Scope(p, info.cls if info else "")
+    for path, of_path in tree.by_path.items():
+        scopes[path].calls = call_count(of_path)
 
-    def get(path: str) -> Scope:
+    def get(path: str) -> Scope:  # a node's module, added if no call of the tree is in it
         s = scopes.get(path)
         if s is not None:
             return s
         missing = [path]
         parent_path = path.rpartition(".")[0]
-        while parent_path and parent_path not in scopes:
+        while parent_path not in scopes:
             missing.append(parent_path)
             parent_path = parent_path.rpartition(".")[0]
-        parent = scopes[parent_path]
+        s = scopes[parent_path]
         for p in reversed(missing):
-            info = modules.get(p)  # cls_of(), inlined
-            s = Scope(p, info.cls if info else "")
-            parent.children[p] = s
-            scopes[p] = s
-            parent = s
-        return parent
+            child = s.children[p] = scopes[p] = Scope(p, cls_of(p))
+            s = child
+        return s
 
-    for c in tree.walk() if calls is None else calls:
-        stack = c.stack
-        if stack and stack[-1][0] not in scopes:  # Call.path, without the property call
-            get(stack[-1][0])
-    for path, of_path in tree.by_path.items():
-        # distinct Call.index; a module called once (most) has one
-        scopes[path].calls = 1 if len(of_path) == 1 else len({c.stack[-1][1] for c in of_path})
     if not own_nodes:
         return root
     # the nodes of one module call share one stack tuple (a capture and a graph read from JSON
@@ -117,6 +114,33 @@ def build_scopes(
             into = own[id(stack)] = get(stack[-1][0] if stack else "").nodes
         into.append(n.name)
     return root
+
+
+def hierarchy(calls: Iterable[Call]) -> dict[str, list[str]]:
+    """Each module's children in the order they first run, keyed by path (``""``: the root), from
+    ``calls`` in walk order (parents first), with the containers that are never called themselves
+    (``h`` holding ``h.0``): the module hierarchy as paths alone. A parent is listed before its
+    children. :func:`build_scopes` makes it the scope tree; ``fold`` reads it as it is."""
+    kids: dict[str, list[str]] = {"": []}
+    for c in calls:
+        stack = c.stack
+        if stack and (path := stack[-1][0]) not in kids:  # Call.path, without the property call
+            missing = [path]
+            parent = path.rpartition(".")[0]
+            while parent and parent not in kids:
+                missing.append(parent)
+                parent = parent.rpartition(".")[0]
+            into = kids[parent]
+            for p in reversed(missing):
+                into.append(p)
+                into = kids[p] = []
+    return kids
+
+
+def call_count(of_path: Sequence[Call]) -> int:
+    """How many times a module was called, from its calls (:attr:`CallTree.by_path`): distinct call
+    indices (a call seen in pieces, around a break, is one); most modules have one call."""
+    return 1 if len(of_path) == 1 else len({c.stack[-1][1] for c in of_path})
 
 
 def prefixes(path: str) -> list[str]:
@@ -133,4 +157,4 @@ def prefixes(path: str) -> list[str]:
     return out
 
 
-__all__ = ["Scope", "build_scopes", "prefixes"]
+__all__ = ["Scope", "build_scopes", "call_count", "hierarchy", "prefixes"]

@@ -20,6 +20,7 @@ from typing import Any
 from fxviz.calls import Call, CallTree
 from fxviz.ir import Graph
 from fxviz.passes.tree import calls_of, nodes_by_name, tree_of
+from fxviz.scopes import call_count, hierarchy
 
 
 def _relative(path: str, base: str) -> str:
@@ -32,23 +33,10 @@ Module = tuple[str, str, int]
 
 
 def _parents(graph: Graph, tree: CallTree, calls: list[Call]) -> list[tuple[str, list[Module]]]:
-    """The modules with more than one child in the module hierarchy (:func:`fxviz.scopes.build_scopes`
-    without its nodes), parents first, each with its children in the order they first ran: where
-    a run may be. Only paths, without a scope object per module (most modules have one child or
-    none)."""
-    kids: dict[str, list[str]] = {"": []}
-    for c in calls:  # parents first: a module's path is added after its parent's
-        stack = c.stack
-        if stack and (path := stack[-1][0]) not in kids:
-            missing = [path]
-            parent = path.rpartition(".")[0]
-            while parent and parent not in kids:  # containers never called themselves (``h``)
-                missing.append(parent)
-                parent = parent.rpartition(".")[0]
-            into = kids[parent]
-            for p in reversed(missing):
-                into.append(p)
-                into = kids[p] = []
+    """The modules with more than one child in the module hierarchy (:func:`fxviz.scopes.hierarchy`),
+    parents first, each with its children in the order they first ran: where a run may be. Paths
+    alone, without a scope object per module (most modules have one child or none)."""
+    kids = hierarchy(calls)
     modules, by_path = graph.modules, tree.by_path
     out: list[tuple[str, list[Module]]] = []
     todo = [""]
@@ -60,9 +48,7 @@ def _parents(graph: Graph, tree: CallTree, calls: list[Call]) -> list[tuple[str,
             for p in children:
                 info = modules.get(p)
                 of_path = by_path.get(p)
-                listed.append((p, info.cls if info else "",
-                               0 if of_path is None else 1 if len(of_path) == 1
-                               else len({c.stack[-1][1] for c in of_path})))
+                listed.append((p, info.cls if info else "", 0 if of_path is None else call_count(of_path)))
             out.append((path, listed))
         if children:
             todo.extend(reversed(children))
