@@ -9,8 +9,10 @@ block (depthwise conv, permutes, LayerNorm, GELU MLP, residual). One compile eac
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -97,6 +99,31 @@ def _torch_modules(mapping: dict[str, Any], pre_graph: Any) -> dict[str, list[st
     return out
 
 
+@contextlib.contextmanager
+def _built() -> Iterator[list[str]]:
+    """The C++ kernel objects Inductor's code generator builds while the block runs: each
+    ``CppKernelProxy`` (one loop nest) and each ``OuterLoopFusedKernel`` (nests merged)."""
+    from torch._inductor.codegen import cpp
+
+    built: list[str] = []
+    classes = (cpp.CppKernelProxy, cpp.OuterLoopFusedKernel)
+    saved = [cls.__init__ for cls in classes]
+
+    def counting(init: Any) -> Any:
+        def wrapped(self: Any, *a: Any, **k: Any) -> None:
+            built.append(type(self).__name__)
+            init(self, *a, **k)
+        return wrapped
+
+    for cls, init in zip(classes, saved, strict=True):
+        cls.__init__ = counting(init)  # type: ignore[method-assign]
+    try:
+        yield built
+    finally:
+        for cls, init in zip(classes, saved, strict=True):
+            cls.__init__ = init  # type: ignore[method-assign]
+
+
 def _compile(model: nn.Module, args: tuple[Any, ...]) -> dict[str, Any]:
     import torch._inductor.config as inductor_config
     from torch._inductor import metrics
@@ -105,13 +132,13 @@ def _compile(model: nn.Module, args: tuple[Any, ...]) -> dict[str, Any]:
     torch._dynamo.reset()
     before = metrics.generated_kernel_count
     with structured_trace() as events, inductor_config.patch({"force_disable_caches": True,
-                                                                "pre_grad_custom_pass": keep}):
+                                                                "pre_grad_custom_pass": keep}), _built() as built:
         cm = fxviz.compile_map(model, args, backend="inductor", inside=True)
     payloads = {}
     for meta, p in events:
         name = meta.get("artifact", {}).get("name") or ("inductor_output_code" if "inductor_output_code" in meta else "")
         payloads.setdefault(name, []).append(p)
-    return {"cm": cm, "pre": keep.graphs, "count": metrics.generated_kernel_count - before,
+    return {"cm": cm, "pre": keep.graphs, "count": metrics.generated_kernel_count - before, "built": built,
             "maps": [json.loads(p) for p in payloads.get("inductor_provenance_tracking_node_mappings", [])],
             "codes": payloads.get("inductor_output_code", []),
             "stacks": [json.loads(p) for p in payloads.get("inductor_provenance_tracking_kernel_stack_traces", [])]}
@@ -164,6 +191,9 @@ def test_generated_kernel_count_is_not_the_kernels_defined(convnext: dict[str, A
     assert mine == defined
     assert convnext["count"] >= len(defined)
     assert convnext["count"] != len(defined)  # the README's --inside section says why
+    # what it counts: every C++ kernel object code generation built, thrown away or not
+    assert convnext["count"] == len(convnext["built"])
+    assert convnext["built"].count("CppKernelProxy") > len(defined)
 
 
 def test_per_kernel_reports_each_kernel_in_its_modules() -> None:
