@@ -385,17 +385,24 @@ def op_counts(hidden: int) -> tuple[int, int]:
 def decomposition(b: float, t: float, pf: float, f: float, ops: tuple[int, int], unit: str) -> list[str]:
     """The ratio taken apart: torch's own cost (the two forwards alone, no fxviz) and fxviz's added
     cost on each (its capture minus its forward), per op recorded; and what <= 1.5x leaves fxviz.
+    The ``lower bound`` row: DTensor's sharded forward alone (no fxviz) plus fxviz's added cost on
+    the unsharded model (its capture minus its forward), as a ratio to the unsharded capture: a
+    tracer that adds to the sharded forward no less than it adds to the unsharded one (which records
+    fewer ops) cannot go below it; the row says how far the TP x8 capture is from it.
     ``unit``: ``ms`` or ``M`` (instructions); per op in ``us`` or ``k``."""
     small_unit = {"ms": "us", "M": "k"}[unit]
     add_b, add_t = b - pf, t - f
     per_b, per_t = add_b / ops[0], add_t / ops[1]
     room = 1.5 * b - f  # what fxviz may add to the sharded forward within the target
+    bound = f + add_b  # DTensor's forward plus the whole of what fxviz adds to the unsharded one
     lines = [
         f"  torch's own cost (the forwards under no_grad, as a capture runs them): unsharded {pf:.1f} {unit}, "
         f"sharded (DTensor) {f:.1f} {unit}: {f / b:.2f}x the unsharded capture, {f / pf:.2f}x its forward",
         f"  fxviz's added cost (capture minus forward): unsharded {add_b:.1f} {unit} over {ops[0]} ops "
         f"({per_b * 1e3:.0f} {small_unit} per op), sharded {add_t:.1f} {unit} over {ops[1]} ops "
         f"({per_t * 1e3:.0f} {small_unit} per op): per op sharded/unsharded {per_t / per_b:.2f}x (the figure fxviz controls)",
+        f"  lower bound (DTensor's forward + the unsharded capture's added cost): {bound:.1f} {unit}, {bound / b:.2f}x "
+        f"the unsharded capture; the TP x8 capture is {t / b:.2f}x, {t / bound:.2f}x the bound",
     ]
     if room <= 0:
         lines.append(f"  verdict: DTensor's forward alone is {f / b:.2f}x the unsharded capture: no capture of it "
