@@ -1,4 +1,6 @@
-"""Tiny models for the inside-torch.compile tests (each compiles in seconds with Inductor on CPU).
+"""Tiny models for the inside-torch.compile tests (each compiles in seconds with Inductor on CPU): a
+Linear-LayerNorm-GELU block, a graph break, unfused ops, a residual add + LayerNorm pair whose fusions
+cross module boundaries, a ConvNeXt-like CNN.
 
 Run as a script (``TORCH_TRACE=DIR python tests/inside_models.py``) it makes the same training
 step the in-process tests compile, so a saved trace can be checked against the live run."""
@@ -90,6 +92,46 @@ class ReluToMax(CustomGraphPass):
 
     def uuid(self) -> bytes:
         return b"fxviz-test-relu-to-clamp-min"
+
+
+class Residual(nn.Module):
+    """Two residual adds each fused with the LayerNorm after it, across module boundaries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.ln = nn.LayerNorm(16)
+        self.fc2 = nn.Linear(16, 16)
+        self.ln2 = nn.LayerNorm(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.ln(x + self.fc(x))
+        return self.ln2(h + torch.tanh(self.fc2(h)))
+
+
+class ConvNeXtBlock(nn.Module):
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.norm = nn.LayerNorm(c)
+        self.pw1 = nn.Linear(c, 4 * c)
+        self.act = nn.GELU()
+        self.pw2 = nn.Linear(4 * c, c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.dw(x).permute(0, 2, 3, 1)
+        return x + self.pw2(self.act(self.pw1(self.norm(h)))).permute(0, 3, 1, 2)
+
+
+class ConvNeXt(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 4, stride=4)
+        self.block = ConvNeXtBlock()
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block(self.stem(x)).mean((2, 3)))
 
 
 if __name__ == "__main__":  # a training step, as the tests' live run makes it

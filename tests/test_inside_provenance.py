@@ -24,46 +24,7 @@ from torch import nn  # noqa: E402
 
 import fxviz  # noqa: E402
 from fxviz.torchbridge.tracelog import structured_trace  # noqa: E402
-
-
-class Residual(nn.Module):
-    """Two residual adds each fused with the LayerNorm after it, across module boundaries."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(16, 16)
-        self.ln = nn.LayerNorm(16)
-        self.fc2 = nn.Linear(16, 16)
-        self.ln2 = nn.LayerNorm(16)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.ln(x + self.fc(x))
-        return self.ln2(h + torch.tanh(self.fc2(h)))
-
-
-class ConvNeXtBlock(nn.Module):
-    def __init__(self, c: int = 8) -> None:
-        super().__init__()
-        self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
-        self.norm = nn.LayerNorm(c)
-        self.pw1 = nn.Linear(c, 4 * c)
-        self.act = nn.GELU()
-        self.pw2 = nn.Linear(4 * c, c)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.dw(x).permute(0, 2, 3, 1)
-        return x + self.pw2(self.act(self.pw1(self.norm(h)))).permute(0, 3, 1, 2)
-
-
-class ConvNeXt(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.stem = nn.Conv2d(3, 8, 4, stride=4)
-        self.block = ConvNeXtBlock()
-        self.head = nn.Linear(8, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.block(self.stem(x)).mean((2, 3)))
+from tests.inside_models import ConvNeXt, Residual  # noqa: E402
 
 
 class _Keep:
