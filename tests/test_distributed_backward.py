@@ -448,3 +448,32 @@ def test_an_output_redistributions_backward_is_in_the_module_whose_hook_ran_it()
     assert counts(g) == want
     (gather,) = [r for r in collectives(g) if r["kind"] == "all_gather"]
     assert (gather["module"], gather["phase"], gather["bytes"]) == ("mlp.down", "backward", 2 * 16 * 4)  # [2, 16] shard
+
+
+class _SharedOutStep(_SharedOut):
+    """The same step, its backward run by the forward itself (as a pipeline schedule's step does)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.enable_grad():
+            out = super().forward(x)
+            out.sum().backward()
+        return out.detach()
+
+
+def shared_out_step_factory():
+    m, args = shared_out_factory()
+    m.__class__ = _SharedOutStep
+    return m, args
+
+
+def test_an_output_redistributions_backward_run_by_the_forward_is_where_torch_counts_it() -> None:
+    # CommDebugMode cannot count a backward the forward runs ("The Module hierarchy tracking is
+    # wrong"): its table for the same step run after the forward is the reference; fxviz had the
+    # all-gather in norm, on no line
+    g = fxviz.capture(shared_out_step_factory, world_size=2)
+    want = oracle(shared_out_factory, 2)
+    got = counts(g)
+    assert {m: got[m]["backward"] for m in got} == {m: want[m]["backward"] for m in want}
+    (gather,) = [r for r in collectives(g) if r["kind"] == "all_gather"]
+    assert (gather["module"], gather["phase"], gather["bytes"]) == ("mlp.down", "backward", 2 * 16 * 4)
+    assert gather["source"].endswith("tests/test_distributed.py:45")  # MLP's `self.down(...)`, as in the step's
