@@ -3,14 +3,20 @@ graph kept, no process group left behind. Checked against torch's own run of the
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+import torch
 import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import fxviz
 from fxviz.errors import ModelError
 from fxviz.passes.overlays import overlays
-from fxviz.torchbridge.distributed import fake_world
+from fxviz.torchbridge.distributed import end_world, fake_world
 from tests.test_distributed import block_factory, sp_factory, waited
 
 
@@ -195,3 +201,81 @@ def test_an_uneven_shard_names_the_sizes_that_even_every_sharded_dimension() -> 
         "tensor-parallel styles take even shards: use a world size that gives mesh dimension tp a size dividing every "
         "dimension sharded over it (128, 100, 64, 32): 2 or 4")
     assert e.value.graph is not None and not dist.is_initialized()
+
+
+class _VocabLM(nn.Module):
+    """A vocabulary-parallel head whose loss is computed under torch's ``loss_parallel()``;
+    ``step``: the forward differentiates it there itself, as torch's docs ask."""
+
+    def __init__(self, step: bool = False) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(64, 32)
+        self.lm_head = nn.Linear(32, 64, bias=False)
+        self.step = step
+
+    def forward(self, idx: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        from torch.distributed.tensor.parallel import loss_parallel
+
+        with torch.enable_grad():
+            logits = self.lm_head(self.emb(idx))
+            with loss_parallel():
+                loss = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
+                if self.step:
+                    loss.backward()
+        return loss.detach() if self.step else loss
+
+
+def vocab_lm_factory(step: bool = False) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    torch.manual_seed(0)
+    plan = {"emb": RowwiseParallel(input_layouts=Replicate()),
+            "lm_head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)}
+    return parallelize_module(_VocabLM(step), mesh, plan), (torch.randint(0, 64, (2, 8)), torch.randint(0, 64, (2, 8)))
+
+
+def test_a_loss_parallel_loss_differentiated_by_the_step_says_to_differentiate_it_inside() -> None:
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from fxviz.fallback.comms import COLLECTIVES
+
+    # torch's own failure, fxviz or not: the backward outside loss_parallel()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    try:
+        model, args = vocab_lm_factory()
+        with pytest.raises(RuntimeError, match="nll_loss_backward.* got mixed torch.Tensor and DTensor"):
+            model(*args).backward()
+    finally:
+        end_world()
+    with pytest.raises(ModelError) as e:
+        fxviz.capture(vocab_lm_factory, world_size=4, backward=True)
+    assert "\n" not in str(e.value) and "call loss.backward() inside `with loss_parallel():` in the forward" in str(e.value)
+    assert e.value.graph is not None and any(n.module == "lm_head" for n in e.value.graph.nodes)  # the partial graph
+    # the workaround it gives captures, with the collectives torch dispatches for that step
+    g = fxviz.capture(lambda: vocab_lm_factory(step=True), world_size=4)
+
+    class Seen(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list[tuple[str, int]] = []
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            from torch.distributed.tensor import DTensor
+
+            if DTensor in types:
+                return NotImplemented
+            if func._overloadpacket in COLLECTIVES:
+                self.ops.append((str(func._overloadpacket), args[0].numel() * args[0].element_size()))
+            return func(*args, **(kwargs or {}))
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    try:
+        model, args = vocab_lm_factory(step=True)
+        with Seen() as seen:
+            model(*args)
+    finally:
+        end_world()
+    assert [(r["op"], r["bytes"]) for r in g.annotations["collectives"]] == seen.ops
+    assert len(seen.ops) >= 3

@@ -398,8 +398,12 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
         else:  # in the module of the backward op that handed it its last gradient: the one run just before it
             stack = handed_stack(handed, ran, hands)
             attrs["stack_inferred"] = True
-            if watch.made_by.get(f) in nodes:  # DTensor's redistribution in a parallel style's hook: its last op
-                attrs["made_by"] = watch.made_by[f]
+            made = watch.made_by.get(f)
+            if made in nodes:  # DTensor's redistribution in a parallel style's hook: its last op
+                attrs["made_by"] = made
+                own = nodes[made].stack
+                if stack[:len(own)] != own:  # its gradient comes from outside the module whose output hook made it:
+                    stack = own  # that module's backward has begun (torch's full backward pre-hooks fire on the hooked output)
         node = Node(unique(snake(type(f).__name__)), "op", target=type(f).__name__, inputs=tuple(ins), stack=stack,
                     attrs=attrs, phase="backward")
         ran[node.name] = len(ran)

@@ -106,7 +106,23 @@ def sharded_hint(error: BaseException, params: Any) -> str:
     :func:`~fxviz.torchbridge.distributed.fake_world_hint`). ``""`` where nothing fits."""
     from fxviz.torchbridge.distributed import fake_world_hint
 
-    return uneven_shards(error, params) or fake_world_hint(error.__cause__ or error)
+    return uneven_shards(error, params) or loss_parallel_backward(error) or fake_world_hint(error.__cause__ or error)
+
+
+#: torch's words when a loss that ``loss_parallel()`` computed on class-sharded logits is
+#: differentiated outside that context (its backward ops then meet the plain target tensor)
+_LOSS_BACKWARD = re.compile(r"the backward raised .*aten\.(?:nll_loss\w*_backward|_log_softmax_backward_data)"
+                            r"\S* got mixed torch\.Tensor and DTensor")
+
+
+def loss_parallel_backward(error: BaseException) -> str:
+    """A loss computed under torch's ``loss_parallel()``, whose backward must run inside it too (as
+    torch's docs say): the step's backward runs after the forward returned, outside it. ``""`` else."""
+    if not _LOSS_BACKWARD.search(str(error)):
+        return ""
+    return ("; a loss computed under loss_parallel() must also be differentiated inside it, and the step's backward "
+            "runs after the forward returned: call loss.backward() inside `with loss_parallel():` in the forward "
+            "and capture without --backward (backward=True), the backward is then in the graph")
 
 
 def uneven_shards(error: BaseException, params: Any) -> str:

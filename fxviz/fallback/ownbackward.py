@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch.autograd.graph import GradientEdge, get_gradient_edge
 
+from fxviz.fallback.observe import PLAIN_TENSORS
 from fxviz.fallback.tensors import tensor_meta
 from fxviz.ir import ModuleCall, Node, Ref
 
@@ -45,6 +46,7 @@ class OwnBackward:
     def __init__(self, rec: Any) -> None:
         self.rec = rec  # the Recorder
         self.fn_node: dict[Any, Ref] = {}  # grad_fn -> the recorded output it belongs to
+        self.made_by: dict[Any, str] = {}  # grad_fn of a DTensor an unseen Function made -> its shard's node
         self.hooks: dict[Any, Any] = {}  # autograd node -> the handle of the hook of its latest run's node
         self.runs = 0  # backward calls the forward made
         #: autograd nodes that ran again in a backward no call the mode saw started (``torch.autograd.grad``
@@ -63,6 +65,8 @@ class OwnBackward:
                     e = values.get(a)
                     if e is not None:
                         fn_node[gf] = e[0]
+                    elif type(a) not in PLAIN_TENSORS and (ref := self.rec._local_value(a)) is not None:
+                        self.made_by.setdefault(gf, ref.node)  # a parallel style's redistribution in its hook
             for k, o in enumerate(outs):
                 gf = o.grad_fn if isinstance(o, torch.Tensor) else None
                 if gf is not None and gf not in fn_node:
@@ -123,6 +127,11 @@ class OwnBackward:
                 stack = nodes[fwd.node].stack
             else:  # in the module of the backward op that handed it its last gradient
                 attrs["stack_inferred"] = True
+                made = self.made_by.get(f)
+                if made in nodes:  # as fxviz's own backward places it (:func:`fxviz.fallback.backward.add_backward`)
+                    attrs["made_by"] = made
+                    own = nodes[made].stack
+                    stack = own if stack[:len(own)] != own else stack
             target = type(f).__name__
             node = Node(rec.names.unique(snake(target)), "op", target, tuple(ins), stack, attrs=attrs,
                         phase="backward")
@@ -142,6 +151,7 @@ class OwnBackward:
             h.remove()
         self.hooks.clear()
         self.fn_node.clear()
+        self.made_by.clear()
         self.rec = None
 
 
