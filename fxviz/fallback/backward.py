@@ -39,7 +39,7 @@ from torch.overrides import TorchFunctionMode
 from fxviz.errors import ModelError
 from fxviz.fallback.fsdp import unsharded_names
 from fxviz.fallback.observe import PLAIN_TENSORS
-from fxviz.fallback.ownbackward import Stack, handed_stack, hands_on, snake, walk
+from fxviz.fallback.ownbackward import Stack, handed_stack, hands_on, hooked_stack, snake, walk
 from fxviz.fallback.recompute import Recompute, cache_filled, place, policy_saved, storage_key, would_save
 from fxviz.fallback.recorder import Recorder
 from fxviz.fallback.tensors import tensor_meta
@@ -401,9 +401,7 @@ def add_backward(graph: Graph, model: nn.Module, inputs: tuple[torch.Tensor, ...
             made = watch.made_by.get(f)
             if made in nodes:  # DTensor's redistribution in a parallel style's hook: its last op
                 attrs["made_by"] = made
-                own = nodes[made].stack
-                if stack[:len(own)] != own:  # its gradient comes from outside the module whose output hook made it:
-                    stack = own  # that module's backward has begun (torch's full backward pre-hooks fire on the hooked output)
+                stack = hooked_stack(stack, nodes[made].stack)
         node = Node(unique(snake(type(f).__name__)), "op", target=type(f).__name__, inputs=tuple(ins), stack=stack,
                     attrs=attrs, phase="backward")
         ran[node.name] = len(ran)

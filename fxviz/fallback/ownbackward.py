@@ -130,8 +130,7 @@ class OwnBackward:
                 made = self.made_by.get(f)
                 if made in nodes:  # as fxviz's own backward places it (:func:`fxviz.fallback.backward.add_backward`)
                     attrs["made_by"] = made
-                    own = nodes[made].stack
-                    stack = own if stack[:len(own)] != own else stack
+                    stack = hooked_stack(stack, nodes[made].stack)
             target = type(f).__name__
             node = Node(rec.names.unique(snake(target)), "op", target, tuple(ins), stack, attrs=attrs,
                         phase="backward")
@@ -192,6 +191,15 @@ def handed_stack(handed: list[Node], ran: dict[str, int], hands: dict[str, Stack
         return ()
     last = max(handed, key=lambda n: ran[n.name])
     return hands.get(last.name, last.stack)
+
+
+def hooked_stack(handed: Stack, own: Stack) -> Stack:
+    """The module of a redistribution's backward that a parallel style's output hook made in
+    ``own``'s module: where its gradient comes from outside that module (a row-parallel
+    ``use_local_output=False`` output read by the next module), that module, whose backward has
+    begun (torch's full backward pre-hooks fire on the hooked output, and ``CommDebugMode`` counts it
+    there); else the module that ``handed`` it its last gradient."""
+    return handed if handed[:len(own)] == own else own
 
 
 def hands_on(node: Node, handed: list[Node], ran: dict[str, int], hands: dict[str, Stack]) -> None:
