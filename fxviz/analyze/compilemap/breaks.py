@@ -130,7 +130,11 @@ def group_breaks(breaks: Sequence[BreakRecord], graph: Graph, tree: CallTree, as
     - the runs of the function Dynamo resumed after it (``resumed[(func, line)]``);
     - the runs of the graphs Dynamo ended at it (``ended[(file, line)]``, by their compile reason:
       a break under inlined calls ends one graph in each calling frame, so the most of any one
-      frame's graphs), which counts a break whose resume function Dynamo ran eagerly.
+      frame's graphs), which counts a break whose resume function Dynamo ran eagerly;
+    - the frame compiles of the first input set that logged it (the most at one depth of frames):
+      a function compiled again on each call (a guard on its module argument) passed the break on
+      each, though it made no graph to count; calls a compiled version accepted are not counted
+      there (a lower bound: nothing in torch's record says how often a graphless frame ran).
 
     A ``skip`` (a frame Dynamo gave up on and ran eagerly) counts the runs of that frame, not the
     passes through the break inside it, which broke no graph when it ran: a skipped resume
@@ -147,6 +151,7 @@ def group_breaks(breaks: Sequence[BreakRecord], graph: Graph, tree: CallTree, as
             at_line.setdefault((n.source.file, n.source.line), []).append(n.name)
     data_dependent = {n.name for n in graph.ops if n.attrs.get("data_dependent")}
     groups: dict[tuple[str, str, int], BreakGroup] = {}
+    compiles: dict[tuple[str, str, int], dict[int, set[str]]] = {}  # key -> depth of frames -> compile ids
     # a frame whose compile failed (torch's compilation metrics) that a logged break already says was skipped
     told = {(f[0], f[2]) for b in breaks if not b.skipped and category(b.gb_type, b.reason) == "skip" for f in b.stack}
     # a break logged in a frame compile that then failed broke no graph: it is why torch ran the frame
@@ -162,6 +167,8 @@ def group_breaks(breaks: Sequence[BreakRecord], graph: Graph, tree: CallTree, as
         at, lib = place(frames, cat)
         where = frames[at] if frames else None
         key = (b.gb_type + " (skipped)" * b.skipped, where.file if where else "", where.line if where else 0)
+        if not b.skipped and b.input_set == 0 and b.compile_id:
+            compiles.setdefault(key, {}).setdefault(len(frames), set()).add(b.compile_id)
         if key in groups:
             groups[key].count += int(logged)
             continue
@@ -177,6 +184,12 @@ def group_breaks(breaks: Sequence[BreakRecord], graph: Graph, tree: CallTree, as
         groups[key] = BreakGroup(cat, _short_reason(b.gb_type, b.reason), detail, frames, count, node,
                                  tree.of(node).id if node is not None else None, b.input_set,
                                  link.group(1) if link else "", at, lib, registry().get(b.gb_type, ""))
+    if not logged:  # each frame compile that logged the break passed it at least once (a function
+        # compiled again for each module it is called with, breaking each time, though no graph ran:
+        # torch's counters["graph_break"]); a break under inlined calls is logged in each calling frame,
+        # so the most at any one depth of frames
+        for key, depths in compiles.items():
+            groups[key].count = max(groups[key].count, *(len(ids) for ids in depths.values()))
     out = list(groups.values())
     if not logged:  # a skipped resume function ran once for each pass through the break before it
         passed = {(b.where.file, b.where.line): b.count for b in out if b.category != "skip" and b.where is not None}

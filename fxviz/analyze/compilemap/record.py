@@ -127,7 +127,9 @@ def op_records(gm: torch.fx.GraphModule, paths: dict[int, str]) -> list[OpRecord
     """The ops of a Dynamo graph, in order (:func:`op_nodes`)."""
     out = []
     for n in op_nodes(gm):
-        if n.op == "call_function":
+        if n.op == "call_function" and n.target is getattr and len(n.args) == 2 and isinstance(n.args[1], str):
+            target = f"Tensor.{n.args[1]}.__get__"  # a tensor property (``w.T``), as the eager tracer records it
+        elif n.op == "call_function":
             t = n.target  # a dispatcher op is named as every capture names it (mylib::op.default)
             target = op_target(t) or f"{getattr(t, '__module__', None) or ''}.{getattr(t, '__name__', str(t))}"
         elif n.op == "call_method":

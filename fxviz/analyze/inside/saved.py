@@ -66,13 +66,20 @@ def dynamo_to_eager(trace: Trace, eager: Graph) -> dict[str, dict[str, str]]:
             g = None
         if g is None:
             continue
-        runs.append((gid, [_Op(op_name(n.target), "", n.source.file if n.source else "",
+        runs.append((gid, [_Op(_name(n), "", n.source.file if n.source else "",
                                n.source.line if n.source else 0, n.name) for n in g.nodes if n.kind == "op"]))
     out: dict[str, dict[str, str]] = {}
     for gid, dops in runs:  # each graph on its own: a recompile runs the same ops again
         row = pair(ops, [(gid, dops)])[0]
         out[gid] = {d.node: ops[i].name for d, i in zip(dops, row, strict=True) if i is not None}
     return out
+
+
+def _name(n: Any) -> str:
+    """The op's name as the eager tracer's is spelled: a tensor property the trace prints as an
+    attribute read (``w.T``) is the tracer's ``Tensor.T.__get__``, ``T``."""
+    attr = n.attrs.get("attr") if n.target == "builtins.getattr" else None
+    return op_name(f"Tensor.{attr}.__get__" if isinstance(attr, str) else n.target)
 
 
 __all__ = ["dynamo_to_eager", "from_trace"]
