@@ -58,6 +58,13 @@ def short_name(target: str) -> str:
     return parts[-1]
 
 
+def property_target(attr: str) -> str:
+    """The target of a tensor property read (``w.T``) as the eager tracer records it (the property's
+    getter, ``Tensor.T.__get__``), for a record that spells it as an attribute read (Dynamo's
+    ``getattr(w, 'T')``, a trace's ``builtins.getattr``)."""
+    return f"Tensor.{attr}.__get__"
+
+
 @lru_cache(maxsize=8192)
 def op_name(target: str) -> str:
     """The name two spellings of one op share: ``aten.add_.Tensor``, ``Tensor.__iadd__``,
@@ -164,5 +171,5 @@ def op_family(target: str) -> str:
 
 __all__ = [
     "ASSERTS", "DATA_DEPENDENT", "DROPOUTS", "FAMILIES", "RANDOM", "TENSOR_META_ATTRS",
-    "TENSOR_META_METHODS", "op_family", "op_name", "short_name",
+    "TENSOR_META_METHODS", "op_family", "op_name", "property_target", "short_name",
 ]

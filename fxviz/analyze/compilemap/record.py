@@ -57,7 +57,7 @@ from fxviz.analyze.compilemap.shapes import (
 )
 from fxviz.analyze.compilemap.state import written_inputs
 from fxviz.errors import TargetError
-from fxviz.ops import op_name
+from fxviz.ops import op_name, property_target
 from fxviz.progress import stage
 from fxviz.torchbridge.guard import Backups
 from fxviz.torchbridge.opnames import op_target
@@ -128,7 +128,7 @@ def op_records(gm: torch.fx.GraphModule, paths: dict[int, str]) -> list[OpRecord
     out = []
     for n in op_nodes(gm):
         if n.op == "call_function" and n.target is getattr and len(n.args) == 2 and isinstance(n.args[1], str):
-            target = f"Tensor.{n.args[1]}.__get__"  # a tensor property (``w.T``), as the eager tracer records it
+            target = property_target(n.args[1])  # a tensor property (``w.T``), as the eager tracer records it
         elif n.op == "call_function":
             t = n.target  # a dispatcher op is named as every capture names it (mylib::op.default)
             target = op_target(t) or f"{getattr(t, '__module__', None) or ''}.{getattr(t, '__name__', str(t))}"

@@ -19,7 +19,7 @@ from fxviz.analyze.inside import overlay
 from fxviz.analyze.inside.build import build
 from fxviz.analyze.inside.result import Inside
 from fxviz.ir import Graph
-from fxviz.ops import op_name
+from fxviz.ops import op_name, property_target
 from fxviz.tracefile import read_trace
 from fxviz.tracefile.fxtext import parse_graph
 from fxviz.tracefile.records import Trace
@@ -79,7 +79,7 @@ def _name(n: Any) -> str:
     """The op's name as the eager tracer's is spelled: a tensor property the trace prints as an
     attribute read (``w.T``) is the tracer's ``Tensor.T.__get__``, ``T``."""
     attr = n.attrs.get("attr") if n.target == "builtins.getattr" else None
-    return op_name(f"Tensor.{attr}.__get__" if isinstance(attr, str) else n.target)
+    return op_name(property_target(attr) if isinstance(attr, str) else n.target)
 
 
 __all__ = ["dynamo_to_eager", "from_trace"]
