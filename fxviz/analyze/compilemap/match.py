@@ -9,7 +9,10 @@ module when Dynamo names one (``nn_module_stack``, up to list indices: a graph c
 ``blocks.0``'s own ``forward`` is reused for ``blocks.1`` with its first paths, and for ``4`` of a
 top-level ``nn.Sequential`` with ``0``'s; an empty path, an op of the compiled function's own
 ``self``, matches any module). A match is looked for within ``WINDOW`` eager ops, so an op Dynamo
-made that the tracer never saw cannot pull the cursor far ahead.
+made that the tracer never saw cannot pull the cursor far ahead. A match that would skip eager ops
+is taken only if it pairs the next ``LOOKAHEAD`` Dynamo ops no worse than leaving the op unpaired:
+a line that runs once more compiled (a branch on ``torch.compiler.is_compiling()``, transformers'
+``and_masks``) no longer takes that line's later eager op and leaves the ops between unpaired.
 
 The user source line is the innermost user frame on both sides, told by one predicate
 (:func:`~fxviz.torchbridge.source.is_user_file`: not torch, not fxviz). But Dynamo's frames begin at
@@ -50,6 +53,9 @@ from fxviz.ops import TENSOR_META_ATTRS, TENSOR_META_METHODS, op_name, short_nam
 
 #: How far ahead (in eager ops) a Dynamo op may find its match.
 WINDOW = 400
+
+#: How many Dynamo ops after one whose match skips eager ops are paired both ways to choose (:func:`pair`).
+LOOKAHEAD = 32
 
 #: Eager-only ops that may be filled in at the ends of a run: metadata reads Dynamo folds.
 _FOLDED = frozenset(TENSOR_META_ATTRS) | frozenset(TENSOR_META_METHODS)
@@ -175,28 +181,63 @@ def pair(ops: Sequence[Node], runs: Sequence[Run], *, start: int = 0) -> list[li
     on any line (:func:`matchable`). Matched indices increase along the runs."""
     by_key: dict[tuple[str, int, str], list[int]] = {}
     by_name: dict[str, list[int]] = {}
-    for i, n in enumerate(ops):
+    for e, n in enumerate(ops):
         key = op_key(n)
-        by_key.setdefault(key, []).append(i)
-        by_name.setdefault(key[2], []).append(i)
+        by_key.setdefault(key, []).append(e)
+        by_name.setdefault(key[2], []).append(e)
+    flat = [d for _, dops in runs for d in dops]
+    cands = [by_key.get((d.file, d.line, d.name)) if d.file else by_name.get(d.name) for d in flat]
     taken = [False] * len(ops)
+
+    def find(k: int, cursor: int, also: Collection[int] = ()) -> int | None:
+        """The first free eager op at or after ``cursor`` Dynamo op ``k`` can be."""
+        cs = cands[k]
+        if not cs:
+            return None
+        mod = flat[k].module
+        j = bisect_left(cs, cursor)
+        while j < len(cs) and cs[j] < cursor + WINDOW:
+            i = cs[j]
+            if not taken[i] and i not in also and (not mod or _same_module(ops[i].module, mod)):
+                return i
+            j += 1
+        return None
+
+    def ahead(k: int, cursor: int, also: set[int]) -> int:
+        """How many of the :data:`LOOKAHEAD` Dynamo ops from ``k`` on the greedy match pairs,
+        starting at ``cursor``, with the eager ops ``also`` taken too."""
+        n = 0
+        for q in range(k, min(k + LOOKAHEAD, len(flat))):
+            i = find(q, cursor, also)
+            if i is not None:
+                also.add(i)
+                cursor, n = i + 1, n + 1
+        return n
+
     cursor = start
+    found: list[int | None] = []
+    for k, d in enumerate(flat):
+        i = None
+        cs = cands[k]
+        if cs:  # find(k, cursor), inline: this loop runs once per Dynamo op
+            j = bisect_left(cs, cursor)
+            while j < len(cs) and cs[j] < cursor + WINDOW:
+                c = cs[j]
+                if not taken[c] and (not d.module or _same_module(ops[c].module, d.module)):
+                    i = c
+                    break
+                j += 1
+        # skipping eager ops to reach i: worth it only if the ops after pair no worse than without
+        if i is not None and i > cursor and ahead(k + 1, cursor, set()) > 1 + ahead(k + 1, i + 1, {i}):
+            i = None
+        if i is not None:
+            taken[i], cursor = True, i + 1
+        found.append(i)
     out: list[list[int | None]] = []
+    at = 0
     for _, dops in runs:
-        row: list[int | None] = []
-        for d in dops:
-            found = None
-            cands = by_key.get((d.file, d.line, d.name)) if d.file else by_name.get(d.name)
-            if cands:
-                j = bisect_left(cands, cursor)
-                while j < len(cands) and cands[j] < cursor + WINDOW:
-                    i = cands[j]
-                    if not taken[i] and (not d.module or _same_module(ops[i].module, d.module)):
-                        taken[i], found, cursor = True, i, i + 1
-                        break
-                    j += 1
-            row.append(found)
-        out.append(row)
+        out.append(found[at:at + len(dops)])
+        at += len(dops)
     return out
 
 
@@ -243,4 +284,4 @@ def _folded(n: Node) -> bool:
     return (short_name(n.target) in _FOLDED or op_name(n.target) in _FOLDED) and not n.attrs.get("data_dependent")
 
 
-__all__ = ["WINDOW", "DynamoOp", "Run", "assign", "matchable", "op_key", "pair"]
+__all__ = ["LOOKAHEAD", "WINDOW", "DynamoOp", "Run", "assign", "matchable", "op_key", "pair"]
