@@ -137,3 +137,73 @@ def test_pair_is_an_alignment_not_a_cursor_that_runs_ahead() -> None:
     eager = [_op("mul", 5), _op("sin", 6), _op("relu", 7), _op("cos", 8)]
     runs = [("g0", [_D("mul", 5), _D("mul", 5)]), ("g1", [_D("sin", 6), _D("relu", 7), _D("cos", 8)])]
     assert pair(eager, runs) in ([[0, None], [1, 2, 3]], [[None, 0], [1, 2, 3]])
+
+
+def test_pair_aligns_past_a_block_that_runs_only_compiled() -> None:
+    # Gemma2's shape: compiled, the full mask is ones & causal & packed (and_masks), eagerly only
+    # causal; then both build the sliding mask, ones & sliding & causal. A greedy lookahead paired the
+    # compiled full mask's ``&`` with the eager sliding mask's and lost the whole sliding mask.
+    ones, le, to, and_, eq, expand, sub, gt = (("new_ones", 52), ("le", 78), ("to", 54), ("bitwise_and", 54), ("eq", 190),
+                                               ("expand", 539), ("sub", 97), ("gt", 97))
+    eager_keys = [le, expand,  # full mask
+                  ones, sub, gt, to, and_, le, to, and_, expand]  # sliding mask
+    dyn_keys = [ones, le, to, and_, eq, to, and_, expand,  # full mask, and_masks
+                ones, sub, gt, to, and_, le, to, and_, eq, to, and_, expand]  # sliding mask
+    eager = [_op(n, line) for n, line in eager_keys]
+    (row,) = pair(eager, [("g0", [_D(n, line) for n, line in dyn_keys])])
+    assert row == [None, 0, None, None, None, None, None, 1,
+                   2, 3, 4, 5, 6, 7, 8, 9, None, None, None, 10], row
+
+
+def test_gemma2_each_pair_holds_the_value_torch_computed() -> None:
+    """Every pair against torch's own run: the output of each Dynamo node (the graph torch hands the
+    backend, run node by node) equals its eager op's, and the sliding mask, built on both sides, is
+    paired op for op (a lookahead without alignment paired the full mask's ``&`` and ``.to`` with the
+    sliding mask's, 10-38 of 64 booleans apart, and left the sliding mask unpaired)."""
+    import fxviz.analyze.compilemap.run as cmrun
+    from fxviz.analyze.numerics.keep import Keeper
+    from fxviz.analyze.numerics.run import run_eager
+    from tests import numerics_models as nm
+
+    seen: dict[str, Any] = {}
+    build = cmrun.build
+
+    def kept(graph: Any, rec: Any, **kw: Any) -> Any:
+        seen["ops"], seen["runs"] = graph.ops, [(rec.graphs[g].id, rec.graphs[g].ops) for g, k in rec.runs
+                                               if k == 0 and rec.forward(g)]
+        return build(graph, rec, **kw)
+
+    values: dict[str, Any] = {}
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: object) -> object:
+        class Kept(torch.fx.Interpreter):
+            def run_node(self, n: torch.fx.Node) -> Any:
+                out = super().run_node(n)
+                values[n.name] = out
+                return out
+
+        return lambda *a: Kept(gm).run(*a)
+
+    cmrun.build = kept
+    try:
+        model, args, kwargs = nm.gemma2()
+        fxviz.compile_map(model, args, kwargs, backend=backend)
+    finally:
+        cmrun.build = build
+    ops, runs = seen["ops"], seen["runs"]
+    keeper = Keeper(lambda n: "new", budget=1 << 40)
+    graph, _ = run_eager(*nm.gemma2(), keeper, seed=None)
+    assert [n.name for n in graph.ops] == [n.name for n in ops]
+    (row,) = pair(ops, runs)
+    (dops,) = (d for _, d in runs)
+    wrong, masks = [], 0
+    for d, i in zip(dops, row, strict=True):
+        if i is None or not isinstance(values.get(d.node), torch.Tensor):
+            continue
+        mine, theirs = keeper.values[ops[i].name][0], values[d.node]
+        masks += "masking_utils" in d.file
+        if mine is None or mine.shape != theirs.shape or not torch.allclose(mine.float(), theirs.float()):
+            wrong.append((d.node, ops[i].name))
+    assert wrong == []
+    # both masks' ops paired: 32 of the compiled masks' ops have an eager op that computed them
+    assert masks >= 32, masks

@@ -189,30 +189,31 @@ def pair(ops: Sequence[Node], runs: Sequence[Run], *, start: int = 0) -> list[li
     cands = [by_key.get((d.file, d.line, d.name)) if d.file else by_name.get(d.name) for d in flat]
     taken = [False] * len(ops)
 
-    def find(k: int, cursor: int, also: Collection[int] = ()) -> int | None:
-        """The first free eager op at or after ``cursor`` Dynamo op ``k`` can be."""
-        cs = cands[k]
-        if not cs:
-            return None
-        mod = flat[k].module
-        j = bisect_left(cs, cursor)
-        while j < len(cs) and cs[j] < cursor + WINDOW:
-            i = cs[j]
-            if not taken[i] and i not in also and (not mod or _same_module(ops[i].module, mod)):
-                return i
-            j += 1
-        return None
-
-    def ahead(k: int, cursor: int, also: set[int]) -> int:
-        """How many of the :data:`LOOKAHEAD` Dynamo ops from ``k`` on the greedy match pairs,
-        starting at ``cursor``, with the eager ops ``also`` taken too."""
-        n = 0
+    def best(k: int, lo: int, also: int = -1) -> int:
+        """How many of the :data:`LOOKAHEAD` Dynamo ops from ``k`` on can be paired, in order, with
+        free eager ops from ``lo`` on (eager op ``also`` taken too): the length of their longest
+        common subsequence under the match predicate (Hunt-Szymanski: ``ends[t]`` is the smallest
+        eager index a pairing of ``t + 1`` ops can end at)."""
+        ends: list[int] = []
         for q in range(k, min(k + LOOKAHEAD, len(flat))):
-            i = find(q, cursor, also)
-            if i is not None:
-                also.add(i)
-                cursor, n = i + 1, n + 1
-        return n
+            cs = cands[q]
+            if not cs:
+                continue
+            mod = flat[q].module
+            j, hi = bisect_left(cs, lo), lo + WINDOW
+            free = []
+            while j < len(cs) and cs[j] < hi:
+                c = cs[j]
+                if not taken[c] and c != also and (not mod or _same_module(ops[c].module, mod)):
+                    free.append(c)
+                j += 1
+            for c in reversed(free):  # decreasing: one Dynamo op extends a pairing once
+                t = bisect_left(ends, c)
+                if t == len(ends):
+                    ends.append(c)
+                else:
+                    ends[t] = c
+        return len(ends)
 
     cursor = start
     found: list[int | None] = []
@@ -227,8 +228,8 @@ def pair(ops: Sequence[Node], runs: Sequence[Run], *, start: int = 0) -> list[li
                     i = c
                     break
                 j += 1
-        # skipping eager ops to reach i: worth it only if the ops after pair no worse than without
-        if i is not None and i > cursor and ahead(k + 1, cursor, set()) > 1 + ahead(k + 1, i + 1, {i}):
+        # skipping eager ops to reach i: worth it only if as many of the ops after can pair as without
+        if i is not None and i > cursor and best(k + 1, cursor) > 1 + best(k + 1, i + 1, i):
             i = None
         if i is not None:
             taken[i], cursor = True, i + 1
