@@ -201,11 +201,14 @@ def pair(ops: Sequence[Node], runs: Sequence[Run], *, start: int = 0) -> list[li
                 continue
             mod = flat[q].module
             j, hi = bisect_left(cs, lo), lo + WINDOW
+            last = ends[-1] if ends else lo - 1
             free = []
             while j < len(cs) and cs[j] < hi:
                 c = cs[j]
                 if not taken[c] and c != also and (not mod or _same_module(ops[c].module, mod)):
                     free.append(c)
+                    if c > last:  # a later one could only lengthen the pairing to the same length
+                        break
                 j += 1
             for c in reversed(free):  # decreasing: one Dynamo op extends a pairing once
                 t = bisect_left(ends, c)
