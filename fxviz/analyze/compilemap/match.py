@@ -10,9 +10,15 @@ module when Dynamo names one (``nn_module_stack``, up to list indices: a graph c
 top-level ``nn.Sequential`` with ``0``'s; an empty path, an op of the compiled function's own
 ``self``, matches any module). A match is looked for within ``WINDOW`` eager ops, so an op Dynamo
 made that the tracer never saw cannot pull the cursor far ahead. A match that would skip eager ops
-is taken only if it pairs the next ``LOOKAHEAD`` Dynamo ops no worse than leaving the op unpaired:
-a line that runs once more compiled (a branch on ``torch.compiler.is_compiling()``, transformers'
-``and_masks``) no longer takes that line's later eager op and leaves the ops between unpaired.
+is an alignment decision: it is taken unless more of the next ``LOOKAHEAD`` Dynamo ops can pair
+without it, counted exactly as the longest common subsequence of those ops and the free eager ops
+under the same predicate (Hunt-Szymanski, on the candidates :func:`pair` already indexes). So ops
+that run only compiled (a branch on ``torch.compiler.is_compiling()``; transformers' ``and_masks``,
+which builds Gemma2's full mask as ones & causal & packed under Dynamo, only causal eagerly) do not
+take a later block's eager ops and leave that block unpaired. Limits: the check sees ``LOOKAHEAD``
+Dynamo ops, so a compiled-only block longer than that can still shift what follows; ties keep the
+first match (the greedy order), and where no skip is needed nothing changes from a greedy match
+(GPT-2, LLaMA, Qwen2 and ModernBERT pair exactly as the greedy match paired them).
 
 The user source line is the innermost user frame on both sides, told by one predicate
 (:func:`~fxviz.torchbridge.source.is_user_file`: not torch, not fxviz). But Dynamo's frames begin at
@@ -54,7 +60,7 @@ from fxviz.ops import TENSOR_META_ATTRS, TENSOR_META_METHODS, op_name, short_nam
 #: How far ahead (in eager ops) a Dynamo op may find its match.
 WINDOW = 400
 
-#: How many Dynamo ops after one whose match skips eager ops are paired both ways to choose (:func:`pair`).
+#: How many Dynamo ops after one whose match skips eager ops are aligned both ways to choose (:func:`pair`).
 LOOKAHEAD = 32
 
 #: Eager-only ops that may be filled in at the ends of a run: metadata reads Dynamo folds.
