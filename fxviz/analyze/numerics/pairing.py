@@ -202,8 +202,6 @@ def _repair(x: int, ei: int, out: dict[int, int], back: dict[int, int], other: R
         return False
     xj = mine[0]
     old = back.get(ei)
-    if old is not None and old in out and _supported(old, ei, out, other, eager):
-        return False  # its pair reads what it reads: ``xj`` only computes the same value again
     if old is not None:
         out.pop(old, None)
     out[xj], back[ei] = ei, xj
@@ -212,14 +210,6 @@ def _repair(x: int, ei: int, out: dict[int, int], back: dict[int, int], other: R
         if xk is not None and xk not in other.ops[xj]:
             _repair(xj, ej, out, back, other, eager, keys, depth - 1)
     return True
-
-
-def _supported(x: int, e: int, pairs: Mapping[int, int], other: Reads, eager: Reads) -> bool:
-    """Whether every op ``x`` reads that is paired is paired with what ``e`` reads (one at least):
-    a Gemma2's compiled sliding mask ends in two more ``&`` than eager's (``and_masks`` with the
-    padding mask, all True), and the ``&`` the layers read is not the one eager's ``&`` computed."""
-    paired = sum(1 for xi in other.ops[x] if xi in pairs)
-    return paired > 0 and _agrees(x, e, pairs, other, eager) == paired
 
 
 def ambiguous_ops(keys: Sequence[tuple[str, int, str]]) -> set[int]:
