@@ -9,7 +9,16 @@ module when Dynamo names one (``nn_module_stack``, up to list indices: a graph c
 ``blocks.0``'s own ``forward`` is reused for ``blocks.1`` with its first paths, and for ``4`` of a
 top-level ``nn.Sequential`` with ``0``'s; an empty path, an op of the compiled function's own
 ``self``, matches any module). A match is looked for within ``WINDOW`` eager ops, so an op Dynamo
-made that the tracer never saw cannot pull the cursor far ahead.
+made that the tracer never saw cannot pull the cursor far ahead. A match that would skip eager ops
+is an alignment decision: it is taken unless more of the next ``LOOKAHEAD`` Dynamo ops can pair
+without it, counted exactly as the longest common subsequence of those ops and the free eager ops
+under the same predicate (Hunt-Szymanski, on the candidates :func:`pair` already indexes). So ops
+that run only compiled (a branch on ``torch.compiler.is_compiling()``; transformers' ``and_masks``,
+which builds Gemma2's full mask as ones & causal & packed under Dynamo, only causal eagerly) do not
+take a later block's eager ops and leave that block unpaired. Limits: the check sees ``LOOKAHEAD``
+Dynamo ops, so a compiled-only block longer than that can still shift what follows; ties keep the
+first match (the greedy order), and where no skip is needed nothing changes from a greedy match
+(GPT-2, LLaMA, Qwen2 and ModernBERT pair exactly as the greedy match paired them).
 
 The user source line is the innermost user frame on both sides, told by one predicate
 (:func:`~fxviz.torchbridge.source.is_user_file`: not torch, not fxviz). But Dynamo's frames begin at
@@ -50,6 +59,9 @@ from fxviz.ops import TENSOR_META_ATTRS, TENSOR_META_METHODS, op_name, short_nam
 
 #: How far ahead (in eager ops) a Dynamo op may find its match.
 WINDOW = 400
+
+#: How many Dynamo ops after one whose match skips eager ops are aligned both ways to choose (:func:`pair`).
+LOOKAHEAD = 32
 
 #: Eager-only ops that may be filled in at the ends of a run: metadata reads Dynamo folds.
 _FOLDED = frozenset(TENSOR_META_ATTRS) | frozenset(TENSOR_META_METHODS)
@@ -175,28 +187,67 @@ def pair(ops: Sequence[Node], runs: Sequence[Run], *, start: int = 0) -> list[li
     on any line (:func:`matchable`). Matched indices increase along the runs."""
     by_key: dict[tuple[str, int, str], list[int]] = {}
     by_name: dict[str, list[int]] = {}
-    for i, n in enumerate(ops):
+    for e, n in enumerate(ops):
         key = op_key(n)
-        by_key.setdefault(key, []).append(i)
-        by_name.setdefault(key[2], []).append(i)
+        by_key.setdefault(key, []).append(e)
+        by_name.setdefault(key[2], []).append(e)
+    flat = [d for _, dops in runs for d in dops]
+    cands = [by_key.get((d.file, d.line, d.name)) if d.file else by_name.get(d.name) for d in flat]
     taken = [False] * len(ops)
-    cursor = start
-    out: list[list[int | None]] = []
-    for _, dops in runs:
-        row: list[int | None] = []
-        for d in dops:
-            found = None
-            cands = by_key.get((d.file, d.line, d.name)) if d.file else by_name.get(d.name)
-            if cands:
-                j = bisect_left(cands, cursor)
-                while j < len(cands) and cands[j] < cursor + WINDOW:
-                    i = cands[j]
-                    if not taken[i] and (not d.module or _same_module(ops[i].module, d.module)):
-                        taken[i], found, cursor = True, i, i + 1
+
+    def best(k: int, lo: int, also: int = -1) -> int:
+        """How many of the :data:`LOOKAHEAD` Dynamo ops from ``k`` on can be paired, in order, with
+        free eager ops from ``lo`` on (eager op ``also`` taken too): the length of their longest
+        common subsequence under the match predicate (Hunt-Szymanski: ``ends[t]`` is the smallest
+        eager index a pairing of ``t + 1`` ops can end at)."""
+        ends: list[int] = []
+        for q in range(k, min(k + LOOKAHEAD, len(flat))):
+            cs = cands[q]
+            if not cs:
+                continue
+            mod = flat[q].module
+            j, hi = bisect_left(cs, lo), lo + WINDOW
+            last = ends[-1] if ends else lo - 1
+            free = []
+            while j < len(cs) and cs[j] < hi:
+                c = cs[j]
+                if not taken[c] and c != also and (not mod or _same_module(ops[c].module, mod)):
+                    free.append(c)
+                    if c > last:  # a later one could only lengthen the pairing to the same length
                         break
-                    j += 1
-            row.append(found)
-        out.append(row)
+                j += 1
+            for c in reversed(free):  # decreasing: one Dynamo op extends a pairing once
+                t = bisect_left(ends, c)
+                if t == len(ends):
+                    ends.append(c)
+                else:
+                    ends[t] = c
+        return len(ends)
+
+    cursor = start
+    found: list[int | None] = []
+    for k, d in enumerate(flat):
+        i = None
+        cs = cands[k]
+        if cs:  # find(k, cursor), inline: this loop runs once per Dynamo op
+            j = bisect_left(cs, cursor)
+            while j < len(cs) and cs[j] < cursor + WINDOW:
+                c = cs[j]
+                if not taken[c] and (not d.module or _same_module(ops[c].module, d.module)):
+                    i = c
+                    break
+                j += 1
+        # skipping eager ops to reach i: worth it only if as many of the ops after can pair as without
+        if i is not None and i > cursor and best(k + 1, cursor) > 1 + best(k + 1, i + 1, i):
+            i = None
+        if i is not None:
+            taken[i], cursor = True, i + 1
+        found.append(i)
+    out: list[list[int | None]] = []
+    at = 0
+    for _, dops in runs:
+        out.append(found[at:at + len(dops)])
+        at += len(dops)
     return out
 
 
@@ -243,4 +294,4 @@ def _folded(n: Node) -> bool:
     return (short_name(n.target) in _FOLDED or op_name(n.target) in _FOLDED) and not n.attrs.get("data_dependent")
 
 
-__all__ = ["WINDOW", "DynamoOp", "Run", "assign", "matchable", "op_key", "pair"]
+__all__ = ["LOOKAHEAD", "WINDOW", "DynamoOp", "Run", "assign", "matchable", "op_key", "pair"]

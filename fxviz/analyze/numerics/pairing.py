@@ -20,7 +20,10 @@ one side (transformers builds a Gemma2's masks from ``and_masks(causal, padding)
 ``export`` but skips the padding part eagerly), order pairs the full mask's ``&`` with the sliding
 one's, and 10 of its 64 booleans "differed" from a value that was never its counterpart. A pair
 whose op reads a value paired with an eager value its eager op does not read (or the other way
-round) is not the same value: it is not compared, rather than compared wrongly.
+round) is not the same value: it is not compared, rather than compared wrongly. Ops only the other
+side ran (no eager op is paired with them: the ``&`` of ``and_masks`` with a mask of ones) are
+looked through: the full mask's ``expand`` reads the causal ``le`` through them, as eager's does
+directly.
 """
 
 from __future__ import annotations
@@ -166,7 +169,8 @@ def consistent(pairs: Mapping[int, int], eager: Reads, other: Reads, ambiguous: 
     (and so on up what they read: :func:`_repair`); a Gemma2's layer reads the sliding mask that
     Dynamo built after the full one, which order paired with eager's sliding mask."""
     out = dict(pairs)
-    unpaired = {j for j in range(len(other.ops)) if j not in pairs} if loose else set()
+    alone = {j for j in range(len(other.ops)) if j not in pairs}  # ops eager never ran
+    unpaired = alone if loose else set()
     back = {e: x for x, e in pairs.items()}
     for x, e in sorted(pairs.items()):
         if e not in ambiguous or out.get(x) != e:
@@ -179,7 +183,8 @@ def consistent(pairs: Mapping[int, int], eager: Reads, other: Reads, ambiguous: 
         for ei in eager.ops[e]:
             xi = back.get(ei)
             if xi is not None and (not settled or xi in out) and xi not in theirs and \
-                    not other.roots([xi]) & theirs and (keys is None or not _repair(x, ei, out, back, other, eager, keys)):
+                    not other.roots([xi]) & theirs and xi not in other.roots(other.ops[x], alone) and \
+                    (keys is None or not _repair(x, ei, out, back, other, eager, keys)):
                 wrong = True
         if wrong:
             del out[x]
