@@ -53,7 +53,6 @@ def test_collectives_of_a_compiled_tensor_parallel_mlp(run) -> None:
     assert collective and {k.id for k in collective} == {h for h in torch_map if "_c10d_functional" in h}
     for k in collective:
         assert sorted(k.ops) == sorted(torch_map[k.id])
-    assert "collective)" in inside.summary()
     # timed like any compiled graph (the trace of a process-group run has rank 0: the live run's
     # calls are matched to it all the same), collectives included
     assert inside.timed and all(k.time_us is not None and k.time_us > 0 for k in g.kernels), \
@@ -61,6 +60,18 @@ def test_collectives_of_a_compiled_tensor_parallel_mlp(run) -> None:
     assert sum(k.share or 0 for k in g.kernels) == pytest.approx(1.0)
     # the compile map counts the all_reduce as compiled (one graph, no break)
     assert cm.share == 1.0
+
+
+def test_the_summary_counts_the_collectives_torch_ran_and_their_waits_apart(run) -> None:
+    """The headline counted each collective's wait as a collective: ``2 collective`` for the one
+    all_reduce CommDebugMode counts. torch's records: the calls in ``cppCodeToPost`` (the output
+    code's), and CommDebugMode's count of the same model's eager forward."""
+    cm, mapping, _ = run
+    calls = [h for h in mapping["cppCodeToPost"] if "_c10d_functional" in h]
+    waits = [h for h in calls if comm_name(h) == "wait_tensor"]
+    ran = sum(td.oracle(td.mlp_factory, 2)[""].values())
+    assert ran == len(calls) - len(waits) == 1 and len(waits) == 1
+    assert f" extern, {ran} collective, {len(waits)} wait)" in cm.inside.summary(), cm.inside.summary()
 
 
 def test_the_matmul_torch_records_as_the_wait_runs_its_own_addmm(run) -> None:

@@ -179,17 +179,21 @@ class Inside:
         raise KeyError(f"no compiled graph {key!r}: there are {', '.join(g.id for g in self.graphs) or 'none'}")
 
     def summary(self) -> str:
-        """``2 graphs, 9 kernels (5 extern calls), 100% of post-grad ops mapped to a kernel``."""
+        """``2 compiled graphs, 9 kernels and calls (5 extern, 1 collective, 1 wait), 100% of post-grad ops
+        mapped to a kernel``: a collective's wait is counted as a wait, not as a collective."""
         ks = self.kernels
         if not ks and not any(g.ops for g in self.graphs):  # aot_eager: AOT Autograd's stages, no Inductor
             return f"{len(self.graphs)} compiled graph{'s' if len(self.graphs) != 1 else ''}, no Inductor kernels"
         ext = sum(1 for k in ks if k.kind == "extern")
-        comm = sum(1 for k in ks if k.kind == "collective")
+        # a collective's wait is a row of kind collective too, but no collective: counted apart, so
+        # the count is the collectives torch ran (CommDebugMode's), not twice it
+        waits = sum(1 for k in ks if k.kind == "collective" and "wait_tensor" in k.name)
+        comm = sum(1 for k in ks if k.kind == "collective") - waits
         p = self.share_mapped * 100
         pct = f"{p:.1f}%" if 99 < p < 100 else f"{p:.0f}%"
+        parts = [f"{ext} extern"] + [f"{n} {w}" for n, w in ((comm, "collective"), (waits, "wait")) if n]
         return (f"{len(self.graphs)} compiled graph{'s' if len(self.graphs) != 1 else ''}, {len(ks)} kernels and "
-                f"calls ({ext} extern{f', {comm} collective' if comm else ''}), {pct} of post-grad ops mapped "
-                "to a kernel")
+                f"calls ({', '.join(parts)}), {pct} of post-grad ops mapped to a kernel")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON keys: ``stages`` (per compiled graph its pipeline), ``kernels``, ``fusion`` (the
