@@ -34,7 +34,7 @@ def kernel_table(g: InsideGraph) -> Table:
     ks = by_time(g.kernels)
     for k in ks[:KERNEL_ROWS]:
         mods = one_line(", ".join(m or "(model)" for m in k.modules), limit=50) + (" ✗ crosses modules" if k.crosses_modules else "")
-        table.add_row(clean(k.name), k.kind, k.part + (" (inferred)" if k.inferred else ""), str(len(k.ops)),
+        table.add_row(clean(k.name), k.kind_where, k.part + (" (inferred)" if k.inferred else ""), str(len(k.ops)),
                       clean(one_line(", ".join(k.eager), limit=50)), clean(mods),
                       f"{k.time_us:.1f} µs" if k.time_us is not None else "-",
                       f"{k.share * 100:.1f}%" if k.share is not None else "-")

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from fxviz.ir import Graph
+from fxviz.ir import Graph, Node
 from fxviz.tracefile.records import Artifact, Compile
 
 #: Bucket records: artifact -> the collective its buckets hold. torch logs them from
@@ -63,6 +63,25 @@ def comm_name(target: str) -> str:
     tail = re.split(r"::|\.", target.split("c10d_functional", 1)[-1].lstrip(".:"))[0]
     tail = tail.rstrip("_")
     return tail[: -len("_out")] if tail.endswith("_out") else tail
+
+
+_QUOTED = re.compile(r"'([^']*)'")
+
+
+def group_of(ops: Mapping[str, Node], names: Sequence[str]) -> str:
+    """The process group (torch's name for it) that the post-grad collective among ``names`` runs
+    on, or that the collective a ``wait_tensor`` among them awaits: the op's last argument, as every
+    ``_c10d_functional`` collective takes it (``all_reduce_(addmm_1, 'sum', '0')``); ``""`` when
+    none is there."""
+    for name in names:
+        n = ops.get(name)
+        if n is not None and is_comm(n.target) and comm_name(n.target) == "wait_tensor" and n.inputs:
+            n = ops.get(n.inputs[0].node)
+        if n is not None and is_comm(n.target) and comm_name(n.target) != "wait_tensor":
+            found = _QUOTED.findall(str(n.attrs.get("args", "")))
+            if found:
+                return found[-1]
+    return ""
 
 
 def for_part(c: Compile, name: str, i: int, *, scheduler: bool = False) -> list[Artifact]:
@@ -253,5 +272,5 @@ def resolve(post: Graph, post_to_pre: Mapping[str, Sequence[str]], under: Mappin
     return out
 
 
-__all__ = ["BUCKETS", "BUCKET_TEXT", "bucket_text", "PASS_GRAPHS", "SCHEDULE", "SCHEDULER", "below", "bucket_links", "buckets", "comm_name",
+__all__ = ["BUCKETS", "BUCKET_TEXT", "bucket_text", "PASS_GRAPHS", "SCHEDULE", "SCHEDULER", "below", "bucket_links", "buckets", "comm_name", "group_of",
            "for_part", "is_comm", "moved", "resolve", "schedule", "scheduler_notes"]

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fxviz.analyze.inside.comms import comm_name
+from fxviz.analyze.inside.comms import comm_name, group_of
 from fxviz.analyze.inside.result import Kernel
 from fxviz.analyze.inside.stages import op_nodes
 from fxviz.ir import Graph, ModuleCall, Node, Ref
@@ -100,7 +100,8 @@ def kernel_map(post: Graph, code: OutputCode, mappings: Mapping[str, Any] | None
         kdef = defs.get(c.name)
         kind = c.kind if c.kind != "other" or kdef is None else kdef.kind
         out.kernels.append(Kernel(h, c.name, kind, graph_id, compile_id, part, list(covers.get(h, ())), eager, modules,
-                                  _lines(frames[h]), kdef.source if kdef is not None else "", inferred or h in fixed))
+                                  _lines(frames[h]), kdef.source if kdef is not None else "", inferred or h in fixed,
+                                  group=group_of(ops, covers.get(h, ())) if kind == "collective" else ""))
     for k in code.kernels:  # defined, never called: still a row
         if k.name not in called:
             out.kernels.append(Kernel(k.name, k.name, k.kind, graph_id, compile_id, part, source=k.source, calls=0))

@@ -173,7 +173,7 @@ def panels(graph: Graph, inside: Inside) -> None:
         first = next((e for e in k.eager if e in ops), None)
         mods = ", ".join(m or "(model)" for m in k.modules) + (" (crosses modules)" if k.crosses_modules else "")
         others = [f"{_other(k, n, names)} ({n.reason})" for n in refused.get((k.graph, k.part, k.id), ())]
-        rows.append(row(k.name, k.kind, k.graph, k.part + (" (inferred)" if k.inferred else ""), len(k.ops), ", ".join(k.eager[:8]) or None, mods or None,
+        rows.append(row(k.name, k.kind_where, k.graph, k.part + (" (inferred)" if k.inferred else ""), len(k.ops), ", ".join(k.eager[:8]) or None, mods or None,
                         f"{k.time_us:.1f} µs" if k.time_us is not None else None,
                         f"{k.share * 100:.1f}%" if k.share is not None else None,
                         "; ".join(dict.fromkeys(others)) or None,

@@ -30,7 +30,8 @@ class Kernel:
     come from and ``modules`` their module paths; ``lines``: the user lines torch's kernel stack
     traces name. ``inferred``: torch recorded no node mapping (the backward in torch 2.13), fxviz
     matched them. ``time_us``: measured time per forward (torch.profiler), ``share`` of its output
-    code's time."""
+    code's time. ``group``: for a collective or its wait, the process group torch's post-grad graph
+    runs it on (its name: ``0``, as the eager graph's collectives name it)."""
 
     id: str
     name: str
@@ -47,6 +48,12 @@ class Kernel:
     time_us: float | None = None
     share: float | None = None
     calls: int = 1
+    group: str = ""
+
+    @property
+    def kind_where(self) -> str:
+        """The kind, and for a collective the group it runs on: ``collective on group 0``."""
+        return f"{self.kind} on group {self.group}" if self.group else self.kind
 
     @property
     def crosses_modules(self) -> bool:
